@@ -1,0 +1,42 @@
+# make test / make demo work on a fresh machine: they install what they need.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+APT_PACKAGES := kcat redis-server
+
+.PHONY: test demo bench lint sysdeps venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Debian packages the tests use; skipped when already present.
+sysdeps:
+	@missing=""; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: venv sysdeps
+	$(VENV)/bin/ruff check cluster deploy tests
+	$(PY) -m pytest -m "not perf" -q
+
+demo: venv
+	$(VENV)/bin/dcmirror demo
+
+bench: venv sysdeps
+	$(PY) -m pytest -m perf -q -s tests/perf
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Broker clusters: Kafka-protocol brokers, storage, quorum, replication, groups, client."""

@@ -1,0 +1,1 @@
+"""The broker process: trio server, request handlers, partition registry."""

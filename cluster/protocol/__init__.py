@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, request dispatch tables, record batch codec."""

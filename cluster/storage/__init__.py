@@ -1,0 +1,1 @@
+"""The commit log on disk: segments, offset and time indexes, recovery, retention."""

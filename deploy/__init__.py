@@ -1,0 +1,1 @@
+"""Deploy: the command line, local launcher, lab and production files."""

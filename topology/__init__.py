@@ -1,0 +1,1 @@
+"""Topology file (to come): TOML schema, validation, plan/apply against running clusters."""
