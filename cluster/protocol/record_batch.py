@@ -1,0 +1,204 @@
+"""RecordBatch v2 (magic 2) headers: parse, validate and patch without decoding records.
+
+The broker's hot path only touches the 61-byte batch header: the CRC32C covers byte 21 to
+the end, so base offset (bytes 0-8) and partition leader epoch (12-16) can be patched
+without recomputing it. Per-record decoding lives in `records.py` and is only used where
+semantics demand it (timestamp lookup, compaction, clients).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+BATCH_HEADER_SIZE = 61
+# baseOffset i64, batchLength i32 — enough to walk batches.
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_LEN = struct.Struct(">qi")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+
+class InvalidRecordBatch(ValueError):
+    """A batch that fails structural or CRC validation (maps to CORRUPT_MESSAGE)."""
+
+
+class UnsupportedMagic(InvalidRecordBatch):
+    """A batch whose magic byte is not 2 (v0/v1 message sets are not accepted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % 0x80000000
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the batch header at `pos`; raises InvalidRecordBatch if the bytes are short."""
+    if len(buf) - pos < BATCH_HEADER_SIZE:
+        raise InvalidRecordBatch(
+            f"record batch header needs {BATCH_HEADER_SIZE} bytes, {len(buf) - pos} remain"
+        )
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Structural and CRC32C check of one whole batch at `pos` (its length must fit)."""
+    header = read_header(buf, pos)
+    if header.magic != 2:
+        raise UnsupportedMagic(f"record batch magic {header.magic} is not supported (only 2)")
+    if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        raise InvalidRecordBatch(f"record batch length {header.batch_length} is too small")
+    end = pos + LOG_OVERHEAD + header.batch_length
+    if end > len(buf):
+        raise InvalidRecordBatch(
+            f"record batch declares {header.batch_length} bytes, only {len(buf) - pos - LOG_OVERHEAD} remain"
+        )
+    if header.last_offset_delta < 0 or header.records_count < 0:
+        raise InvalidRecordBatch("record batch has a negative offset delta or record count")
+    if header.records_count == 0 and not header.is_control:
+        raise InvalidRecordBatch("record batch holds no records")
+    if header.records_count > 0 and header.last_offset_delta != header.records_count - 1:
+        # Kafka enforces lastOffsetDelta == count-1 for batches from producers.
+        raise InvalidRecordBatch(
+            f"record batch last offset delta {header.last_offset_delta} does not match "
+            f"{header.records_count} records"
+        )
+    actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
+    if actual != header.crc:
+        raise InvalidRecordBatch(
+            f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}"
+        )
+    return header
+
+
+def split_batches(
+    buf: bytes | bytearray | memoryview, *, validate: bool = True
+) -> list[tuple[int, BatchHeader]]:
+    """Every batch in a produce payload as (position, header); the payload must be whole."""
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        header = validate_batch(buf, pos) if validate else read_header(buf, pos)
+        out.append((pos, header))
+        pos += header.size_bytes
+    if not out:
+        raise InvalidRecordBatch("produce request carries no record batch")
+    return out
+
+
+def iter_headers(
+    buf: bytes | bytearray | memoryview, pos: int = 0
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Walk whole batches in a buffer (stops at a partial trailing batch)."""
+    n = len(buf)
+    while n - pos >= BATCH_HEADER_SIZE:
+        header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+        size = header.batch_length + LOG_OVERHEAD
+        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > n:
+            return
+        yield pos, header
+        pos += size
+
+
+def whole_batches_end(
+    buf: bytes | bytearray | memoryview, max_offset: int, pos: int = 0
+) -> tuple[int, int]:
+    """End position of the whole batches in `buf` that lie entirely below `max_offset`.
+
+    Returns (end_position, batch_count). Only the 12-byte prefix and lastOffsetDelta are
+    read per batch, so this is cheap enough for every fetch.
+    """
+    n = len(buf)
+    count = 0
+    unpack_base_len = _BASE_LEN.unpack_from
+    unpack_i32 = _I32.unpack_from
+    while n - pos >= BATCH_HEADER_SIZE:
+        base_offset, batch_length = unpack_base_len(buf, pos)
+        size = batch_length + LOG_OVERHEAD
+        if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > n:
+            break
+        last = base_offset + unpack_i32(buf, pos + 23)[0]
+        if last >= max_offset:
+            break
+        pos += size
+        count += 1
+    return pos, count
+
+
+def patched_prefix(header_bytes: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """The first 17 bytes of a batch with base offset and leader epoch replaced."""
+    return (
+        _I64.pack(base_offset)
+        + bytes(header_bytes[8:12])
+        + _I32.pack(leader_epoch)
+        + bytes(header_bytes[16:17])
+    )
+
+
+def patch_in_place(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Rewrite base offset and partition leader epoch of the batch at `pos` (CRC unaffected)."""
+    _I64.pack_into(buf, pos, base_offset)
+    _I32.pack_into(buf, pos + 12, leader_epoch)

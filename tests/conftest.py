@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh standalone broker on a free loopback port."""
+    proc = BrokerProcess(tmp_path / "broker").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[object]:
+    """Start brokers with config overrides: broker_factory(**{"log.retention.ms": 1000})."""
+    started: list[BrokerProcess] = []
+
+    def make(name: str = "broker", **overrides: object) -> BrokerProcess:
+        proc = BrokerProcess(tmp_path / name, **overrides)
+        started.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in started:
+        if proc.alive():
+            proc.stop()
