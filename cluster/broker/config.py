@@ -1,0 +1,98 @@
+"""Broker configuration: Kafka's broker config names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.storage.config import TOPIC_CONFIG_DEFS, ConfigDef, InvalidConfig, LogConfig, parse_value
+
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        ConfigDef("node.id", int, 1, None, "This broker's id", 0),
+        ConfigDef("socket.request.max.bytes", int, 104_857_600, None, "Largest request frame accepted", 1024),
+        ConfigDef("auto.create.topics.enable", bool, True, None, "Create unknown topics on metadata/produce"),
+        ConfigDef("num.partitions", int, 1, None, "Partitions of auto-created topics", 1),
+        ConfigDef("default.replication.factor", int, 1, None, "Replication factor of auto-created topics", 1),
+        ConfigDef("delete.topic.enable", bool, True, None, "Allow DeleteTopics"),
+        ConfigDef("log.retention.check.interval.ms", int, 300_000, None, "How often retention runs", 1),
+        ConfigDef("log.flush.offset.checkpoint.interval.ms", int, 60_000, None, "How often recovery points are written", 1),
+        ConfigDef("log.flush.scheduler.interval.ms", int, 1000, None, "How often flush.ms is checked", 1),
+        ConfigDef("connections.max.idle.ms", int, 600_000, None, "Idle connections are closed after this", 1),
+        ConfigDef("max.connections", int, 10_000, None, "Connections accepted at once", 1),
+        ConfigDef("producer.id.expiration.ms", int, 86_400_000, None, "Idle producer state is forgotten after this", 1),
+        ConfigDef("fetch.max.bytes", int, 57_671_680, None, "Largest fetch response", 1024),
+        ConfigDef("max.topic.partitions", int, 10_000, None, "Partitions one topic may have", 1),
+        ConfigDef("max.topics", int, 10_000, None, "Topics one broker may hold", 1),
+        ConfigDef("broker.rack", str, "", None, "Rack of this broker"),
+    )
+}
+
+# Broker-level defaults for topic configs (log.segment.bytes, log.retention.ms, ...).
+LOG_DEFAULT_DEFS: dict[str, ConfigDef] = {
+    d.broker_key: ConfigDef(d.broker_key, d.type, d.default, None, d.doc, d.minimum, d.choices)
+    for d in TOPIC_CONFIG_DEFS.values()
+    if d.broker_key
+}
+# Kafka also accepts log.retention.hours/minutes and log.roll.hours.
+_ALIASES = {
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+}
+
+
+@dataclass
+class BrokerConfig:
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, object]) -> BrokerConfig:
+        values = {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}
+        log_defaults: dict[str, Any] = {}
+        for key, raw in overrides.items():
+            if key in _ALIASES:
+                target, factor = _ALIASES[key]
+                try:
+                    log_defaults[target] = int(str(raw)) * factor
+                except ValueError:
+                    raise InvalidConfig(f"broker config {key}={raw!r} is not an integer") from None
+            elif key in BROKER_CONFIG_DEFS:
+                values[key] = parse_value(BROKER_CONFIG_DEFS[key], raw)
+            elif key in LOG_DEFAULT_DEFS:
+                log_defaults[key] = parse_value(LOG_DEFAULT_DEFS[key], raw)
+            else:
+                raise InvalidConfig(
+                    f"unknown broker config {key!r} (use Kafka's broker config names, e.g. log.retention.ms)"
+                )
+        values.update(log_defaults)
+        return cls(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def log_defaults(self) -> dict[str, Any]:
+        return {k: v for k, v in self.values.items() if k in LOG_DEFAULT_DEFS}
+
+    def log_config(self, topic_overrides: Mapping[str, object]) -> LogConfig:
+        return LogConfig.build(topic_overrides, self.log_defaults)
+
+    def describe(self) -> list[tuple[str, str, bool]]:
+        """(name, value, is_default) for DescribeConfigs on the broker resource."""
+        out = []
+        for name, d in {**BROKER_CONFIG_DEFS, **LOG_DEFAULT_DEFS}.items():
+            value = self.values.get(name, d.default)
+            out.append((name, _render(value), value == d.default))
+        return out
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+render_config_value = _render

@@ -1,0 +1,206 @@
+"""The trio shell of a broker: TCP connections, request dispatch, background log work."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from pathlib import Path
+
+import trio
+
+from cluster.broker.broker import SUPPORTED_APIS, Broker, now_ms
+from cluster.broker.config import BrokerConfig
+from cluster.protocol.errors import ErrorCode, ProtocolError
+from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.protocol.messages import (
+    API_NAMES,
+    decode_request,
+    encode_response,
+    is_flexible_request,
+    parse_request_header,
+    peek_api,
+)
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
+_RECV_BYTES = 256 * 1024
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered in the protocol; close like Kafka does."""
+
+
+class BrokerServer:
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.max_frame_bytes = int(broker.config["socket.request.max.bytes"])
+        self.idle_timeout_s = int(broker.config["connections.max.idle.ms"]) / 1000
+        self.connections = 0
+        self.max_connections = int(broker.config["max.connections"])
+        self._flush_wanted = trio.Event()
+        broker.logs.on_flush_request = self._flush_wanted.set
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    async def dispatch(self, frame: bytearray) -> bytes | None:
+        """Answer one request frame; None means no response (acks=0 produce)."""
+        api_key, version, correlation_id = peek_api(frame)
+        if api_key == API_VERSIONS_KEY:
+            lo, hi = SUPPORTED_APIS[API_VERSIONS_KEY]
+            if not lo <= version <= hi:
+                # Answer in v0 so any client can read the error and the supported ranges.
+                body = Broker.api_versions_body(ErrorCode.unsupported_version)
+                return encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
+            header = parse_request_header(frame, flexible=version >= 3)
+            decode_request(api_key, version, frame, header.body_offset)
+            return encode_response(API_VERSIONS_KEY, version, correlation_id, Broker.api_versions_body())
+        supported = SUPPORTED_APIS.get(api_key)
+        if supported is None or not supported[0] <= version <= supported[1]:
+            raise CloseConnection(f"unsupported API {API_NAMES.get(api_key, api_key)} v{version}")
+        if api_key == PRODUCE_KEY and version < 3:
+            header = parse_request_header(frame, flexible=False)
+            return refuse_legacy_produce(version, correlation_id, frame, header.body_offset)
+        header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
+        request = decode_request(api_key, version, frame, header.body_offset)
+        body = await self.broker.handlers[api_key](version, request)
+        if body is None:
+            return None
+        return encode_response(api_key, version, correlation_id, body)
+
+    # ---- connections ---------------------------------------------------------------------
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        peer = "?"
+        try:
+            peer = "%s:%s" % stream.socket.getpeername()[:2]
+        except OSError:
+            pass
+        if self.connections >= self.max_connections:
+            log.warning("refusing connection from %s: max.connections=%d reached", peer, self.max_connections)
+            await stream.aclose()
+            return
+        self.connections += 1
+        try:
+            await self._serve(stream, peer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except (ProtocolError, CloseConnection) as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            self.connections -= 1
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _serve(self, stream: trio.SocketStream, peer: str) -> None:
+        decoder = FrameDecoder(self.max_frame_bytes)
+        sock = stream.socket
+        while True:
+            frame = decoder.next_frame()
+            if frame is None:
+                with trio.move_on_after(self.idle_timeout_s) as idle:
+                    target = decoder.frame_buffer
+                    if target is not None and len(target) > 0:
+                        n = await sock.recv_into(target)
+                        if n == 0:
+                            return
+                        decoder.filled(n)
+                    else:
+                        data = await sock.recv(_RECV_BYTES)
+                        if not data:
+                            return
+                        decoder.receive_data(data)
+                if idle.cancelled_caught:
+                    log.info("closing idle connection from %s", peer)
+                    return
+                continue
+            response = await self.dispatch(frame)
+            del frame
+            if response is not None:
+                await stream.send_all(response)
+
+    # ---- background work -----------------------------------------------------------------
+
+    async def flush_loop(self) -> None:
+        """fsync segments that rolled (or hit flush.messages / flush.ms) and advance recovery points."""
+        interval_s = int(self.broker.config["log.flush.scheduler.interval.ms"]) / 1000
+        logs = self.broker.logs
+        while True:
+            with trio.move_on_after(interval_s):
+                await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            logs.on_flush_request = self._flush_wanted.set
+            pending = logs.take_pending_flushes() + logs.due_time_flushes(now_ms())
+            if not pending:
+                continue
+            for lg, offset in pending:
+                await trio.to_thread.run_sync(lg.flush_segments, offset)
+                lg.mark_flushed(offset, now_ms())
+            await trio.to_thread.run_sync(logs.checkpoint_recovery_points)
+
+    async def checkpoint_loop(self) -> None:
+        interval_s = int(self.broker.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
+        while True:
+            await trio.sleep(interval_s)
+            await trio.to_thread.run_sync(self.broker.logs.checkpoint_recovery_points)
+
+    async def retention_loop(self) -> None:
+        interval_s = int(self.broker.config["log.retention.check.interval.ms"]) / 1000
+        while True:
+            await trio.sleep(interval_s)
+            now = now_ms()
+            try:
+                self.broker.logs.cleanup(now)
+            except OSError as exc:
+                log.error("retention pass failed: %s", exc)
+            for part in self.broker.partitions.values():
+                part.log.producer_state.remove_expired(now)
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        log.info("broker %d listening on %s:%d", self.broker.node_id, self.host, self.port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.flush_loop)
+            nursery.start_soon(self.checkpoint_loop)
+            nursery.start_soon(self.retention_loop)
+            await nursery.start(trio.serve_listeners, self.handle_connection, listeners)
+            task_status.started()
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9092")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig) -> None:
+    host, port = parse_listen(listen)
+    advertised = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
+    broker = Broker(data_dir, config, advertised, port)
+    start = time.monotonic()
+    broker.open()
+    log.info("startup took %.3f s", time.monotonic() - start)
+    server = BrokerServer(broker, host, port)
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.run)
+
+                async def wait_for_signal() -> None:
+                    async for signum in signals:
+                        log.info("received %s: shutting down", signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(wait_for_signal)
+    finally:
+        broker.close()
+        log.info("broker %d stopped cleanly", broker.node_id)

@@ -1,0 +1,268 @@
+"""Kafka request/response codec on top of kio's generated schemas.
+
+Handlers answer with plain dicts whose keys are the schema's field names; `build` turns a
+dict into the kio dataclass of whichever version the client speaks, filling fields the
+version lacks from their defaults. That keeps one handler per API, not one per version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import typing
+import uuid
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from cluster.protocol.errors import ProtocolError
+
+_REQUEST_HEADER = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_UTC = datetime.UTC
+
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
+    22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 42: "DeleteGroups",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def parse_request_header(frame: bytes | bytearray, *, flexible: bool) -> RequestHeader:
+    """Header v1 (api key, version, correlation id, client id); v2 adds tagged fields."""
+    if len(frame) < 10:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _REQUEST_HEADER.unpack_from(frame, 0)
+    (client_len,) = _I16.unpack_from(frame, 8)
+    pos = 10
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise ProtocolError("client id runs past the end of the request")
+        client_id = bytes(frame[pos : pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    elif client_len != -1:
+        raise ProtocolError(f"client id has negative length {client_len}")
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def peek_api(frame: bytes | bytearray) -> tuple[int, int, int]:
+    """(api key, version, correlation id) of a frame, without validating the rest."""
+    if len(frame) < 8:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _REQUEST_HEADER.unpack_from(frame, 0)
+
+
+def _uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("varint runs past the end of the request")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise ProtocolError("varint is too long")
+
+
+def skip_tagged_fields(buf: bytes | bytearray, pos: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    if count > len(buf) - pos:
+        raise ProtocolError(f"{count} tagged fields cannot fit in the request")
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        if pos + size > len(buf):
+            raise ProtocolError("tagged field runs past the end of the request")
+        pos += size
+    return pos
+
+
+# ---- schemas ---------------------------------------------------------------------------
+
+
+@cache
+def request_schema(api_key: int, version: int) -> Any:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_schema(api_key: int, version: int) -> Any:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset: int) -> Any:
+    cls = request_schema(api_key, version)
+    buf = memoryview(frame).toreadonly() if isinstance(frame, bytearray) else frame
+    try:
+        value, size = _reader(cls)(buf, offset)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise ProtocolError(f"{API_NAMES.get(api_key, api_key)} v{version} request is malformed: {exc}") from None
+    if offset + size != len(frame):
+        raise ProtocolError(
+            f"{API_NAMES.get(api_key, api_key)} v{version} request has {len(frame) - offset - size} trailing bytes"
+        )
+    return value
+
+
+def is_flexible_request(api_key: int, version: int) -> bool:
+    try:
+        return bool(request_schema(api_key, version).__flexible__)
+    except Exception:
+        return False
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:
+    """Size-prefixed response: header v0 (v1 for flexible versions, never for ApiVersions)."""
+    cls = response_schema(api_key, version)
+    entity = body if isinstance(body, cls) else build(cls, body)
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_I32.pack(correlation_id))
+    if cls.__flexible__ and api_key != 18:
+        out.write(b"\x00")
+    _writer(cls)(out, entity)
+    buf = out.getbuffer()
+    _I32.pack_into(buf, 0, len(buf) - 4)
+    del buf
+    return out.getvalue()
+
+
+# ---- building kio dataclasses from dicts ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    kafka_type: str | None
+    nested: type | None
+    is_tuple: bool
+    nullable: bool
+    default: Any
+
+
+def _is_entity(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+@cache
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    hints = typing.get_type_hints(cls)
+    plans = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        nullable = False
+        args = typing.get_args(tp)
+        if type(None) in args:
+            nullable = True
+            non_none = [a for a in args if a is not type(None)]
+            tp = non_none[0] if len(non_none) == 1 else tp
+        nested = None
+        is_tuple = False
+        if typing.get_origin(tp) is tuple:
+            is_tuple = True
+            inner = typing.get_args(tp)[0]
+            if _is_entity(inner):
+                nested = inner
+        elif _is_entity(tp):
+            nested = tp
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        plans.append(_FieldPlan(f.name, f.metadata.get("kafka_type"), nested, is_tuple, nullable, default))
+    return tuple(plans)
+
+
+def _zero(plan: _FieldPlan) -> Any:
+    if plan.nullable:
+        return None
+    if plan.is_tuple:
+        return ()
+    kt = plan.kafka_type
+    if kt in ("int8", "int16", "int32", "int64", "uint16", "float64"):
+        return 0
+    if kt == "error_code":
+        return ErrorCode.none
+    if kt == "string":
+        return ""
+    if kt in ("bytes", "records"):
+        return b""
+    if kt == "bool":
+        return False
+    if kt == "uuid":
+        return uuid.UUID(int=0)
+    if kt in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if plan.nested is not None:
+        return build(plan.nested, {})
+    raise TypeError(f"no default for field {plan.name} ({kt})")
+
+
+def _convert(plan: _FieldPlan, value: Any) -> Any:
+    if value is None:
+        return None if plan.nullable else _zero(plan)
+    if plan.nested is not None:
+        if plan.is_tuple:
+            return tuple(v if isinstance(v, plan.nested) else build(plan.nested, v) for v in value)
+        return value if isinstance(value, plan.nested) else build(plan.nested, value)
+    kt = plan.kafka_type
+    if plan.is_tuple:
+        return tuple(value)
+    if kt == "error_code":
+        return ErrorCode(int(value))
+    if kt in ("timedelta_i32", "timedelta_i64") and not isinstance(value, datetime.timedelta):
+        return datetime.timedelta(milliseconds=int(value))
+    if kt == "datetime_i64" and not isinstance(value, datetime.datetime):
+        if int(value) < 0:
+            return None
+        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=_UTC)
+    return value
+
+
+def build(cls: type, values: Mapping[str, Any]) -> Any:
+    """Instantiate a kio entity from a dict; fields the dict lacks get their defaults."""
+    kwargs = {}
+    for plan in _plan(cls):
+        if plan.name in values:
+            kwargs[plan.name] = _convert(plan, values[plan.name])
+        elif plan.default is not dataclasses.MISSING:
+            kwargs[plan.name] = plan.default
+        else:
+            kwargs[plan.name] = _zero(plan)
+    return cls(**kwargs)

@@ -1,0 +1,166 @@
+"""Sparse per-segment indexes: offset → file position, and timestamp → offset.
+
+Entries live in memory (two parallel arrays, searched with bisect) and are appended to
+the index file as they are made. Offsets are stored relative to the segment's base
+offset, as Kafka does. A file that fails the sanity check is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from array import array
+from pathlib import Path
+
+_OFFSET_ENTRY = struct.Struct(">II")  # relative offset, position
+_TIME_ENTRY = struct.Struct(">qI")  # timestamp ms, relative offset
+
+
+class CorruptIndex(ValueError):
+    """An index file whose contents do not fit its segment; the segment rebuilds it."""
+
+
+class OffsetIndex:
+    """Maps the last offset of an indexed batch to the file position where it starts."""
+
+    entry_size = _OFFSET_ENTRY.size
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max_entries
+        self._offsets = array("I")
+        self._positions = array("I")
+        self._fd = -1
+
+    def open(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def load(self, log_size_bytes: int) -> None:
+        """Read the file and check it against the segment; raises CorruptIndex."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if len(data) % self.entry_size:
+            raise CorruptIndex(f"{self.path}: size {len(data)} is not a multiple of {self.entry_size}")
+        last_offset = -1
+        last_position = -1
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
+            if rel <= last_offset and last_offset >= 0 or pos <= last_position or pos >= log_size_bytes:
+                raise CorruptIndex(f"{self.path}: entry ({rel}, {pos}) out of order or past the log")
+            self._offsets.append(rel)
+            self._positions.append(pos)
+            last_offset, last_position = rel, pos
+
+    def reset(self) -> None:
+        self._offsets = array("I")
+        self._positions = array("I")
+        if self._fd >= 0:
+            os.ftruncate(self._fd, 0)
+        else:
+            self.path.write_bytes(b"")
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._offsets) >= self.max_entries
+
+    @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        assert not self._offsets or rel > self._offsets[-1], "offset index must grow"
+        self._offsets.append(rel)
+        self._positions.append(position)
+        os.write(self._fd, _OFFSET_ENTRY.pack(rel, position))
+
+    def lookup(self, offset: int) -> int:
+        """Position of the last indexed batch whose last offset is ≤ offset (0 if none)."""
+        i = bisect.bisect_right(self._offsets, offset - self.base_offset) - 1
+        return self._positions[i] if i >= 0 else 0
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries at or past `position` (log truncation)."""
+        keep = bisect.bisect_left(self._positions, position)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+        os.ftruncate(self._fd, keep * self.entry_size)
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class TimeIndex:
+    """Maps a max timestamp seen so far to the offset of the batch that carried it."""
+
+    entry_size = _TIME_ENTRY.size
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._timestamps = array("q")
+        self._offsets = array("I")
+        self._fd = -1
+
+    def open(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def load(self, next_offset_max: int) -> None:
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if len(data) % self.entry_size:
+            raise CorruptIndex(f"{self.path}: size {len(data)} is not a multiple of {self.entry_size}")
+        last_ts = None
+        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+            if (last_ts is not None and ts <= last_ts) or self.base_offset + rel >= next_offset_max:
+                raise CorruptIndex(f"{self.path}: entry ({ts}, {rel}) out of order or past the log")
+            self._timestamps.append(ts)
+            self._offsets.append(rel)
+            last_ts = ts
+
+    def reset(self) -> None:
+        self._timestamps = array("q")
+        self._offsets = array("I")
+        if self._fd >= 0:
+            os.ftruncate(self._fd, 0)
+        else:
+            self.path.write_bytes(b"")
+
+    @property
+    def last_timestamp(self) -> int:
+        return self._timestamps[-1] if self._timestamps else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self._offsets[-1] if self._offsets else self.base_offset
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        if timestamp > self.last_timestamp:
+            self._timestamps.append(timestamp)
+            self._offsets.append(offset - self.base_offset)
+            os.write(self._fd, _TIME_ENTRY.pack(timestamp, offset - self.base_offset))
+
+    def lookup(self, timestamp: int) -> int:
+        """Offset of the last entry whose timestamp is ≤ the target (base offset if none)."""
+        i = bisect.bisect_right(self._timestamps, timestamp) - 1
+        return self.base_offset + self._offsets[i] if i >= 0 else self.base_offset
+
+    def truncate_to_offset(self, offset: int) -> None:
+        keep = bisect.bisect_left(self._offsets, offset - self.base_offset)
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
+        os.ftruncate(self._fd, keep * self.entry_size)
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

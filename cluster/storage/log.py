@@ -1,0 +1,500 @@
+"""Log: one partition's segments, offsets, producer state and leader epochs (Kafka's UnifiedLog).
+
+File I/O is synchronous (page cache writes are fast); fsync is requested through
+`flush_requests` and done by the trio shell in a worker thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cluster.protocol.record_batch import (
+    BatchHeader,
+    InvalidRecordBatch,
+    patched_prefix,
+    split_batches,
+    whole_batches_end,
+)
+from cluster.protocol.records import decode_batch
+from cluster.storage.checkpoint import write_atomic
+from cluster.storage.config import LogConfig
+from cluster.storage.leader_epoch import LeaderEpochCache
+from cluster.storage.producer_state import ProducerStateManager, SequenceVerdict
+from cluster.storage.segment import LogSegment, RecoveryResult, segment_name
+
+log = logging.getLogger(__name__)
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_MAX_RELATIVE_OFFSET = 2**32 - 1
+_SNAPSHOTS_KEPT = 2
+
+
+class OffsetOutOfRange(Exception):
+    def __init__(self, offset: int, log_start: int, log_end: int) -> None:
+        super().__init__(f"offset {offset} is outside [{log_start}, {log_end}]")
+        self.offset = offset
+
+
+class RecordTooLarge(Exception):
+    pass
+
+
+class ProducerFenced(Exception):
+    """INVALID_PRODUCER_EPOCH."""
+
+
+class OutOfOrderSequence(Exception):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+
+class StorageError(Exception):
+    """KAFKA_STORAGE_ERROR: the disk refused a write (full, I/O error); nothing was appended."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    recovery_point: int
+    segments_scanned: int
+    bytes_scanned: int
+    batches: int
+    bytes_truncated: int
+    segments_deleted: int
+    producer_batches_replayed: int
+    clean: bool
+    reasons: list[str]
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    m = _PARTITION_DIR.match(name)
+    if not m:
+        return None
+    return m.group("topic"), int(m.group("partition"))
+
+
+class Log:
+    """Append-only commit log of one partition, on disk under `<dir>/<topic>-<partition>`."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager()
+        self.leader_epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
+        self.unflushed_messages = 0
+        self.last_flush_ms = 0
+        # Called with the offset below which everything should be fsynced (roll, flush.messages).
+        self.flush_requests: Callable[[Log, int], None] | None = None
+        self.recovery_report: RecoveryReport | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    # ---- opening and recovery ----------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
+        directory.mkdir(parents=True, exist_ok=False)
+        lg = cls(directory, topic, partition, config)
+        lg._add_segment(0, now_ms, create=True)
+        lg.last_flush_ms = now_ms
+        return lg
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        recovery_point: int,
+        clean_state: dict[str, int] | None,
+        now_ms: int,
+    ) -> Log:
+        """Load a partition; segments past the recovery point are validated unless clean."""
+        lg = cls(directory, topic, partition, config)
+        lg._load(recovery_point, clean_state, now_ms)
+        lg.last_flush_ms = now_ms
+        return lg
+
+    def _load(self, recovery_point: int, clean_state: dict[str, int] | None, now_ms: int) -> None:
+        for leftover in self.dir.iterdir():
+            if leftover.suffix in (".tmp", ".deleted", ".cleaned", ".swap"):
+                leftover.unlink()
+        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
+        for suffix in (".index", ".timeindex"):
+            for p in self.dir.glob("*" + suffix):
+                if not p.stem.isdigit() or int(p.stem) not in bases:
+                    p.unlink()  # an index without its log
+        if not bases:
+            self._add_segment(0, now_ms, create=True)
+            self.recovery_report = RecoveryReport(0, 0, 0, 0, 0, 0, 0, True, [])
+            return
+        for base in bases:
+            seg = self._add_segment(base, int(os.stat(self.dir / (segment_name(base) + ".log")).st_mtime * 1000), create=False)
+            seg.open_existing()
+
+        reasons: list[str] = []
+        clean = clean_state is not None
+        if clean_state is not None:
+            # A clean shutdown recorded the active segment's size; anything else means the
+            # files were touched while stopped, so that segment gets validated.
+            if clean_state.get("active_segment_bytes") != self.active_segment.size_bytes or clean_state.get(
+                "active_segment_base"
+            ) != self.active_segment.base_offset:
+                reasons.append("active segment changed after clean shutdown")
+                clean = False
+                recovery_point = min(recovery_point, self.active_segment.base_offset)
+        self.leader_epochs.load()
+        report = RecoveryReport(recovery_point, 0, 0, 0, 0, 0, 0, clean, reasons)
+        epoch_entries_before = list(self.leader_epochs.entries)
+        i = 0
+        while i < len(self.segments):
+            seg = self.segments[i]
+            next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            trusted = clean or (next_base is not None and next_base <= recovery_point)
+            if trusted:
+                seg.load_trusted(next_base)
+                i += 1
+                continue
+            result: RecoveryResult = seg.recover(self._replay_epoch)
+            report.segments_scanned += 1
+            report.bytes_scanned += result.bytes_scanned
+            report.batches += result.batches
+            if result.truncated_bytes:
+                report.bytes_truncated += result.truncated_bytes
+                report.reasons.append(f"segment {seg.base_offset}: {result.reason}")
+                # Everything after a torn batch is unreachable: drop later segments.
+                for later in self.segments[i + 1 :]:
+                    later.delete()
+                    report.segments_deleted += 1
+                del self.segments[i + 1 :]
+                del self._bases[i + 1 :]
+            i += 1
+        # A segment emptied by truncation that is not the first is removed.
+        while len(self.segments) > 1 and self.active_segment.size_bytes == 0 and self.active_segment.base_offset > self.segments[-2].next_offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+        self.log_end_offset = self.active_segment.next_offset
+        self.recovery_point = min(recovery_point, self.log_end_offset) if not clean else self.log_end_offset
+        if self.leader_epochs.entries != epoch_entries_before:
+            self.leader_epochs.persist()
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        report.producer_batches_replayed = self._rebuild_producer_state()
+        self.recovery_report = report
+        if not clean:
+            log.info(
+                "recovered %s from recovery point %d: scanned %d bytes in %d segment(s), %d batches; "
+                "truncated %d bytes, deleted %d segment(s)%s; log end offset %d",
+                self.name, recovery_point, report.bytes_scanned, report.segments_scanned, report.batches,
+                report.bytes_truncated, report.segments_deleted,
+                (" (" + "; ".join(report.reasons) + ")") if report.reasons else "", self.log_end_offset,
+            )
+
+    def _replay_epoch(self, header: BatchHeader) -> None:
+        self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
+
+    def _rebuild_producer_state(self) -> int:
+        """Load the newest usable snapshot, then replay batch headers after it."""
+        snapshots = sorted(
+            (int(p.stem), p) for p in self.dir.glob("*.snapshot") if p.stem.isdigit()
+        )
+        start = self.log_start_offset
+        self.producer_state = ProducerStateManager()
+        for offset, path in reversed(snapshots):
+            if offset > self.log_end_offset:
+                path.unlink()
+                continue
+            try:
+                self.producer_state.load_snapshot(path.read_bytes())
+                start = max(offset, self.log_start_offset)
+                break
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring corrupt producer snapshot %s: %s", path, exc)
+                path.unlink()
+        replayed = 0
+        idx = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for seg in self.segments[idx:]:
+            for _, header in seg.scan_headers(seg.offset_index.lookup(start)):
+                if header.base_offset >= start:
+                    self.producer_state.record(header)
+                    replayed += 1
+        return replayed
+
+    def _add_segment(self, base_offset: int, now_ms: int, *, create: bool) -> LogSegment:
+        seg = LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            index_max_entries=self.config.index_max_entries,
+            created_ms=now_ms,
+        )
+        if create:
+            seg.create()
+        self.segments.append(seg)
+        self._bases.append(base_offset)
+        return seg
+
+    # ---- append ------------------------------------------------------------------------
+
+    def append_as_leader(self, payload: bytes, *, leader_epoch: int, now_ms: int) -> AppendResult:
+        """Validate, assign offsets and append the batches of one produce partition.
+
+        Raises InvalidRecordBatch, RecordTooLarge, ProducerFenced, OutOfOrderSequence or
+        StorageError; nothing is appended then.
+        """
+        batches = split_batches(payload)
+        max_bytes = self.config.max_message_bytes
+        for _, h in batches:
+            if h.size_bytes > max_bytes:
+                raise RecordTooLarge(f"record batch of {h.size_bytes} bytes exceeds max.message.bytes={max_bytes}")
+            if h.is_control or h.is_transactional:
+                raise InvalidRecordBatch("transactional and control batches are not accepted from producers")
+        if len(batches) == 1 and batches[0][1].has_producer_id:
+            check = self.producer_state.check(batches[0][1])
+            if check.verdict is SequenceVerdict.DUPLICATE:
+                dup = check.duplicate_of
+                assert dup is not None
+                return AppendResult(dup.base_offset, dup.base_offset + dup.last_offset_delta, -1,
+                                    self.log_start_offset, dup.last_offset_delta + 1, duplicate=True)
+            if check.verdict is SequenceVerdict.INVALID_PRODUCER_EPOCH:
+                raise ProducerFenced(check.message)
+            if check.verdict is SequenceVerdict.OUT_OF_ORDER_SEQUENCE:
+                raise OutOfOrderSequence(check.message)
+        elif any(h.has_producer_id for _, h in batches):
+            for _, h in batches:
+                c = self.producer_state.check(h)
+                if c.verdict is not SequenceVerdict.APPEND:
+                    raise OutOfOrderSequence("idempotent batches must be produced one per partition request")
+
+        total_bytes = len(payload)
+        first_offset = self.log_end_offset
+        last_offset = first_offset + sum(h.last_offset_delta + 1 for _, h in batches) - 1
+        self._maybe_roll(total_bytes, last_offset, now_ms)
+
+        view = memoryview(payload)
+        iovecs: list[bytes | memoryview] = []
+        headers: list[BatchHeader] = []
+        offset = first_offset
+        for pos, h in batches:
+            iovecs.append(patched_prefix(view[pos : pos + 17], offset, leader_epoch))
+            iovecs.append(view[pos + 17 : pos + h.size_bytes])
+            headers.append(replace(h, base_offset=offset, partition_leader_epoch=leader_epoch))
+            offset += h.last_offset_delta + 1
+        try:
+            self.active_segment.append(iovecs, headers)
+        except OSError as exc:
+            raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
+
+        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, first_offset)
+        for h in headers:
+            self.producer_state.record(h)
+        self.log_end_offset = offset
+        count = offset - first_offset
+        self.unflushed_messages += count
+        if self.unflushed_messages >= self.config.flush_messages and self.flush_requests:
+            self.flush_requests(self, self.log_end_offset)
+        return AppendResult(first_offset, last_offset, -1, self.log_start_offset, count)
+
+    def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
+        seg = self.active_segment
+        if seg.size_bytes == 0:
+            return
+        if (
+            seg.size_bytes + incoming_bytes > self.config.segment_bytes
+            or now_ms - seg.created_ms >= self.config.segment_ms
+            or seg.offset_index.is_full
+            or last_offset - seg.base_offset > _MAX_RELATIVE_OFFSET
+        ):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one gets fsynced."""
+        old = self.active_segment
+        if old.size_bytes == 0:
+            return old
+        old.on_become_inactive()
+        new = self._add_segment(self.log_end_offset, now_ms, create=True)
+        self.take_producer_snapshot()
+        if self.flush_requests:
+            self.flush_requests(self, new.base_offset)
+        return new
+
+    def take_producer_snapshot(self) -> None:
+        path = self.dir / f"{segment_name(self.log_end_offset)}.snapshot"
+        write_atomic(path, self.producer_state.to_snapshot(), fsync=False)
+        snapshots = sorted(self.dir.glob("*.snapshot"))
+        for old in snapshots[:-_SNAPSHOTS_KEPT]:
+            old.unlink(missing_ok=True)
+
+    # ---- flush -------------------------------------------------------------------------
+
+    def flush_segments(self, up_to_offset: int) -> None:
+        """fsync every segment holding offsets below `up_to_offset` (runs in a worker thread)."""
+        for seg in list(self.segments):
+            if seg.base_offset < up_to_offset:
+                try:
+                    seg.flush()
+                except OSError as exc:
+                    if exc.errno != 9:  # EBADF: deleted meanwhile by retention
+                        raise
+
+    def mark_flushed(self, up_to_offset: int, now_ms: int) -> None:
+        if up_to_offset > self.recovery_point:
+            self.recovery_point = min(up_to_offset, self.log_end_offset)
+        self.unflushed_messages = 0 if up_to_offset >= self.log_end_offset else self.unflushed_messages
+        self.last_flush_ms = now_ms
+
+    # ---- read --------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool) -> bytes:
+        """Whole batches from the one containing `fetch_offset`, ending below `max_offset`.
+
+        At most `max_bytes`, except that with `min_one_batch` the first batch is returned
+        whole even if larger.
+        """
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
+        if fetch_offset >= max_offset:
+            return b""
+        idx = bisect.bisect_right(self._bases, fetch_offset) - 1
+        for seg in self.segments[idx:]:
+            found = seg.find_position(fetch_offset)
+            if found is None:
+                continue
+            pos, first = found
+            if first.last_offset >= max_offset:
+                return b""
+            chunk = seg.read(pos, max_bytes)
+            end, count = whole_batches_end(chunk, max_offset)
+            if count:
+                return chunk if end == len(chunk) else chunk[:end]
+            if min_one_batch:
+                return seg.read(pos, first.size_bytes)
+            return b""
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp ≥ target, or None."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp_ms)
+            if found is None:
+                continue
+            pos, header = found
+            _, records = decode_batch(seg.read(pos, header.size_bytes))
+            for r in records:
+                if r.timestamp >= timestamp_ms and r.offset >= self.log_start_offset:
+                    return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best = (-1, -1)
+        for seg in self.segments:
+            if seg.max_timestamp > best[1]:
+                best = (seg.offset_of_max_timestamp, seg.max_timestamp)
+        return best
+
+    # ---- retention ---------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Apply retention.ms and retention.bytes; returns the number of segments deleted."""
+        if not self.config.delete_enabled:
+            return 0
+        retention_ms = self.config.retention_ms
+        retention_bytes = self.config.retention_bytes
+        doomed = 0
+        total = self.size_bytes
+        for seg in self.segments:
+            if seg.size_bytes == 0:
+                break
+            expired = retention_ms >= 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > retention_ms
+            oversize = retention_bytes >= 0 and total - seg.size_bytes >= retention_bytes
+            if not (expired or oversize):
+                break
+            doomed += 1
+            total -= seg.size_bytes
+        if doomed == 0:
+            return 0
+        if doomed == len(self.segments):
+            self.roll(now_ms)  # the active segment goes too: keep an empty one at the end
+        for seg in self.segments[:doomed]:
+            seg.delete()
+        del self.segments[:doomed]
+        del self._bases[:doomed]
+        log.info("retention deleted %d segment(s) of %s; log start offset now %d", doomed, self.name, self.log_start_offset)
+        return doomed
+
+    # ---- shutdown ----------------------------------------------------------------------
+
+    def close(self) -> dict[str, int]:
+        """Flush everything and return what a clean start will check."""
+        self.active_segment.on_become_inactive()
+        self.take_producer_snapshot()
+        for seg in self.segments:
+            seg.flush()
+        self.recovery_point = self.log_end_offset
+        state = {
+            "log_end_offset": self.log_end_offset,
+            "active_segment_base": self.active_segment.base_offset,
+            "active_segment_bytes": self.active_segment.size_bytes,
+        }
+        for seg in self.segments:
+            seg.close()
+        return state
+
+    def delete(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+__all__ = [
+    "AppendResult",
+    "InvalidRecordBatch",
+    "Log",
+    "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "ProducerFenced",
+    "RecordTooLarge",
+    "StorageError",
+    "parse_partition_dir",
+]

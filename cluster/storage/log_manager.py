@@ -1,0 +1,146 @@
+"""LogManager: every partition log in one data directory, recovery points, clean shutdown."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from cluster.storage.checkpoint import write_atomic
+from cluster.storage.config import LogConfig
+from cluster.storage.log import Log, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".dcmirror-clean-shutdown"
+
+
+class LogManager:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.logs: dict[tuple[str, int], Log] = {}
+        # Logs whose segments below an offset await fsync: (log, offset).
+        self.pending_flushes: list[tuple[Log, int]] = []
+        self.on_flush_request: Callable[[], None] | None = None
+
+    def _request_flush(self, lg: Log, offset: int) -> None:
+        self.pending_flushes.append((lg, offset))
+        if self.on_flush_request:
+            self.on_flush_request()
+
+    # ---- startup -----------------------------------------------------------------------
+
+    def load_all(self, config_for: Callable[[str], LogConfig], now_ms: int) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        clean: dict[str, dict[str, int]] | None = None
+        if marker.exists():
+            try:
+                clean = orjson.loads(marker.read_bytes())
+            except orjson.JSONDecodeError:
+                log.warning("clean shutdown marker is unreadable; recovering every log")
+            marker.unlink()
+        recovery_points = self.read_recovery_points()
+        for child in sorted(self.data_dir.iterdir()):
+            if not child.is_dir():
+                continue
+            if child.name.endswith("-delete"):
+                shutil.rmtree(child, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir(child.name)
+            if parsed is None:
+                continue
+            topic, partition = parsed
+            lg = Log.open(
+                child,
+                topic,
+                partition,
+                config_for(topic),
+                recovery_point=recovery_points.get(child.name, 0),
+                clean_state=clean.get(child.name) if clean is not None else None,
+                now_ms=now_ms,
+            )
+            lg.flush_requests = self._request_flush
+            self.logs[(topic, partition)] = lg
+        if clean is None and self.logs:
+            scanned = sum(lg.recovery_report.bytes_scanned for lg in self.logs.values() if lg.recovery_report)
+            log.info("recovery after unclean shutdown: scanned %d bytes across %d log(s)", scanned, len(self.logs))
+        self.checkpoint_recovery_points()
+
+    def read_recovery_points(self) -> dict[str, int]:
+        path = self.data_dir / RECOVERY_POINT_FILE
+        if not path.exists():
+            return {}
+        try:
+            lines = path.read_text().splitlines()
+            if int(lines[0]) != 0:
+                raise ValueError("unknown version")
+            points = {}
+            for line in lines[2 : 2 + int(lines[1])]:
+                topic, partition, offset = line.rsplit(" ", 2)
+                points[f"{topic}-{int(partition)}"] = int(offset)
+            return points
+        except (ValueError, IndexError) as exc:
+            log.warning("ignoring corrupt %s (%s): every log is recovered from its start", path, exc)
+            return {}
+
+    def checkpoint_recovery_points(self) -> None:
+        lines = [f"{lg.topic} {lg.partition} {lg.recovery_point}" for lg in self.logs.values()]
+        body = "0\n" + f"{len(lines)}\n" + "".join(line + "\n" for line in lines)
+        write_atomic(self.data_dir / RECOVERY_POINT_FILE, body.encode())
+
+    # ---- topics ------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
+        key = (topic, partition)
+        if key in self.logs:
+            return self.logs[key]
+        lg = Log.create(self.data_dir / f"{topic}-{partition}", topic, partition, config, now_ms)
+        lg.flush_requests = self._request_flush
+        self.logs[key] = lg
+        return lg
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        lg = self.logs.pop((topic, partition), None)
+        if lg is None:
+            return
+        self.pending_flushes = [(x, o) for x, o in self.pending_flushes if x is not lg]
+        for seg in lg.segments:
+            seg.close()
+        # Rename first so a crash mid-delete does not resurrect the partition.
+        doomed = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}-delete")
+        lg.dir.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    # ---- periodic work -----------------------------------------------------------------
+
+    def take_pending_flushes(self) -> list[tuple[Log, int]]:
+        pending, self.pending_flushes = self.pending_flushes, []
+        return pending
+
+    def cleanup(self, now_ms: int) -> int:
+        return sum(lg.delete_old_segments(now_ms) for lg in list(self.logs.values()))
+
+    def due_time_flushes(self, now_ms: int) -> list[tuple[Log, int]]:
+        return [
+            (lg, lg.log_end_offset)
+            for lg in self.logs.values()
+            if lg.unflushed_messages and now_ms - lg.last_flush_ms >= lg.config.flush_ms
+        ]
+
+    # ---- shutdown ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush every log, then write the recovery points and the clean-shutdown marker."""
+        state = {lg.name: lg.close() for lg in self.logs.values()}
+        self.checkpoint_recovery_points()
+        write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, orjson.dumps(state))
+        log.info("logs closed cleanly: %d partition(s)", len(state))

@@ -1,0 +1,297 @@
+"""LogSegment: one `.log` file of verbatim record batches plus its two sparse indexes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecordBatch,
+    iter_headers,
+    read_header,
+    validate_batch,
+)
+from cluster.storage.index import CorruptIndex, OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK_BYTES = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    bytes_scanned: int
+    batches: int
+    truncated_bytes: int
+    reason: str | None
+
+
+class LogSegment:
+    """Appends batches at the end of the file and finds them again through the indexes.
+
+    `next_offset` is the offset after the last batch in this segment (its base offset
+    while empty); the owning Log knows which segment is active.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        index_max_entries: int,
+        created_ms: int,
+    ) -> None:
+        self.base_offset = base_offset
+        stem = directory / segment_name(base_offset)
+        self.log_path = stem.with_suffix(".log")
+        self.offset_index = OffsetIndex(stem.with_suffix(".index"), base_offset, index_max_entries)
+        self.time_index = TimeIndex(stem.with_suffix(".timeindex"), base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._bytes_since_index_entry = 0
+        self._fd = -1
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def create(self) -> None:
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self.offset_index.path.unlink(missing_ok=True)
+        self.time_index.path.unlink(missing_ok=True)
+        self.offset_index.open()
+        self.time_index.open()
+
+    def open_existing(self) -> None:
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        self.size_bytes = os.fstat(self._fd).st_size
+        self.offset_index.open()
+        self.time_index.open()
+
+    def load_trusted(self, next_offset_hint: int | None) -> bool:
+        """Load indexes of a segment below the recovery point. Returns False if they were rebuilt."""
+        try:
+            self.offset_index.load(self.size_bytes)
+            last = self._last_batch_from_index()
+            self.next_offset = last.next_offset if last else self.base_offset
+            if next_offset_hint is not None and self.next_offset > next_offset_hint:
+                raise CorruptIndex(f"{self.log_path}: index points past the next segment")
+            self.time_index.load(self.next_offset)
+            self.max_timestamp = self.time_index.last_timestamp
+            self.offset_of_max_timestamp = self.time_index.last_offset
+            return True
+        except (CorruptIndex, InvalidRecordBatch) as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            self.rebuild_indexes()
+            return False
+
+    def _last_batch_from_index(self) -> BatchHeader | None:
+        """Walk headers from the last index entry to the end to find the last batch."""
+        last = None
+        for _, header in self.scan_headers(self.offset_index.lookup(1 << 62)):
+            last = header
+        if last is None and self.size_bytes:
+            raise CorruptIndex(f"{self.log_path}: no batch found after the last index entry")
+        return last
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC check)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_tracking()
+        for pos, header in self.scan_headers(0):
+            self._track(pos, header)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
+        """Validate every batch (length, CRC) and truncate at the first bad one.
+
+        Indexes are rebuilt as the scan goes. `on_batch` sees each valid header (producer
+        state and leader epochs are rebuilt from it).
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_tracking()
+        pos = 0
+        batches = 0
+        reason = None
+        expected_offset = self.base_offset
+        while pos < self.size_bytes:
+            want = min(_SCAN_CHUNK_BYTES, self.size_bytes - pos)
+            chunk = os.pread(self._fd, want, pos)
+            if len(chunk) < LOG_OVERHEAD:
+                reason = f"{self.size_bytes - pos} trailing bytes are shorter than a batch header"
+                break
+            header_len = int.from_bytes(chunk[8:12], "big", signed=True)
+            size = header_len + LOG_OVERHEAD
+            if header_len < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > self.size_bytes:
+                reason = f"batch at position {pos} declares {header_len} bytes past the end of the log"
+                break
+            if size > len(chunk):
+                chunk = os.pread(self._fd, size, pos)
+            try:
+                header = validate_batch(chunk, 0)
+            except InvalidRecordBatch as exc:
+                reason = f"batch at position {pos}: {exc}"
+                break
+            if header.base_offset < expected_offset:
+                reason = f"batch at position {pos} has offset {header.base_offset} below {expected_offset}"
+                break
+            self._track(pos, header)
+            if on_batch is not None:
+                on_batch(header)
+            expected_offset = header.next_offset
+            pos += size
+            batches += 1
+        truncated = self.size_bytes - pos
+        if truncated:
+            self.truncate_to_position(pos)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        return RecoveryResult(bytes_scanned=pos, batches=batches, truncated_bytes=truncated, reason=reason)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def on_become_inactive(self) -> None:
+        """A rolled segment records its final max timestamp in the time index."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    # ---- append ----------------------------------------------------------------------
+
+    def _reset_tracking(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self._bytes_since_index_entry = 0
+
+    def _track(self, position: int, header: BatchHeader) -> None:
+        """Index bookkeeping for a batch now at `position` (its offsets already final)."""
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size_bytes
+        self.next_offset = header.next_offset
+
+    def append(self, iovecs: Sequence[bytes | memoryview], batches: Sequence[BatchHeader]) -> None:
+        """Write already-patched batches (as iovecs) and index them.
+
+        On a failed or short write the file is cut back so the segment holds whole batches only.
+        """
+        total = sum(b.size_bytes for b in batches)
+        start = self.size_bytes
+        try:
+            written = os.writev(self._fd, iovecs)
+            while written < total:
+                # A short writev: finish the remainder the slow way.
+                remainder = b"".join(bytes(v) for v in iovecs)[written:]
+                written += os.write(self._fd, remainder)
+        except OSError:
+            os.ftruncate(self._fd, start)
+            raise
+        pos = start
+        for header in batches:
+            self._track(pos, header)
+            pos += header.size_bytes
+        self.size_bytes = pos
+
+    # ---- read ------------------------------------------------------------------------
+
+    def scan_headers(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from `position` to the end of the file, read in chunks."""
+        pos = position
+        while pos < self.size_bytes:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, self.size_bytes - pos), pos)
+            advanced = False
+            for rel, header in iter_headers(chunk):
+                yield pos + rel, header
+                advanced = True
+                last_end = rel + header.size_bytes
+            if advanced:
+                pos += last_end
+                continue
+            # The next batch is larger than the chunk: read its header alone.
+            if self.size_bytes - pos < BATCH_HEADER_SIZE:
+                return
+            header = read_header(os.pread(self._fd, BATCH_HEADER_SIZE, pos))
+            if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                return
+            yield pos, header
+            pos += header.size_bytes
+
+    def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is ≥ offset."""
+        for pos, header in self.scan_headers(self.offset_index.lookup(offset)):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, position: int, size_bytes: int) -> bytes:
+        return os.pread(self._fd, min(size_bytes, self.size_bytes - position), position)
+
+    def find_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, BatchHeader] | None:
+        """First batch (position, header) whose max timestamp is ≥ the target."""
+        start_offset = self.time_index.lookup(timestamp_ms)
+        start_pos = self.offset_index.lookup(start_offset)
+        for pos, header in self.scan_headers(start_pos):
+            if header.max_timestamp >= timestamp_ms:
+                return pos, header
+        return None
+
+    # ---- truncation ------------------------------------------------------------------
+
+    def truncate_to_position(self, position: int) -> None:
+        os.ftruncate(self._fd, position)
+        self.size_bytes = position
+        self.offset_index.truncate_to_position(position)
+
+    def truncate_to_offset(self, offset: int) -> int:
+        """Remove batches at or past `offset`; returns bytes removed (batches stay whole)."""
+        found = self.find_position(offset)
+        if found is None:
+            return 0
+        pos, header = found
+        if header.base_offset < offset:
+            pos += header.size_bytes  # keep the batch that straddles the point
+        removed = self.size_bytes - pos
+        self.truncate_to_position(pos)
+        self.time_index.truncate_to_offset(offset)
+        # Recompute tracking from what remains.
+        self._reset_tracking()
+        for p, h in self.scan_headers(self.offset_index.lookup(1 << 62)):
+            self.next_offset = h.next_offset
+            del p
+        if self.size_bytes == 0:
+            self.next_offset = self.base_offset
+        self.max_timestamp = self.time_index.last_timestamp
+        return removed
