@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.storage.config import TOPIC_CONFIG_DEFS, ConfigDef, InvalidConfig, LogConfig, parse_value
+from cluster.storage.config import (
+    TOPIC_CONFIG_DEFS,
+    ConfigDef,
+    InvalidConfig,
+    LogConfig,
+    parse_value,
+)
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
     d.name: d

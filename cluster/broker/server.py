@@ -78,7 +78,7 @@ class BrokerServer:
     async def handle_connection(self, stream: trio.SocketStream) -> None:
         peer = "?"
         try:
-            peer = "%s:%s" % stream.socket.getpeername()[:2]
+            peer = "{}:{}".format(*stream.socket.getpeername()[:2])
         except OSError:
             pass
         if self.connections >= self.max_connections:
