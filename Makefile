@@ -26,6 +26,7 @@ sysdeps:
 
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster deploy tests
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not perf" -q
 
 demo: venv

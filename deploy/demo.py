@@ -117,8 +117,8 @@ def _workload(bootstrap: str, records: int) -> int:
         for msg in consumer.consume(10_000, 0.5):
             if msg.error():
                 continue
-            seen.add(msg.value())
-            per_partition[msg.partition()] += 1
+            seen.add(msg.value() or b"")
+            per_partition[msg.partition() or 0] += 1
     consume_s = time.monotonic() - start
     ends = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=5)[1] for p in range(PARTITIONS)]
     consumer.close()

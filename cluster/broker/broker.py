@@ -198,6 +198,10 @@ class Broker:
         if info is not None:
             return info, ErrorCode.none
         if not self.config["auto.create.topics.enable"]:
+            try:
+                validate_topic_name(name)
+            except InvalidTopic:
+                return None, ErrorCode.invalid_topic_exception
             return None, ErrorCode.unknown_topic_or_partition
         try:
             return self.create_topic(name, int(self.config["num.partitions"]), {}), ErrorCode.none
@@ -403,21 +407,13 @@ class Broker:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             topics = []
             for t in requested:
-                name = t.name
-                error = ErrorCode.none
-                if name not in self.topics.topics:
+                error: int = ErrorCode.none
+                if t.name not in self.topics.topics:
                     if allow_auto:
-                        _, error = self._maybe_auto_create(name)
+                        _, error = self._maybe_auto_create(t.name)
                     else:
                         error = ErrorCode.unknown_topic_or_partition
-                    if error == ErrorCode.none:
-                        pass
-                    else:
-                        try:
-                            validate_topic_name(name)
-                        except InvalidTopic:
-                            error = ErrorCode.invalid_topic_exception
-                topics.append(self._topic_metadata(name, error))
+                topics.append(self._topic_metadata(t.name, error))
         return {
             "throttle_time": 0,
             "brokers": [{"node_id": self.node_id, "host": self.advertised_host, "port": self.advertised_port,

@@ -68,10 +68,10 @@ class BrokerServer:
             return refuse_legacy_produce(version, correlation_id, frame, header.body_offset)
         header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
         request = decode_request(api_key, version, frame, header.body_offset)
-        body = await self.broker.handlers[api_key](version, request)
-        if body is None:
+        answer = await self.broker.handlers[api_key](version, request)
+        if answer is None:
             return None
-        return encode_response(api_key, version, correlation_id, body)
+        return encode_response(api_key, version, correlation_id, answer)
 
     # ---- connections ---------------------------------------------------------------------
 

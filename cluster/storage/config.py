@@ -103,10 +103,10 @@ class LogConfig:
             else:
                 values[name] = d.default
         for name, raw in overrides.items():
-            d = TOPIC_CONFIG_DEFS.get(name)
-            if d is None:
+            found = TOPIC_CONFIG_DEFS.get(name)
+            if found is None:
                 raise InvalidConfig(f"unknown topic config {name!r}")
-            values[name] = parse_value(d, raw)
+            values[name] = parse_value(found, raw)
         return cls(values, frozenset(overrides), frozenset(from_broker))
 
     def __getitem__(self, name: str) -> Any:

@@ -129,21 +129,26 @@ class LogSegment:
         batches = 0
         reason = None
         expected_offset = self.base_offset
+        chunk = b""
+        chunk_start = 0
         while pos < self.size_bytes:
-            want = min(_SCAN_CHUNK_BYTES, self.size_bytes - pos)
-            chunk = os.pread(self._fd, want, pos)
-            if len(chunk) < LOG_OVERHEAD:
-                reason = f"{self.size_bytes - pos} trailing bytes are shorter than a batch header"
-                break
-            header_len = int.from_bytes(chunk[8:12], "big", signed=True)
+            rel = pos - chunk_start
+            if len(chunk) - rel < LOG_OVERHEAD:
+                chunk = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, self.size_bytes - pos), pos)
+                chunk_start, rel = pos, 0
+                if len(chunk) < LOG_OVERHEAD:
+                    reason = f"{self.size_bytes - pos} trailing bytes are shorter than a batch header"
+                    break
+            header_len = int.from_bytes(chunk[rel + 8 : rel + 12], "big", signed=True)
             size = header_len + LOG_OVERHEAD
             if header_len < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > self.size_bytes:
                 reason = f"batch at position {pos} declares {header_len} bytes past the end of the log"
                 break
-            if size > len(chunk):
-                chunk = os.pread(self._fd, size, pos)
+            if rel + size > len(chunk):
+                chunk = os.pread(self._fd, max(size, min(_SCAN_CHUNK_BYTES, self.size_bytes - pos)), pos)
+                chunk_start, rel = pos, 0
             try:
-                header = validate_batch(chunk, 0)
+                header = validate_batch(chunk, rel)
             except InvalidRecordBatch as exc:
                 reason = f"batch at position {pos}: {exc}"
                 break
