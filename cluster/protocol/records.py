@@ -6,12 +6,15 @@ produce and fetch paths never call this.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import cramjam
+from crc32c import crc32c
 
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
     LOG_OVERHEAD,
     BatchHeader,
     InvalidRecordBatch,
@@ -130,3 +133,75 @@ def decode_batch(batch: bytes, pos: int = 0) -> tuple[BatchHeader, list[Record]]
             Record(header.base_offset + off_delta, header.base_timestamp + ts_delta, key, value, tuple(headers))
         )
     return header, records
+
+
+# ---- encoding ---------------------------------------------------------------------------
+
+_COMPRESSORS = {
+    COMPRESSION_GZIP: lambda b: bytes(cramjam.gzip.compress(b)),
+    COMPRESSION_SNAPPY: lambda b: bytes(cramjam.snappy.compress_raw(b)),
+    COMPRESSION_LZ4: lambda b: bytes(cramjam.lz4.compress(b)),
+    COMPRESSION_ZSTD: lambda b: bytes(cramjam.zstd.compress(b)),
+}
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)  # zigzag
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _write_bytes(out: bytearray, value: bytes | None) -> None:
+    if value is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(value))
+        out += value
+
+
+def encode_batch(
+    records: list[Record],
+    *,
+    base_offset: int | None = None,
+    last_offset_delta: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    compression: int = COMPRESSION_NONE,
+    attributes_extra: int = 0,
+) -> bytes:
+    """A magic-2 batch of `records` (their offsets and timestamps are kept as deltas).
+
+    `last_offset_delta` may exceed len(records) - 1 when records were removed (compaction).
+    """
+    if not records and not attributes_extra:
+        raise ValueError("a record batch needs at least one record")
+    base = records[0].offset if base_offset is None else base_offset
+    base_ts = min((r.timestamp for r in records), default=-1)
+    max_ts = max((r.timestamp for r in records), default=-1)
+    body = bytearray()
+    for r in records:
+        rec = bytearray(b"\x00")
+        _write_varint(rec, r.timestamp - base_ts)
+        _write_varint(rec, r.offset - base)
+        _write_bytes(rec, r.key)
+        _write_bytes(rec, r.value)
+        _write_varint(rec, len(r.headers))
+        for hk, hv in r.headers:
+            _write_bytes(rec, hk.encode())
+            _write_bytes(rec, hv)
+        _write_varint(body, len(rec))
+        body += rec
+    payload = bytes(body) if compression == COMPRESSION_NONE else _COMPRESSORS[compression](bytes(body))
+    delta = (records[-1].offset - base if records else 0) if last_offset_delta is None else last_offset_delta
+    attributes = (compression & COMPRESSION_MASK) | attributes_extra
+    after_crc = struct.pack(
+        ">hiqqqhii", attributes, delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)
+    ) + payload
+    crc = crc32c(after_crc)
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
+    return struct.pack(">qiibI", base, batch_length, partition_leader_epoch, 2, crc) + after_crc
+
