@@ -1,0 +1,667 @@
+"""Classic consumer-group coordinator as a sans-IO state machine.
+
+Requests come in as method calls with `now_ms`; each returns a `Pending` answer that is
+either complete at once or completed later by another request or by `tick(now_ms)`
+(join/sync barriers, session and rebalance timeouts). State that must survive restarts
+leaves as `GroupRecord`s (see records.py) which the driver appends to
+`__consumer_offsets` before answering. No sockets, no clocks, no sleeps here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from cluster.groups.records import GroupRecord, group_metadata_record, offset_record
+from cluster.protocol.errors import ErrorCode
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    max_size: int = 2_147_483_647  # group.max.size
+    offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    max_groups: int = 100_000  # a bound on coordinator memory
+
+
+class Pending:
+    """An answer that may not be ready yet; `on_done` lets a driver wake its waiter."""
+
+    __slots__ = ("done", "result", "on_done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.result: dict[str, Any] = {}
+        self.on_done: Callable[[], None] | None = None
+
+    def complete(self, result: dict[str, Any]) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.result = result
+        if self.on_done is not None:
+            self.on_done()
+
+    @classmethod
+    def ready(cls, result: dict[str, Any]) -> Pending:
+        p = cls()
+        p.complete(result)
+        return p
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    join_waiter: Pending | None = None
+    sync_waiter: Pending | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id → member id
+    pending_member_ids: dict[str, int] = field(default_factory=dict)  # member id → deadline
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    state_timestamp_ms: int = 0
+    join_deadline_ms: int | None = None
+    in_initial_delay: bool = False
+    initial_delay_remaining_ms: int = 0
+    sync_deadline_ms: int | None = None
+
+    def transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def all_rejoined(self) -> bool:
+        return all(m.join_waiter is not None for m in self.members.values()) and not self.pending_member_ids
+
+    def candidate_protocols(self) -> set[str]:
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; the most votes win (Kafka's rule)."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        names = {name for name, _ in protocols}
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+
+def _err(code: int, **extra: Any) -> dict[str, Any]:
+    return {"error_code": code, **extra}
+
+
+class GroupCoordinator:
+    """Every group this coordinator owns; call `take_records()` after each request or tick."""
+
+    def __init__(self, config: GroupConfig | None = None) -> None:
+        self.config = config or GroupConfig()
+        self.groups: dict[str, Group] = {}
+        self._records: list[GroupRecord] = []
+
+    # ---- persistence -----------------------------------------------------------------
+
+    def take_records(self) -> list[GroupRecord]:
+        out, self._records = self._records, []
+        return out
+
+    def _persist_group(self, group: Group) -> None:
+        self._records.append(group_metadata_record(group))
+
+    def load(self, groups: dict[str, Group]) -> None:
+        """Adopt state rebuilt from `__consumer_offsets` (records.replay)."""
+        self.groups.update(groups)
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _group(self, group_id: str, *, create: bool) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            if len(self.groups) >= self.config.max_groups:
+                return None
+            group = Group(group_id)
+            self.groups[group_id] = group
+        return group
+
+    def _new_member_id(self, client_id: str) -> str:
+        return f"{client_id or 'member'}-{uuid.uuid4()}"
+
+    def _join_result(self, group: Group, member: Member) -> dict[str, Any]:
+        is_leader = member.member_id == group.leader_id
+        protocol = group.protocol_name or ""
+        members = (
+            [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata_for(protocol)}
+                for m in group.members.values()
+            ]
+            if is_leader
+            else []
+        )
+        return {
+            "error_code": ErrorCode.none,
+            "generation_id": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol_name": protocol,
+            "leader": group.leader_id or "",
+            "member_id": member.member_id,
+            "members": members,
+        }
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Members waiting for their assignment must rejoin.
+            for m in group.members.values():
+                if m.sync_waiter is not None:
+                    m.sync_waiter.complete(_err(ErrorCode.rebalance_in_progress, assignment=b""))
+                    m.sync_waiter = None
+        rebalance_timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if group.state is GroupState.EMPTY:
+            # The first join waits group.initial.rebalance.delay.ms for more members.
+            delay = min(self.config.initial_rebalance_delay_ms, rebalance_timeout)
+            group.in_initial_delay = delay > 0
+            group.join_deadline_ms = now_ms + delay
+            group.initial_delay_remaining_ms = max(0, rebalance_timeout - delay)
+        else:
+            group.in_initial_delay = False
+            group.join_deadline_ms = now_ms + rebalance_timeout
+            group.initial_delay_remaining_ms = 0
+        group.sync_deadline_ms = None
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms)
+
+    def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if not group.members and not group.pending_member_ids:
+            self._complete_join(group, now_ms)
+        elif not group.in_initial_delay and group.all_rejoined():
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> None:
+        for member_id in [mid for mid, m in group.members.items() if m.join_waiter is None]:
+            self._remove_member(group, member_id)
+        group.pending_member_ids.clear()
+        group.join_deadline_ms = None
+        group.in_initial_delay = False
+        group.generation += 1
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupState.EMPTY, now_ms)
+            self._persist_group(group)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        group.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+        for m in group.members.values():
+            waiter, m.join_waiter = m.join_waiter, None
+            m.last_heartbeat_ms = now_ms
+            m.assignment = b""
+            assert waiter is not None
+            waiter.complete(self._join_result(group, m))
+
+    def _remove_member(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
+            del group.static_members[member.group_instance_id]
+        for waiter in (member.join_waiter, member.sync_waiter):
+            if waiter is not None:
+                waiter.complete(_err(ErrorCode.unknown_member_id, member_id=member_id, generation_id=-1,
+                                     protocol_name="", leader="", members=[], assignment=b""))
+        if group.leader_id == member_id:
+            group.leader_id = next(iter(group.members), None)
+        if not group.members:
+            group.protocol_type = None
+
+    def _member_left(self, group: Group, member_id: str, now_ms: int) -> None:
+        self._remove_member(group, member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now_ms)
+        self._maybe_complete_join(group, now_ms)
+
+    # ---- JoinGroup -------------------------------------------------------------------
+
+    def join_group(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+        now_ms: int,
+    ) -> Pending:
+        def fail(code: int) -> Pending:
+            return Pending.ready(_err(code, generation_id=-1, protocol_name="", leader="", member_id=member_id,
+                                      members=[]))
+
+        if not group_id:
+            return fail(ErrorCode.invalid_group_id)
+        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+            return fail(ErrorCode.invalid_session_timeout)
+        group = self._group(group_id, create=not member_id)
+        if group is None:
+            return fail(ErrorCode.unknown_member_id if member_id else ErrorCode.coordinator_not_available)
+        if group.state is GroupState.DEAD:
+            return fail(ErrorCode.coordinator_not_available)
+        if not group.supports(protocol_type, protocols):
+            return fail(ErrorCode.inconsistent_group_protocol)
+
+        if not member_id:
+            if group_instance_id is not None and group_instance_id in group.static_members:
+                return self._rejoin_static_member(group, group_instance_id, protocols, session_timeout_ms,
+                                                  rebalance_timeout_ms, client_id, client_host, now_ms)
+            if len(group.members) + len(group.pending_member_ids) >= self.config.max_size:
+                return fail(ErrorCode.group_max_size_reached)
+            new_id = self._new_member_id(client_id)
+            if require_known_member_id and group_instance_id is None:
+                group.pending_member_ids[new_id] = now_ms + session_timeout_ms
+                return Pending.ready(_err(ErrorCode.member_id_required, generation_id=-1, protocol_name="",
+                                          leader="", member_id=new_id, members=[]))
+            return self._add_member_and_rebalance(group, new_id, group_instance_id, protocol_type, protocols,
+                                                  session_timeout_ms, rebalance_timeout_ms, client_id,
+                                                  client_host, now_ms)
+
+        if group_instance_id is not None:
+            known = group.static_members.get(group_instance_id)
+            if known is not None and known != member_id:
+                return fail(ErrorCode.fenced_instance_id)
+        if member_id in group.pending_member_ids:
+            del group.pending_member_ids[member_id]
+            if len(group.members) >= self.config.max_size:
+                return fail(ErrorCode.group_max_size_reached)
+            return self._add_member_and_rebalance(group, member_id, group_instance_id, protocol_type, protocols,
+                                                  session_timeout_ms, rebalance_timeout_ms, client_id,
+                                                  client_host, now_ms)
+        member = group.members.get(member_id)
+        if member is None:
+            return fail(ErrorCode.unknown_member_id)
+        member.last_heartbeat_ms = now_ms
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            member.protocols = protocols
+            return self._await_join(group, member, now_ms)
+        unchanged = member.protocols == protocols
+        if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
+            return Pending.ready(self._join_result(group, member))
+        if group.state is GroupState.STABLE and unchanged and member_id != group.leader_id:
+            return Pending.ready(self._join_result(group, member))
+        member.protocols = protocols
+        self._prepare_rebalance(group, now_ms)
+        return self._await_join(group, member, now_ms)
+
+    def _await_join(self, group: Group, member: Member, now_ms: int) -> Pending:
+        if member.join_waiter is not None:
+            member.join_waiter.complete(_err(ErrorCode.rebalance_in_progress, generation_id=-1, protocol_name="",
+                                             leader="", member_id=member.member_id, members=[]))
+        waiter = Pending()
+        member.join_waiter = waiter
+        self._maybe_complete_join(group, now_ms)
+        return waiter
+
+    def _add_member_and_rebalance(
+        self, group: Group, member_id: str, group_instance_id: str | None, protocol_type: str,
+        protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+        client_id: str, client_host: str, now_ms: int,
+    ) -> Pending:
+        member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                        rebalance_timeout_ms, protocol_type, protocols, now_ms)
+        if not group.members:
+            group.protocol_type = protocol_type
+        group.members[member_id] = member
+        if group_instance_id is not None:
+            group.static_members[group_instance_id] = member_id
+        if group.state is GroupState.PREPARING_REBALANCE and group.in_initial_delay \
+                and group.initial_delay_remaining_ms > 0:
+            # A new member during the initial delay extends it, up to the rebalance timeout.
+            extension = min(self.config.initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
+            group.initial_delay_remaining_ms -= extension
+            group.join_deadline_ms = now_ms + extension
+        elif group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+        waiter = Pending()
+        member.join_waiter = waiter
+        self._maybe_complete_join(group, now_ms)
+        return waiter
+
+    def _rejoin_static_member(
+        self, group: Group, instance_id: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+        rebalance_timeout_ms: int, client_id: str, client_host: str, now_ms: int,
+    ) -> Pending:
+        """A known group.instance.id comes back with a new member id: swap it in place."""
+        old_id = group.static_members[instance_id]
+        old = group.members.pop(old_id)
+        for waiter in (old.join_waiter, old.sync_waiter):
+            if waiter is not None:
+                waiter.complete(_err(ErrorCode.fenced_instance_id, member_id=old_id, generation_id=-1,
+                                     protocol_name="", leader="", members=[], assignment=b""))
+        new_id = self._new_member_id(client_id)
+        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                        old.protocol_type, protocols, now_ms, assignment=old.assignment)
+        group.members[new_id] = member
+        group.static_members[instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if group.state is GroupState.STABLE and old.protocols == protocols:
+            # No rebalance for the others: the member gets its old assignment on SyncGroup.
+            self._persist_group(group)
+            return Pending.ready(self._join_result(group, member))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return self._await_join(group, member, now_ms)
+        self._prepare_rebalance(group, now_ms)
+        return self._await_join(group, member, now_ms)
+
+    # ---- SyncGroup -------------------------------------------------------------------
+
+    def _check_member(self, group: Group | None, member_id: str, generation: int,
+                      group_instance_id: str | None) -> int:
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.unknown_member_id
+        if group_instance_id is not None:
+            known = group.static_members.get(group_instance_id)
+            if known is not None and known != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def sync_group(self, *, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None,
+                   assignments: dict[str, bytes], now_ms: int) -> Pending:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, generation_id, group_instance_id)
+        if error:
+            return Pending.ready(_err(error, assignment=b""))
+        assert group is not None
+        member = group.members[member_id]
+        member.last_heartbeat_ms = now_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return Pending.ready(_err(ErrorCode.rebalance_in_progress, assignment=b""))
+        if group.state is GroupState.STABLE:
+            return Pending.ready(_err(ErrorCode.none, assignment=member.assignment,
+                                      protocol_type=group.protocol_type, protocol_name=group.protocol_name))
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return Pending.ready(_err(ErrorCode.unknown_member_id, assignment=b""))
+        waiter = Pending()
+        if member.sync_waiter is not None:
+            member.sync_waiter.complete(_err(ErrorCode.rebalance_in_progress, assignment=b""))
+        member.sync_waiter = waiter
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.sync_deadline_ms = None
+            group.transition(GroupState.STABLE, now_ms)
+            self._persist_group(group)
+            for m in group.members.values():
+                if m.sync_waiter is not None:
+                    w, m.sync_waiter = m.sync_waiter, None
+                    w.complete(_err(ErrorCode.none, assignment=m.assignment, protocol_type=group.protocol_type,
+                                    protocol_name=group.protocol_name))
+        return waiter
+
+    # ---- Heartbeat / LeaveGroup ------------------------------------------------------
+
+    def heartbeat(self, *, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None,
+                  now_ms: int) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, generation_id, group_instance_id)
+        if error == ErrorCode.illegal_generation and group is not None and group.state is GroupState.PREPARING_REBALANCE:
+            error = ErrorCode.rebalance_in_progress
+        if error:
+            return _err(error)
+        assert group is not None
+        group.members[member_id].last_heartbeat_ms = now_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return _err(ErrorCode.rebalance_in_progress)
+        return _err(ErrorCode.none)
+
+    def leave_group(self, *, group_id: str, members: list[tuple[str, str | None]], now_ms: int) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return _err(ErrorCode.unknown_member_id, members=[
+                {"member_id": m, "group_instance_id": i, "error_code": ErrorCode.unknown_member_id} for m, i in members
+            ])
+        results = []
+        for member_id, instance_id in members:
+            target = member_id
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    results.append({"member_id": member_id, "group_instance_id": instance_id,
+                                    "error_code": ErrorCode.unknown_member_id})
+                    continue
+                if member_id and known != member_id:
+                    results.append({"member_id": member_id, "group_instance_id": instance_id,
+                                    "error_code": ErrorCode.fenced_instance_id})
+                    continue
+                target = known
+            if target in group.pending_member_ids:
+                del group.pending_member_ids[target]
+                self._maybe_complete_join(group, now_ms)
+            elif target not in group.members:
+                results.append({"member_id": member_id, "group_instance_id": instance_id,
+                                "error_code": ErrorCode.unknown_member_id})
+                continue
+            else:
+                self._member_left(group, target, now_ms)
+            results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": ErrorCode.none})
+        top: int = ErrorCode.none
+        if len(members) == 1 and results[0]["error_code"] != ErrorCode.none:
+            top = int(results[0]["error_code"])
+        return _err(top, members=results)
+
+    # ---- offsets ---------------------------------------------------------------------
+
+    def commit_offsets(
+        self, *, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None,
+        offsets: list[tuple[str, int, int, int, str | None]], now_ms: int,
+    ) -> dict[tuple[str, int], int]:
+        """Per (topic, partition) error codes; committed offsets leave as records."""
+        keys = [(t, p) for t, p, _, _, _ in offsets]
+        if not group_id:
+            return dict.fromkeys(keys, ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        simple = generation_id < 0 and not member_id
+        if simple:
+            if group is not None and group.members:
+                return dict.fromkeys(keys, ErrorCode.unknown_member_id)
+            group = self._group(group_id, create=True)
+            if group is None:
+                return dict.fromkeys(keys, ErrorCode.coordinator_not_available)
+        else:
+            error = self._check_member(group, member_id, generation_id, group_instance_id)
+            if error:
+                return dict.fromkeys(keys, error)
+            assert group is not None
+            if group.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
+                return dict.fromkeys(keys, ErrorCode.rebalance_in_progress)
+            group.members[member_id].last_heartbeat_ms = now_ms
+        results: dict[tuple[str, int], int] = {}
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            committed = CommittedOffset(offset, leader_epoch, meta, now_ms)
+            group.offsets[(topic, partition)] = committed
+            self._records.append(offset_record(group_id, topic, partition, committed))
+            results[(topic, partition)] = ErrorCode.none
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets_of_topic(self, topic: str) -> None:
+        for group in self.groups.values():
+            for tp in [tp for tp in group.offsets if tp[0] == topic]:
+                del group.offsets[tp]
+                self._records.append(offset_record(group.group_id, tp[0], tp[1], None))
+
+    # ---- admin -----------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        if group is None:
+            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value,
+                    "protocol_type": "", "protocol_data": "", "members": []}
+        stable = group.state is GroupState.STABLE
+        return {
+            "error_code": ErrorCode.none,
+            "group_id": group_id,
+            "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "",
+            "protocol_data": group.protocol_name or "" if stable else "",
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host,
+                 "member_metadata": m.metadata_for(group.protocol_name or "") if stable else b"",
+                 "member_assignment": m.assignment if stable else b""}
+                for m in group.members.values()
+            ],
+        }
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every live group."""
+        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
+                if g.state is not GroupState.DEAD]
+
+    def delete_group(self, group_id: str, now_ms: int) -> int:
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.non_empty_group
+        self._delete(group, now_ms)
+        return ErrorCode.none
+
+    def _delete(self, group: Group, now_ms: int) -> None:
+        for (topic, partition) in group.offsets:
+            self._records.append(offset_record(group.group_id, topic, partition, None))
+        group.offsets.clear()
+        group.transition(GroupState.DEAD, now_ms)
+        self._records.append(group_metadata_record(group, tombstone=True))
+        del self.groups[group.group_id]
+
+    # ---- time ------------------------------------------------------------------------
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines: list[int] = []
+        for g in self.groups.values():
+            if g.join_deadline_ms is not None:
+                deadlines.append(g.join_deadline_ms)
+            if g.sync_deadline_ms is not None:
+                deadlines.append(g.sync_deadline_ms)
+            deadlines.extend(g.pending_member_ids.values())
+            for m in g.members.values():
+                if m.join_waiter is None and m.sync_waiter is None:
+                    deadlines.append(m.last_heartbeat_ms + m.session_timeout_ms)
+        return min(deadlines) if deadlines else None
+
+    def tick(self, now_ms: int) -> None:
+        """Expire sessions, end join and sync phases whose time is up, expire offsets."""
+        for group in list(self.groups.values()):
+            for member_id, deadline in list(group.pending_member_ids.items()):
+                if now_ms >= deadline:
+                    del group.pending_member_ids[member_id]
+            expired = [m.member_id for m in group.members.values()
+                       if m.join_waiter is None and m.sync_waiter is None
+                       and now_ms >= m.last_heartbeat_ms + m.session_timeout_ms]
+            for member_id in expired:
+                self._member_left(group, member_id, now_ms)
+            if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None \
+                    and now_ms >= group.join_deadline_ms:
+                self._complete_join(group, now_ms)
+            elif group.state is GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(group, now_ms)
+            if group.state is GroupState.COMPLETING_REBALANCE and group.sync_deadline_ms is not None \
+                    and now_ms >= group.sync_deadline_ms:
+                # Members that never synced are dropped and the rest rebalance.
+                laggards = [m.member_id for m in group.members.values() if m.sync_waiter is None]
+                for member_id in laggards:
+                    self._remove_member(group, member_id)
+                self._prepare_rebalance(group, now_ms)
+                self._maybe_complete_join(group, now_ms)
+            self._expire_offsets(group, now_ms)
+
+    def _expire_offsets(self, group: Group, now_ms: int) -> None:
+        if group.state is not GroupState.EMPTY:
+            return
+        retention = self.config.offsets_retention_ms
+        if group.protocol_type is None and not group.members:
+            # Simple (assign-mode) groups: each offset expires on its own commit time.
+            for tp, committed in list(group.offsets.items()):
+                if now_ms - committed.commit_timestamp_ms >= retention:
+                    del group.offsets[tp]
+                    self._records.append(offset_record(group.group_id, tp[0], tp[1], None))
+        elif now_ms - group.state_timestamp_ms >= retention:
+            for tp in list(group.offsets):
+                del group.offsets[tp]
+                self._records.append(offset_record(group.group_id, tp[0], tp[1], None))
+        if not group.offsets and now_ms - group.state_timestamp_ms >= retention:
+            self._delete(group, now_ms)
