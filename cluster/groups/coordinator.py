@@ -483,7 +483,7 @@ class GroupCoordinator:
             return _err(ErrorCode.unknown_member_id, members=[
                 {"member_id": m, "group_instance_id": i, "error_code": ErrorCode.unknown_member_id} for m, i in members
             ])
-        results = []
+        results: list[dict[str, Any]] = []
         for member_id, instance_id in members:
             target = member_id
             if instance_id is not None:
