@@ -15,7 +15,9 @@ from typing import Any
 
 import trio
 
+from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig, render_config_value
+from cluster.broker.group_service import GroupService
 from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.topics import InvalidTopic, TopicInfo, TopicStore, validate_topic_name
 from cluster.protocol.errors import ErrorCode
@@ -39,12 +41,22 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     1: (4, 12),  # Fetch
     2: (1, 5),  # ListOffsets
     3: (0, 8),  # Metadata
+    8: (2, 7),  # OffsetCommit
+    9: (1, 5),  # OffsetFetch
+    10: (0, 2),  # FindCoordinator
+    11: (0, 5),  # JoinGroup
+    12: (0, 3),  # Heartbeat
+    13: (0, 3),  # LeaveGroup
+    14: (0, 3),  # SyncGroup
+    15: (0, 4),  # DescribeGroups
+    16: (0, 2),  # ListGroups
     18: (0, 3),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     22: (0, 1),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
     32: (1, 2),  # DescribeConfigs
+    42: (0, 1),  # DeleteGroups
 }
 
 LEADER_EPOCH = 0  # a standalone broker is the only leader its partitions ever had
@@ -59,8 +71,12 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request: what JoinGroup/DescribeGroups report as client id and host."""
+
+    client_id: str
+    client_host: str
 
 
 @dataclass
@@ -115,7 +131,9 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.waiters = AppendWaiters()
         self.producer_ids = ProducerIdAllocator(data_dir / "producer-id-block")
-        self.handlers: dict[int, Callable[[int, Any], Awaitable[dict[str, Any] | None]]] = {
+        self.groups = GroupService(self)
+        g = self.groups
+        self.handlers: dict[int, Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]] = {
             0: self.handle_produce,
             1: self.handle_fetch,
             2: self.handle_list_offsets,
@@ -125,6 +143,16 @@ class Broker:
             22: self.handle_init_producer_id,
             23: self.handle_offset_for_leader_epoch,
             32: self.handle_describe_configs,
+            8: g.handle_offset_commit,
+            9: g.handle_offset_fetch,
+            10: g.handle_find_coordinator,
+            11: g.handle_join_group,
+            12: g.handle_heartbeat,
+            13: g.handle_leave_group,
+            14: g.handle_sync_group,
+            15: g.handle_describe_groups,
+            16: g.handle_list_groups,
+            42: g.handle_delete_groups,
         }
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -142,7 +170,8 @@ class Broker:
         for info in self.topics.topics.values():
             for p in range(info.partitions):
                 if (info.name, p) not in self.partitions:
-                    self._create_partition(info, p)
+                    self.create_partition(info, p)
+        self.groups.open(now_ms())
         log.info(
             "broker %d loaded %d topic(s), %d partition(s) in %.3f s",
             self.node_id, len(self.topics.topics), len(self.partitions), time.monotonic() - start,
@@ -155,7 +184,7 @@ class Broker:
         info = self.topics.topics.get(topic)
         return self.config.log_config(info.configs if info else {})
 
-    def _create_partition(self, info: TopicInfo, index: int) -> Partition:
+    def create_partition(self, info: TopicInfo, index: int) -> Partition:
         lg = self.logs.create_log(info.name, index, self.config.log_config(info.configs), now_ms())
         part = self._new_partition(info.name, index, lg)
         self.partitions[(info.name, index)] = part
@@ -178,7 +207,7 @@ class Broker:
         self.config.log_config(configs)  # validates names and values
         info = self.topics.create(name, partitions, configs)
         for p in range(partitions):
-            self._create_partition(info, p)
+            self.create_partition(info, p)
         log.info("created topic %s with %d partition(s) %s", name, partitions, configs or "")
         return info
 
@@ -263,7 +292,7 @@ class Broker:
         return {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": -1,
                 "error_message": str(exc)}
 
-    async def handle_produce(self, version: int, req: Any) -> dict[str, Any] | None:
+    async def handle_produce(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any] | None:
         if req.transactional_id is not None:
             code = ErrorCode.transactional_id_authorization_failed
             return {"responses": [
@@ -323,7 +352,7 @@ class Broker:
             responses.append({"topic": t.topic, "partitions": parts})
         return responses, total, any_error
 
-    async def handle_fetch(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         max_wait_s = max(0.0, req.max_wait.total_seconds())
         deadline = trio.current_time() + max_wait_s
         keys = [(t.topic, fp.partition) for t in req.topics for fp in t.partitions]
@@ -366,7 +395,7 @@ class Broker:
             out["error_code"] = ErrorCode.invalid_request
         return out
 
-    async def handle_list_offsets(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_list_offsets(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         topics = []
         for t in req.topics:
             parts = [
@@ -398,7 +427,7 @@ class Broker:
         return {"error_code": ErrorCode.none, "name": name, "is_internal": info.internal, "partitions": partitions,
                 "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
-    async def handle_metadata(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         requested = req.topics
         if requested is None or (version == 0 and not requested):
             names = sorted(self.topics.topics)
@@ -426,7 +455,7 @@ class Broker:
 
     # ---- CreateTopics / DeleteTopics ------------------------------------------------------
 
-    async def handle_create_topics(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_create_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         results = []
         for t in req.topics:
             result: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
@@ -458,7 +487,7 @@ class Broker:
             results.append(result)
         return {"throttle_time": 0, "topics": results}
 
-    async def handle_delete_topics(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         responses = []
         for name in req.topic_names:
             if not self.config["delete.topic.enable"]:
@@ -473,7 +502,7 @@ class Broker:
 
     # ---- DescribeConfigs ------------------------------------------------------------------
 
-    async def handle_describe_configs(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_describe_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         results = []
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
@@ -514,14 +543,14 @@ class Broker:
 
     # ---- InitProducerId / OffsetForLeaderEpoch --------------------------------------------
 
-    async def handle_init_producer_id(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_init_producer_id(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if req.transactional_id is not None:
             return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                     "producer_id": -1, "producer_epoch": -1}
         producer_id = self.producer_ids.next_id()
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": 0}
 
-    async def handle_offset_for_leader_epoch(self, version: int, req: Any) -> dict[str, Any]:
+    async def handle_offset_for_leader_epoch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         topics = []
         for t in req.topics:
             parts = []

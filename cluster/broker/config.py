@@ -33,6 +33,14 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("max.topic.partitions", int, 10_000, None, "Partitions one topic may have", 1),
         ConfigDef("max.topics", int, 10_000, None, "Topics one broker may hold", 1),
         ConfigDef("broker.rack", str, "", None, "Rack of this broker"),
+        ConfigDef("group.min.session.timeout.ms", int, 6_000, None, "Smallest session timeout a member may ask for", 1),
+        ConfigDef("group.max.session.timeout.ms", int, 1_800_000, None, "Largest session timeout a member may ask for", 1),
+        ConfigDef("group.initial.rebalance.delay.ms", int, 3_000, None, "Wait for more members before the first rebalance", 0),
+        ConfigDef("group.max.size", int, 2_147_483_647, None, "Members one group may have", 1),
+        ConfigDef("offsets.retention.minutes", int, 10_080, None, "Offsets of empty groups expire after this", 1),
+        ConfigDef("offset.metadata.max.bytes", int, 4096, None, "Largest commit metadata string", 0),
+        ConfigDef("offsets.topic.num.partitions", int, 50, None, "Partitions of __consumer_offsets", 1),
+        ConfigDef("offsets.topic.segment.bytes", int, 104_857_600, None, "Segment size of __consumer_offsets", 1024),
     )
 }
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import trio
 
-from cluster.broker.broker import SUPPORTED_APIS, Broker, now_ms
+from cluster.broker.broker import SUPPORTED_APIS, Broker, RequestContext
+from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.framing import FrameDecoder
@@ -48,7 +49,7 @@ class BrokerServer:
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    async def dispatch(self, frame: bytearray) -> bytes | None:
+    async def dispatch(self, frame: bytearray, client_host: str = "") -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""
         api_key, version, correlation_id = peek_api(frame)
         if api_key == API_VERSIONS_KEY:
@@ -68,7 +69,8 @@ class BrokerServer:
             return refuse_legacy_produce(version, correlation_id, frame, header.body_offset)
         header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
         request = decode_request(api_key, version, frame, header.body_offset)
-        answer = await self.broker.handlers[api_key](version, request)
+        ctx = RequestContext(header.client_id or "", client_host)
+        answer = await self.broker.handlers[api_key](version, request, ctx)
         if answer is None:
             return None
         return encode_response(api_key, version, correlation_id, answer)
@@ -102,6 +104,7 @@ class BrokerServer:
     async def _serve(self, stream: trio.SocketStream, peer: str) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         sock = stream.socket
+        peer_host = "/" + peer.rsplit(":", 1)[0]
         while True:
             frame = decoder.next_frame()
             if frame is None:
@@ -121,7 +124,7 @@ class BrokerServer:
                     log.info("closing idle connection from %s", peer)
                     return
                 continue
-            response = await self.dispatch(frame)
+            response = await self.dispatch(frame, peer_host)
             del frame
             if response is not None:
                 await stream.send_all(response)
@@ -170,6 +173,7 @@ class BrokerServer:
             nursery.start_soon(self.flush_loop)
             nursery.start_soon(self.checkpoint_loop)
             nursery.start_soon(self.retention_loop)
+            nursery.start_soon(self.broker.groups.timer_loop)
             await nursery.start(trio.serve_listeners, self.handle_connection, listeners)
             task_status.started()
 
