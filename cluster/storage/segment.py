@@ -64,6 +64,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
+        self._indexes_missing = False
         self._fd = -1
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -78,12 +79,15 @@ class LogSegment:
     def open_existing(self) -> None:
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
         self.size_bytes = os.fstat(self._fd).st_size
+        self._indexes_missing = not (self.offset_index.path.exists() and self.time_index.path.exists())
         self.offset_index.open()
         self.time_index.open()
 
     def load_trusted(self, next_offset_hint: int | None) -> bool:
         """Load indexes of a segment below the recovery point. Returns False if they were rebuilt."""
         try:
+            if self._indexes_missing and self.size_bytes:
+                raise CorruptIndex(f"{self.log_path}: index files are missing")
             self.offset_index.load(self.size_bytes)
             last = self._last_batch_from_index()
             self.next_offset = last.next_offset if last else self.base_offset
