@@ -103,8 +103,12 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
-def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Structural and CRC32C check of one whole batch at `pos` (its length must fit)."""
+def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, from_producer: bool = True) -> BatchHeader:
+    """Structural and CRC32C check of one whole batch at `pos` (its length must fit).
+
+    Batches read back from the log may have fewer records than their offset span
+    (compaction removes records but keeps lastOffsetDelta); producers may not.
+    """
     header = read_header(buf, pos)
     if header.magic != 2:
         raise UnsupportedMagic(f"record batch magic {header.magic} is not supported (only 2)")
@@ -117,9 +121,9 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHe
         )
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise InvalidRecordBatch("record batch has a negative offset delta or record count")
-    if header.records_count == 0 and not header.is_control:
+    if header.records_count == 0 and not header.is_control and from_producer:
         raise InvalidRecordBatch("record batch holds no records")
-    if header.records_count > 0 and header.last_offset_delta != header.records_count - 1:
+    if from_producer and header.records_count > 0 and header.last_offset_delta != header.records_count - 1:
         # Kafka enforces lastOffsetDelta == count-1 for batches from producers.
         raise InvalidRecordBatch(
             f"record batch last offset delta {header.last_offset_delta} does not match "

@@ -217,7 +217,7 @@ class Log:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         report.producer_batches_replayed = self._rebuild_producer_state()
         self.recovery_report = report
-        if not clean:
+        if not clean and (report.bytes_scanned or report.bytes_truncated or report.reasons):
             log.info(
                 "recovered %s from recovery point %d: scanned %d bytes in %d segment(s), %d batches; "
                 "truncated %d bytes, deleted %d segment(s)%s; log end offset %d",

@@ -152,7 +152,7 @@ class LogSegment:
                 chunk = os.pread(self._fd, max(size, min(_SCAN_CHUNK_BYTES, self.size_bytes - pos)), pos)
                 chunk_start, rel = pos, 0
             try:
-                header = validate_batch(chunk, rel)
+                header = validate_batch(chunk, rel, from_producer=False)
             except InvalidRecordBatch as exc:
                 reason = f"batch at position {pos}: {exc}"
                 break
