@@ -41,6 +41,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("offset.metadata.max.bytes", int, 4096, None, "Largest commit metadata string", 0),
         ConfigDef("offsets.topic.num.partitions", int, 50, None, "Partitions of __consumer_offsets", 1),
         ConfigDef("offsets.topic.segment.bytes", int, 104_857_600, None, "Segment size of __consumer_offsets", 1024),
+        ConfigDef("log.cleaner.enable", bool, True, None, "Run log compaction for compacted topics"),
+        ConfigDef("log.cleaner.backoff.ms", int, 15_000, None, "Sleep between compaction passes", 1),
+        ConfigDef("log.cleaner.dedupe.buffer.size", int, 134_217_728, None, "Memory for the compaction key map", 1024),
+        ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
     )
 }
 

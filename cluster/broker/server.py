@@ -23,6 +23,7 @@ from cluster.protocol.messages import (
     parse_request_header,
     peek_api,
 )
+from cluster.storage.cleaner import CleanerConfig, commit_clean, prepare_clean
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,33 @@ class BrokerServer:
             for part in self.broker.partitions.values():
                 part.log.producer_state.remove_expired(now)
 
+    async def cleaner_loop(self) -> None:
+        """Compact one log at a time; the heavy part runs in a worker thread."""
+        cfg = self.broker.config
+        if not cfg["log.cleaner.enable"]:
+            return
+        config = CleanerConfig(
+            dedupe_buffer_bytes=int(cfg["log.cleaner.dedupe.buffer.size"]),
+            io_max_bytes_per_second=float(cfg["log.cleaner.io.max.bytes.per.second"]),
+        )
+        backoff_s = int(cfg["log.cleaner.backoff.ms"]) / 1000
+        while True:
+            await trio.sleep(backoff_s)
+            for lg in list(self.broker.logs.logs.values()):
+                if "compact" not in str(lg.config["cleanup.policy"]):
+                    continue
+                try:
+                    task = await trio.to_thread.run_sync(prepare_clean, lg, now_ms(), config)
+                except OSError as exc:
+                    log.warning("compaction of %s skipped: %s", lg.name, exc)
+                    continue
+                if task is None:
+                    continue
+                if self.broker.logs.get(lg.topic, lg.partition) is not lg:
+                    task.discard()  # the topic was deleted meanwhile
+                    continue
+                commit_clean(task, now_ms())
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         log.info("broker %d listening on %s:%d", self.broker.node_id, self.host, self.port)
@@ -174,6 +202,7 @@ class BrokerServer:
             nursery.start_soon(self.checkpoint_loop)
             nursery.start_soon(self.retention_loop)
             nursery.start_soon(self.broker.groups.timer_loop)
+            nursery.start_soon(self.cleaner_loop)
             await nursery.start(trio.serve_listeners, self.handle_connection, listeners)
             task_status.started()
 

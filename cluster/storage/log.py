@@ -152,7 +152,13 @@ class Log:
         lg.last_flush_ms = now_ms
         return lg
 
+    def rebuild_bases(self) -> None:
+        self._bases = [s.base_offset for s in self.segments]
+
     def _load(self, recovery_point: int, clean_state: dict[str, int] | None, now_ms: int) -> None:
+        from cluster.storage.cleaner import complete_swaps
+
+        complete_swaps(self.dir)
         for leftover in self.dir.iterdir():
             if leftover.suffix in (".tmp", ".deleted", ".cleaned", ".swap"):
                 leftover.unlink()

@@ -1,0 +1,275 @@
+"""Log compaction (Kafka's LogCleaner) for topics with cleanup.policy=compact.
+
+Two phases so produce and fetch never wait on it:
+- `prepare_clean` (a worker thread): map every key in the dirty section (from the cleaner
+  checkpoint to the active segment) to its latest offset, then rewrite the inactive
+  segments into `<base>.log.cleaned` files keeping, per key, only the latest record;
+  tombstones older than delete.retention.ms go too. Offsets are kept (gaps allowed).
+- `commit_clean` (the trio thread, fast): check the segments are still the ones cleaned,
+  rename `.cleaned` → `.swap`, delete the old files, rename `.swap` → `.log`.
+A crash between the two renames is finished by `Log` at load (`complete_swaps`).
+Reads are paced by `log.cleaner.io.max.bytes.per.second`; the key map is bounded by
+`log.cleaner.dedupe.buffer.size` (24 bytes per entry, as Kafka counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cluster.protocol.record_batch import BatchHeader, iter_headers
+from cluster.protocol.records import decode_batch, encode_batch
+from cluster.storage.checkpoint import write_atomic
+from cluster.storage.segment import LogSegment, segment_name
+
+if TYPE_CHECKING:
+    from cluster.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+_READ_CHUNK_BYTES = 1 << 20
+_MAP_ENTRY_BYTES = 24
+
+
+@dataclass
+class CleanerConfig:
+    dedupe_buffer_bytes: int = 134_217_728  # log.cleaner.dedupe.buffer.size
+    io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
+
+
+@dataclass
+class CleanedGroup:
+    """Consecutive old segments replaced by one cleaned file."""
+
+    inputs: list[LogSegment]
+    path: Path
+    size_bytes: int
+
+
+@dataclass
+class CleaningTask:
+    log: Log
+    end_offset: int  # everything below is cleaned after commit
+    groups: list[CleanedGroup] = field(default_factory=list)
+    bytes_read: int = 0
+    records_kept: int = 0
+    records_removed: int = 0
+
+    def discard(self) -> None:
+        for g in self.groups:
+            g.path.unlink(missing_ok=True)
+
+
+class _Throttle:
+    def __init__(self, bytes_per_second: float, sleep: Callable[[float], None]) -> None:
+        self.rate = bytes_per_second
+        self.sleep = sleep
+        self.start = time.monotonic()
+        self.done = 0
+
+    def consumed(self, n: int) -> None:
+        self.done += n
+        if self.rate == float("inf"):
+            return
+        ahead = self.done / self.rate - (time.monotonic() - self.start)
+        if ahead > 0:
+            self.sleep(ahead)
+
+
+def read_checkpoint(lg: Log) -> int:
+    path = lg.dir / CLEANER_CHECKPOINT
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _batches(seg: LogSegment, throttle: _Throttle) -> list[tuple[int, BatchHeader, bytes]]:
+    """Whole batches of a segment as (position, header, bytes)."""
+    out = []
+    pos = 0
+    size = seg.size_bytes
+    while pos < size:
+        chunk = os.pread(seg_fd(seg), min(_READ_CHUNK_BYTES, size - pos), pos)
+        throttle.consumed(len(chunk))
+        advanced = 0
+        for rel, header in iter_headers(chunk):
+            out.append((pos + rel, header, chunk[rel : rel + header.size_bytes]))
+            advanced = rel + header.size_bytes
+        if advanced == 0:
+            # A batch larger than the chunk.
+            head = os.pread(seg_fd(seg), 12, pos)
+            n = int.from_bytes(head[8:12], "big") + 12
+            whole = os.pread(seg_fd(seg), n, pos)
+            throttle.consumed(n)
+            headers = [h for _, h in iter_headers(whole)]
+            if not headers:
+                break
+            out.append((pos, headers[0], whole))
+            advanced = n
+        pos += advanced
+    return out
+
+
+def seg_fd(seg: LogSegment) -> int:
+    return seg._fd  # the cleaner reads inactive segments' files directly
+
+
+def cleanable_ratio(lg: Log, first_dirty: int) -> float:
+    inactive = lg.segments[:-1]
+    total = sum(s.size_bytes for s in inactive)
+    if total == 0:
+        return 0.0
+    dirty = sum(s.size_bytes for s in inactive if s.base_offset >= first_dirty)
+    return dirty / total
+
+
+def prepare_clean(
+    lg: Log, now_ms: int, config: CleanerConfig, *, sleep: Callable[[float], None] = time.sleep
+) -> CleaningTask | None:
+    """Build cleaned copies of the inactive segments; None when nothing is worth cleaning."""
+    segments = list(lg.segments[:-1])
+    if not segments:
+        return None
+    first_dirty = max(read_checkpoint(lg), lg.log_start_offset)
+    min_ratio = float(lg.config["min.cleanable.dirty.ratio"])
+    if cleanable_ratio(lg, first_dirty) < min_ratio or first_dirty >= segments[-1].next_offset:
+        return None
+    throttle = _Throttle(config.io_max_bytes_per_second, sleep)
+    max_keys = max(1, config.dedupe_buffer_bytes // _MAP_ENTRY_BYTES)
+    offset_map: dict[bytes, int] = {}
+    end_offset = first_dirty
+    full = False
+    for seg in segments:
+        if seg.next_offset <= first_dirty:
+            continue
+        for _, header, raw in _batches(seg, throttle):
+            if header.next_offset <= first_dirty or header.is_control:
+                continue
+            _, records = decode_batch(raw)
+            new_keys = sum(1 for r in records if r.key is not None and r.key not in offset_map)
+            if len(offset_map) + new_keys > max_keys:
+                full = True
+                break
+            for r in records:
+                if r.key is not None:
+                    offset_map[r.key] = r.offset
+            end_offset = header.next_offset
+        if full:
+            break
+    if end_offset <= first_dirty:
+        return None
+    task = CleaningTask(lg, end_offset, bytes_read=throttle.done)
+    delete_horizon_ms = now_ms - int(lg.config["delete.retention.ms"])
+    segment_bytes = lg.config.segment_bytes
+    group: list[LogSegment] = []
+    group_bytes = 0
+    eligible = [s for s in segments if s.next_offset <= end_offset]
+    for seg in eligible:
+        if group and (group_bytes + seg.size_bytes > segment_bytes
+                      or seg.next_offset - group[0].base_offset > 2**31):
+            task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task))
+            group, group_bytes = [], 0
+        group.append(seg)
+        group_bytes += seg.size_bytes
+    if group:
+        task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task))
+    task.bytes_read = throttle.done
+    return task
+
+
+def _write_group(
+    lg: Log, group: list[LogSegment], offset_map: dict[bytes, int], delete_horizon_ms: int,
+    throttle: _Throttle, task: CleaningTask,
+) -> CleanedGroup:
+    path = lg.dir / (segment_name(group[0].base_offset) + ".log.cleaned")
+    written = 0
+    with open(path, "wb") as out:
+        for seg in group:
+            for _, header, raw in _batches(seg, throttle):
+                if header.is_control:
+                    out.write(raw)
+                    written += len(raw)
+                    continue
+                _, records = decode_batch(raw)
+                kept = []
+                for r in records:
+                    latest = offset_map.get(r.key) if r.key is not None else None
+                    if latest is not None and latest > r.offset:
+                        continue  # superseded by a newer value
+                    if r.value is None and r.timestamp < delete_horizon_ms:
+                        continue  # an old tombstone
+                    kept.append(r)
+                task.records_kept += len(kept)
+                task.records_removed += len(records) - len(kept)
+                if not kept:
+                    continue
+                if len(kept) == len(records):
+                    data = raw
+                else:
+                    data = encode_batch(
+                        kept, base_offset=header.base_offset, last_offset_delta=header.last_offset_delta,
+                        producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                        base_sequence=header.base_sequence, partition_leader_epoch=header.partition_leader_epoch,
+                        compression=header.compression,
+                    )
+                out.write(data)
+                written += len(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return CleanedGroup(group, path, written)
+
+
+def commit_clean(task: CleaningTask, now_ms: int) -> bool:
+    """Swap the cleaned files in; False (and nothing changed) if the log moved on meanwhile."""
+    lg = task.log
+    current = {id(s) for s in lg.segments[:-1]}
+    if any(id(s) not in current for g in task.groups for s in g.inputs):
+        task.discard()
+        return False
+    for g in task.groups:
+        base = g.inputs[0].base_offset
+        swap = g.path.with_name(segment_name(base) + ".log.swap")
+        os.replace(g.path, swap)
+        first = lg.segments.index(g.inputs[0])
+        for seg in g.inputs:
+            seg.delete()
+        final = lg.dir / (segment_name(base) + ".log")
+        os.replace(swap, final)
+        new = LogSegment(lg.dir, base, index_interval_bytes=lg.config.index_interval_bytes,
+                         index_max_entries=lg.config.index_max_entries, created_ms=g.inputs[-1].created_ms)
+        new.open_existing()
+        new.rebuild_indexes()
+        if new.size_bytes == 0:
+            new.next_offset = g.inputs[-1].next_offset
+        lg.segments[first : first + len(g.inputs)] = [new]
+    lg.rebuild_bases()
+    write_atomic(lg.dir / CLEANER_CHECKPOINT, str(task.end_offset).encode(), fsync=False)
+    log.info(
+        "cleaned %s up to offset %d: %d segment(s) into %d, kept %d record(s), removed %d, read %d bytes",
+        lg.name, task.end_offset, sum(len(g.inputs) for g in task.groups), len(task.groups),
+        task.records_kept, task.records_removed, task.bytes_read,
+    )
+    return True
+
+
+def complete_swaps(directory: Path) -> None:
+    """Finish a swap a crash interrupted: the `.swap` file replaces the segments it covers."""
+    for swap in sorted(directory.glob("*.log.swap")):
+        base = int(swap.name.split(".")[0])
+        data = swap.read_bytes()
+        last = base
+        for _, header in iter_headers(data):
+            last = header.last_offset
+        for old in directory.glob("*.log"):
+            if old.stem.isdigit() and base <= int(old.stem) <= last:
+                for suffix in (".log", ".index", ".timeindex"):
+                    (directory / (old.stem + suffix)).unlink(missing_ok=True)
+        os.replace(swap, directory / (segment_name(base) + ".log"))
+        log.warning("completed an interrupted compaction swap of %s", swap)
