@@ -10,6 +10,7 @@ from pathlib import Path
 import trio
 
 from cluster.storage.config import InvalidConfig
+from deploy import groups_cmd
 
 
 def _setup_logging(level: str) -> None:
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--cluster", help="cluster name in the topology file")
     broker.add_argument("--node", type=int, help="node id within the cluster")
     broker.set_defaults(func=cmd_broker)
+
+    groups_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=100_000, help="records to produce")

@@ -1,0 +1,1 @@
+"""trio client library: connections, admin (producer and consumer to come)."""

@@ -1,0 +1,185 @@
+"""Admin operations over the Kafka protocol: groups (as kafka-consumer-groups does), offsets.
+
+Group requests go to the group's coordinator (FindCoordinator); offset lookups to each
+partition's leader (Metadata).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+from kio.serial import entity_reader
+
+from cluster.client.connection import BrokerConnection, connect_any
+from cluster.protocol.errors import ErrorCode
+
+EARLIEST = -2
+LATEST = -1
+
+
+class AdminError(Exception):
+    """A Kafka error answer, with its name and what it was about."""
+
+    def __init__(self, what: str, code: int) -> None:
+        try:
+            name = ErrorCode(code).name.upper()
+        except ValueError:
+            name = str(code)
+        super().__init__(f"{what}: {name} ({code})")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int
+    member_id: str
+    client_id: str
+    host: str
+
+    @property
+    def lag(self) -> int | None:
+        return None if self.committed is None else max(0, self.log_end - self.committed)
+
+
+def decode_assignment(data: bytes) -> list[tuple[str, int]]:
+    """Partitions in a consumer-protocol assignment (any version: v0 fields come first)."""
+    if len(data) < 2:
+        return []
+    value, _ = entity_reader(ConsumerProtocolAssignment)(bytes(data), 2)
+    return [(tp.topic, int(p)) for tp in value.assigned_partitions for p in tp.partitions]
+
+
+class Admin:
+    def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin") -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+
+    async def __aenter__(self) -> Admin:
+        self._bootstrap_conn = await connect_any(self.bootstrap, client_id=self.client_id)
+        self._connections[(self._bootstrap_conn.host, self._bootstrap_conn.port)] = self._bootstrap_conn
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for conn in self._connections.values():
+            await conn.aclose()
+
+    async def _conn(self, host: str, port: int) -> BrokerConnection:
+        conn = self._connections.get((host, port))
+        if conn is None:
+            conn = await BrokerConnection(host, port, client_id=self.client_id).connect()
+            self._connections[(host, port)] = conn
+        return conn
+
+    @property
+    def any(self) -> BrokerConnection:
+        assert self._bootstrap_conn is not None, "use Admin as an async context manager"
+        return self._bootstrap_conn
+
+    async def coordinator(self, group_id: str) -> BrokerConnection:
+        resp = await self.any.request(10, {"key": group_id, "key_type": 0})
+        if resp.error_code != 0:
+            raise AdminError(f"finding the coordinator of group {group_id!r}", resp.error_code)
+        return await self._conn(resp.host, resp.port)
+
+    async def metadata(self, topics: list[str] | None) -> Any:
+        body: dict[str, Any] = {"topics": None if topics is None else [{"name": t} for t in topics],
+                                "allow_auto_topic_creation": False}
+        return await self.any.request(3, body)
+
+    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each leader."""
+        meta = await self.metadata(sorted({t for t, _ in partitions}))
+        brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
+        leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics for p in t.partitions}
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in partitions:
+            if tp not in leaders:
+                raise AdminError(f"partition {tp[0]}-{tp[1]}", ErrorCode.unknown_topic_or_partition)
+            by_leader.setdefault(leaders[tp], []).append(tp)
+        out: dict[tuple[str, int], int] = {}
+        for leader, tps in by_leader.items():
+            conn = await self._conn(*brokers[leader])
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for t, p in tps:
+                topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
+                                                 "current_leader_epoch": -1})
+            resp = await conn.request(2, {"replica_id": -1, "isolation_level": 0,
+                                          "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code != 0:
+                        raise AdminError(f"listing offsets of {t.name}-{p.partition_index}", p.error_code)
+                    out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    # ---- groups ----------------------------------------------------------------------
+
+    async def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) for every group of the cluster."""
+        resp = await self.any.request(16, {})
+        if resp.error_code != 0:
+            raise AdminError("listing groups", resp.error_code)
+        groups = [g.group_id for g in resp.groups]
+        described = {g.group_id: g for g in (await self.describe_groups(groups) if groups else [])}
+        return [(g.group_id, g.protocol_type, described[g.group_id].group_state if g.group_id in described else "")
+                for g in resp.groups]
+
+    async def describe_groups(self, groups: list[str]) -> list[Any]:
+        out = []
+        for group_id in groups:
+            conn = await self.coordinator(group_id)
+            resp = await conn.request(15, {"groups": [group_id], "include_authorized_operations": False})
+            out.extend(resp.groups)
+        return out
+
+    async def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        conn = await self.coordinator(group_id)
+        resp = await conn.request(9, {"group_id": group_id, "topics": None})
+        if resp.error_code != 0:
+            raise AdminError(f"fetching offsets of group {group_id!r}", resp.error_code)
+        return {(t.name, p.partition_index): p.committed_offset
+                for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
+
+    async def describe_group_lag(self, group_id: str) -> tuple[Any, list[PartitionLag]]:
+        (group,) = await self.describe_groups([group_id])
+        owners: dict[tuple[str, int], tuple[str, str, str]] = {}
+        for m in group.members:
+            for tp in decode_assignment(m.member_assignment):
+                owners[tp] = (m.member_id, m.client_id, m.client_host)
+        committed = await self.committed_offsets(group_id)
+        partitions = sorted(set(committed) | set(owners))
+        ends = await self.list_offsets(partitions, LATEST) if partitions else {}
+        rows = [
+            PartitionLag(t, p, committed.get((t, p)), ends[(t, p)], *owners.get((t, p), ("-", "-", "-")))
+            for t, p in partitions
+        ]
+        return group, rows
+
+    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit as an admin (no generation): the group must have no active members."""
+        conn = await self.coordinator(group_id)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), off in sorted(offsets.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+        resp = await conn.request(8, {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                                      "group_instance_id": None, "retention_time": -1,
+                                      "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code != 0:
+                    raise AdminError(f"committing {t.name}-{p.partition_index} for group {group_id!r}", p.error_code)
+
+    async def delete_group(self, group_id: str) -> None:
+        conn = await self.coordinator(group_id)
+        resp = await conn.request(42, {"groups_names": [group_id]})
+        for r in resp.results:
+            if r.error_code != 0:
+                raise AdminError(f"deleting group {group_id!r}", r.error_code)

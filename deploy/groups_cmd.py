@@ -1,0 +1,119 @@
+"""`dcmirror groups list|describe|reset-offsets|delete`, like kafka-consumer-groups."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import trio
+
+from cluster.client.admin import EARLIEST, LATEST, Admin, AdminError
+from cluster.client.connection import KafkaConnectionError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of, delete consumer groups")
+    groups.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
+    actions = groups.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="every group with its state")
+    describe = actions.add_parser("describe", help="offsets, log end, lag and owner per partition")
+    describe.add_argument("group")
+    delete = actions.add_parser("delete", help="delete an empty group and its offsets")
+    delete.add_argument("group")
+    reset = actions.add_parser("reset-offsets", help="move a group's committed offsets (dry run by default)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", action="append", required=True, help="TOPIC or TOPIC:P1,P2 (repeatable)")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=int)
+    target.add_argument("--to-datetime", help="ISO 8601, e.g. 2026-01-31T12:00:00Z")
+    target.add_argument("--shift-by", type=int)
+    reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: dry run)")
+    groups.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return int(trio.run(_run, args))
+    except (AdminError, KafkaConnectionError, ValueError) as exc:
+        print(f"dcmirror groups: {exc}", file=sys.stderr)
+        return 1
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with Admin(args.bootstrap) as admin:
+        if args.action == "list":
+            rows = [["GROUP", "PROTOCOL-TYPE", "STATE"]]
+            rows += [[g, p or "-", s] for g, p, s in sorted(await admin.list_groups())]
+            print(_table(rows))
+        elif args.action == "describe":
+            group, lags = await admin.describe_group_lag(args.group)
+            print(f"group {args.group}: state {group.group_state}, {len(group.members)} member(s)")
+            rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                     "CLIENT-ID"]]
+            for r in lags:
+                rows.append([r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
+                             str(r.log_end), "-" if r.lag is None else str(r.lag), r.member_id, r.host,
+                             r.client_id])
+            print(_table(rows))
+        elif args.action == "delete":
+            await admin.delete_group(args.group)
+            print(f"deleted group {args.group}")
+        elif args.action == "reset-offsets":
+            return await _reset(admin, args)
+    return 0
+
+
+async def _reset(admin: Admin, args: argparse.Namespace) -> int:
+    (group,) = await admin.describe_groups([args.group])
+    if group.group_state not in ("Empty", "Dead"):
+        print(f"dcmirror groups: group {args.group} is {group.group_state}; stop its consumers before "
+              "resetting offsets", file=sys.stderr)
+        return 1
+    partitions: list[tuple[str, int]] = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            partitions += [(topic, int(p)) for p in parts.split(",")]
+        else:
+            meta = await admin.metadata([topic])
+            (t,) = meta.topics
+            if t.error_code != 0:
+                raise AdminError(f"topic {topic!r}", t.error_code)
+            partitions += [(topic, p.partition_index) for p in t.partitions]
+    earliest = await admin.list_offsets(partitions, EARLIEST)
+    latest = await admin.list_offsets(partitions, LATEST)
+    current = await admin.committed_offsets(args.group)
+    if args.to_earliest:
+        target = dict(earliest)
+    elif args.to_latest:
+        target = dict(latest)
+    elif args.to_offset is not None:
+        target = dict.fromkeys(partitions, args.to_offset)
+    elif args.to_datetime is not None:
+        when = datetime.datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        by_time = await admin.list_offsets(partitions, int(when.timestamp() * 1000))
+        target = {tp: (off if off >= 0 else latest[tp]) for tp, off in by_time.items()}
+    else:
+        target = {tp: current.get(tp, latest[tp]) + args.shift_by for tp in partitions}
+    # Out-of-range targets are clamped, as kafka-consumer-groups does.
+    new = {tp: min(max(off, earliest[tp]), latest[tp]) for tp, off in target.items()}
+    rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]]
+    for tp in sorted(new):
+        rows.append([tp[0], str(tp[1]), str(current.get(tp, "-")), str(new[tp])])
+    print(_table(rows))
+    if args.execute:
+        await admin.commit_offsets(args.group, new)
+        print(f"committed new offsets for group {args.group}")
+    else:
+        print("dry run: nothing committed (add --execute to commit)")
+    return 0
