@@ -389,7 +389,8 @@ async def aio_produce(
                     )
                 )
             mds = await asyncio.gather(*futures)
-            return [(md.partition, md.offset) for md in mds]
+            # acks=0: aiokafka resolves each send with None (no response, no offsets).
+            return [(-1, -1) if md is None else (md.partition, md.offset) for md in mds]
 
         return await asyncio.wait_for(run(), timeout_s)
     finally:

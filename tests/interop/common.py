@@ -287,3 +287,25 @@ def read_disk_batches(data_dir: Path, topic: str, partition: int) -> list[DiskBa
             out.append(DiskBatch(base, lod, attrs, pid, pepoch, bseq, count))
             pos += 12 + length
     return out
+
+
+def assert_disk_codec(data_dir: Path, topic: str, partitions: int, codec: str) -> None:
+    """Every on-disk batch of the topic is either compressed with `codec` or uncompressed
+    (clients send a batch uncompressed when compressing would not make it smaller), and
+    most records sit in compressed batches: the broker kept the producer's batches as
+    they were, and the client really compressed (old librdkafka silently stops
+    compressing when the broker's advertised Produce versions look wrong)."""
+    want = CODEC_IDS[codec]
+    for p in range(partitions):
+        batches = read_disk_batches(data_dir, topic, p)
+        assert batches, f"no batches on disk for {topic}-{p}"
+        codecs = {b.codec for b in batches}
+        if want == 0:
+            assert codecs == {0}, f"{topic}-{p}: on-disk codecs {sorted(codecs)}, expected none"
+            continue
+        assert codecs <= {0, want}, f"{topic}-{p}: on-disk codecs {sorted(codecs)}, expected {want} ({codec})"
+        total = sum(b.records_count for b in batches)
+        compressed = sum(b.records_count for b in batches if b.codec == want)
+        assert compressed * 2 > total, (
+            f"{topic}-{p}: only {compressed} of {total} records are in {codec} batches"
+        )

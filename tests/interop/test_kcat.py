@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.interop.clients import ck_consume, ck_create_topic, ck_produce, ck_watermarks
-from tests.interop.common import BASE_TS_MS, CODEC_IDS, CODECS, Rec, read_disk_batches
+from tests.interop.common import BASE_TS_MS, CODECS, Rec, assert_disk_codec
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -75,9 +75,7 @@ def test_kcat_produce_consume_exact(broker, codec):
 
     # librdkafka really compressed (kcat's librdkafka is old; it silently drops
     # compression when the broker's Produce versions look wrong).
-    for p in range(PARTITIONS):
-        codecs = {b.codec for b in read_disk_batches(broker.data_dir, topic, p)}
-        assert codecs == {CODEC_IDS[codec]}, (topic, p, codecs)
+    assert_disk_codec(broker.data_dir, topic, PARTITIONS, codec)
 
 
 def _first_diff(got: list[str], want: list[str]) -> str:
