@@ -21,27 +21,53 @@ class CorruptIndex(ValueError):
     """An index file whose contents do not fit its segment; the segment rebuilds it."""
 
 
-class OffsetIndex:
-    """Maps the last offset of an indexed batch to the file position where it starts."""
+class _IndexFile:
+    """The file under an index: appended entries, fsync, close."""
 
-    entry_size = _OFFSET_ENTRY.size
-
-    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+    def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
-        self.max_entries = max_entries
-        self._offsets = array("I")
-        self._positions = array("I")
         self._fd = -1
 
     def open(self) -> None:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
+    def _read_entries(self, entry_size: int) -> bytes:
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if len(data) % entry_size:
+            raise CorruptIndex(f"{self.path}: size {len(data)} is not a multiple of {entry_size}")
+        return data
+
+    def _truncate_file(self, entries: int, entry_size: int) -> None:
+        if self._fd >= 0:
+            os.ftruncate(self._fd, entries * entry_size)
+        else:
+            self.path.write_bytes(b"")
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OffsetIndex(_IndexFile):
+    """Maps the last offset of an indexed batch to the file position where it starts."""
+
+    entry_size = _OFFSET_ENTRY.size
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, base_offset)
+        self.max_entries = max_entries
+        self._offsets = array("I")
+        self._positions = array("I")
+
     def load(self, log_size_bytes: int) -> None:
         """Read the file and check it against the segment; raises CorruptIndex."""
-        data = self.path.read_bytes() if self.path.exists() else b""
-        if len(data) % self.entry_size:
-            raise CorruptIndex(f"{self.path}: size {len(data)} is not a multiple of {self.entry_size}")
+        data = self._read_entries(self.entry_size)
         last_offset = -1
         last_position = -1
         for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
@@ -54,10 +80,7 @@ class OffsetIndex:
     def reset(self) -> None:
         self._offsets = array("I")
         self._positions = array("I")
-        if self._fd >= 0:
-            os.ftruncate(self._fd, 0)
-        else:
-            self.path.write_bytes(b"")
+        self._truncate_file(0, self.entry_size)
 
     @property
     def is_full(self) -> bool:
@@ -84,37 +107,21 @@ class OffsetIndex:
         keep = bisect.bisect_left(self._positions, position)
         del self._offsets[keep:]
         del self._positions[keep:]
-        os.ftruncate(self._fd, keep * self.entry_size)
-
-    def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._truncate_file(keep, self.entry_size)
 
 
-class TimeIndex:
+class TimeIndex(_IndexFile):
     """Maps a max timestamp seen so far to the offset of the batch that carried it."""
 
     entry_size = _TIME_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+        super().__init__(path, base_offset)
         self._timestamps = array("q")
         self._offsets = array("I")
-        self._fd = -1
-
-    def open(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def load(self, next_offset_max: int) -> None:
-        data = self.path.read_bytes() if self.path.exists() else b""
-        if len(data) % self.entry_size:
-            raise CorruptIndex(f"{self.path}: size {len(data)} is not a multiple of {self.entry_size}")
+        data = self._read_entries(self.entry_size)
         last_ts = None
         for ts, rel in _TIME_ENTRY.iter_unpack(data):
             if (last_ts is not None and ts <= last_ts) or self.base_offset + rel >= next_offset_max:
@@ -126,10 +133,7 @@ class TimeIndex:
     def reset(self) -> None:
         self._timestamps = array("q")
         self._offsets = array("I")
-        if self._fd >= 0:
-            os.ftruncate(self._fd, 0)
-        else:
-            self.path.write_bytes(b"")
+        self._truncate_file(0, self.entry_size)
 
     @property
     def last_timestamp(self) -> int:
@@ -154,13 +158,4 @@ class TimeIndex:
         keep = bisect.bisect_left(self._offsets, offset - self.base_offset)
         del self._timestamps[keep:]
         del self._offsets[keep:]
-        os.ftruncate(self._fd, keep * self.entry_size)
-
-    def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._truncate_file(keep, self.entry_size)
