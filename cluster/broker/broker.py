@@ -219,6 +219,9 @@ class Broker:
             self.partitions.pop((name, p), None)
             self.logs.delete_log(name, p)
             self.waiters.notify((name, p))
+        # A topic recreated under the same name must not inherit old committed offsets.
+        self.groups.coordinator.delete_offsets_of_topic(name)
+        self.groups.flush_records()
         log.info("deleted topic %s", name)
 
     def _maybe_auto_create(self, name: str) -> tuple[TopicInfo | None, int]:

@@ -108,7 +108,7 @@ class Group:
     state_timestamp_ms: int = 0
     join_deadline_ms: int | None = None
     in_initial_delay: bool = False
-    initial_delay_remaining_ms: int = 0
+    initial_delay_cap_ms: int = 0
     sync_deadline_ms: int | None = None
 
     def transition(self, state: GroupState, now_ms: int) -> None:
@@ -165,12 +165,12 @@ class GroupCoordinator:
 
     # ---- helpers ---------------------------------------------------------------------
 
-    def _group(self, group_id: str, *, create: bool) -> Group | None:
+    def _group(self, group_id: str, *, create: bool, now_ms: int) -> Group | None:
         group = self.groups.get(group_id)
         if group is None and create:
             if len(self.groups) >= self.config.max_groups:
                 return None
-            group = Group(group_id)
+            group = Group(group_id, state_timestamp_ms=now_ms)
             self.groups[group_id] = group
         return group
 
@@ -212,11 +212,10 @@ class GroupCoordinator:
             delay = min(self.config.initial_rebalance_delay_ms, rebalance_timeout)
             group.in_initial_delay = delay > 0
             group.join_deadline_ms = now_ms + delay
-            group.initial_delay_remaining_ms = max(0, rebalance_timeout - delay)
+            group.initial_delay_cap_ms = now_ms + max(rebalance_timeout, delay)
         else:
             group.in_initial_delay = False
             group.join_deadline_ms = now_ms + rebalance_timeout
-            group.initial_delay_remaining_ms = 0
         group.sync_deadline_ms = None
         group.transition(GroupState.PREPARING_REBALANCE, now_ms)
 
@@ -265,8 +264,6 @@ class GroupCoordinator:
                                      protocol_name="", leader="", members=[], assignment=b""))
         if group.leader_id == member_id:
             group.leader_id = next(iter(group.members), None)
-        if not group.members:
-            group.protocol_type = None
 
     def _member_left(self, group: Group, member_id: str, now_ms: int) -> None:
         self._remove_member(group, member_id)
@@ -299,7 +296,7 @@ class GroupCoordinator:
             return fail(ErrorCode.invalid_group_id)
         if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
             return fail(ErrorCode.invalid_session_timeout)
-        group = self._group(group_id, create=not member_id)
+        group = self._group(group_id, create=not member_id, now_ms=now_ms)
         if group is None:
             return fail(ErrorCode.unknown_member_id if member_id else ErrorCode.coordinator_not_available)
         if group.state is GroupState.DEAD:
@@ -372,12 +369,12 @@ class GroupCoordinator:
         group.members[member_id] = member
         if group_instance_id is not None:
             group.static_members[group_instance_id] = member_id
-        if group.state is GroupState.PREPARING_REBALANCE and group.in_initial_delay \
-                and group.initial_delay_remaining_ms > 0:
-            # A new member during the initial delay extends it, up to the rebalance timeout.
-            extension = min(self.config.initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
-            group.initial_delay_remaining_ms -= extension
-            group.join_deadline_ms = now_ms + extension
+        if group.state is GroupState.PREPARING_REBALANCE and group.in_initial_delay:
+            # Each new member during the initial delay pushes it out by another delay, never
+            # past the rebalance timeout and never earlier than already promised.
+            assert group.join_deadline_ms is not None
+            extended = now_ms + self.config.initial_rebalance_delay_ms
+            group.join_deadline_ms = max(group.join_deadline_ms, min(extended, group.initial_delay_cap_ms))
         elif group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now_ms)
         waiter = Pending()
@@ -467,8 +464,6 @@ class GroupCoordinator:
                   now_ms: int) -> dict[str, Any]:
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, generation_id, group_instance_id)
-        if error == ErrorCode.illegal_generation and group is not None and group.state is GroupState.PREPARING_REBALANCE:
-            error = ErrorCode.rebalance_in_progress
         if error:
             return _err(error)
         assert group is not None
@@ -527,7 +522,7 @@ class GroupCoordinator:
         if simple:
             if group is not None and group.members:
                 return dict.fromkeys(keys, ErrorCode.unknown_member_id)
-            group = self._group(group_id, create=True)
+            group = self._group(group_id, create=True, now_ms=now_ms)
             if group is None:
                 return dict.fromkeys(keys, ErrorCode.coordinator_not_available)
         else:
@@ -535,7 +530,9 @@ class GroupCoordinator:
             if error:
                 return dict.fromkeys(keys, error)
             assert group is not None
-            if group.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
+            # Kafka refuses only while assignments are pending; during PreparingRebalance the
+            # commit a consumer makes before rejoining must succeed, or it re-reads its batch.
+            if group.state is GroupState.COMPLETING_REBALANCE:
                 return dict.fromkeys(keys, ErrorCode.rebalance_in_progress)
             group.members[member_id].last_heartbeat_ms = now_ms
         results: dict[tuple[str, int], int] = {}
@@ -621,7 +618,21 @@ class GroupCoordinator:
             for m in g.members.values():
                 if m.join_waiter is None and m.sync_waiter is None:
                     deadlines.append(m.last_heartbeat_ms + m.session_timeout_ms)
+            expiry = self._offsets_expiry_ms(g)
+            if expiry is not None:
+                deadlines.append(expiry)
         return min(deadlines) if deadlines else None
+
+    def _offsets_expiry_ms(self, group: Group) -> int | None:
+        """When the group's next offset expires (only empty groups' offsets expire)."""
+        if group.state is not GroupState.EMPTY or group.members or group.pending_member_ids:
+            return None
+        retention = self.config.offsets_retention_ms
+        if group.protocol_type is None:
+            if not group.offsets:
+                return group.state_timestamp_ms + retention
+            return min(c.commit_timestamp_ms for c in group.offsets.values()) + retention
+        return group.state_timestamp_ms + retention
 
     def tick(self, now_ms: int) -> None:
         """Expire sessions, end join and sync phases whose time is up, expire offsets."""
@@ -650,7 +661,7 @@ class GroupCoordinator:
             self._expire_offsets(group, now_ms)
 
     def _expire_offsets(self, group: Group, now_ms: int) -> None:
-        if group.state is not GroupState.EMPTY:
+        if group.state is not GroupState.EMPTY or group.members or group.pending_member_ids:
             return
         retention = self.config.offsets_retention_ms
         if group.protocol_type is None and not group.members:

@@ -1,0 +1,96 @@
+"""One confluent-kafka group member as a child process, for the member-failure tests.
+
+    python tests/interop/group_member.py BOOTSTRAP TOPIC GROUP NAME [SESSION_MS [PROCESS_MS]]
+
+It subscribes to TOPIC in GROUP with auto commit off and prints, one line each, flushed:
+
+    ASSIGN <t> <p,p,...>      on every assignment (t = time.time())
+    REVOKE <t> <p,p,...>      on every revocation
+    MSG <p> <o>               every consumed record
+    COMMIT <p>:<o> ...        a successful synchronous commit after a batch (o = next offset),
+                              PROCESS_MS after the batch's MSG lines ("processing" time)
+    COMMITFAIL <p>:<o> ... <error>   (the partitions whose commit failed)
+    CLOSED                    after SIGTERM: consumer.close() (LeaveGroup) has returned
+
+A SIGKILL leaves no LeaveGroup behind: the coordinator only notices at session timeout.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    bootstrap, topic, group, name = argv[:4]
+    session_ms = int(argv[4]) if len(argv) > 4 else 6000
+    process_s = int(argv[5]) / 1000 if len(argv) > 5 else 0.0
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    def out(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": name,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": session_ms,
+        "heartbeat.interval.ms": 500,
+        "fetch.wait.max.ms": 100,
+        "socket.timeout.ms": 10000,
+    })
+
+    def on_assign(c: object, parts: list[object]) -> None:
+        out(f"ASSIGN {time.time():.3f} " + ",".join(str(p.partition) for p in parts))  # type: ignore[attr-defined]
+
+    def on_revoke(c: object, parts: list[object]) -> None:
+        out(f"REVOKE {time.time():.3f} " + ",".join(str(p.partition) for p in parts))  # type: ignore[attr-defined]
+
+    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    out("READY")
+    while not stop:
+        msgs = consumer.consume(200, 0.2)
+        last: dict[int, int] = {}
+        for m in msgs:
+            if m.error():
+                out(f"ERROR {m.error()}")
+                continue
+            out(f"MSG {m.partition()} {m.offset()}")
+            last[m.partition()] = m.offset()
+        if not last:
+            continue
+        if process_s:
+            time.sleep(process_s)
+        offsets = [TopicPartition(topic, p, o + 1) for p, o in sorted(last.items())]
+        desc = " ".join(f"{tp.partition}:{tp.offset}" for tp in offsets)
+        try:
+            result = consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            out(f"COMMITFAIL {desc} {exc.args[0].name()}")
+            continue
+        ok = [tp for tp in result or [] if tp.error is None]
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if ok:
+            out("COMMIT " + " ".join(f"{tp.partition}:{tp.offset}" for tp in ok))
+        if failed:
+            out("COMMITFAIL " + " ".join(f"{tp.partition}:{tp.offset}" for tp in failed)
+                + f" {failed[0].error.name()}")
+    consumer.close()
+    out("CLOSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
