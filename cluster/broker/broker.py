@@ -296,6 +296,8 @@ class Broker:
                 "error_message": str(exc)}
 
     async def handle_produce(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any] | None:
+        if req.acks == 0 and req.transactional_id is not None:
+            return None
         if req.transactional_id is not None:
             code = ErrorCode.transactional_id_authorization_failed
             return {"responses": [
@@ -305,6 +307,8 @@ class Broker:
         responses = []
         for t in req.topic_data:
             info, error = self._maybe_auto_create(t.name)
+            if info is not None and info.internal:
+                info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
             if info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:

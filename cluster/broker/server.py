@@ -120,7 +120,15 @@ class BrokerServer:
                         data = await sock.recv(_RECV_BYTES)
                         if not data:
                             return
-                        decoder.receive_data(data)
+                        try:
+                            decoder.receive_data(data)
+                        except ProtocolError:
+                            # Answer the whole requests that came before the bad one, then close.
+                            while (queued := decoder.next_frame()) is not None:
+                                response = await self.dispatch(queued, peer_host)
+                                if response is not None:
+                                    await stream.send_all(response)
+                            raise
                 if idle.cancelled_caught:
                     log.info("closing idle connection from %s", peer)
                     return

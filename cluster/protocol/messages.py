@@ -135,7 +135,26 @@ def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset:
         raise ProtocolError(
             f"{API_NAMES.get(api_key, api_key)} v{version} request has {len(frame) - offset - size} trailing bytes"
         )
+    missing = _null_field(cls, value)
+    if missing is not None:
+        raise ProtocolError(f"{API_NAMES.get(api_key, api_key)} v{version} request: non-nullable field {missing} is null")
     return value
+
+
+def _null_field(cls: type, value: Any) -> str | None:
+    """The first non-nullable field holding None (kio decodes a -1 array count as None)."""
+    for plan in _plan(cls):
+        v = getattr(value, plan.name)
+        if v is None:
+            if not plan.nullable:
+                return plan.name
+            continue
+        if plan.nested is not None:
+            for item in v if plan.is_tuple else (v,):
+                missing = _null_field(plan.nested, item)
+                if missing is not None:
+                    return f"{plan.name}.{missing}"
+    return None
 
 
 def is_flexible_request(api_key: int, version: int) -> bool:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.protocol.record_batch import BatchHeader, iter_headers
-from cluster.protocol.records import decode_batch, encode_batch
+from cluster.protocol.record_batch import BatchHeader, InvalidRecordBatch, iter_headers
+from cluster.protocol.records import Record, decode_batch, encode_batch
 from cluster.storage.checkpoint import write_atomic
 from cluster.storage.segment import LogSegment, segment_name
 
@@ -152,7 +152,10 @@ def prepare_clean(
         for _, header, raw in _batches(seg, throttle):
             if header.next_offset <= first_dirty or header.is_control:
                 continue
-            _, records = decode_batch(raw)
+            records = _decode_or_none(raw, lg.name)
+            if records is None:
+                end_offset = header.next_offset
+                continue
             new_keys = sum(1 for r in records if r.key is not None and r.key not in offset_map)
             if len(offset_map) + new_keys > max_keys:
                 full = True
@@ -193,11 +196,11 @@ def _write_group(
     with open(path, "wb") as out:
         for seg in group:
             for _, header, raw in _batches(seg, throttle):
-                if header.is_control:
-                    out.write(raw)
+                records = None if header.is_control else _decode_or_none(raw, lg.name)
+                if records is None:
+                    out.write(raw)  # control batches, and batches that do not decode, stay as they are
                     written += len(raw)
                     continue
-                _, records = decode_batch(raw)
                 kept = []
                 for r in records:
                     latest = offset_map.get(r.key) if r.key is not None else None
@@ -224,6 +227,14 @@ def _write_group(
         out.flush()
         os.fsync(out.fileno())
     return CleanedGroup(group, path, written)
+
+
+def _decode_or_none(raw: bytes, name: str) -> list[Record] | None:
+    try:
+        return decode_batch(raw)[1]
+    except InvalidRecordBatch as exc:
+        log.warning("compaction of %s keeps a batch that does not decode: %s", name, exc)
+        return None
 
 
 def commit_clean(task: CleaningTask, now_ms: int) -> bool:

@@ -425,7 +425,13 @@ class Log:
             if found is None:
                 continue
             pos, header = found
-            _, records = decode_batch(seg.read(pos, header.size_bytes))
+            try:
+                _, records = decode_batch(seg.read(pos, header.size_bytes))
+            except InvalidRecordBatch as exc:
+                # CRC-valid but undecodable records (the produce path does not parse them):
+                # answer with the batch, which is as close as the log can tell.
+                log.warning("%s: batch at offset %d does not decode (%s)", self.name, header.base_offset, exc)
+                return header.base_offset, header.max_timestamp
             for r in records:
                 if r.timestamp >= timestamp_ms and r.offset >= self.log_start_offset:
                     return r.offset, r.timestamp

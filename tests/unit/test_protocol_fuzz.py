@@ -1,0 +1,879 @@
+"""Hypothesis fuzzing of the sans-IO protocol layer and of in-process request dispatch.
+
+No broker process: FrameDecoder, record-batch validation, request decoding (every API and
+version the broker advertises) and `BrokerServer.dispatch` on a Broker in a temp dir.
+
+The contract under test (shared/PROTOCOL.md, "Framing and headers" and "Pitfalls"):
+- frames come out exactly as sent whatever the TCP chunking; a declared size above
+  socket.request.max.bytes raises FrameTooLarge before any buffer is allocated; a negative
+  size raises ProtocolError;
+- malformed record batches raise InvalidRecordBatch and nothing else; any change to the
+  CRC-covered bytes (21 on) is detected;
+- malformed requests raise ProtocolError and nothing else; dispatch answers bytes, None
+  (acks=0) or raises ProtocolError / CloseConnection, never anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import tempfile
+import tracemalloc
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from crc32c import crc32c
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from kio.serial import entity_reader, entity_writer
+
+from cluster.broker import group_service
+from cluster.broker.broker import SUPPORTED_APIS, Broker
+from cluster.broker.config import BrokerConfig
+from cluster.broker.server import BrokerServer, CloseConnection
+from cluster.protocol import messages
+from cluster.protocol.errors import FrameTooLarge, ProtocolError
+from cluster.protocol.framing import FrameDecoder, encode_frame
+from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.protocol.record_batch import (
+    InvalidRecordBatch,
+    UnsupportedMagic,
+    split_batches,
+    validate_batch,
+)
+from cluster.protocol.records import decode_batch
+
+FUZZ = settings(
+    max_examples=100,
+    deadline=None,
+    print_blob=True,
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+FAST = settings(FUZZ, max_examples=200)
+
+I32 = struct.Struct(">i")
+INT32_MAX = 2**31 - 1
+UNSUPPORTED_VERSION = 35
+API_VERSIONS = 18
+
+# Every (api, version) the broker advertises. Produce v0-2 has no kio schema: it is parsed
+# by legacy.refuse_legacy_produce and fuzzed separately below.
+ADVERTISED = [(k, v) for k, (lo, hi) in sorted(SUPPORTED_APIS.items()) for v in range(lo, hi + 1)]
+LEGACY_PRODUCE = [(0, v) for v in range(0, 3) if (0, v) in ADVERTISED]
+KIO_PAIRS = [p for p in ADVERTISED if p not in LEGACY_PRODUCE]
+
+
+# ---- a tiny RecordBatch v2 encoder -------------------------------------------------------
+
+
+def zigzag_varint(n: int) -> bytes:
+    z = ((n << 1) ^ (n >> 63)) & ((1 << 64) - 1)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _varbytes(b: bytes | None) -> bytes:
+    return zigzag_varint(-1) if b is None else zigzag_varint(len(b)) + b
+
+
+Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
+                  headers: tuple[tuple[str, bytes | None], ...] = ()) -> bytes:
+    body = b"\x00" + zigzag_varint(ts_delta) + zigzag_varint(offset_delta) + _varbytes(key) + _varbytes(value)
+    body += zigzag_varint(len(headers))
+    for hk, hv in headers:
+        body += _varbytes(hk.encode()) + _varbytes(hv)
+    return zigzag_varint(len(body)) + body
+
+
+def seal_batch(*, records_section: bytes, count: int, last_offset_delta: int | None = None,
+               attributes: int = 0, base_offset: int = 0, leader_epoch: int = -1,
+               base_ts: int = 1_700_000_000_000, max_ts: int | None = None, producer_id: int = -1,
+               producer_epoch: int = -1, base_sequence: int = -1, magic: int = 2) -> bytes:
+    """A magic-2 batch around `records_section` with a correct CRC32C over byte 21 on."""
+    lod = count - 1 if last_offset_delta is None else last_offset_delta
+    after_crc = struct.pack(">hiqqqhii", attributes, lod, base_ts, base_ts if max_ts is None else max_ts,
+                            producer_id, producer_epoch, base_sequence, count) + records_section
+    rest = struct.pack(">ib", leader_epoch, magic) + struct.pack(">I", crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", base_offset, len(rest)) + rest
+
+
+def encode_batch(records: list[Record], **kw: Any) -> bytes:
+    section = b"".join(encode_record(i, i, k, v, h) for i, (k, v, h) in enumerate(records))
+    return seal_batch(records_section=section, count=len(records), **kw)
+
+
+small_bytes = st.one_of(st.none(), st.binary(max_size=12))
+records_st = st.lists(
+    st.tuples(small_bytes, small_bytes,
+              st.lists(st.tuples(st.text(max_size=4), small_bytes), max_size=2).map(tuple)),
+    min_size=1, max_size=4,
+)
+valid_batches = records_st.map(encode_batch)
+
+
+def mutate(data: bytes, draw: Any) -> bytes:
+    """Overwrite, insert, delete, truncate or splice boundary integers into `data`."""
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "int32", "int16", "null-array"]))
+        pos = draw(st.integers(0, len(buf)))
+        if kind == "null-array":
+            # An empty array's int32 count 0 becomes -1 (null), keeping the length.
+            zeros = [i for i in range(len(buf) - 3) if buf[i : i + 4] == b"\x00\x00\x00\x00"]
+            if zeros:
+                i = draw(st.sampled_from(zeros))
+                buf[i : i + 4] = b"\xff\xff\xff\xff"
+        elif kind == "flip" and pos < len(buf):
+            buf[pos] ^= draw(st.integers(1, 255))
+        elif kind == "insert":
+            buf[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete":
+            del buf[pos : pos + draw(st.integers(1, 8))]
+        elif kind == "truncate":
+            del buf[pos:]
+        elif kind in ("int32", "int16"):
+            fmt, values = (">i", [-(2**31), -2, -1, 0, 1, 0x7FFF, INT32_MAX]) if kind == "int32" else (
+                ">h", [-32768, -2, -1, 0, 1, 32767])
+            packed = struct.pack(fmt, draw(st.sampled_from(values)))
+            buf[pos : pos + len(packed)] = packed
+    return bytes(buf)
+
+
+@st.composite
+def mutated(draw: Any, base: st.SearchStrategy[bytes]) -> bytes:
+    return mutate(draw(base), draw)
+
+
+# ---- FrameDecoder ------------------------------------------------------------------------
+
+
+def _chunks(stream: bytes, cuts: list[int]) -> Iterator[bytes]:
+    prev = 0
+    for cut in sorted(set(cuts)) + [len(stream)]:
+        if cut > prev:
+            yield stream[prev:cut]
+            prev = cut
+
+
+frames_st = st.lists(st.binary(max_size=64), max_size=8)
+
+
+@FAST
+@given(frames=frames_st, cut_fractions=st.lists(st.floats(0, 1), max_size=20))
+def test_random_chunking_yields_exactly_the_frames(frames: list[bytes], cut_fractions: list[float]) -> None:
+    stream = b"".join(encode_frame(f) for f in frames)
+    cuts = [int(f * len(stream)) for f in cut_fractions]
+    decoder = FrameDecoder(64)
+    got = []
+    for chunk in _chunks(stream, cuts):
+        decoder.receive_data(chunk)
+        while (frame := decoder.next_frame()) is not None:
+            got.append(bytes(frame))
+    assert got == frames
+    assert decoder.wants_bytes == 4 and decoder.frame_buffer is None
+
+
+@FAST
+@given(frames=frames_st, sizes=st.lists(st.integers(1, 50), min_size=1, max_size=20))
+def test_recv_into_path_yields_exactly_the_frames(frames: list[bytes], sizes: list[int]) -> None:
+    """The server's loop: recv_into frame_buffer while a frame is open, else receive_data."""
+    stream = memoryview(b"".join(encode_frame(f) for f in frames))
+    decoder = FrameDecoder(64)
+    got = []
+    pos = 0
+    i = 0
+    while pos < len(stream):
+        n = min(sizes[i % len(sizes)], len(stream) - pos)
+        i += 1
+        target = decoder.frame_buffer
+        if target is not None and len(target) > 0:
+            n = min(n, len(target))
+            target[:n] = stream[pos : pos + n]
+            decoder.filled(n)
+        else:
+            decoder.receive_data(stream[pos : pos + n])
+        pos += n
+        while (frame := decoder.next_frame()) is not None:
+            got.append(bytes(frame))
+    assert got == frames
+
+
+@FAST
+@given(body=st.binary(max_size=40), cut=st.integers(0, 43))
+def test_partial_frame_is_held_back(body: bytes, cut: int) -> None:
+    stream = encode_frame(body)
+    cut = min(cut, len(stream) - 1)
+    decoder = FrameDecoder(64)
+    decoder.receive_data(stream[:cut])
+    assert decoder.next_frame() is None
+    assert decoder.wants_bytes == (4 - cut if cut < 4 else len(stream) - cut)
+    decoder.receive_data(stream[cut:])
+    assert decoder.next_frame() == body
+
+
+@FAST
+@given(cap=st.integers(0, 1 << 20), data=st.data())
+def test_frame_at_cap_is_accepted_and_above_cap_refused(cap: int, data: st.DataObject) -> None:
+    decoder = FrameDecoder(cap)
+    decoder.receive_data(I32.pack(cap))
+    if cap:
+        assert decoder.wants_bytes == cap and decoder.next_frame() is None
+    else:
+        assert decoder.next_frame() == b""
+    size = data.draw(st.one_of(st.just(cap + 1), st.integers(cap + 1, INT32_MAX)), label="size")
+    prefix = I32.pack(size)
+    split = data.draw(st.integers(0, 3), label="split")
+    decoder = FrameDecoder(cap)
+    decoder.receive_data(prefix[:split])
+    with pytest.raises(FrameTooLarge, match=rf"frame of {size} bytes exceeds socket\.request\.max\.bytes={cap}"):
+        decoder.receive_data(prefix[split:] + b"\x00" * 16)
+
+
+@FAST
+@given(size=st.integers(-(2**31), -1), cap=st.integers(0, INT32_MAX))
+def test_negative_size_is_a_protocol_error(size: int, cap: int) -> None:
+    decoder = FrameDecoder(cap)
+    with pytest.raises(ProtocolError, match="negative frame size") as info:
+        decoder.receive_data(I32.pack(size))
+    assert not isinstance(info.value, FrameTooLarge)
+
+
+@FAST
+@given(frames=st.lists(st.binary(max_size=32), min_size=1, max_size=4),
+       bad=st.one_of(st.integers(65, INT32_MAX), st.integers(-(2**31), -1)))
+def test_frames_before_a_bad_size_stay_available(frames: list[bytes], bad: int) -> None:
+    """Whole frames received in the same chunk as a bad size prefix are not lost by the decoder
+    (the server must still answer them before closing, like Kafka reading request by request)."""
+    decoder = FrameDecoder(64)
+    with pytest.raises(ProtocolError):
+        decoder.receive_data(b"".join(encode_frame(f) for f in frames) + I32.pack(bad))
+    got = []
+    while (frame := decoder.next_frame()) is not None:
+        got.append(bytes(frame))
+    assert got == frames
+
+
+@pytest.mark.parametrize("cap", [1024, 1 << 20, 100 << 20, INT32_MAX - 1])
+def test_declared_2gib_frame_allocates_nothing(cap: int) -> None:
+    decoder = FrameDecoder(cap)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        with pytest.raises(FrameTooLarge):
+            decoder.receive_data(I32.pack(INT32_MAX) + b"\x00" * 64)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"refusing a 2 GiB frame allocated {peak} bytes"
+
+
+# ---- record batches ----------------------------------------------------------------------
+
+
+@FUZZ
+@given(records=records_st)
+def test_hand_built_batch_validates_and_round_trips(records: list[Record]) -> None:
+    batch = encode_batch(records, base_offset=7, leader_epoch=3)
+    header = validate_batch(batch)
+    assert header.magic == 2 and header.base_offset == 7 and header.partition_leader_epoch == 3
+    assert header.records_count == len(records) and header.last_offset_delta == len(records) - 1
+    assert header.size_bytes == len(batch)
+    assert header.crc == crc32c(batch[21:])
+    assert split_batches(batch) == [(0, header)]
+    _, decoded = decode_batch(batch)
+    assert [(r.key, r.value, r.headers) for r in decoded] == [
+        (k, v, tuple((hk, hv) for hk, hv in h)) for k, v, h in records
+    ]
+    assert [r.offset for r in decoded] == list(range(7, 7 + len(records)))
+
+
+@FAST
+@given(batch=valid_batches, data=st.data())
+def test_any_change_in_crc_covered_range_is_detected(batch: bytes, data: st.DataObject) -> None:
+    pos = data.draw(st.integers(21, len(batch) - 1), label="pos")
+    mask = data.draw(st.integers(1, 255), label="xor")
+    bad = bytearray(batch)
+    bad[pos] ^= mask
+    with pytest.raises(InvalidRecordBatch) as info:
+        validate_batch(bad)
+    assert not isinstance(info.value, UnsupportedMagic)
+    with pytest.raises(InvalidRecordBatch):
+        split_batches(bytes(bad))
+
+
+def test_every_byte_of_a_batch_is_checked_exactly() -> None:
+    """Flip each byte: only baseOffset (0-7) and partitionLeaderEpoch (12-15) are outside the CRC."""
+    batch = encode_batch([(b"k", b"v" * 10, (("h", b"x"),)), (None, None, ())])
+    for pos in range(len(batch)):
+        for mask in (0x01, 0x80, 0xFF):
+            bad = bytearray(batch)
+            bad[pos] ^= mask
+            if pos < 8 or 12 <= pos < 16:
+                assert validate_batch(bad).records_count == 2, pos
+            elif pos == 16:
+                with pytest.raises(UnsupportedMagic):
+                    validate_batch(bad)
+            else:
+                with pytest.raises(InvalidRecordBatch) as info:
+                    validate_batch(bad)
+                assert not isinstance(info.value, UnsupportedMagic), pos
+
+
+def _only_invalid_batch(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except InvalidRecordBatch:
+        return None
+
+
+@FAST
+@given(data=st.one_of(st.binary(max_size=200), mutated(valid_batches),
+                      mutated(st.lists(valid_batches, min_size=1, max_size=3).map(b"".join))))
+def test_garbage_batches_raise_only_invalid_record_batch(data: bytes) -> None:
+    for buf in (data, bytearray(data), memoryview(data)):
+        _only_invalid_batch(validate_batch, buf)
+        _only_invalid_batch(split_batches, buf)
+        _only_invalid_batch(decode_batch, bytes(buf))
+
+
+@st.composite
+def crc_valid_headers(draw: Any) -> tuple[bytes, dict[str, int]]:
+    """Batches with arbitrary header fields but a correct CRC: the validator must decide alone."""
+    fields = {
+        "count": draw(st.one_of(st.integers(-2, 5), st.integers(-(2**31), INT32_MAX))),
+        "last_offset_delta": draw(st.one_of(st.integers(-2, 5), st.integers(-(2**31), INT32_MAX))),
+        "attributes": draw(st.one_of(st.sampled_from([0, 0x10, 0x20, 0x30, 0x07]), st.integers(-32768, 32767))),
+        "producer_id": draw(st.sampled_from([-1, 0, 2**63 - 1])),
+    }
+    section = draw(st.binary(max_size=40))
+    batch = seal_batch(records_section=section, **fields)
+    return batch, fields
+
+
+@FAST
+@given(case=crc_valid_headers(), extra=st.integers(-4, 4))
+def test_batch_header_rules_exactly(case: tuple[bytes, dict[str, int]], extra: int) -> None:
+    batch, f = case
+    # Optionally lie about batchLength (bytes 8-11) without touching the CRC range.
+    declared = len(batch) - 12 + extra
+    buf = batch[:8] + I32.pack(declared) + batch[12:]
+    expect_ok = (
+        extra == 0  # longer: runs past the buffer; shorter: the CRC range moves (mismatch)
+        and f["last_offset_delta"] >= 0 and f["count"] >= 0
+        and (f["count"] > 0 or f["attributes"] & 0x20)
+        and (f["count"] == 0 or f["last_offset_delta"] == f["count"] - 1)
+    )
+    if expect_ok:
+        assert validate_batch(buf).records_count == f["count"]
+    else:
+        with pytest.raises(InvalidRecordBatch):
+            validate_batch(buf)
+    _only_invalid_batch(decode_batch, buf)
+
+
+@FUZZ
+@given(batches=st.lists(valid_batches, min_size=1, max_size=4), data=st.data())
+def test_split_batches_exact_positions_and_truncation(batches: list[bytes], data: st.DataObject) -> None:
+    payload = b"".join(batches)
+    starts = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+    assert [pos for pos, _ in split_batches(payload)] == starts
+    cut = data.draw(st.integers(0, len(payload) - 1), label="cut")
+    if cut in starts[1:]:
+        assert [pos for pos, _ in split_batches(payload[:cut])] == [s for s in starts if s < cut]
+    else:
+        with pytest.raises(InvalidRecordBatch):
+            split_batches(payload[:cut])
+
+
+# ---- request decoding --------------------------------------------------------------------
+
+
+def _int(bits: int) -> st.SearchStrategy[int]:
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return st.one_of(st.integers(-2, 8), st.sampled_from([lo, hi]), st.integers(lo, hi))
+
+
+NAMES = st.one_of(st.sampled_from(["t", "fuzz", "", ".", "..", "a" * 249, "b" * 300, "bad/name",
+                                   "__consumer_offsets"]),
+                  st.text(max_size=6))
+RECORDS = st.one_of(valid_batches, mutated(valid_batches), st.binary(max_size=64))
+PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
+    "int8": _int(8), "int16": _int(16), "int32": _int(32), "int64": _int(64),
+    "bool": st.booleans(), "string": NAMES, "records": RECORDS, "bytes": st.binary(max_size=16),
+    "timedelta_i32": st.one_of(st.integers(-1, 100), st.sampled_from([6000, 10000, 300000]),
+                               st.integers(-(2**31), INT32_MAX)).map(lambda ms: datetime.timedelta(milliseconds=ms)),
+    "timedelta_i64": st.one_of(st.integers(-1, 100), st.integers(-(2**47), 2**47)).map(
+        lambda ms: datetime.timedelta(milliseconds=ms)),
+}
+
+
+def _field_strategy(tp: Any, kafka_type: str | None) -> st.SearchStrategy[Any]:
+    args = typing.get_args(tp)
+    if type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return st.one_of(st.none(), _field_strategy(inner, kafka_type))
+    if typing.get_origin(tp) is tuple:
+        return st.lists(_field_strategy(args[0], kafka_type), max_size=2)
+    if dataclasses.is_dataclass(tp):
+        return entity_strategy(tp)
+    assert kafka_type in PRIMITIVES, f"no strategy for {kafka_type} ({tp})"
+    return PRIMITIVES[kafka_type]
+
+
+@functools.cache
+def entity_strategy(cls: type) -> st.SearchStrategy[Any]:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: _field_strategy(hints[f.name], f.metadata.get("kafka_type"))
+              for f in dataclasses.fields(cls)}
+    return st.fixed_dictionaries(fields).map(lambda d: messages.build(cls, d))
+
+
+def encode_entity(entity: Any) -> bytes:
+    out = io.BytesIO()
+    entity_writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def request_header(api_key: int, version: int, correlation_id: int, client_id: bytes | None = b"fuzz",
+                   flexible: bool = False) -> bytes:
+    out = struct.pack(">hhi", api_key, version, correlation_id)
+    out += struct.pack(">h", -1) if client_id is None else struct.pack(">h", len(client_id)) + client_id
+    return out + (b"\x00" if flexible else b"")
+
+
+def flexible(api_key: int, version: int) -> bool:
+    return messages.is_flexible_request(api_key, version)
+
+
+def null_in_non_nullable(value: Any, path: str = "") -> list[str]:
+    """Fields of a decoded request that hold None although the schema does not allow null.
+
+    Kafka rejects such a request ("non-nullable field ... was serialized as null").
+    """
+    found = []
+    hints = typing.get_type_hints(type(value))
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        name = f"{path}{f.name}"
+        if v is None:
+            if type(None) not in typing.get_args(hints[f.name]):
+                found.append(name)
+        elif dataclasses.is_dataclass(v):
+            found += null_in_non_nullable(v, name + ".")
+        elif isinstance(v, tuple):
+            for i, item in enumerate(v):
+                if dataclasses.is_dataclass(item):
+                    found += null_in_non_nullable(item, f"{name}[{i}].")
+    return found
+
+
+@st.composite
+def valid_requests(draw: Any, pairs: list[tuple[int, int]] = KIO_PAIRS) -> tuple[int, int, int, Any, bytes]:
+    """(api, version, correlation id, entity, frame) of a well-formed request."""
+    api, version = draw(st.sampled_from(pairs), label="api/version")
+    entity = draw(entity_strategy(messages.request_schema(api, version)), label="request")
+    corr = draw(st.integers(-(2**31), INT32_MAX), label="correlation id")
+    client = draw(st.one_of(st.none(), st.binary(max_size=8)), label="client id")
+    frame = request_header(api, version, corr, client, flexible(api, version)) + encode_entity(entity)
+    return api, version, corr, entity, frame
+
+
+def test_fuzzed_pairs_are_exactly_the_advertised_ones() -> None:
+    assert LEGACY_PRODUCE == [(0, 0), (0, 1), (0, 2)]
+    for api, version in KIO_PAIRS:
+        messages.request_schema(api, version)  # every other advertised pair has a schema
+
+
+def _decode(frame: bytes | bytearray) -> Any:
+    api, version, _ = messages.peek_api(frame)
+    header = messages.parse_request_header(frame, flexible=flexible(api, version))
+    assert header.body_offset <= len(frame)
+    return messages.decode_request(api, version, frame, header.body_offset)
+
+
+@FUZZ
+@given(req=valid_requests())
+def test_valid_requests_round_trip(req: tuple[int, int, int, Any, bytes]) -> None:
+    api, version, corr, entity, frame = req
+    header = messages.parse_request_header(frame, flexible=flexible(api, version))
+    assert (header.api_key, header.api_version, header.correlation_id) == (api, version, corr)
+    assert _decode(frame) == entity
+    assert _decode(bytearray(frame)) == entity
+
+
+@FUZZ
+@given(req=valid_requests(), data=st.data())
+def test_truncated_or_padded_requests_are_protocol_errors(req: tuple[int, int, int, Any, bytes],
+                                                          data: st.DataObject) -> None:
+    api, version, _, _, frame = req
+    cut = data.draw(st.integers(0, len(frame) - 1), label="cut")
+    with pytest.raises(ProtocolError):
+        _decode(frame[:cut])
+    pad = data.draw(st.binary(min_size=1, max_size=8), label="trailing")
+    with pytest.raises(ProtocolError, match="trailing bytes"):
+        _decode(frame + pad)
+
+
+@FAST
+@given(pair=st.sampled_from(KIO_PAIRS), body=st.binary(max_size=96),
+       client=st.one_of(st.none(), st.binary(max_size=4)))
+def test_random_bodies_raise_only_protocol_error(pair: tuple[int, int], body: bytes, client: bytes | None) -> None:
+    api, version = pair
+    frame = request_header(api, version, 1, client, flexible(api, version)) + body
+    try:
+        value = _decode(frame)
+    except ProtocolError:
+        return
+    assert isinstance(value, messages.request_schema(api, version))
+    assert null_in_non_nullable(value) == []
+
+
+@FAST
+@given(req=valid_requests(), data=st.data())
+def test_mutated_requests_raise_only_protocol_error(req: tuple[int, int, int, Any, bytes],
+                                                    data: st.DataObject) -> None:
+    api, version, _, _, frame = req
+    bad = mutate(frame, data.draw)
+    note(f"mutated frame: {bad.hex()}")
+    for buf in (bad, bytearray(bad)):
+        try:
+            value = messages.decode_request(api, version, buf, messages.parse_request_header(
+                buf, flexible=flexible(api, version)).body_offset)
+        except ProtocolError:
+            continue
+        assert isinstance(value, messages.request_schema(api, version))
+        assert null_in_non_nullable(value) == [], "decoded null into a non-nullable field"
+
+
+@FAST
+@given(frame=st.binary(max_size=40), flex=st.booleans())
+def test_request_header_parsing_raises_only_protocol_error(frame: bytes, flex: bool) -> None:
+    try:
+        header = messages.parse_request_header(frame, flexible=flex)
+    except ProtocolError:
+        return
+    assert 10 <= header.body_offset <= len(frame)
+
+
+# ---- legacy Produce v0-2 -----------------------------------------------------------------
+
+
+def legacy_produce_body(acks: int, topics: list[tuple[bytes, list[tuple[int, bytes]]]]) -> bytes:
+    out = struct.pack(">hi", acks, 1000) + I32.pack(len(topics))
+    for name, parts in topics:
+        out += struct.pack(">h", len(name)) + name + I32.pack(len(parts))
+        for index, message_set in parts:
+            out += I32.pack(index) + I32.pack(len(message_set)) + message_set
+    return out
+
+
+legacy_topics = st.lists(
+    st.tuples(st.binary(max_size=6), st.lists(st.tuples(st.integers(-1, 5), st.binary(max_size=20)), max_size=3)),
+    max_size=3,
+)
+
+
+@FUZZ
+@given(version=st.sampled_from([v for _, v in LEGACY_PRODUCE]), acks=st.sampled_from([-1, 0, 1]),
+       topics=legacy_topics, corr=st.integers(0, INT32_MAX))
+def test_legacy_produce_is_refused_exactly(version: int, acks: int, topics: list[Any], corr: int) -> None:
+    frame = request_header(0, version, corr) + legacy_produce_body(acks, topics)
+    resp = refuse_legacy_produce(version, corr, frame, 14)
+    if acks == 0:
+        assert resp is None
+        return
+    assert resp is not None
+    assert struct.unpack_from(">ii", resp) == (len(resp) - 4, corr)
+    pos = 8
+    (n_topics,) = I32.unpack_from(resp, pos)
+    pos += 4
+    assert n_topics == len(topics)
+    for name, parts in topics:
+        (n,) = struct.unpack_from(">h", resp, pos)
+        assert resp[pos + 2 : pos + 2 + n] == name
+        pos += 2 + n
+        assert I32.unpack_from(resp, pos)[0] == len(parts)
+        pos += 4
+        for index, _ in parts:
+            assert struct.unpack_from(">ihq", resp, pos) == (index, UNSUPPORTED_VERSION, -1)
+            pos += 14 + (8 if version >= 2 else 0)
+    assert len(resp) - pos == (4 if version >= 1 else 0)
+
+
+@FAST
+@given(version=st.integers(0, 2), body=st.one_of(
+    st.binary(max_size=80), mutated(legacy_topics.map(lambda t: legacy_produce_body(1, t)))))
+def test_legacy_produce_garbage_raises_only_protocol_error(version: int, body: bytes) -> None:
+    frame = request_header(0, version, 5) + body
+    try:
+        resp = refuse_legacy_produce(version, 5, frame, 14)
+    except ProtocolError:
+        return
+    assert resp is None or struct.unpack_from(">ii", resp) == (len(resp) - 4, 5)
+
+
+# ---- BrokerServer.dispatch ---------------------------------------------------------------
+
+
+# One virtual clock for every trio.run of this module (MockClock keeps its time across
+# runs): long polls and group timers (join/sync barriers, session and rebalance timeouts)
+# complete at once in real time, and a request that never completes fails the test.
+CLOCK = trio.testing.MockClock(autojump_threshold=0)
+_WALL0_MS = 1_700_000_000_000
+# Longest legitimate wait: a rebalance timeout or Fetch max_wait of 2**31-1 ms, twice.
+_DISPATCH_LIMIT_S = 2 * INT32_MAX / 1000 + 60
+BROKER_OVERRIDES = {"max.topic.partitions": 4, "max.topics": 32, "offsets.topic.num.partitions": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def virtual_group_clock() -> Iterator[None]:
+    """The group coordinator reads wall-clock ms; give it the virtual clock instead."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(group_service, "now_ms", lambda: _WALL0_MS + int(CLOCK.current_time() * 1000))
+        yield
+
+
+def open_broker(data_dir: Path) -> BrokerServer:
+    broker = Broker(data_dir, BrokerConfig.from_overrides(BROKER_OVERRIDES), "127.0.0.1", 9092)
+    broker.open()
+    return BrokerServer(broker, "127.0.0.1", 9092)
+
+
+@pytest.fixture(scope="module")
+def server(virtual_group_clock: None) -> Iterator[BrokerServer]:
+    with tempfile.TemporaryDirectory(prefix="dcmirror-fuzz-") as tmp:
+        srv = open_broker(Path(tmp))
+        # Auto-create the topic the generated requests name most ("t").
+        assert run_dispatch(srv, request_header(3, 1, 0) + I32.pack(1) + struct.pack(">h", 1) + b"t") is not None
+        try:
+            yield srv
+        finally:
+            srv.broker.close()
+
+
+def run_dispatch(srv: BrokerServer, frame: bytes) -> bytes | None:
+    """dispatch() with the group timer loop running, under the virtual clock."""
+
+    async def go() -> tuple[bool, Any]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(srv.broker.groups.timer_loop)
+            try:
+                with trio.fail_after(_DISPATCH_LIMIT_S):
+                    outcome: tuple[bool, Any] = (True, await srv.dispatch(bytearray(frame)))
+            except Exception as exc:  # re-raised below, outside the nursery's exception group
+                outcome = (False, exc)
+            nursery.cancel_scope.cancel()
+        return outcome
+
+    ok, value = trio.run(go, clock=CLOCK)
+    if not ok:
+        raise value
+    return value
+
+
+def check_response(resp: bytes, api: int, version: int, corr: int) -> Any:
+    """The size prefix and correlation id are right and the body decodes exactly."""
+    assert isinstance(resp, bytes)
+    assert struct.unpack_from(">ii", resp) == (len(resp) - 4, corr)
+    cls = messages.response_schema(api, version)
+    offset = 8 + (1 if cls.__flexible__ and api != API_VERSIONS else 0)
+    value, size = entity_reader(cls)(resp, offset)
+    assert offset + size == len(resp)
+    return value
+
+
+def dispatch_allowed(srv: BrokerServer, frame: bytes) -> bytes | None:
+    """Allowed outcomes of any frame: bytes, None, ProtocolError or CloseConnection."""
+    try:
+        resp = run_dispatch(srv, frame)
+    except (ProtocolError, CloseConnection):
+        return None
+    if resp is not None:
+        _, _, corr = messages.peek_api(frame)
+        assert isinstance(resp, bytes)
+        assert struct.unpack_from(">ii", resp) == (len(resp) - 4, corr)
+    return resp
+
+
+@FUZZ
+@given(req=valid_requests())
+def test_dispatch_answers_every_valid_request(server: BrokerServer, req: tuple[int, int, int, Any, bytes]) -> None:
+    api, version, corr, entity, frame = req
+    resp = run_dispatch(server, frame)
+    if api == 0 and entity.acks == 0:
+        assert resp is None
+        return
+    assert resp is not None
+    check_response(resp, api, version, corr)
+
+
+@FAST
+@given(req=valid_requests(), data=st.data())
+def test_dispatch_mutated_requests(server: BrokerServer, req: tuple[int, int, int, Any, bytes],
+                                   data: st.DataObject) -> None:
+    _, _, _, _, frame = req
+    bad = mutate(frame, data.draw)
+    note(f"mutated frame: {bad.hex()}")
+    dispatch_allowed(server, bad)
+
+
+@FAST
+@given(frame=st.one_of(
+    st.binary(max_size=64),
+    st.tuples(st.sampled_from(ADVERTISED), st.binary(max_size=64)).map(
+        lambda t: request_header(t[0][0], t[0][1], 9, b"x", flexible(*t[0])) + t[1]),
+))
+def test_dispatch_random_frames(server: BrokerServer, frame: bytes) -> None:
+    dispatch_allowed(server, frame)
+
+
+@FAST
+@given(api=st.integers(-32768, 32767), version=st.integers(-32768, 32767), body=st.binary(max_size=16))
+def test_dispatch_closes_on_unknown_api_or_version(server: BrokerServer, api: int, version: int, body: bytes) -> None:
+    lo, hi = SUPPORTED_APIS.get(api, (1, 0))
+    if api == API_VERSIONS or lo <= version <= hi:
+        return
+    frame = struct.pack(">hhi", api, version, 3) + body
+    with pytest.raises(CloseConnection):
+        run_dispatch(server, frame)
+
+
+def _default_request(api: int, version: int) -> bytes:
+    cls = messages.request_schema(api, version)
+    return encode_entity(messages.build(cls, {}))
+
+
+def test_null_count_for_non_nullable_arrays(server: BrokerServer) -> None:
+    """Every empty array of every default request, its count replaced by null (-1, or 0 compact).
+
+    Kafka refuses null for a non-nullable array; the decoder must raise ProtocolError, or at
+    least the handlers must cope: dispatch may only answer, close or raise ProtocolError.
+    """
+    decoded_null: list[str] = []
+    escaped: list[str] = []
+    for api, version in KIO_PAIRS:
+        body = _default_request(api, version)
+        flex = flexible(api, version)
+        variants = []
+        for i in range(len(body)):
+            if not flex and body[i : i + 4] == b"\x00\x00\x00\x00":
+                variants.append((i, body[:i] + b"\xff\xff\xff\xff" + body[i + 4 :]))
+            elif flex and body[i] == 0x01:  # compact length 0 (empty) -> 0 (null)
+                variants.append((i, body[:i] + b"\x00" + body[i + 1 :]))
+        for pos, bad in variants:
+            frame = request_header(api, version, 21, b"c", flex) + bad
+            try:
+                value = _decode(frame)
+            except ProtocolError:
+                continue
+            nulls = null_in_non_nullable(value)
+            if nulls:
+                decoded_null.append(f"{messages.API_NAMES[api]} v{version} @{pos}: {nulls}")
+            try:
+                dispatch_allowed(server, frame)
+            except Exception as exc:  # collected: one report for every API
+                escaped.append(f"{messages.API_NAMES[api]} v{version} body {bad.hex()}: {type(exc).__name__}: {exc}")
+    assert not escaped, f"{len(escaped)} request(s) made dispatch raise:\n" + "\n".join(escaped)
+    assert not decoded_null, "null decoded into non-nullable fields:\n" + "\n".join(decoded_null)
+
+
+def parse_api_versions_v0(resp: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
+    size, corr, error, n = struct.unpack_from(">iihi", resp)
+    assert size == len(resp) - 4
+    assert len(resp) == 14 + 6 * n, "a v0 ApiVersions response has nothing after the api list"
+    return corr, error, [struct.unpack_from(">hhh", resp, 14 + 6 * i) for i in range(n)]
+
+
+EXPECTED_API_LIST = [(k, lo, hi) for k, (lo, hi) in sorted(SUPPORTED_APIS.items())]
+
+
+@FAST
+@given(version=st.one_of(st.integers(4, 32767), st.integers(-32768, -1)), corr=st.integers(-(2**31), INT32_MAX),
+       body=st.binary(max_size=32))
+def test_unsupported_api_versions_gets_v0_error_35(server: BrokerServer, version: int, corr: int, body: bytes) -> None:
+    frame = struct.pack(">hhi", API_VERSIONS, version, corr) + body
+    resp = run_dispatch(server, frame)
+    assert resp is not None
+    assert parse_api_versions_v0(resp) == (corr, UNSUPPORTED_VERSION, EXPECTED_API_LIST)
+
+
+def test_api_versions_v0_roundtrip(server: BrokerServer) -> None:
+    resp = run_dispatch(server, request_header(API_VERSIONS, 0, 77))
+    assert resp is not None
+    assert parse_api_versions_v0(resp) == (77, 0, EXPECTED_API_LIST)
+
+
+def _produce_frame(topic: str, batch: bytes, corr: int) -> bytes:
+    cls = messages.request_schema(0, 8)
+    entity = messages.build(cls, {"acks": -1, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    return request_header(0, 8, corr) + encode_entity(entity)
+
+
+def _produce_error(resp: bytes | None, corr: int) -> int:
+    assert resp is not None
+    value = check_response(resp, 0, 8, corr)
+    return int(value.responses[0].partition_responses[0].error_code)
+
+
+@pytest.mark.parametrize("transactional_id", [None, "tx"])
+@pytest.mark.parametrize("records", ["valid", "corrupt"])
+def test_acks0_produce_gets_no_response(server: BrokerServer, transactional_id: str | None, records: str) -> None:
+    """PROTOCOL.md: "acks=0 produce gets no response at all" (Kafka: not even an error)."""
+    batch = encode_batch([(b"k", b"v", ())])
+    if records == "corrupt":
+        batch = batch[:-1] + bytes([batch[-1] ^ 0xFF])
+    cls = messages.request_schema(0, 8)
+    entity = messages.build(cls, {"transactional_id": transactional_id, "acks": 0, "timeout": 1000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+    assert run_dispatch(server, request_header(0, 8, 5) + encode_entity(entity)) is None
+
+
+@FUZZ
+@given(batch=valid_batches, data=st.data())
+def test_dispatch_produce_mutated_batch_is_corrupt_message(server: BrokerServer, batch: bytes,
+                                                           data: st.DataObject) -> None:
+    pos = data.draw(st.integers(17, len(batch) - 1), label="pos (CRC or CRC-covered)")
+    bad = bytearray(batch)
+    bad[pos] ^= data.draw(st.integers(1, 255), label="xor")
+    assert _produce_error(run_dispatch(server, _produce_frame("t", bytes(bad), 11)), 11) == 2
+
+
+@settings(FUZZ, max_examples=40)
+@given(section=st.binary(max_size=48), count=st.integers(1, 3))
+def test_list_offsets_after_crc_valid_garbage_records(server: BrokerServer, section: bytes, count: int) -> None:
+    """A batch whose CRC is right but whose records do not parse, then a timestamp lookup.
+
+    Whatever the produce answer, the ListOffsets that follows must be answered (not raise).
+    """
+    try:
+        batch = seal_batch(records_section=section, count=count, base_ts=1000, max_ts=1000)
+        produce_error = _produce_error(run_dispatch(server, _produce_frame("garbage", batch, 1)), 1)
+        note(f"produce error code {produce_error}")
+        cls = messages.request_schema(2, 1)
+        entity = messages.build(cls, {"replica_id": -1, "topics": [
+            {"name": "garbage", "partitions": [{"partition_index": 0, "timestamp": 0}]}]})
+        resp = run_dispatch(server, request_header(2, 1, 2) + encode_entity(entity))
+        assert resp is not None
+        check_response(resp, 2, 1, 2)
+    finally:
+        server.broker.delete_topic("garbage")
