@@ -191,7 +191,9 @@ def _write_group(
     lg: Log, group: list[LogSegment], offset_map: dict[bytes, int], delete_horizon_ms: int,
     throttle: _Throttle, task: CleaningTask,
 ) -> CleanedGroup:
-    path = lg.dir / (segment_name(group[0].base_offset) + ".log.cleaned")
+    # The name carries the offsets the group covers, so a crash mid-swap can be finished
+    # even when the group's last records were all compacted away.
+    path = lg.dir / f"{segment_name(group[0].base_offset)}.{segment_name(group[-1].next_offset)}.log.cleaned"
     written = 0
     with open(path, "wb") as out:
         for seg in group:
@@ -246,7 +248,7 @@ def commit_clean(task: CleaningTask, now_ms: int) -> bool:
         return False
     for g in task.groups:
         base = g.inputs[0].base_offset
-        swap = g.path.with_name(segment_name(base) + ".log.swap")
+        swap = g.path.with_name(g.path.name.replace(".log.cleaned", ".log.swap"))
         os.replace(g.path, swap)
         first = lg.segments.index(g.inputs[0])
         for seg in g.inputs:
@@ -273,13 +275,16 @@ def commit_clean(task: CleaningTask, now_ms: int) -> bool:
 def complete_swaps(directory: Path) -> None:
     """Finish a swap a crash interrupted: the `.swap` file replaces the segments it covers."""
     for swap in sorted(directory.glob("*.log.swap")):
-        base = int(swap.name.split(".")[0])
-        data = swap.read_bytes()
-        last = base
-        for _, header in iter_headers(data):
-            last = header.last_offset
+        parts = swap.name.split(".")
+        base = int(parts[0])
+        if len(parts) == 4 and parts[1].isdigit():
+            end = int(parts[1])
+        else:
+            end = base
+            for _, header in iter_headers(swap.read_bytes()):
+                end = header.next_offset
         for old in directory.glob("*.log"):
-            if old.stem.isdigit() and base <= int(old.stem) <= last:
+            if old.stem.isdigit() and base <= int(old.stem) < end:
                 for suffix in (".log", ".index", ".timeindex"):
                     (directory / (old.stem + suffix)).unlink(missing_ok=True)
         os.replace(swap, directory / (segment_name(base) + ".log"))
