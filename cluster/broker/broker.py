@@ -286,7 +286,7 @@ class Broker:
             "index": index,
             "error_code": ErrorCode.none,
             "base_offset": result.base_offset,
-            "log_append_time": -1,
+            "log_append_time": result.log_append_time_ms,
             "log_start_offset": result.log_start_offset,
         }
 

@@ -172,6 +172,7 @@ def encode_batch(
     partition_leader_epoch: int = -1,
     compression: int = COMPRESSION_NONE,
     attributes_extra: int = 0,
+    max_timestamp: int | None = None,
 ) -> bytes:
     """A magic-2 batch of `records` (their offsets and timestamps are kept as deltas).
 
@@ -181,7 +182,7 @@ def encode_batch(
         raise ValueError("a record batch needs at least one record")
     base = records[0].offset if base_offset is None else base_offset
     base_ts = min((r.timestamp for r in records), default=-1)
-    max_ts = max((r.timestamp for r in records), default=-1)
+    max_ts = max((r.timestamp for r in records), default=-1) if max_timestamp is None else max_timestamp
     body = bytearray()
     for r in records:
         rec = bytearray(b"\x00")
@@ -205,3 +206,35 @@ def encode_batch(
     batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
     return struct.pack(">qiibI", base, batch_length, partition_leader_epoch, 2, crc) + after_crc
 
+
+
+CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()} | {"uncompressed": COMPRESSION_NONE}
+_MAX_TIMESTAMP_OFFSET = 35
+_ATTR = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def rewrite_batch(batch: bytes | memoryview, *, compression: int | None, log_append_time_ms: int | None) -> bytes:
+    """A batch conformed to topic configs: recompressed and/or stamped with LogAppendTime.
+
+    Stamping alone only patches attributes and maxTimestamp and recomputes the CRC; a codec
+    change decodes and re-encodes the records (offsets, timestamps, producer fields kept).
+    """
+    header = read_header(batch)
+    if compression is not None and compression != header.compression:
+        _, records = decode_batch(bytes(batch))
+        return encode_batch(
+            records, base_offset=header.base_offset, last_offset_delta=header.last_offset_delta,
+            producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence, partition_leader_epoch=header.partition_leader_epoch,
+            compression=compression,
+            attributes_extra=(header.attributes & ~COMPRESSION_MASK & ~0x08) | (0x08 if log_append_time_ms is not None else 0),
+            max_timestamp=log_append_time_ms,
+        )
+    out = bytearray(batch)
+    if log_append_time_ms is not None:
+        _ATTR.pack_into(out, 21, header.attributes | 0x08)
+        _I64.pack_into(out, _MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+        _U32.pack_into(out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)

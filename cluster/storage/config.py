@@ -149,5 +149,17 @@ class LogConfig:
         return int(self.values["max.message.bytes"])
 
     @property
+    def log_append_time(self) -> bool:
+        return self.values["message.timestamp.type"] == "LogAppendTime"
+
+    @property
+    def target_compression(self) -> int | None:
+        """The codec batches must be stored in, or None to keep the producer's."""
+        from cluster.protocol.records import CODEC_IDS
+
+        codec = str(self.values["compression.type"])
+        return None if codec == "producer" else CODEC_IDS[codec]
+
+    @property
     def delete_enabled(self) -> bool:
         return "delete" in str(self.values["cleanup.policy"])

@@ -22,7 +22,7 @@ from cluster.protocol.record_batch import (
     split_batches,
     whole_batches_end,
 )
-from cluster.protocol.records import decode_batch
+from cluster.protocol.records import decode_batch, rewrite_batch
 from cluster.storage.checkpoint import write_atomic
 from cluster.storage.config import LogConfig
 from cluster.storage.leader_epoch import LeaderEpochCache
@@ -308,6 +308,18 @@ class Log:
                 if c.verdict is not SequenceVerdict.APPEND:
                     raise OutOfOrderSequence("idempotent batches must be produced one per partition request")
 
+        append_time_ms = -1
+        target_codec = self.config.target_compression
+        if self.config.log_append_time or target_codec is not None:
+            # Per-record work only where the topic's configs demand it.
+            append_time_ms = now_ms if self.config.log_append_time else -1
+            view0 = memoryview(payload)
+            payload = b"".join(
+                rewrite_batch(view0[pos : pos + h.size_bytes], compression=target_codec,
+                              log_append_time_ms=now_ms if self.config.log_append_time else None)
+                for pos, h in batches
+            )
+            batches = split_batches(payload, validate=False)
         total_bytes = len(payload)
         first_offset = self.log_end_offset
         last_offset = first_offset + sum(h.last_offset_delta + 1 for _, h in batches) - 1
@@ -336,7 +348,7 @@ class Log:
         self.unflushed_messages += count
         if self.unflushed_messages >= self.config.flush_messages and self.flush_requests:
             self.flush_requests(self, self.log_end_offset)
-        return AppendResult(first_offset, last_offset, -1, self.log_start_offset, count)
+        return AppendResult(first_offset, last_offset, append_time_ms, self.log_start_offset, count)
 
     def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
         seg = self.active_segment

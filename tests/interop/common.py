@@ -71,6 +71,7 @@ def make_records(
 
     - keys cycle over 31 distinct keys; a key always maps to the same partition
       (key index % partitions), so per-partition order is also per-key order;
+    - some keys and values are empty (b"", distinct from null);
     - values have variable length, mixing text and pseudo-random bytes (some compress
       well, some do not); every 1000th value is null (a tombstone) if null_values;
     - headers vary: none at all, several, a repeated key, an empty value and (if allowed)
@@ -84,15 +85,21 @@ def make_records(
         key: bytes | None = f"key-{kidx:02d}".encode()
         if null_keys and i % 500 == 250:
             key = None
+        elif i % 500 == 100:
+            key = b""  # empty, not null
         if explicit_partition:
             part: int | None = kidx % partitions
         else:
             part = None
-            if key is None:
-                key = f"key-{kidx:02d}".encode()  # the partitioner needs a key to be predictable
+            if not key:
+                # the partitioner needs a key to be predictable (librdkafka treats an
+                # empty key like a null one: random partition)
+                key = f"key-{kidx:02d}".encode()
         value: bytes | None
         if null_values and i % 1000 == 999:
             value = None
+        elif i % 1000 == 500:
+            value = b""  # empty, not null
         else:
             rnd = random.Random(i).randbytes(i % 40)
             value = f"{tag}-value-{i:06d}-".encode() + b"x" * (i % 57) + rnd

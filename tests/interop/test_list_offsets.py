@@ -189,3 +189,31 @@ def test_offsets_for_times_aiokafka(broker):
             else:
                 assert val is not None and val.offset == want, (target, tp, val)
                 assert val.timestamp == ts_of(tp.partition, want)
+
+
+def test_offsets_for_times_survive_restart_and_empty_partition(broker):
+    """The time index answers the same after a restart; an empty partition answers -1."""
+    from confluent_kafka import TopicPartition
+
+    topic = "lo-restart"
+    produce_timeline(broker.bootstrap, topic)
+    ck_create_topic(broker.bootstrap, "lo-empty", 1)
+
+    def answers():
+        consumer = ck_consumer(broker.bootstrap)
+        try:
+            out = {}
+            for target in TARGETS:
+                res = consumer.offsets_for_times(
+                    [TopicPartition(topic, p, target) for p in range(PARTITIONS)], timeout=10)
+                out[target] = {tp.partition: tp.offset for tp in res}
+            (empty,) = consumer.offsets_for_times([TopicPartition("lo-empty", 0, BASE_TS_MS)],
+                                                  timeout=10)
+            return out, empty.offset
+        finally:
+            consumer.close()
+
+    want = {t: {p: expected_offset(p, t) for p in range(PARTITIONS)} for t in TARGETS}
+    assert answers() == (want, -1)
+    broker.restart()
+    assert answers() == (want, -1)
