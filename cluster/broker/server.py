@@ -153,7 +153,12 @@ class BrokerServer:
             if not pending:
                 continue
             for lg, offset in pending:
-                await trio.to_thread.run_sync(lg.flush_segments, offset)
+                try:
+                    await trio.to_thread.run_sync(lg.flush_segments, offset)
+                except (OSError, ValueError) as exc:
+                    # The recovery point stays where it was; the next flush tries again.
+                    log.error("flushing %s below offset %d failed: %s", lg.name, offset, exc)
+                    continue
                 lg.mark_flushed(offset, now_ms())
             await trio.to_thread.run_sync(logs.checkpoint_recovery_points)
 

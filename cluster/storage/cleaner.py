@@ -126,7 +126,7 @@ def cleanable_ratio(lg: Log, first_dirty: int) -> float:
     total = sum(s.size_bytes for s in inactive)
     if total == 0:
         return 0.0
-    dirty = sum(s.size_bytes for s in inactive if s.base_offset >= first_dirty)
+    dirty = sum(s.size_bytes for s in inactive if s.next_offset > first_dirty)
     return dirty / total
 
 

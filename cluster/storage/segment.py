@@ -172,6 +172,8 @@ class LogSegment:
         return RecoveryResult(bytes_scanned=pos, batches=batches, truncated_bytes=truncated, reason=reason)
 
     def flush(self) -> None:
+        if self._fd < 0:
+            return  # closed meanwhile (compaction or retention replaced it)
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()

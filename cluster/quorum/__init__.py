@@ -1,0 +1,1 @@
+"""Metadata quorum: Raft (KRaft style) as a sans-IO core; trio driver to come."""
