@@ -51,6 +51,7 @@ class VoteResponse:
     voter_id: int
     granted: bool
     pre_vote: bool
+    leader_id: int = NO_LEADER  # the voter's leader, so a lagging node finds it
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class FetchRequest:
     replica_id: int
     fetch_offset: int
     last_fetched_epoch: int
+    request_id: int = 0  # echoed in the response: only the in-flight fetch's answer counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ class FetchResponse:
     diverging_end_offset: int = -1
     snapshot: Snapshot | None = None
     not_leader: bool = False
+    request_id: int = 0
 
 
 Message = VoteRequest | VoteResponse | BeginQuorumEpoch | FetchRequest | FetchResponse
@@ -129,6 +132,8 @@ class RaftNode:
         self._election_deadline = now_ms + self._election_timeout()
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
+        self._fetch_request_id = 0
+        self._fetch_in_flight: int | None = None
         # Leader: each voter's fetch offset and when it last fetched.
         self._replica_offsets: dict[int, int] = {}
         self._replica_fetch_ms: dict[int, int] = {}
@@ -166,8 +171,10 @@ class RaftNode:
             if entries[i].epoch <= epoch:
                 return entries[i].epoch, self.state.log_start_offset + i + 1
         snap = self.state.snapshot
-        if snap is not None and snap.last_epoch <= epoch:
-            return snap.last_epoch, snap.end_offset
+        if snap is not None:
+            if snap.last_epoch <= epoch:
+                return snap.last_epoch, snap.end_offset
+            return -1, -1  # that history is folded into the snapshot: unknown
         return 0, self.state.log_start_offset
 
     def _majority(self) -> int:
@@ -211,6 +218,7 @@ class RaftNode:
     def _start_pre_vote(self, now_ms: int) -> None:
         self.role = Role.PROSPECTIVE
         self.leader_id = NO_LEADER
+        self._fetch_due_ms = None
         self._votes = {self.node_id}
         self._election_deadline = now_ms + self._election_timeout()
         if len(self.voters) == 1:
@@ -233,6 +241,7 @@ class RaftNode:
     def _become_leader(self, now_ms: int) -> None:
         self.role = Role.LEADER
         self.leader_id = self.node_id
+        self._fetch_due_ms = None
         self._replica_offsets = {v: 0 for v in self.voters}
         self._replica_fetch_ms = {v: now_ms for v in self.voters}
         self._check_quorum_deadline = now_ms + self.config.fetch_timeout_ms
@@ -274,14 +283,17 @@ class RaftNode:
                     self._become_follower(self.epoch, NO_LEADER, now_ms)
                     return
                 self._check_quorum_deadline = now_ms + self.config.fetch_timeout_ms
+                # Voters that went quiet (restarted, or missed the first announcement) hear it again.
+                for v in self.voters:
+                    if v != self.node_id and now_ms - self._replica_fetch_ms.get(v, 0) >= self.config.fetch_timeout_ms // 2:
+                        self._send(v, BeginQuorumEpoch(self.epoch, self.node_id))
             return
         if self._fetch_due_ms is not None and now_ms >= self._fetch_due_ms:
             self._fetch(now_ms)
         if now_ms >= self._election_deadline:
-            if self.role is Role.CANDIDATE:
-                self._start_election(now_ms)
-            else:
-                self._start_pre_vote(now_ms)
+            # A failed candidacy goes back to pre-voting, so a node with a stale log cannot
+            # keep raising the epoch and deposing healthy leaders.
+            self._start_pre_vote(now_ms)
 
     def snapshot(self, end_offset: int, data: bytes) -> None:
         """Fold committed entries below `end_offset` into a snapshot and drop them."""
@@ -318,8 +330,9 @@ class RaftNode:
                 self.role is Role.FOLLOWER and self.leader_id != NO_LEADER and now_ms < self._election_deadline
             )
             granted = msg.epoch > self.epoch and not has_leader and self._log_up_to_date(msg.last_epoch, msg.last_offset)
-            # A pre-vote answer carries the voter's own epoch so a lagging node catches up.
-            self._send(msg.candidate_id, VoteResponse(self.epoch, self.node_id, granted, True))
+            # A pre-vote answer carries the voter's epoch and leader so a lagging node catches up.
+            self._send(msg.candidate_id, VoteResponse(self.epoch, self.node_id, granted, True,
+                                                      self.leader_id if has_leader else NO_LEADER))
             return
         if msg.epoch < self.epoch:
             self._send(msg.candidate_id, VoteResponse(self.epoch, self.node_id, False, False))
@@ -338,8 +351,11 @@ class RaftNode:
 
     def _on_vote_response(self, msg: VoteResponse, now_ms: int) -> None:
         if msg.pre_vote:
+            leader = msg.leader_id if msg.leader_id != self.node_id else NO_LEADER
             if msg.epoch > self.epoch:
-                self._become_follower(msg.epoch, NO_LEADER, now_ms)
+                self._become_follower(msg.epoch, leader, now_ms)
+            elif msg.epoch == self.epoch and leader != NO_LEADER and self.role is Role.PROSPECTIVE:
+                self._become_follower(self.epoch, leader, now_ms)
             elif self.role is Role.PROSPECTIVE and msg.granted:
                 self._votes.add(msg.voter_id)
                 if len(self._votes) >= self._majority():
@@ -357,9 +373,13 @@ class RaftNode:
 
     def _fetch(self, now_ms: int) -> None:
         if self.leader_id == NO_LEADER or self.leader_id == self.node_id:
+            self._fetch_due_ms = None
             return
+        self._fetch_request_id += 1
+        self._fetch_in_flight = self._fetch_request_id
         self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, self.log_end_offset,
-                                                self.epoch_at(self.log_end_offset - 1) if self.log_end_offset else 0))
+                                                self.epoch_at(self.log_end_offset - 1) if self.log_end_offset else 0,
+                                                self._fetch_request_id))
         self._fetch_due_ms = now_ms + self.config.request_timeout_ms
 
     def _on_fetch_request(self, msg: FetchRequest, now_ms: int) -> None:
@@ -367,24 +387,30 @@ class RaftNode:
             self._become_follower(msg.epoch, NO_LEADER, now_ms)
         if self.role is not Role.LEADER:
             self._send(msg.replica_id, FetchResponse(self.epoch, self.leader_id, msg.fetch_offset, (), -1,
-                                                     not_leader=True))
+                                                     not_leader=True, request_id=msg.request_id))
             return
         if msg.epoch < self.epoch:
             # A follower of an older epoch: tell it who leads now; it fetches again.
-            self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, msg.fetch_offset, (), -1))
+            self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, msg.fetch_offset, (), -1,
+                                                     request_id=msg.request_id))
             return
         base = msg.fetch_offset
-        if base < self.state.log_start_offset:
+        diverging = (0, 0)
+        if base > 0:
+            diverging = self.end_offset_for_epoch(msg.last_fetched_epoch)
+        if base < self.state.log_start_offset or diverging == (-1, -1):
+            # The follower is behind our snapshot, or diverges inside it: send the snapshot.
             snap = self.state.snapshot
             assert snap is not None
             self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, base, (), self.high_watermark,
-                                                     snapshot=snap))
+                                                     snapshot=snap, request_id=msg.request_id))
             return
         if base > 0:
-            epoch, end = self.end_offset_for_epoch(msg.last_fetched_epoch)
+            epoch, end = diverging
             if epoch != msg.last_fetched_epoch or end < base:
                 self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, base, (), self.high_watermark,
-                                                         diverging_epoch=epoch, diverging_end_offset=end))
+                                                         diverging_epoch=epoch, diverging_end_offset=end,
+                                                         request_id=msg.request_id))
                 return
         # The fetch offset is the follower's proof of what it has durably appended.
         if msg.replica_id in self._replica_offsets:
@@ -393,7 +419,8 @@ class RaftNode:
             self._advance_high_watermark()
         start = base - self.state.log_start_offset
         entries = tuple(self.state.entries[start : start + self.config.max_fetch_entries])
-        self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, base, entries, self.high_watermark))
+        self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, base, entries, self.high_watermark,
+                                                 request_id=msg.request_id))
 
     def _advance_high_watermark(self) -> None:
         offsets = sorted((self._replica_offsets.get(v, 0) for v in self.voters), reverse=True)
@@ -408,6 +435,9 @@ class RaftNode:
             return
         if msg.epoch < self.epoch or self.role is Role.LEADER:
             return
+        if msg.request_id != self._fetch_in_flight:
+            return  # a late or duplicated answer to an earlier fetch
+        self._fetch_in_flight = None
         if msg.not_leader:
             if self.role is Role.FOLLOWER:
                 self.leader_id = leader
@@ -419,17 +449,18 @@ class RaftNode:
             return
         self.leader_id = msg.leader_id
         self._election_deadline = now_ms + self._election_timeout()
-        if msg.base_offset != self.log_end_offset or msg.high_watermark < 0:
-            if msg.high_watermark < 0:
-                self._fetch(now_ms)
-            return  # a stale or duplicated answer; the in-flight fetch covers us
+        if msg.high_watermark < 0:
+            self._fetch(now_ms)  # the leader told us its epoch only
+            return
+        assert msg.base_offset == self.log_end_offset, "an in-flight fetch answer matches the log end"
         if msg.snapshot is not None:
             snap = msg.snapshot
             self.state.snapshot = snap
             self.state.log_start_offset = snap.end_offset
             self.state.entries = []
             self.dirty = True
-            self.high_watermark = max(self.high_watermark, snap.end_offset)
+            # Committed entries past the snapshot come back with the next fetches.
+            self.high_watermark = snap.end_offset
             self._fetch(now_ms)
             return
         if msg.diverging_epoch >= 0:
