@@ -394,6 +394,10 @@ class RaftNode:
             self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, msg.fetch_offset, (), -1,
                                                      request_id=msg.request_id))
             return
+        # Any fetch of this epoch shows the voter is alive (check-quorum), even one that is
+        # answered with a snapshot or a divergence.
+        if msg.replica_id in self._replica_fetch_ms:
+            self._replica_fetch_ms[msg.replica_id] = now_ms
         base = msg.fetch_offset
         diverging = (0, 0)
         if base > 0:
@@ -415,7 +419,6 @@ class RaftNode:
         # The fetch offset is the follower's proof of what it has durably appended.
         if msg.replica_id in self._replica_offsets:
             self._replica_offsets[msg.replica_id] = base
-            self._replica_fetch_ms[msg.replica_id] = now_ms
             self._advance_high_watermark()
         start = base - self.state.log_start_offset
         entries = tuple(self.state.entries[start : start + self.config.max_fetch_entries])
