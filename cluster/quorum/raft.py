@@ -132,6 +132,7 @@ class RaftNode:
         self._election_deadline = now_ms + self._election_timeout()
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
+        self._abandoned_leader = NO_LEADER  # the leader whose silence started our pre-vote
         self._fetch_request_id = 0
         self._fetch_in_flight: int | None = None
         # Leader: each voter's fetch offset and when it last fetched.
@@ -207,6 +208,7 @@ class RaftNode:
             self.state.epoch = epoch
             self.state.voted_for = NO_LEADER
             self.dirty = True
+            self._abandoned_leader = NO_LEADER
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self._votes = set()
@@ -216,6 +218,8 @@ class RaftNode:
             self._fetch(now_ms)
 
     def _start_pre_vote(self, now_ms: int) -> None:
+        if self.leader_id != NO_LEADER:
+            self._abandoned_leader = self.leader_id
         self.role = Role.PROSPECTIVE
         self.leader_id = NO_LEADER
         self._fetch_due_ms = None
@@ -354,7 +358,10 @@ class RaftNode:
             leader = msg.leader_id if msg.leader_id != self.node_id else NO_LEADER
             if msg.epoch > self.epoch:
                 self._become_follower(msg.epoch, leader, now_ms)
-            elif msg.epoch == self.epoch and leader != NO_LEADER and self.role is Role.PROSPECTIVE:
+            elif (msg.epoch == self.epoch and leader not in (NO_LEADER, self._abandoned_leader)
+                  and self.role is Role.PROSPECTIVE):
+                # Others still follow a leader we have not heard of: try it before campaigning
+                # (but not the one whose silence made us campaign; voters lag in noticing it).
                 self._become_follower(self.epoch, leader, now_ms)
             elif self.role is Role.PROSPECTIVE and msg.granted:
                 self._votes.add(msg.voter_id)

@@ -1,0 +1,230 @@
+"""The trio shell of a quorum voter: timers, durable storage and a TCP transport.
+
+One task owns the RaftNode and feeds it inbound messages, proposals and timer ticks; after
+each step it fsyncs what changed (in a worker thread) and only then sends the node's
+messages. Messages travel as size-prefixed orjson frames over one outbound connection per
+peer; a bounded queue per peer drops on overflow, which Raft tolerates like a lossy network.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import struct
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from cluster.broker.clock import now_ms
+from cluster.protocol.errors import ProtocolError
+from cluster.protocol.framing import FrameDecoder
+from cluster.quorum.raft import (
+    BeginQuorumEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    RaftConfig,
+    RaftNode,
+    Role,
+    Snapshot,
+    VoteRequest,
+    VoteResponse,
+)
+from cluster.quorum.storage import QuorumStorage
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME_BYTES = 64 << 20
+PEER_QUEUE_MESSAGES = 1024
+_I32 = struct.Struct(">i")
+_TYPES: dict[str, type] = {t.__name__: t for t in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest,
+                                                  FetchResponse)}
+
+
+class NotLeader(Exception):
+    def __init__(self, leader_id: int) -> None:
+        super().__init__(f"this voter is not the leader (leader: {leader_id})")
+        self.leader_id = leader_id
+
+
+# ---- wire encoding -----------------------------------------------------------------------
+
+
+def encode_message(sender: int, msg: Message) -> bytes:
+    body = asdict(msg)
+    if isinstance(msg, FetchResponse):
+        body["entries"] = [[e.epoch, base64.b64encode(e.data).decode()] for e in msg.entries]
+        if msg.snapshot is not None:
+            s = msg.snapshot
+            body["snapshot"] = [s.end_offset, s.last_epoch, base64.b64encode(s.data).decode()]
+    payload = orjson.dumps({"from": sender, "type": type(msg).__name__, "body": body})
+    return _I32.pack(len(payload)) + payload
+
+
+def decode_message(frame: bytes | bytearray) -> tuple[int, Message]:
+    try:
+        doc = orjson.loads(frame)
+        cls = _TYPES[doc["type"]]
+        body: dict[str, Any] = doc["body"]
+        if cls is FetchResponse:
+            body["entries"] = tuple(Entry(int(e), base64.b64decode(d)) for e, d in body["entries"])
+            if body.get("snapshot") is not None:
+                end, epoch, data = body["snapshot"]
+                body["snapshot"] = Snapshot(int(end), int(epoch), base64.b64decode(data))
+        return int(doc["from"]), cls(**body)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed quorum message: {exc}") from None
+
+
+# ---- the driver --------------------------------------------------------------------------
+
+
+class QuorumDriver:
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path,
+                 config: RaftConfig | None = None, *, seed: int | None = None) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.storage = QuorumStorage(data_dir)
+        self.config = config or RaftConfig()
+        self._rng = random.Random(seed)
+        self.node: RaftNode | None = None
+        self._inbound_send, self._inbound = trio.open_memory_channel[tuple[int, Message]](PEER_QUEUE_MESSAGES)
+        self._peers: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self._changed = trio.Event()
+        self._step_lock = trio.Lock()  # one step at a time: the node is not thread- or task-safe
+
+    # ---- public --------------------------------------------------------------------------
+
+    @property
+    def role(self) -> Role | None:
+        return self.node.role if self.node else None
+
+    @property
+    def leader_id(self) -> int:
+        return self.node.leader_id if self.node else -1
+
+    @property
+    def high_watermark(self) -> int:
+        return self.node.high_watermark if self.node else 0
+
+    async def propose(self, data: bytes) -> int:
+        """Append on the leader; returns the offset (await `wait_committed` for durability)."""
+        assert self.node is not None
+        async with self._step_lock:
+            offset = self.node.propose(data, now_ms())
+            if offset is None:
+                raise NotLeader(self.node.leader_id)
+            await self._after_step()
+        return offset
+
+    async def wait_committed(self, offset: int) -> None:
+        while self.node is None or self.node.high_watermark <= offset:
+            await self._changed.wait()
+
+    def committed_entries(self) -> list[Entry]:
+        assert self.node is not None
+        start = self.node.state.log_start_offset
+        return self.node.state.entries[: self.node.high_watermark - start]
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        state = await trio.to_thread.run_sync(self.storage.load)
+        self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, now_ms())
+        host, port = self.voters[self.node_id]
+        try:
+            async with trio.open_nursery() as nursery:
+                listeners = await trio.open_tcp_listeners(port, host=host)
+                await nursery.start(trio.serve_listeners, self._serve_peer, listeners)
+                for peer_id, address in self.voters.items():
+                    if peer_id != self.node_id:
+                        send, recv = trio.open_memory_channel[bytes](PEER_QUEUE_MESSAGES)
+                        self._peers[peer_id] = send
+                        nursery.start_soon(self._sender, peer_id, address, recv)
+                log.info("quorum voter %d up at %s:%d (epoch %d, log end %d)", self.node_id, host, port,
+                         self.node.epoch, self.node.log_end_offset)
+                task_status.started()
+                await self._loop()
+        finally:
+            self.storage.close()
+
+    # ---- the node's loop -----------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        assert self.node is not None
+        while True:
+            delay_s = max(0.0, (self.node.next_deadline_ms() - now_ms()) / 1000)
+            item: tuple[int, Message] | None = None
+            with trio.move_on_after(delay_s):
+                item = await self._inbound.receive()
+            # Only the wait is under the timeout: a step is never cancelled halfway.
+            async with self._step_lock:
+                if item is not None:
+                    self.node.receive(item[0], item[1], now_ms())
+                else:
+                    self.node.tick(now_ms())
+                await self._after_step()
+
+    async def _after_step(self) -> None:
+        node = self.node
+        assert node is not None
+        if node.dirty:
+            # Durable before anything is sent: votes and appended entries must survive a crash.
+            await trio.to_thread.run_sync(self.storage.sync, node.durable_state())
+        for to, msg in node.take_outbox():
+            queue = self._peers.get(to)
+            if queue is None:
+                continue
+            try:
+                queue.send_nowait(encode_message(self.node_id, msg))
+            except trio.WouldBlock:
+                pass  # a slow peer loses messages, as on a lossy network
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # ---- transport -----------------------------------------------------------------------
+
+    async def _serve_peer(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(MAX_FRAME_BYTES)
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    decoder.receive_data(data)
+                    while (frame := decoder.next_frame()) is not None:
+                        sender, msg = decode_message(frame)
+                        if sender in self.voters and sender != self.node_id:
+                            await self._inbound_send.send((sender, msg))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+        except ProtocolError as exc:
+            log.warning("dropping a quorum connection: %s", exc)
+
+    async def _sender(self, peer_id: int, address: tuple[str, int], queue: trio.MemoryReceiveChannel[bytes]) -> None:
+        backoff_s = 0.05
+        while True:
+            try:
+                stream = await trio.open_tcp_stream(*address)
+            except OSError:
+                # Drop what queued while the peer was away: Raft resends what still matters.
+                while True:
+                    try:
+                        queue.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                await trio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 1.0)
+                continue
+            backoff_s = 0.05
+            try:
+                async with stream:
+                    async for frame in queue:
+                        await stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                continue
+
