@@ -202,7 +202,3 @@ def patched_prefix(header_bytes: bytes | memoryview, base_offset: int, leader_ep
     )
 
 
-def patch_in_place(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
-    """Rewrite base offset and partition leader epoch of the batch at `pos` (CRC unaffected)."""
-    _I64.pack_into(buf, pos, base_offset)
-    _I32.pack_into(buf, pos + 12, leader_epoch)

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-_READ_CHUNK_BYTES = 1 << 20
 _MAP_ENTRY_BYTES = 24
 
 
@@ -91,34 +90,13 @@ def read_checkpoint(lg: Log) -> int:
 
 
 def _batches(seg: LogSegment, throttle: _Throttle) -> list[tuple[int, BatchHeader, bytes]]:
-    """Whole batches of a segment as (position, header, bytes)."""
+    """Whole batches of an inactive segment as (position, header, bytes), read at the paced rate."""
     out = []
-    pos = 0
-    size = seg.size_bytes
-    while pos < size:
-        chunk = os.pread(seg_fd(seg), min(_READ_CHUNK_BYTES, size - pos), pos)
-        throttle.consumed(len(chunk))
-        advanced = 0
-        for rel, header in iter_headers(chunk):
-            out.append((pos + rel, header, chunk[rel : rel + header.size_bytes]))
-            advanced = rel + header.size_bytes
-        if advanced == 0:
-            # A batch larger than the chunk.
-            head = os.pread(seg_fd(seg), 12, pos)
-            n = int.from_bytes(head[8:12], "big") + 12
-            whole = os.pread(seg_fd(seg), n, pos)
-            throttle.consumed(n)
-            headers = [h for _, h in iter_headers(whole)]
-            if not headers:
-                break
-            out.append((pos, headers[0], whole))
-            advanced = n
-        pos += advanced
+    for pos, header in seg.scan_headers(0):
+        raw = seg.read(pos, header.size_bytes)
+        throttle.consumed(len(raw))
+        out.append((pos, header, raw))
     return out
-
-
-def seg_fd(seg: LogSegment) -> int:
-    return seg._fd  # the cleaner reads inactive segments' files directly
 
 
 def cleanable_ratio(lg: Log, first_dirty: int) -> float:

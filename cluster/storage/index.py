@@ -154,8 +154,3 @@ class TimeIndex(_IndexFile):
         i = bisect.bisect_right(self._timestamps, timestamp) - 1
         return self.base_offset + self._offsets[i] if i >= 0 else self.base_offset
 
-    def truncate_to_offset(self, offset: int) -> None:
-        keep = bisect.bisect_left(self._offsets, offset - self.base_offset)
-        del self._timestamps[keep:]
-        del self._offsets[keep:]
-        self._truncate_file(keep, self.entry_size)

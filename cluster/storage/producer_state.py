@@ -121,15 +121,6 @@ class ProducerStateManager:
             del self.producers[pid]
         return len(expired)
 
-    def truncate_from(self, offset: int) -> None:
-        """Forget batches at or past `offset` (log truncation)."""
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.base_offset < offset]
-            entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
-            if not kept:
-                del self.producers[pid]
-
     # ---- snapshots -------------------------------------------------------------------
 
     def to_snapshot(self) -> bytes:

@@ -286,23 +286,3 @@ class LogSegment:
         self.size_bytes = position
         self.offset_index.truncate_to_position(position)
 
-    def truncate_to_offset(self, offset: int) -> int:
-        """Remove batches at or past `offset`; returns bytes removed (batches stay whole)."""
-        found = self.find_position(offset)
-        if found is None:
-            return 0
-        pos, header = found
-        if header.base_offset < offset:
-            pos += header.size_bytes  # keep the batch that straddles the point
-        removed = self.size_bytes - pos
-        self.truncate_to_position(pos)
-        self.time_index.truncate_to_offset(offset)
-        # Recompute tracking from what remains.
-        self._reset_tracking()
-        for p, h in self.scan_headers(self.offset_index.lookup(1 << 62)):
-            self.next_offset = h.next_offset
-            del p
-        if self.size_bytes == 0:
-            self.next_offset = self.base_offset
-        self.max_timestamp = self.time_index.last_timestamp
-        return removed
