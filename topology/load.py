@@ -1,0 +1,601 @@
+"""Load and validate a topology file (TOML; see DESIGN.md "Topology file").
+
+Validation is strict: unknown keys, wrong types, bad addresses, impossible replication
+factors, dangling cluster references, invalid regexes and rename templates, mirror flows
+that would collide or loop are all errors. The first problem found is raised as a
+:class:`TopologyError` reading ``"<file>:<line>: <key path>: <problem>"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import ipaddress
+import math
+import re
+import string
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from topology._lines import KeyPath, line_index, line_of
+from topology.errors import TopologyError
+from topology.model import (
+    DEFAULT_RENAME,
+    RENAME_PLACEHOLDERS,
+    ClusterSpec,
+    Defaults,
+    MirrorSpec,
+    NodeAddress,
+    TopicSpec,
+    Topology,
+    WarehouseSpec,
+)
+
+__all__ = [
+    "TopologyError",
+    "default_topology_text",
+    "format_key_path",
+    "load",
+    "load_default",
+    "loads",
+    "topic_name_problem",
+]
+
+MAX_BROKERS = 100
+MAX_CONTROLLERS = 100
+MAX_PARTITIONS = 10_000
+MAX_WORKERS = 1000
+MAX_TOPIC_NAME = 249
+MAX_NAME = 249
+
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
+
+TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
+CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config")
+TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
+MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config")
+WAREHOUSE_KEYS = ("source", "path", "topics", "config")
+DEFAULTS_KEYS = ("partitions", "replication_factor", "config")
+
+# Broker configs the topology itself decides (from brokers, controllers, data_dir).
+RESERVED_BROKER_CONFIGS = frozenset(
+    {
+        "node.id",
+        "broker.id",
+        "listeners",
+        "log.dir",
+        "log.dirs",
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+    }
+)
+
+_MISSING: Any = object()
+
+
+def format_key_path(path: KeyPath) -> str:
+    """``("clusters", "east", "brokers", 1)`` -> ``clusters.east.brokers[1]``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            text = part if _BARE_KEY.fullmatch(part) else '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            out += f".{text}" if out else text
+    return out
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date/time"
+
+
+def topic_name_problem(name: str) -> str | None:
+    """None when Kafka accepts ``name`` as a topic name, else why not."""
+    if not name:
+        return "topic names cannot be empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"topic name is {len(name)} characters long; Kafka allows at most {MAX_TOPIC_NAME}"
+    if not _LEGAL_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
+        return (f"topic name {name!r} has {', '.join(repr(c) for c in bad)}; "
+                "Kafka allows only ASCII letters, digits, '.', '_' and '-'")
+    return None
+
+
+@dataclass(frozen=True)
+class _Template:
+    text: str
+    fields: frozenset[str]
+
+    @property
+    def identity(self) -> bool:
+        return self.text == "{topic}"
+
+
+class _Loader:
+    def __init__(self, text: str, file: str, base_dir: Path) -> None:
+        self.text = text
+        self.file = file
+        self.base_dir = base_dir
+        self._index: dict[KeyPath, int] | None = None
+        self.addresses: dict[tuple[str, int], KeyPath] = {}
+
+    # -- errors -----------------------------------------------------------------------
+
+    def line(self, path: KeyPath) -> int | None:
+        if self._index is None:
+            self._index = line_index(self.text)
+        return line_of(self._index, path)
+
+    def where(self, path: KeyPath) -> str:
+        """``clusters.east.brokers[0] (line 5)``, for messages that point elsewhere."""
+        line = self.line(path)
+        return f"{format_key_path(path)} (line {line})" if line else format_key_path(path)
+
+    def fail(self, path: KeyPath, problem: str) -> NoReturn:
+        raise TopologyError(problem, file=self.file, line=self.line(path),
+                            key_path=format_key_path(path) or None)
+
+    # -- typed getters ----------------------------------------------------------------
+
+    def table(self, value: object, path: KeyPath, hint: str = "") -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(path, f"must be a table{hint}, not {_type_name(value)}")
+        return value
+
+    def keys(self, table: dict[str, Any], path: KeyPath, known: Sequence[str], required: Sequence[str] = ()) -> None:
+        for key in table:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                self.fail(path + (key,), f"unknown key {key!r}{hint}; known keys: {', '.join(known)}")
+        for key in required:
+            if key not in table:
+                self.fail(path, f"missing required key {key!r}")
+
+    def string(self, table: dict[str, Any], path: KeyPath, key: str, default: Any = _MISSING) -> Any:
+        value = table.get(key, default)
+        if value is _MISSING:
+            self.fail(path, f"missing required key {key!r}")
+        if value is default and key not in table:
+            return value
+        if not isinstance(value, str):
+            self.fail(path + (key,), f"must be a string, not {_type_name(value)}")
+        if not value:
+            self.fail(path + (key,), "must not be empty")
+        return value
+
+    def integer(self, table: dict[str, Any], path: KeyPath, key: str, default: int, low: int, high: int | None) -> int:
+        if key not in table:
+            return default
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path + (key,), f"must be an integer, not {_type_name(value)}")
+        if value < low or (high is not None and value > high):
+            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+            self.fail(path + (key,), f"must be {bounds}, not {value}")
+        return value
+
+    def name(self, value: str, path: KeyPath, what: str) -> str:
+        """Cluster, datacenter and flow names end up in topic names and paths."""
+        if not value or len(value) > MAX_NAME or value in (".", "..") or not _LEGAL_NAME.fullmatch(value):
+            self.fail(path, f"{what} {value!r} must be 1 to {MAX_NAME} ASCII letters, digits, '.', '_' "
+                            "or '-' (and not '.' or '..')")
+        return value
+
+    def regex(self, table: dict[str, Any], path: KeyPath, key: str, default: Any = _MISSING) -> Any:
+        value = self.string(table, path, key, default)
+        if value is None:
+            return None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            self.fail(path + (key,), f"invalid regex {value!r}: {exc}")
+        return value
+
+    def directory(self, table: dict[str, Any], path: KeyPath, key: str, default: str) -> Path:
+        value = self.string(table, path, key, default)
+        return self.base_dir / Path(value).expanduser()
+
+    def config(self, table: dict[str, Any], path: KeyPath, reserved: frozenset[str] = frozenset(),
+               why_reserved: str = "") -> dict[str, str]:
+        if "config" not in table:
+            return {}
+        cpath = path + ("config",)
+        raw = self.table(table["config"], cpath, hint=' of Kafka config names to values, e.g. { "retention.ms" = 60000 }')
+        out: dict[str, str] = {}
+        self._flatten(raw, cpath, (), out)
+        for name in out:
+            if name in reserved:
+                self.fail(cpath + (name,), f"{name!r} is {why_reserved}, not in config")
+        return out
+
+    def _flatten(self, raw: dict[str, Any], cpath: KeyPath, prefix: tuple[str, ...], out: dict[str, str]) -> None:
+        # config = { log.retention.ms = 1 } is a nested table to TOML; the dotted name is meant.
+        for key, value in raw.items():
+            parts = prefix + (key,)
+            name = ".".join(parts)
+            vpath = cpath + parts
+            if not key:
+                self.fail(vpath, "config names cannot be empty")
+            if isinstance(value, dict):
+                self._flatten(value, cpath, parts, out)
+                continue
+            if name in out:
+                self.fail(vpath, f"config {name!r} is given twice (once as a quoted name, once as dotted keys)")
+            if isinstance(value, bool):
+                out[name] = "true" if value else "false"
+            elif isinstance(value, int):
+                out[name] = str(value)
+            elif isinstance(value, float):
+                if not math.isfinite(value):
+                    self.fail(vpath, f"must be a finite number, not {value}")
+                out[name] = repr(value)
+            elif isinstance(value, str):
+                out[name] = value
+            elif isinstance(value, list):
+                self.fail(vpath, 'config values cannot be arrays; write a list as one comma-separated '
+                                 'string, e.g. "compact,delete"')
+            else:
+                self.fail(vpath, f"config values must be strings, integers, booleans or floats, not {_type_name(value)}")
+
+    def array_of_tables(self, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        value = doc.get(key, [])
+        if not isinstance(value, list):
+            self.fail((key,), f"must be an array of tables ([[{key}]] sections), not {_type_name(value)}")
+        for i, item in enumerate(value):
+            self.table(item, (key, i), hint=f" ([[{key}]] section)")
+        return value
+
+    # -- addresses --------------------------------------------------------------------
+
+    def address(self, value: object, path: KeyPath, node_id: int) -> NodeAddress:
+        if not isinstance(value, str):
+            self.fail(path, f"must be a \"host:port\" string, not {_type_name(value)}")
+        host, port = self._split_address(value, path)
+        key = (host.lower(), port)
+        if key in self.addresses:
+            self.fail(path, f"address {value!r} is already used by {self.where(self.addresses[key])}; "
+                            "every broker and controller needs its own host:port")
+        self.addresses[key] = path
+        return NodeAddress(node_id, host, port)
+
+    def _split_address(self, value: str, path: KeyPath) -> tuple[str, int]:
+        example = 'e.g. "127.0.0.1:9092" or "[::1]:9092"'
+        host, sep, port_text = value.rpartition(":")
+        if not sep or not host:
+            self.fail(path, f"address {value!r} must be host:port, {example}")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+            try:
+                ipaddress.IPv6Address(host)
+            except ValueError:
+                self.fail(path, f"address {value!r}: {host!r} is not an IPv6 address")
+        elif not _HOSTNAME.fullmatch(host):
+            self.fail(path, f"address {value!r}: {host!r} is not a host name or IPv4 address "
+                            f"(IPv6 addresses go in brackets), {example}")
+        if not port_text.isascii() or not port_text.isdigit():
+            self.fail(path, f"address {value!r}: port {port_text!r} is not a number")
+        port = int(port_text)
+        if not 1 <= port <= 65535:
+            self.fail(path, f"address {value!r}: port {port} is not between 1 and 65535")
+        return host, port
+
+    # -- sections ---------------------------------------------------------------------
+
+    def load(self, doc: dict[str, Any], path: Path | None) -> Topology:
+        self.keys(doc, (), TOP_KEYS, required=("clusters",))
+        defaults = self.defaults(doc)
+        clusters = self.clusters(doc)
+        topics = self.topics(doc, clusters, defaults)
+        mirrors = self.mirrors(doc, clusters, topics)
+        warehouse = self.warehouse(doc, clusters)
+        return Topology(path=path, clusters=clusters, topics=topics, mirrors=mirrors,
+                        warehouse=warehouse, defaults=defaults)
+
+    def defaults(self, doc: dict[str, Any]) -> Defaults:
+        if "defaults" not in doc:
+            return Defaults()
+        path: KeyPath = ("defaults",)
+        table = self.table(doc["defaults"], path)
+        self.keys(table, path, DEFAULTS_KEYS)
+        base = Defaults()
+        return Defaults(
+            partitions=self.integer(table, path, "partitions", base.partitions, 1, MAX_PARTITIONS),
+            replication_factor=self.integer(table, path, "replication_factor", base.replication_factor, 1, None),
+            config=self.config(table, path),
+        )
+
+    def clusters(self, doc: dict[str, Any]) -> dict[str, ClusterSpec]:
+        tables = self.table(doc["clusters"], ("clusters",), hint=" of clusters ([clusters.NAME] sections)")
+        if not tables:
+            self.fail(("clusters",), "must define at least one cluster ([clusters.NAME] section)")
+        clusters: dict[str, ClusterSpec] = {}
+        data_dirs: dict[Path, KeyPath] = {}
+        for name, raw in tables.items():
+            path: KeyPath = ("clusters", name)
+            self.name(name, path, "cluster name")
+            table = self.table(raw, path)
+            self.keys(table, path, CLUSTER_KEYS, required=("datacenter", "brokers"))
+            datacenter = self.name(self.string(table, path, "datacenter"), path + ("datacenter",), "datacenter")
+            brokers = self.nodes(table, path, "brokers", first_id=1, low=1, high=MAX_BROKERS)
+            controllers = self.nodes(table, path, "controllers", first_id=len(brokers) + 1, low=0,
+                                     high=MAX_CONTROLLERS)
+            data_dir = self.directory(table, path, "data_dir", f"data/{name}")
+            dpath = path + ("data_dir",)
+            if data_dir in data_dirs:
+                self.fail(dpath, f"data_dir {str(data_dir)!r} is also the data_dir of "
+                                 f"{self.where(data_dirs[data_dir][:2])}; clusters need their own")
+            data_dirs[data_dir] = dpath
+            config = self.config(table, path, RESERVED_BROKER_CONFIGS,
+                                 "set by the topology (brokers, controllers, data_dir)")
+            clusters[name] = ClusterSpec(name=name, datacenter=datacenter, brokers=brokers,
+                                         controllers=controllers, data_dir=data_dir, config=config)
+        return clusters
+
+    def nodes(self, table: dict[str, Any], path: KeyPath, key: str, first_id: int, low: int,
+              high: int) -> tuple[NodeAddress, ...]:
+        raw = table.get(key, [])
+        kpath = path + (key,)
+        if not isinstance(raw, list):
+            self.fail(kpath, f'must be an array of "host:port" strings, not {_type_name(raw)}')
+        if len(raw) < low:
+            self.fail(kpath, f'must list at least {low} {key[:-1]} ("host:port")')
+        if len(raw) > high:
+            self.fail(kpath, f"lists {len(raw)} {key}; at most {high} are allowed")
+        return tuple(self.address(value, kpath + (i,), first_id + i) for i, value in enumerate(raw))
+
+    def topics(self, doc: dict[str, Any], clusters: dict[str, ClusterSpec], defaults: Defaults) -> tuple[TopicSpec, ...]:
+        topics: list[TopicSpec] = []
+        seen: dict[tuple[str, str], KeyPath] = {}
+        metric_names: dict[tuple[str, str], tuple[str, KeyPath]] = {}
+        for i, table in enumerate(self.array_of_tables(doc, "topics")):
+            path: KeyPath = ("topics", i)
+            self.keys(table, path, TOPIC_KEYS, required=("cluster", "name"))
+            cluster = self.cluster_ref(table, path, "cluster", clusters)
+            name = self.string(table, path, "name")
+            problem = topic_name_problem(name)
+            if problem:
+                self.fail(path + ("name",), problem)
+            if name.startswith("__"):
+                self.fail(path + ("name",), f"topic name {name!r}: names starting with '__' are for Kafka's internal topics")
+            if (cluster, name) in seen:
+                self.fail(path + ("name",), f"topic {name!r} of cluster {cluster!r} is already declared at "
+                                            f"{self.where(seen[cluster, name])}")
+            seen[cluster, name] = path
+            # Kafka refuses topics whose names differ only in '.' versus '_' (metric names collide).
+            metric = (cluster, name.replace(".", "_"))
+            if metric in metric_names:
+                other, other_path = metric_names[metric]
+                self.fail(path + ("name",), f"topic {name!r} collides with {other!r} ({self.where(other_path)}): "
+                                            "Kafka refuses names that differ only in '.' and '_'")
+            metric_names[metric] = (name, path)
+            brokers = len(clusters[cluster].brokers)
+            partitions = self.integer(table, path, "partitions", defaults.partitions, 1, MAX_PARTITIONS)
+            if "replication_factor" in table:
+                rf = self.integer(table, path, "replication_factor", 0, 1, None)
+                if rf > brokers:
+                    self.fail(path + ("replication_factor",),
+                              f"replication_factor {rf} is more than the {brokers} broker(s) of cluster {cluster!r}")
+            else:
+                rf = min(defaults.replication_factor, brokers)
+            config = {**defaults.config, **self.config(table, path)}
+            topics.append(TopicSpec(cluster=cluster, name=name, partitions=partitions,
+                                    replication_factor=rf, config=config))
+        return tuple(topics)
+
+    def cluster_ref(self, table: dict[str, Any], path: KeyPath, key: str, clusters: dict[str, ClusterSpec]) -> str:
+        name: str = self.string(table, path, key)
+        if name not in clusters:
+            close = difflib.get_close_matches(name, list(clusters), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            self.fail(path + (key,), f"unknown cluster {name!r}{hint}; clusters: {', '.join(clusters)}")
+        return name
+
+    def template(self, table: dict[str, Any], path: KeyPath) -> _Template:
+        text: str = self.string(table, path, "rename", DEFAULT_RENAME)
+        tpath = path + ("rename",)
+        allowed = ", ".join("{" + p + "}" for p in RENAME_PLACEHOLDERS)
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError as exc:
+            self.fail(tpath, f"bad rename template {text!r}: {exc} (write literal braces as {{{{ and }}}})")
+        fields: set[str] = set()
+        for literal, field, spec, conversion in parsed:
+            bad = sorted({c for c in literal if not _LEGAL_NAME.fullmatch(c)})
+            if bad:
+                self.fail(tpath, f"rename template {text!r} has {', '.join(repr(c) for c in bad)} outside "
+                                 "placeholders; topic names allow only ASCII letters, digits, '.', '_' and '-'")
+            if field is None:
+                continue
+            if field not in RENAME_PLACEHOLDERS or spec or conversion:
+                shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                self.fail(tpath, f"rename template {text!r}: unknown placeholder {shown}; allowed: {allowed}")
+            fields.add(field)
+        if "topic" not in fields:
+            self.fail(tpath, f"rename template {text!r} must contain {{topic}} (allowed placeholders: {allowed})")
+        return _Template(text, frozenset(fields))
+
+    def mirrors(self, doc: dict[str, Any], clusters: dict[str, ClusterSpec],
+                topics: tuple[TopicSpec, ...]) -> tuple[MirrorSpec, ...]:
+        mirrors: list[MirrorSpec] = []
+        templates: list[_Template] = []
+        names: dict[str, KeyPath] = {}
+        for i, table in enumerate(self.array_of_tables(doc, "mirrors")):
+            path: KeyPath = ("mirrors", i)
+            self.keys(table, path, MIRROR_KEYS, required=("source", "target", "topics"))
+            source = self.cluster_ref(table, path, "source", clusters)
+            target = self.cluster_ref(table, path, "target", clusters)
+            if source == target:
+                self.fail(path + ("target",), f"a flow cannot mirror cluster {source!r} into itself")
+            name = self.name(self.string(table, path, "name", f"{source}-to-{target}"),
+                             path + ("name",) if "name" in table else path, "flow name")
+            if name in names:
+                self.fail(path + ("name",) if "name" in table else path,
+                          f"flow name {name!r} is already used by {self.where(names[name])}; "
+                          "give one of them a distinct `name`")
+            names[name] = path
+            topics_re = self.regex(table, path, "topics")
+            exclude = self.regex(table, path, "exclude", None)
+            template = self.template(table, path)
+            workers = self.integer(table, path, "workers", 1, 1, MAX_WORKERS)
+            groups = self.regex(table, path, "groups", None)
+            config = self.config(table, path)
+            mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
+                                      exclude=exclude, rename=template.text, workers=workers,
+                                      groups=groups, config=config))
+            templates.append(template)
+        self.check_collisions(mirrors, templates, clusters, topics)
+        self.check_cycles(mirrors, templates)
+        return tuple(mirrors)
+
+    def check_collisions(self, mirrors: list[MirrorSpec], templates: list[_Template],
+                         clusters: dict[str, ClusterSpec], topics: tuple[TopicSpec, ...]) -> None:
+        # Structural: flows from different clusters into one target must tell the source apart.
+        for j, g in enumerate(mirrors):
+            for i in range(j):
+                f = mirrors[i]
+                if f.target != g.target:
+                    continue
+                ft, gt = templates[i], templates[j]
+                if f.source == g.source:
+                    if f.topics == g.topics and f.exclude == g.exclude and ft.text == gt.text:
+                        self.fail(("mirrors", j, "topics"),
+                                  f"flow {g.name!r} copies the same topics from {g.source!r} to {g.target!r} "
+                                  f"as flow {f.name!r} ({self.where(('mirrors', i))})")
+                    continue
+                by_source = "source" in ft.fields and "source" in gt.fields
+                by_dc = ("source_dc" in ft.fields and "source_dc" in gt.fields
+                         and clusters[f.source].datacenter != clusters[g.source].datacenter)
+                if not (by_source or by_dc):
+                    self.fail(("mirrors", j, "rename"),
+                              f"flows {f.name!r} ({self.where(('mirrors', i))}) and {g.name!r} both copy into "
+                              f"{g.target!r} with rename templates {ft.text!r} and {gt.text!r}, which can give "
+                              "topics from different sources the same target name; put {source} in both "
+                              "(or {source_dc}, when the sources are in different datacenters)")
+        # Concrete: declared source topics must map to distinct, legal target names.
+        written: dict[tuple[str, str], tuple[int, str]] = {}
+        for j, flow in enumerate(mirrors):
+            source_dc = clusters[flow.source].datacenter
+            for topic in topics:
+                if topic.cluster != flow.source or not flow.matches(topic.name):
+                    continue
+                renamed = flow.target_topic(topic.name, source_dc)
+                problem = topic_name_problem(renamed)
+                if problem:
+                    self.fail(("mirrors", j, "rename"), f"topic {topic.name!r} of {flow.source!r} would be "
+                                                        f"renamed to {renamed!r}: {problem}")
+                if (flow.target, renamed) in written:
+                    i, other = written[flow.target, renamed]
+                    self.fail(("mirrors", j), f"flows {mirrors[i].name!r} (topic {other!r}) and {flow.name!r} "
+                                              f"(topic {topic.name!r}) would both write topic {renamed!r} "
+                                              f"of cluster {flow.target!r}")
+                written[flow.target, renamed] = (j, topic.name)
+
+    def check_cycles(self, mirrors: list[MirrorSpec], templates: list[_Template]) -> None:
+        # Flows that keep topic names ("{topic}") around a cycle would copy a topic forever.
+        edges: dict[str, list[int]] = {}
+        for i, (flow, template) in enumerate(zip(mirrors, templates, strict=True)):
+            if template.identity:
+                edges.setdefault(flow.source, []).append(i)
+        done: set[str] = set()
+        stack: list[int] = []  # flow indexes along the current path
+        on_path: dict[str, int] = {}  # cluster -> its position in stack
+
+        def visit(cluster: str) -> None:
+            on_path[cluster] = len(stack)
+            for i in edges.get(cluster, []):
+                target = mirrors[i].target
+                if target in on_path:
+                    cycle = stack[on_path[target]:] + [i]
+                    hops = " -> ".join([mirrors[k].source for k in cycle] + [target])
+                    flows = ", ".join(repr(mirrors[k].name) for k in cycle)
+                    self.fail(("mirrors", cycle[0], "rename"),
+                              f"flows {flows} form a cycle {hops} and all keep topic names (rename = \"{{topic}}\"), "
+                              "so a topic would be copied around it forever; give at least one of them a "
+                              "rename template with {source}")
+                if target not in done:
+                    stack.append(i)
+                    visit(target)
+                    stack.pop()
+            del on_path[cluster]
+            done.add(cluster)
+
+        for cluster in list(edges):
+            if cluster not in done:
+                visit(cluster)
+
+    def warehouse(self, doc: dict[str, Any], clusters: dict[str, ClusterSpec]) -> WarehouseSpec | None:
+        if "warehouse" not in doc:
+            return None
+        path: KeyPath = ("warehouse",)
+        table = self.table(doc["warehouse"], path)
+        self.keys(table, path, WAREHOUSE_KEYS, required=("source",))
+        return WarehouseSpec(
+            source=self.cluster_ref(table, path, "source", clusters),
+            path=self.directory(table, path, "path", "warehouse"),
+            topics=self.regex(table, path, "topics", ".*"),
+            config=self.config(table, path),
+        )
+
+
+def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None) -> Topology:
+    """Parse and validate topology TOML ``text``.
+
+    ``path`` names the file in error messages and is kept as ``Topology.path``; relative
+    ``data_dir`` and ``warehouse.path`` are resolved against ``base_dir``, by default the
+    directory of ``path``, else the current directory.
+    """
+    file = str(path) if path is not None else "<string>"
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = _TOML_POSITION.search(str(exc))
+        raise TopologyError(f"invalid TOML: {exc}", file=file,
+                            line=int(found.group(1)) if found else None) from None
+    if base_dir is None:
+        base_dir = path.parent if path is not None else Path.cwd()
+    return _Loader(text, file, base_dir.absolute()).load(doc, path)
+
+
+def load(path: str | Path) -> Topology:
+    """Read, parse and validate the topology file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TopologyError(f"cannot read the topology file: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"not UTF-8 text: {exc}", file=str(path)) from None
+    return loads(text, path=path)
+
+
+def default_topology_text() -> str:
+    """The embedded default topology (three clusters in three datacenters on loopback)."""
+    return importlib.resources.files("topology").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+def load_default(base_dir: Path | None = None) -> Topology:
+    """The embedded default topology, data directories under ``base_dir`` (default: cwd)."""
+    return loads(default_topology_text(), base_dir=base_dir)

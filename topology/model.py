@@ -1,0 +1,154 @@
+"""What a topology file describes, as frozen dataclasses (built by ``topology.load``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topology.errors import TopologyError
+
+DEFAULT_RENAME = "{source}.{topic}"
+RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    datacenter: str
+    brokers: tuple[NodeAddress, ...]
+    """Node ids 1..n in file order."""
+    controllers: tuple[NodeAddress, ...]
+    """Dedicated controllers (quorum voters only), node ids n+1..n+m; empty = combined mode."""
+    data_dir: Path
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+    """Broker configs with Kafka's names, every value a string."""
+
+    @property
+    def nodes(self) -> tuple[NodeAddress, ...]:
+        return self.brokers + self.controllers
+
+    @property
+    def voters(self) -> tuple[NodeAddress, ...]:
+        """The metadata quorum: the dedicated controllers if any, else every broker."""
+        return self.controllers or self.brokers
+
+    @property
+    def combined(self) -> bool:
+        return not self.controllers
+
+    def node(self, node_id: int) -> NodeAddress:
+        for address in self.nodes:
+            if address.node_id == node_id:
+                return address
+        ids = ", ".join(str(a.node_id) for a in self.nodes)
+        raise TopologyError(f"cluster {self.name!r} has no node {node_id}; its node ids are {ids}")
+
+    def is_controller(self, node_id: int) -> bool:
+        """True for a dedicated controller node (not a broker)."""
+        return self.node(node_id) in self.controllers
+
+    def node_data_dir(self, node_id: int) -> Path:
+        self.node(node_id)  # unknown ids raise
+        return self.data_dir / f"node-{node_id}"
+
+    def bootstrap(self) -> str:
+        """``host:port,host:port,...`` of the brokers, for Kafka clients."""
+        return ",".join(str(a) for a in self.brokers)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    cluster: str
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+    """Topic configs with Kafka's names: ``[defaults] config`` overlaid by the topic's own."""
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    name: str
+    source: str
+    target: str
+    topics: str
+    """Regex, matched against the whole source topic name."""
+    exclude: str | None = None
+    """Regex; source topics matching it are not copied even if ``topics`` matches."""
+    rename: str = DEFAULT_RENAME
+    workers: int = 1
+    groups: str | None = None
+    """Regex of source consumer groups whose offsets are translated to the target."""
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def matches(self, topic: str) -> bool:
+        """Whether this flow copies source topic ``topic``."""
+        if re.fullmatch(self.topics, topic) is None:
+            return False
+        return self.exclude is None or re.fullmatch(self.exclude, topic) is None
+
+    def target_topic(self, topic: str, source_dc: str) -> str:
+        """The name ``topic`` gets in the target cluster."""
+        return self.rename.format(source=self.source, target=self.target, topic=topic, source_dc=source_dc)
+
+
+@dataclass(frozen=True)
+class WarehouseSpec:
+    source: str
+    path: Path
+    topics: str
+    """Regex, matched against the whole topic name in the source cluster."""
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Applied to ``[[topics]]`` entries that leave a key out."""
+
+    partitions: int = 6
+    replication_factor: int = 3
+    """Capped by the cluster's broker count when applied."""
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+    """Topic configs every declared topic starts from."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    path: Path | None
+    clusters: dict[str, ClusterSpec] = field(hash=False)
+    topics: tuple[TopicSpec, ...]
+    mirrors: tuple[MirrorSpec, ...]
+    warehouse: WarehouseSpec | None
+    defaults: Defaults
+
+    def cluster(self, name: str) -> ClusterSpec:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            names = ", ".join(self.clusters) or "(none)"
+            file = str(self.path) if self.path is not None else None
+            raise TopologyError(f"unknown cluster {name!r}; clusters: {names}", file=file) from None
+
+    def topics_of(self, cluster: str) -> list[TopicSpec]:
+        self.cluster(cluster)  # unknown names raise
+        return [t for t in self.topics if t.cluster == cluster]
+
+    def mirrors_from(self, cluster: str) -> list[MirrorSpec]:
+        self.cluster(cluster)
+        return [m for m in self.mirrors if m.source == cluster]
+
+    def mirrors_into(self, cluster: str) -> list[MirrorSpec]:
+        self.cluster(cluster)
+        return [m for m in self.mirrors if m.target == cluster]
