@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from cluster.storage.config import InvalidConfig
-from deploy import groups_cmd
+from deploy import groups_cmd, topology_cmd
 
 
 def _setup_logging(level: str) -> None:
@@ -35,20 +35,44 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from cluster.broker.config import BrokerConfig
     from cluster.broker.server import serve_until_signalled
 
-    if args.config or args.cluster or args.node:
-        print("dcmirror broker: topology clusters (--config/--cluster/--node) arrive with multi-broker "
-              "support; use --data-dir and --listen for a standalone broker", file=sys.stderr)
-        return 2
-    if not args.data_dir or not args.listen:
-        print("dcmirror broker: --data-dir DIR and --listen HOST:PORT are required", file=sys.stderr)
-        return 2
+    membership = None
+    overrides: dict[str, object] = {}
+    if args.config or args.cluster or args.node is not None:
+        from cluster.broker.broker import ClusterMembership
+        from topology import TopologyError, load
+
+        if not (args.config and args.cluster and args.node is not None):
+            print("dcmirror broker: --config FILE, --cluster NAME and --node ID go together", file=sys.stderr)
+            return 2
+        try:
+            spec = load(args.config).cluster(args.cluster)
+            node = spec.node(args.node)
+        except (TopologyError, OSError) as exc:
+            print(f"dcmirror broker: {exc}", file=sys.stderr)
+            return 2
+        if node not in spec.brokers:
+            print(f"dcmirror broker: node {args.node} of cluster {args.cluster} is a dedicated controller; "
+                  "dedicated controller nodes are not supported yet (omit `controllers` for combined mode)",
+                  file=sys.stderr)
+            return 2
+        membership = ClusterMembership(node.node_id, {v.node_id: (v.host, v.port) for v in spec.voters},
+                                       f"{args.cluster}")
+        overrides = {**spec.config, "node.id": node.node_id}
+        data_dir = args.data_dir or str(spec.node_data_dir(node.node_id))
+        listen = args.listen or f"{node.host}:{node.port}"
+    else:
+        if not args.data_dir or not args.listen:
+            print("dcmirror broker: --data-dir DIR and --listen HOST:PORT are required "
+                  "(or --config FILE --cluster NAME --node ID)", file=sys.stderr)
+            return 2
+        data_dir, listen = args.data_dir, args.listen
     try:
-        config = BrokerConfig.from_overrides(_parse_sets(args.set))
+        config = BrokerConfig.from_overrides({**overrides, **_parse_sets(args.set)})
     except InvalidConfig as exc:
         print(f"dcmirror broker: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(serve_until_signalled, Path(args.data_dir), args.listen, config)
+        trio.run(serve_until_signalled, Path(data_dir), listen, config, membership)
     except (ValueError, OSError) as exc:
         print(f"dcmirror broker: {exc}", file=sys.stderr)
         return 1
@@ -77,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=cmd_broker)
 
     groups_cmd.add_parser(sub)
+    topology_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=100_000, help="records to produce")

@@ -1,15 +1,18 @@
 """The broker's state and request handlers (one per API, version-agnostic).
 
 Handlers take decoded kio requests and answer with dicts (see protocol/messages.build).
-Network I/O lives in server.py; background work (retention, flushes) in service.py.
+Network I/O lives in server.py. Cluster metadata comes from the metadata quorum
+(cluster/controller): the broker registers, heartbeats, and reconciles its partition
+replicas with every metadata change it applies; admin requests go to the active controller.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,20 @@ from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig, render_config_value
 from cluster.broker.group_service import GroupService
 from cluster.broker.producer_ids import ProducerIdAllocator
-from cluster.broker.topics import InvalidTopic, TopicInfo, TopicStore, validate_topic_name
+from cluster.broker.topics import (
+    InvalidTopic,
+    read_partition_topic_id,
+    validate_topic_name,
+    write_meta_properties,
+    write_partition_topic_id,
+)
+from cluster.controller.controller import ControllerConfig
+from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage
+from cluster.controller.service import ControllerUnavailable, MetadataService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic
-from cluster.storage.config import TOPIC_CONFIG_DEFS, InvalidConfig
+from cluster.quorum.raft import RaftConfig
+from cluster.storage.config import TOPIC_CONFIG_DEFS
 from cluster.storage.log import (
     Log,
     OffsetOutOfRange,
@@ -31,7 +44,7 @@ from cluster.storage.log import (
     RecordTooLarge,
     StorageError,
 )
-from cluster.storage.log_manager import LogManager
+from cluster.storage.log_manager import METADATA_LOG_DIR, LogManager
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +69,16 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     22: (0, 1),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
     32: (1, 2),  # DescribeConfigs
+    33: (0, 1),  # AlterConfigs
+    37: (0, 1),  # CreatePartitions
     42: (0, 1),  # DeleteGroups
+    43: (0, 1),  # ElectLeaders
+    44: (0, 0),  # IncrementalAlterConfigs
+    45: (0, 0),  # AlterPartitionReassignments (flexible only)
+    46: (0, 0),  # ListPartitionReassignments (flexible only)
+    60: (0, 0),  # DescribeCluster (flexible only)
 }
 
-LEADER_EPOCH = 0  # a standalone broker is the only leader its partitions ever had
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_TOPIC = 1
@@ -81,17 +100,33 @@ class RequestContext:
 
 @dataclass
 class Partition:
-    """A partition this broker leads: its log and high watermark."""
+    """A replica of a partition on this broker: its log and its role from the metadata."""
 
     topic: str
     index: int
     log: Log
-    leader_epoch: int = LEADER_EPOCH
+    topic_id: str = ""
+    is_leader: bool = False
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
 
     @property
     def high_watermark(self) -> int:
-        # Single replica: everything appended is committed.
+        # Followers do not copy data yet (partition replication comes next): what the
+        # leader appended is what there is.
         return self.log.log_end_offset
+
+
+@dataclass(frozen=True)
+class ClusterMembership:
+    """Who this node is and who votes in the metadata quorum."""
+
+    node_id: int
+    voters: dict[int, tuple[str, int]]
+    cluster_id: str
 
 
 class AppendWaiters:
@@ -120,29 +155,74 @@ class AppendWaiters:
 
 
 class Broker:
-    def __init__(self, data_dir: Path, config: BrokerConfig, advertised_host: str, advertised_port: int) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, advertised_host: str, advertised_port: int,
+                 membership: ClusterMembership | None = None) -> None:
         self.data_dir = data_dir
         self.config = config
-        self.node_id = int(config["node.id"])
+        if membership is None:
+            # A standalone broker: node 1 (or node.id), its own single-voter quorum.
+            node_id = int(config["node.id"])
+            membership = ClusterMembership(node_id, {node_id: (advertised_host, advertised_port)}, "")
+        self.membership = membership
+        self.node_id = membership.node_id
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
-        self.topics = TopicStore(data_dir)
         self.logs = LogManager(data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.waiters = AppendWaiters()
-        self.producer_ids = ProducerIdAllocator(data_dir / "producer-id-block")
+        self.metadata = MetadataService(
+            self.node_id, membership.voters, data_dir / METADATA_LOG_DIR,
+            raft_config=RaftConfig(
+                election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
+                fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),
+                fetch_interval_ms=int(config["controller.quorum.fetch.interval.ms"]),
+                request_timeout_ms=int(config["controller.quorum.request.timeout.ms"]),
+            ),
+            controller_config=ControllerConfig(
+                session_timeout_ms=int(config["broker.session.timeout.ms"]),
+                num_partitions=int(config["num.partitions"]),
+                default_replication_factor=int(config["default.replication.factor"]),
+                max_partitions_per_topic=int(config["max.topic.partitions"]),
+                max_topics=int(config["max.topics"]),
+                delete_topic_enable=bool(config["delete.topic.enable"]),
+                unclean_leader_election_enable=bool(config.log_config({})["unclean.leader.election.enable"]),
+                auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
+                leader_imbalance_check_interval_ms=int(config["leader.imbalance.check.interval.seconds"]) * 1000,
+                leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+            ),
+            validate_configs=self._validate_topic_configs,
+        )
+        self.metadata.on_applied = self._on_metadata_applied
+        self.broker_epoch = -1
+        self.incarnation_id = str(uuid.uuid4())
+        self.ready = trio.Event()
+        self._logs_loaded = False
+        self._known_topics: dict[str, str] = {}
+        self._shutting_down = False
+        self._shutdown_done = trio.Event()
+        self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupService(self)
+        from cluster.broker.admin_handlers import AdminHandlers
+
+        admin = AdminHandlers(self)
         g = self.groups
         self.handlers: dict[int, Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]] = {
             0: self.handle_produce,
             1: self.handle_fetch,
             2: self.handle_list_offsets,
             3: self.handle_metadata,
-            19: self.handle_create_topics,
-            20: self.handle_delete_topics,
+            19: admin.handle_create_topics,
+            20: admin.handle_delete_topics,
             22: self.handle_init_producer_id,
             23: self.handle_offset_for_leader_epoch,
             32: self.handle_describe_configs,
+            33: admin.handle_alter_configs,
+            37: admin.handle_create_partitions,
+            43: admin.handle_elect_leaders,
+            44: admin.handle_incremental_alter_configs,
+            45: admin.handle_alter_partition_reassignments,
+            46: admin.handle_list_partition_reassignments,
+            60: admin.handle_describe_cluster,
             8: g.handle_offset_commit,
             9: g.handle_offset_fetch,
             10: g.handle_find_coordinator,
@@ -157,91 +237,208 @@ class Broker:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def open(self) -> None:
-        start = time.monotonic()
-        self.topics.load(self.node_id)
-        self.producer_ids.load()
-        self.logs.load_all(self._log_config_for, now_ms())
-        for (topic, index), lg in self.logs.logs.items():
-            if topic in self.topics.topics:
-                self.partitions[(topic, index)] = self._new_partition(topic, index, lg)
-            else:
-                log.warning("partition directory %s has no topic metadata; ignoring it", lg.dir)
-        for info in self.topics.topics.values():
-            for p in range(info.partitions):
-                if (info.name, p) not in self.partitions:
-                    self.create_partition(info, p)
-        self.groups.open(now_ms())
-        log.info(
-            "broker %d loaded %d topic(s), %d partition(s) in %.3f s",
-            self.node_id, len(self.topics.topics), len(self.partitions), time.monotonic() - start,
-        )
+    @property
+    def image(self) -> MetadataImage:
+        return self.metadata.image
+
+    @property
+    def cluster_id(self) -> str:
+        return self.membership.cluster_id or "dcmirror-standalone"
+
+    async def start(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register with the controller, load the logs, heartbeat; `ready` once unfenced."""
+        write_meta_properties(self.data_dir, self.node_id, self.cluster_id)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.metadata.run)
+            task_status.started()
+            await self._register()
+            start = time.monotonic()
+            self.logs.load_all(self._log_config_for, now_ms())
+            self._logs_loaded = True
+            self._reconcile()
+            self.groups.open(now_ms())
+            log.info("broker %d loaded %d partition(s) in %.3f s", self.node_id, len(self.partitions),
+                     time.monotonic() - start)
+            nursery.start_soon(self._heartbeat_loop)
+            while True:
+                reg = self.image.brokers.get(self.node_id)
+                if reg is not None and reg.broker_epoch == self.broker_epoch and not reg.fenced:
+                    break
+                await self.metadata.wait_for_offset(self.image.offset + 1)
+            self.ready.set()
+            log.info("broker %d is ready (broker epoch %d, controller %d)", self.node_id, self.broker_epoch,
+                     self.metadata.leader_id)
+
+    async def _register(self) -> None:
+        while True:
+            try:
+                result = await self.metadata.call("register_broker", {
+                    "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
+                    "host": self.advertised_host, "port": self.advertised_port,
+                    "rack": self.config["broker.rack"] or None,
+                }, timeout_s=10.0)
+            except ControllerUnavailable as exc:
+                log.warning("broker %d is waiting for the metadata quorum: %s", self.node_id, exc)
+                continue
+            if result["error_code"] == ErrorCode.none:
+                self.broker_epoch = int(result["broker_epoch"])
+                await self.metadata.wait_for_offset(int(result["metadata_offset"]))
+                return
+            log.warning("registration of broker %d failed: %s", self.node_id, result.get("error_message"))
+            await trio.sleep(0.5)
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = int(self.config["broker.heartbeat.interval.ms"]) / 1000
+        while True:
+            reg = self.image.brokers.get(self.node_id)
+            caught_up = reg is not None and reg.broker_epoch == self.broker_epoch
+            try:
+                result = await self.metadata.call("broker_heartbeat", {
+                    "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "caught_up": caught_up,
+                    "want_shutdown": self._shutting_down,
+                }, timeout_s=max(1.0, 4 * interval_s))
+            except ControllerUnavailable as exc:
+                log.warning("heartbeat of broker %d got no answer: %s", self.node_id, exc)
+                continue
+            code = result["error_code"]
+            if code == ErrorCode.stale_broker_epoch:
+                log.warning("broker %d was registered again elsewhere or forgotten: registering anew", self.node_id)
+                self.incarnation_id = str(uuid.uuid4())
+                await self._register()
+                continue
+            if code == ErrorCode.none and self._shutting_down and result.get("should_shut_down"):
+                self._shutdown_done.set()
+                return
+            with trio.move_on_after(interval_s):
+                await self._shutdown_requested()
+
+    async def _shutdown_requested(self) -> None:
+        while not self._shutting_down:
+            await trio.sleep(0.05)
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move leadership away; True when it confirmed."""
+        if not self.ready.is_set():
+            return False
+        self._shutting_down = True
+        with trio.move_on_after(timeout_s):
+            await self._shutdown_done.wait()
+            log.info("broker %d: controlled shutdown complete, it leads no partitions", self.node_id)
+            return True
+        log.warning("broker %d: controlled shutdown did not complete within %.1f s", self.node_id, timeout_s)
+        return False
 
     def close(self) -> None:
         self.logs.close()
 
+    def _validate_topic_configs(self, configs: dict[str, str]) -> None:
+        self.config.log_config(configs)  # InvalidConfig is a ValueError
+
     def _log_config_for(self, topic: str) -> Any:
-        info = self.topics.topics.get(topic)
-        return self.config.log_config(info.configs if info else {})
+        t = self.image.topic(topic)
+        return self.config.log_config(t.configs if t else {})
 
-    def create_partition(self, info: TopicInfo, index: int) -> Partition:
-        lg = self.logs.create_log(info.name, index, self.config.log_config(info.configs), now_ms())
-        part = self._new_partition(info.name, index, lg)
-        self.partitions[(info.name, index)] = part
+    # ---- acting on metadata ----------------------------------------------------------------
+
+    def _on_metadata_applied(self, records: list[dict[str, Any]]) -> None:
+        if self._logs_loaded:
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Make the local replicas match the metadata image."""
+        wanted: dict[tuple[str, int], tuple[TopicImage, PartitionState]] = {}
+        for t, p in self.image.all_partitions():
+            if self.node_id in p.replicas:
+                wanted[(t.name, p.partition)] = (t, p)
+        for key in list(self.partitions):
+            if key not in wanted or wanted[key][0].topic_id != self.partitions[key].topic_id:
+                self._drop_replica(key)
+        for key, lg in list(self.logs.logs.items()):
+            if key not in self.partitions and key not in wanted:
+                log.info("deleting %s: this broker holds no replica of it", lg.dir.name)
+                self.logs.delete_log(*key)
+        for key, (t, p) in wanted.items():
+            part = self.partitions.get(key)
+            if part is None:
+                part = self._open_replica(t, p)
+            self._apply_partition_state(part, t, p)
+        ids = {t.name: t.topic_id for t in self.image.topics.values()}
+        for name, topic_id in self._known_topics.items():
+            if ids.get(name) != topic_id:
+                # A topic recreated under the same name must not inherit old committed offsets.
+                self.groups.coordinator.delete_offsets_of_topic(name)
+        self._known_topics = ids
+        self.groups.on_partitions_changed()
+
+    def _open_replica(self, t: TopicImage, p: PartitionState) -> Partition:
+        lg = self.logs.get(t.name, p.partition)
+        if lg is not None:
+            on_disk = read_partition_topic_id(lg.dir)
+            if on_disk is not None and on_disk != t.topic_id:
+                log.info("%s belongs to an earlier topic of that name (id %s): deleting it", lg.dir.name, on_disk)
+                self.logs.delete_log(t.name, p.partition)
+                lg = None
+        if lg is None:
+            lg = self.logs.create_log(t.name, p.partition, self.config.log_config(t.configs), now_ms())
+        write_partition_topic_id(lg.dir, t.topic_id)
+        part = Partition(t.name, p.partition, lg, t.topic_id)
+        self.partitions[(t.name, p.partition)] = part
         return part
 
-    @staticmethod
-    def _new_partition(topic: str, index: int, lg: Log) -> Partition:
-        part = Partition(topic, index, lg)
-        # Becoming leader starts the epoch at the log end, as Kafka's LeaderEpochFileCache does.
-        lg.leader_epochs.assign(part.leader_epoch, lg.log_end_offset)
-        return part
+    def _apply_partition_state(self, part: Partition, t: TopicImage, p: PartitionState) -> None:
+        config = self.config.log_config(t.configs)
+        if part.log.config != config:
+            part.log.config = config
+        was_leader, old_epoch = part.is_leader, part.leader_epoch
+        part.is_leader = p.leader == self.node_id
+        part.leader_id = p.leader
+        part.leader_epoch = p.leader_epoch
+        part.partition_epoch = p.partition_epoch
+        part.replicas = list(p.replicas)
+        part.isr = list(p.isr)
+        if part.is_leader and (not was_leader or old_epoch != p.leader_epoch):
+            # Becoming leader starts the epoch at the log end, as Kafka's LeaderEpochFileCache does.
+            part.log.leader_epochs.assign(p.leader_epoch, part.log.log_end_offset)
+            log.info("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index, p.leader_epoch)
+        if was_leader != part.is_leader or old_epoch != p.leader_epoch:
+            self.waiters.notify((part.topic, part.index))  # long polls re-check leadership
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        """Create a topic and its logs; raises InvalidTopic/InvalidConfig/ValueError."""
-        validate_topic_name(name)
-        if partitions < 1 or partitions > int(self.config["max.topic.partitions"]):
-            raise ValueError(f"partition count {partitions} must be in 1..{self.config['max.topic.partitions']}")
-        if len(self.topics.topics) >= int(self.config["max.topics"]):
-            raise ValueError(f"broker holds max.topics={self.config['max.topics']} topics already")
-        self.config.log_config(configs)  # validates names and values
-        info = self.topics.create(name, partitions, configs)
-        for p in range(partitions):
-            self.create_partition(info, p)
-        log.info("created topic %s with %d partition(s) %s", name, partitions, configs or "")
-        return info
+    def _drop_replica(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+        self.logs.delete_log(*key)
+        self.waiters.notify(key)
 
-    def delete_topic(self, name: str) -> None:
-        info = self.topics.delete(name)
-        if info is None:
-            return
-        for p in range(info.partitions):
-            self.partitions.pop((name, p), None)
-            self.logs.delete_log(name, p)
-            self.waiters.notify((name, p))
-        # A topic recreated under the same name must not inherit old committed offsets.
-        self.groups.coordinator.delete_offsets_of_topic(name)
-        self.groups.flush_records()
-        log.info("deleted topic %s", name)
+    async def create_topics(self, specs: list[dict[str, Any]], *, validate_only: bool = False) -> list[dict[str, Any]]:
+        """Create topics through the controller; per-topic results once applied here."""
+        result = await self.metadata.call("create_topics", {"topics": specs, "validate_only": validate_only})
+        if result["error_code"] != ErrorCode.none:
+            return [{"name": s["name"], "error_code": result["error_code"], "error_message": result.get("error_message")}
+                    for s in specs]
+        await self.metadata.wait_for_offset(int(result.get("metadata_offset", 0)))
+        topics: list[dict[str, Any]] = result["topics"]
+        return topics
 
-    def _maybe_auto_create(self, name: str) -> tuple[TopicInfo | None, int]:
+    async def _maybe_auto_create(self, name: str) -> tuple[TopicImage | None, int]:
         """(topic, error) for a produce/metadata reference to a topic that may not exist."""
-        info = self.topics.topics.get(name)
-        if info is not None:
-            return info, ErrorCode.none
-        if not self.config["auto.create.topics.enable"]:
-            try:
-                validate_topic_name(name)
-            except InvalidTopic:
-                return None, ErrorCode.invalid_topic_exception
-            return None, ErrorCode.unknown_topic_or_partition
+        t = self.image.topic(name)
+        if t is not None:
+            return t, ErrorCode.none
         try:
-            return self.create_topic(name, int(self.config["num.partitions"]), {}), ErrorCode.none
+            validate_topic_name(name)
         except InvalidTopic:
             return None, ErrorCode.invalid_topic_exception
-        except (InvalidConfig, ValueError) as exc:
+        if not self.config["auto.create.topics.enable"]:
+            return None, ErrorCode.unknown_topic_or_partition
+        try:
+            results = await self.create_topics([{"name": name, "num_partitions": -1, "replication_factor": -1}])
+        except ControllerUnavailable as exc:
             log.warning("auto-creating topic %s failed: %s", name, exc)
-            return None, ErrorCode.invalid_request
+            return None, ErrorCode.leader_not_available
+        code = results[0]["error_code"]
+        if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.warning("auto-creating topic %s failed: %s", name, results[0].get("error_message"))
+            return None, ErrorCode.invalid_topic_exception if code == ErrorCode.invalid_topic_exception else code
+        return self.image.topic(name), ErrorCode.none
 
     # ---- ApiVersions ----------------------------------------------------------------------
 
@@ -261,7 +458,10 @@ class Broker:
         """Append one partition's payload; the per-partition produce response."""
         part = self.partitions.get((topic, index))
         if part is None:
-            return {"index": index, "error_code": ErrorCode.unknown_topic_or_partition, "base_offset": -1}
+            code = ErrorCode.not_leader_or_follower if self.image.partition(topic, index) else ErrorCode.unknown_topic_or_partition
+            return {"index": index, "error_code": code, "base_offset": -1}
+        if not part.is_leader:
+            return {"index": index, "error_code": ErrorCode.not_leader_or_follower, "base_offset": -1}
         if not records:
             return {"index": index, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
                     "error_message": "produce carries no records"}
@@ -306,7 +506,7 @@ class Broker:
             ], "throttle_time": 0}
         responses = []
         for t in req.topic_data:
-            info, error = self._maybe_auto_create(t.name)
+            info, error = await self._maybe_auto_create(t.name)
             if info is not None and info.internal:
                 info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
             if info is None:
@@ -322,8 +522,10 @@ class Broker:
 
     def _read_partition(self, fp: Any, topic: str, is_follower: bool, budget: int, first: bool) -> tuple[dict[str, Any], int, bool]:
         part = self.partitions.get((topic, fp.partition))
-        if part is None:
-            return {"partition_index": fp.partition, "error_code": ErrorCode.unknown_topic_or_partition,
+        if part is None or not part.is_leader:
+            code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(topic, fp.partition)
+                    else ErrorCode.unknown_topic_or_partition)
+            return {"partition_index": fp.partition, "error_code": code,
                     "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
                     "preferred_read_replica": -1, "records": b""}, 0, True
         hw = part.high_watermark
@@ -381,8 +583,10 @@ class Broker:
     def list_offset(self, topic: str, index: int, timestamp: int, epoch: int) -> dict[str, Any]:
         part = self.partitions.get((topic, index))
         out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
-        if part is None:
-            return {**out, "error_code": ErrorCode.unknown_topic_or_partition}
+        if part is None or not part.is_leader:
+            code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(topic, index)
+                    else ErrorCode.unknown_topic_or_partition)
+            return {**out, "error_code": code}
         if epoch >= 0 and epoch != part.leader_epoch:
             code = ErrorCode.fenced_leader_epoch if epoch < part.leader_epoch else ErrorCode.unknown_leader_epoch
             return {**out, "error_code": code}
@@ -415,97 +619,56 @@ class Broker:
     # ---- Metadata -------------------------------------------------------------------------
 
     def _topic_metadata(self, name: str, error: int = ErrorCode.none) -> dict[str, Any]:
-        info = self.topics.topics.get(name)
-        if info is None:
+        t = self.image.topic(name)
+        if t is None:
             return {"error_code": error or ErrorCode.unknown_topic_or_partition, "name": name, "is_internal": False,
                     "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+        live = {b.broker_id for b in self.image.unfenced_brokers()}
         partitions = []
-        for p in range(info.partitions):
-            part = self.partitions.get((name, p))
+        for index in sorted(t.partitions):
+            p = t.partitions[index]
             partitions.append({
-                "error_code": ErrorCode.none if part else ErrorCode.leader_not_available,
-                "partition_index": p,
-                "leader_id": self.node_id if part else -1,
-                "leader_epoch": part.leader_epoch if part else -1,
-                "replica_nodes": [self.node_id],
-                "isr_nodes": [self.node_id] if part else [],
-                "offline_replicas": [] if part else [self.node_id],
+                "error_code": ErrorCode.none if p.leader != NO_LEADER else ErrorCode.leader_not_available,
+                "partition_index": index,
+                "leader_id": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [r for r in p.replicas if r not in live],
             })
-        return {"error_code": ErrorCode.none, "name": name, "is_internal": info.internal, "partitions": partitions,
-                "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+        return {"error_code": ErrorCode.none, "name": name, "is_internal": t.internal, "partitions": partitions,
+                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+    @property
+    def controller_id(self) -> int:
+        leader = self.metadata.leader_id
+        return leader if leader >= 0 else self.node_id  # never -1: admin clients loop on it
 
     async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         requested = req.topics
         if requested is None or (version == 0 and not requested):
-            names = sorted(self.topics.topics)
+            names = sorted(self.image.topics_by_name)
             topics = [self._topic_metadata(n) for n in names]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             topics = []
             for t in requested:
                 error: int = ErrorCode.none
-                if t.name not in self.topics.topics:
+                if self.image.topic(t.name) is None:
                     if allow_auto:
-                        _, error = self._maybe_auto_create(t.name)
+                        _, error = await self._maybe_auto_create(t.name)
                     else:
                         error = ErrorCode.unknown_topic_or_partition
                 topics.append(self._topic_metadata(t.name, error))
         return {
             "throttle_time": 0,
-            "brokers": [{"node_id": self.node_id, "host": self.advertised_host, "port": self.advertised_port,
-                         "rack": self.config["broker.rack"] or None}],
-            "cluster_id": self.topics.cluster_id,
-            "controller_id": self.node_id,
+            "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                        for b in self.image.unfenced_brokers()],
+            "cluster_id": self.cluster_id,
+            "controller_id": self.controller_id,
             "topics": topics,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
-
-    # ---- CreateTopics / DeleteTopics ------------------------------------------------------
-
-    async def handle_create_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        results = []
-        for t in req.topics:
-            result: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
-            configs = {c.name: c.value for c in t.configs if c.value is not None}
-            partitions = t.num_partitions if t.num_partitions != -1 else int(self.config["num.partitions"])
-            rf = t.replication_factor
-            try:
-                validate_topic_name(t.name)
-                if t.name in self.topics.topics:
-                    result.update(error_code=ErrorCode.topic_already_exists, error_message=f"topic {t.name!r} already exists")
-                elif t.assignments:
-                    result.update(error_code=ErrorCode.invalid_request,
-                                  error_message="manual replica assignment needs a multi-broker cluster")
-                elif rf not in (-1, 1):
-                    result.update(error_code=ErrorCode.invalid_replication_factor,
-                                  error_message=f"replication factor {rf} is larger than the 1 available broker")
-                elif partitions < 1:
-                    result.update(error_code=ErrorCode.invalid_partitions, error_message=f"partition count {partitions} must be at least 1")
-                elif req.validate_only:
-                    self.config.log_config(configs)
-                else:
-                    self.create_topic(t.name, partitions, configs)
-            except InvalidTopic as exc:
-                result.update(error_code=ErrorCode.invalid_topic_exception, error_message=str(exc))
-            except InvalidConfig as exc:
-                result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
-            except ValueError as exc:
-                result.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
-            results.append(result)
-        return {"throttle_time": 0, "topics": results}
-
-    async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        responses = []
-        for name in req.topic_names:
-            if not self.config["delete.topic.enable"]:
-                code = ErrorCode.topic_deletion_disabled
-            elif name not in self.topics.topics:
-                code = ErrorCode.unknown_topic_or_partition
-            else:
-                self.delete_topic(name)
-                code = ErrorCode.none
-            responses.append({"name": name, "error_code": code})
-        return {"throttle_time": 0, "responses": responses}
 
     # ---- DescribeConfigs ------------------------------------------------------------------
 
@@ -517,7 +680,7 @@ class Broker:
                                       "resource_type": r.resource_type, "resource_name": r.resource_name}
             entries: list[dict[str, Any]] = []
             if r.resource_type == RESOURCE_TOPIC:
-                info = self.topics.topics.get(r.resource_name)
+                info = self.image.topic(r.resource_name)
                 if info is None:
                     result.update(error_code=ErrorCode.unknown_topic_or_partition,
                                   error_message=f"topic {r.resource_name!r} does not exist")
@@ -554,7 +717,12 @@ class Broker:
         if req.transactional_id is not None:
             return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                     "producer_id": -1, "producer_epoch": -1}
-        producer_id = self.producer_ids.next_id()
+        try:
+            producer_id = await self.producer_ids.next_id()
+        except ControllerUnavailable as exc:
+            log.warning("no producer id block: %s", exc)
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+                    "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": 0}
 
     async def handle_offset_for_leader_epoch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -567,6 +735,8 @@ class Broker:
                 current = getattr(p, "current_leader_epoch", -1)
                 if part is None:
                     out["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif not part.is_leader:
+                    out["error_code"] = ErrorCode.not_leader_or_follower
                 elif current >= 0 and current != part.leader_epoch:
                     out["error_code"] = (ErrorCode.fenced_leader_epoch if current < part.leader_epoch
                                          else ErrorCode.unknown_leader_epoch)

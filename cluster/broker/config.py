@@ -44,6 +44,18 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("log.cleaner.enable", bool, True, None, "Run log compaction for compacted topics"),
         ConfigDef("log.cleaner.backoff.ms", int, 15_000, None, "Sleep between compaction passes", 1),
         ConfigDef("log.cleaner.dedupe.buffer.size", int, 134_217_728, None, "Memory for the compaction key map", 1024),
+        ConfigDef("broker.session.timeout.ms", int, 2_000, None, "A broker without heartbeats this long is fenced", 100),
+        ConfigDef("broker.heartbeat.interval.ms", int, 500, None, "Time between a broker's heartbeats to the controller", 10),
+        ConfigDef("controller.quorum.election.timeout.ms", int, 1_000, None, "Quorum election timeout (randomized up to 2x)", 10),
+        ConfigDef("controller.quorum.fetch.timeout.ms", int, 2_000, None, "A quorum leader without majority fetches this long resigns", 10),
+        ConfigDef("controller.quorum.fetch.interval.ms", int, 25, None, "A caught-up quorum follower fetches again after this", 1),
+        ConfigDef("controller.quorum.request.timeout.ms", int, 500, None, "An unanswered quorum fetch is sent again after this", 10),
+        ConfigDef("controlled.shutdown.enable", bool, True, None, "Move leadership away before stopping"),
+        ConfigDef("controlled.shutdown.timeout.ms", int, 10_000, None, "Longest wait for a controlled shutdown", 0),
+        ConfigDef("auto.leader.rebalance.enable", bool, True, None, "Move leadership back to preferred replicas"),
+        ConfigDef("leader.imbalance.check.interval.seconds", int, 300, None, "How often leader balance is checked", 1),
+        ConfigDef("leader.imbalance.per.broker.percentage", int, 10, None, "Imbalance a broker may have before a rebalance", 0),
+        ConfigDef("offsets.topic.replication.factor", int, 3, None, "Replication factor of __consumer_offsets (capped by brokers)", 1),
         ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
     )
 }

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from cluster.broker.clock import now_ms
+from cluster.controller.service import ControllerUnavailable
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator, Pending
 from cluster.groups.records import OFFSETS_TOPIC, GroupRecord, partition_for, replay
 from cluster.protocol.errors import ErrorCode
@@ -43,29 +44,53 @@ class GroupService:
         ))
         self.num_partitions = int(cfg["offsets.topic.num.partitions"])
         self._state_changed = trio.Event()
+        self._opened = False
+        self._owned: set[int] = set()
 
-    # ---- startup: the internal topic and replay ----------------------------------------
+    # ---- ownership: a broker coordinates the groups of the offsets partitions it leads ----
 
     def open(self, now_ms: int) -> None:
-        topics = self.broker.topics.topics
-        if OFFSETS_TOPIC not in topics:
-            info = self.broker.topics.create(OFFSETS_TOPIC, self.num_partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
-            }, internal=True)
-            for p in range(info.partitions):
-                self.broker.create_partition(info, p)
-        else:
-            self.num_partitions = topics[OFFSETS_TOPIC].partitions
-        records: list[tuple[bytes | None, bytes | None]] = []
-        for p in range(self.num_partitions):
-            part = self.broker.partitions.get((OFFSETS_TOPIC, p))
-            if part is not None:
-                records.extend(self._read_all(part.log))
-        groups = replay(records, now_ms)
-        self.coordinator.load(groups)
-        if groups:
-            log.info("loaded %d group(s) from %s (%d records)", len(groups), OFFSETS_TOPIC, len(records))
+        self._opened = True
+        self.on_partitions_changed()
+
+    def on_partitions_changed(self) -> None:
+        """Load the groups of offsets partitions this broker now leads; unload the others."""
+        if not self._opened:
+            return
+        t = self.broker.image.topic(OFFSETS_TOPIC)
+        if t is not None:
+            self.num_partitions = len(t.partitions)
+        led = {index for (topic, index), part in self.broker.partitions.items()
+               if topic == OFFSETS_TOPIC and part.is_leader}
+        for index in sorted(self._owned - led):
+            dropped = [g for g in self.coordinator.groups if partition_for(g, self.num_partitions) == index]
+            for g in dropped:
+                del self.coordinator.groups[g]
+            log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
+        for index in sorted(led - self._owned):
+            part = self.broker.partitions[(OFFSETS_TOPIC, index)]
+            records = self._read_all(part.log)
+            groups = replay(records, now_ms())
+            self.coordinator.load(groups)
+            if groups:
+                log.info("loaded %d group(s) from %s-%d (%d records)", len(groups), OFFSETS_TOPIC, index, len(records))
+        self._owned = led
+        self._state_changed.set()
+
+    def owns(self, group_id: str) -> bool:
+        return partition_for(group_id, self.num_partitions) in self._owned
+
+    async def ensure_offsets_topic(self) -> bool:
+        if self.broker.image.topic(OFFSETS_TOPIC) is not None:
+            return True
+        cfg = self.broker.config
+        rf = min(int(cfg["offsets.topic.replication.factor"]), max(1, len(self.broker.image.active_brokers())))
+        results = await self.broker.create_topics([{
+            "name": OFFSETS_TOPIC, "num_partitions": int(cfg["offsets.topic.num.partitions"]),
+            "replication_factor": rf, "internal": True,
+            "configs": {"cleanup.policy": "compact", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])},
+        }])
+        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
 
     @staticmethod
     def _read_all(lg: Any) -> list[tuple[bytes | None, bytes | None]]:
@@ -131,11 +156,25 @@ class GroupService:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
                     "error_message": "transaction coordinators are not supported", "node_id": -1, "host": "",
                     "port": -1}
+        unavailable = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+                       "error_message": "the group coordinator is not available yet", "node_id": -1, "host": "",
+                       "port": -1}
+        try:
+            if not await self.ensure_offsets_topic():
+                return unavailable
+        except ControllerUnavailable:
+            return unavailable
+        part = self.broker.image.partition(OFFSETS_TOPIC, partition_for(req.key, self.num_partitions))
+        leader = self.broker.image.brokers.get(part.leader) if part is not None else None
+        if leader is None or leader.fenced:
+            return unavailable
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "node_id": self.broker.node_id, "host": self.broker.advertised_host,
-                "port": self.broker.advertised_port}
+                "node_id": leader.broker_id, "host": leader.host, "port": leader.port}
 
     async def handle_join_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "generation_id": -1,
+                    "protocol_name": None, "leader": "", "member_id": req.member_id, "members": []}
         session_ms = int(req.session_timeout.total_seconds() * 1000)
         rebalance = getattr(req, "rebalance_timeout", None)
         rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms
@@ -151,6 +190,8 @@ class GroupService:
         return {"throttle_time": 0, **result}
 
     async def handle_sync_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "assignment": b""}
         pending = self.coordinator.sync_group(
             group_id=req.group_id, member_id=req.member_id, generation_id=req.generation_id,
             group_instance_id=getattr(req, "group_instance_id", None),
@@ -160,6 +201,8 @@ class GroupService:
         return {"throttle_time": 0, "error_code": result["error_code"], "assignment": result.get("assignment", b"")}
 
     async def handle_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator}
         result = self.coordinator.heartbeat(group_id=req.group_id, member_id=req.member_id,
                                             generation_id=req.generation_id,
                                             group_instance_id=getattr(req, "group_instance_id", None),
@@ -168,6 +211,8 @@ class GroupService:
         return {"throttle_time": 0, **result}
 
     async def handle_leave_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "members": []}
         if version >= 3:
             members = [(m.member_id, m.group_instance_id) for m in req.members]
         else:
@@ -179,9 +224,12 @@ class GroupService:
     async def handle_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         known: list[tuple[str, int, int, int, str | None]] = []
         results: dict[tuple[str, int], int] = {}
+        owned = self.owns(req.group_id)
         for t in req.topics:
             for p in t.partitions:
-                if (t.name, p.partition_index) not in self.broker.partitions:
+                if not owned:
+                    results[(t.name, p.partition_index)] = ErrorCode.not_coordinator
+                elif self.broker.image.partition(t.name, p.partition_index) is None:
                     results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
                 else:
                     known.append((t.name, p.partition_index, p.committed_offset,
@@ -202,6 +250,8 @@ class GroupService:
         ]}
 
     async def handle_offset_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "topics": []}
         wanted = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
         offsets = self.coordinator.fetch_offsets(req.group_id, wanted)
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -219,6 +269,11 @@ class GroupService:
     async def handle_describe_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         groups = []
         for group_id in req.groups:
+            if not self.owns(group_id):
+                groups.append({"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": -2147483648})
+                continue
             described = self.coordinator.describe(group_id)
             described["authorized_operations"] = -2147483648
             groups.append(described)
@@ -231,6 +286,7 @@ class GroupService:
         ]}
 
     async def handle_delete_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        results = [{"group_id": g, "error_code": self.coordinator.delete_group(g, now_ms())} for g in req.groups_names]
+        results = [{"group_id": g, "error_code": self.coordinator.delete_group(g, now_ms()) if self.owns(g)
+                    else ErrorCode.not_coordinator} for g in req.groups_names]
         self.flush_records()
         return {"throttle_time": 0, "results": results}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import trio
 
-from cluster.broker.broker import SUPPORTED_APIS, Broker, RequestContext
+from cluster.broker.broker import SUPPORTED_APIS, Broker, ClusterMembership, RequestContext
 from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig
+from cluster.controller.rpc import CONTROLLER_API_KEY, QUORUM_API_KEY, rpc_response
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.legacy import refuse_legacy_produce
@@ -53,6 +54,14 @@ class BrokerServer:
     async def dispatch(self, frame: bytearray, client_host: str = "") -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""
         api_key, version, correlation_id = peek_api(frame)
+        if api_key == QUORUM_API_KEY:
+            await self.broker.metadata.deliver(frame)
+            return None
+        if api_key == CONTROLLER_API_KEY:
+            return rpc_response(correlation_id, await self.broker.metadata.handle_rpc(frame))
+        if not self.broker.ready.is_set() and api_key != API_VERSIONS_KEY:
+            # Clients wait while the broker registers and catches up with the metadata log.
+            await self.broker.ready.wait()
         if api_key == API_VERSIONS_KEY:
             lo, hi = SUPPORTED_APIS[API_VERSIONS_KEY]
             if not lo <= version <= hi:
@@ -227,25 +236,33 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig) -> None:
+async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig,
+                                membership: ClusterMembership | None = None) -> None:
     host, port = parse_listen(listen)
     advertised = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
-    broker = Broker(data_dir, config, advertised, port)
+    broker = Broker(data_dir, config, advertised, port, membership)
     start = time.monotonic()
-    broker.open()
-    log.info("startup took %.3f s", time.monotonic() - start)
     server = BrokerServer(broker, host, port)
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.run)
+                await nursery.start(broker.start)
+
+                async def report_ready() -> None:
+                    await broker.ready.wait()
+                    log.info("startup took %.3f s", time.monotonic() - start)
 
                 async def wait_for_signal() -> None:
                     async for signum in signals:
                         log.info("received %s: shutting down", signal.Signals(signum).name)
+                        if config["controlled.shutdown.enable"]:
+                            with trio.move_on_after(int(config["controlled.shutdown.timeout.ms"]) / 1000):
+                                await broker.controlled_shutdown(int(config["controlled.shutdown.timeout.ms"]) / 1000)
                         nursery.cancel_scope.cancel()
                         return
 
+                nursery.start_soon(report_ready)
                 nursery.start_soon(wait_for_signal)
     finally:
         broker.close()

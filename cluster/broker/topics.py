@@ -1,22 +1,16 @@
-"""Topic metadata of a standalone broker, kept in `topics.json` in the data directory.
+"""Topic names, and the small files that tie a data directory to its node and topics.
 
-Multi-broker clusters will keep this in the Raft metadata log instead; the interface
-(create, delete, lookup) stays the same.
+Topic metadata itself lives in the metadata log (cluster/controller).
 """
 
 from __future__ import annotations
 
-import base64
 import re
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import orjson
 
 from cluster.storage.checkpoint import write_atomic
 
-TOPICS_FILE = "topics.json"
+PARTITION_METADATA_FILE = "partition.metadata"
 META_FILE = "meta.properties"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -35,70 +29,37 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'")
 
 
-@dataclass
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
+def _read_properties(path: Path) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            props[k.strip()] = v.strip()
+    return props
 
 
-class TopicStore:
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.topics: dict[str, TopicInfo] = {}
-        self.cluster_id = ""
+def write_meta_properties(data_dir: Path, node_id: int, cluster_id: str) -> None:
+    """meta.properties ties a data directory to one node of one cluster."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    meta = data_dir / META_FILE
+    if meta.exists():
+        props = _read_properties(meta)
+        if props.get("node.id") and int(props["node.id"]) != node_id:
+            raise ValueError(f"{meta} belongs to node {props['node.id']}, not {node_id}: use that node id or another data dir")
+        if props.get("cluster.id") and cluster_id and props["cluster.id"] != cluster_id:
+            raise ValueError(f"{meta} belongs to cluster {props['cluster.id']!r}, not {cluster_id!r}")
+        return
+    write_atomic(meta, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode())
 
-    def load(self, node_id: int) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        meta = self.data_dir / META_FILE
-        props: dict[str, str] = {}
-        if meta.exists():
-            for line in meta.read_text().splitlines():
-                if "=" in line and not line.startswith("#"):
-                    k, v = line.split("=", 1)
-                    props[k.strip()] = v.strip()
-            if props.get("node.id") and int(props["node.id"]) != node_id:
-                raise ValueError(
-                    f"{meta} belongs to node {props['node.id']}, not {node_id}: use that node id or another data dir"
-                )
-        self.cluster_id = props.get("cluster.id") or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not meta.exists():
-            write_atomic(meta, f"version=1\ncluster.id={self.cluster_id}\nnode.id={node_id}\n".encode())
-        path = self.data_dir / TOPICS_FILE
-        if path.exists():
-            doc = orjson.loads(path.read_bytes())
-            for t in doc["topics"]:
-                info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t["configs"]),
-                                 bool(t.get("internal", False)))
-                self.topics[info.name] = info
 
-    def save(self) -> None:
-        doc = {
-            "version": 1,
-            "topics": [
-                {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs,
-                 "internal": t.internal}
-                for t in self.topics.values()
-            ],
-        }
-        write_atomic(self.data_dir / TOPICS_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-
-    def create(self, name: str, partitions: int, configs: dict[str, str], *, internal: bool = False) -> TopicInfo:
-        info = TopicInfo(name, uuid.uuid4(), partitions, configs, internal)
-        self.topics[name] = info
-        self.save()
-        return info
-
-    def delete(self, name: str) -> TopicInfo | None:
-        info = self.topics.pop(name, None)
-        if info is not None:
-            self.save()
-        return info
-
-    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for t in self.topics.values():
-            if t.topic_id == topic_id:
-                return t
+def read_partition_topic_id(partition_dir: Path) -> str | None:
+    path = partition_dir / PARTITION_METADATA_FILE
+    if not path.exists():
         return None
+    return _read_properties(path).get("topic_id")
+
+
+def write_partition_topic_id(partition_dir: Path, topic_id: str) -> None:
+    """partition.metadata names the topic id a partition directory belongs to (as Kafka's does)."""
+    if read_partition_topic_id(partition_dir) != topic_id:
+        write_atomic(partition_dir / PARTITION_METADATA_FILE, f"version=0\ntopic_id={topic_id}\n".encode())

@@ -32,7 +32,9 @@ API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
     15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
-    22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 42: "DeleteGroups",
+    22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 33: "AlterConfigs",
+    37: "CreatePartitions", 42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
+    45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 60: "DescribeCluster",
 }
 
 

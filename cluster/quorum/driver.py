@@ -2,8 +2,10 @@
 
 One task owns the RaftNode and feeds it inbound messages, proposals and timer ticks; after
 each step it fsyncs what changed (in a worker thread) and only then sends the node's
-messages. Messages travel as size-prefixed orjson frames over one outbound connection per
-peer; a bounded queue per peer drops on overflow, which Raft tolerates like a lossy network.
+messages. Messages travel as internal Kafka frames (cluster/controller/rpc.py) carrying
+orjson over one outbound connection per peer; a bounded queue per peer drops on overflow,
+which Raft tolerates like a lossy network. Inbound frames arrive on the broker's own
+listener (`deliver`), or on a listener of the driver's own when `serve` is set (tests).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import base64
 import logging
 import random
-import struct
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import orjson
 import trio
 
 from cluster.broker.clock import now_ms
+from cluster.controller.rpc import QUORUM_API_KEY, internal_frame, internal_payload
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.quorum.raft import (
@@ -41,7 +43,6 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 << 20
 PEER_QUEUE_MESSAGES = 1024
-_I32 = struct.Struct(">i")
 _TYPES: dict[str, type] = {t.__name__: t for t in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest,
                                                   FetchResponse)}
 
@@ -63,10 +64,11 @@ def encode_message(sender: int, msg: Message) -> bytes:
             s = msg.snapshot
             body["snapshot"] = [s.end_offset, s.last_epoch, base64.b64encode(s.data).decode()]
     payload = orjson.dumps({"from": sender, "type": type(msg).__name__, "body": body})
-    return _I32.pack(len(payload)) + payload
+    return internal_frame(QUORUM_API_KEY, 0, payload)
 
 
-def decode_message(frame: bytes | bytearray) -> tuple[int, Message]:
+def decode_message(frame: bytes | bytearray | memoryview) -> tuple[int, Message]:
+    """Decode a quorum frame's payload (the part after the internal header)."""
     try:
         doc = orjson.loads(frame)
         cls = _TYPES[doc["type"]]
@@ -86,7 +88,7 @@ def decode_message(frame: bytes | bytearray) -> tuple[int, Message]:
 
 class QuorumDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path,
-                 config: RaftConfig | None = None, *, seed: int | None = None) -> None:
+                 config: RaftConfig | None = None, *, seed: int | None = None, serve: bool = True) -> None:
         self.node_id = node_id
         self.voters = voters
         self.storage = QuorumStorage(data_dir)
@@ -97,6 +99,8 @@ class QuorumDriver:
         self._peers: dict[int, trio.MemorySendChannel[bytes]] = {}
         self._changed = trio.Event()
         self._step_lock = trio.Lock()  # one step at a time: the node is not thread- or task-safe
+        self.serve = serve
+        self.started = trio.Event()
 
     # ---- public --------------------------------------------------------------------------
 
@@ -131,14 +135,62 @@ class QuorumDriver:
         start = self.node.state.log_start_offset
         return self.node.state.entries[: self.node.high_watermark - start]
 
+    def committed_since(self, offset: int) -> tuple[int, list[Entry]]:
+        """(first offset, committed entries from `offset`); the first offset is above
+        `offset` when entries below it are only in the snapshot."""
+        assert self.node is not None
+        start = self.node.state.log_start_offset
+        first = max(offset, start)
+        return first, self.node.state.entries[first - start : self.node.high_watermark - start]
+
+    @property
+    def epoch(self) -> int:
+        return self.node.epoch if self.node else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.node.log_end_offset if self.node else 0
+
+    def entry_epoch(self, offset: int) -> int | None:
+        node = self.node
+        if node is None or not node.state.log_start_offset <= offset < node.log_end_offset:
+            return None
+        return node.entry(offset).epoch
+
+    async def snapshot(self, end_offset: int, data: bytes) -> None:
+        """Fold committed entries below `end_offset` into a snapshot (durably)."""
+        assert self.node is not None
+        async with self._step_lock:
+            if end_offset <= self.node.state.log_start_offset or end_offset > self.node.high_watermark:
+                return
+            self.node.snapshot(end_offset, data)
+            await self._after_step()
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def change_event(self) -> trio.Event:
+        """The event the next step sets (take it before reading state)."""
+        return self._changed
+
+    async def deliver(self, frame: bytes | bytearray) -> None:
+        """An inbound quorum frame from the broker's listener."""
+        sender, msg = decode_message(internal_payload(frame))
+        if sender in self.voters and sender != self.node_id:
+            try:
+                self._inbound_send.send_nowait((sender, msg))
+            except trio.WouldBlock:
+                pass  # overloaded: drop, as a lossy network would
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         state = await trio.to_thread.run_sync(self.storage.load)
         self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, now_ms())
         host, port = self.voters[self.node_id]
         try:
             async with trio.open_nursery() as nursery:
-                listeners = await trio.open_tcp_listeners(port, host=host)
-                await nursery.start(trio.serve_listeners, self._serve_peer, listeners)
+                if self.serve:
+                    listeners = await trio.open_tcp_listeners(port, host=host)
+                    await nursery.start(trio.serve_listeners, self._serve_peer, listeners)
                 for peer_id, address in self.voters.items():
                     if peer_id != self.node_id:
                         send, recv = trio.open_memory_channel[bytes](PEER_QUEUE_MESSAGES)
@@ -147,6 +199,7 @@ class QuorumDriver:
                 log.info("quorum voter %d up at %s:%d (epoch %d, log end %d)", self.node_id, host, port,
                          self.node.epoch, self.node.log_end_offset)
                 task_status.started()
+                self.started.set()
                 await self._loop()
         finally:
             self.storage.close()
@@ -197,9 +250,7 @@ class QuorumDriver:
                         return
                     decoder.receive_data(data)
                     while (frame := decoder.next_frame()) is not None:
-                        sender, msg = decode_message(frame)
-                        if sender in self.voters and sender != self.node_id:
-                            await self._inbound_send.send((sender, msg))
+                        await self.deliver(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         except ProtocolError as exc:

@@ -129,7 +129,8 @@ class RaftNode:
         self.dirty = False
         self._outbox: list[tuple[int, Message]] = []
         self._votes: set[int] = set()
-        self._election_deadline = now_ms + self._election_timeout()
+        # A single voter has nobody to wait for: it elects itself at the first tick.
+        self._election_deadline = now_ms if self.voters == [node_id] else now_ms + self._election_timeout()
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
         self._abandoned_leader = NO_LEADER  # the leader whose silence started our pre-vote

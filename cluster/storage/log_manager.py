@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".dcmirror-clean-shutdown"
+METADATA_LOG_DIR = "__cluster_metadata-0"  # the quorum's own log (cluster/quorum), not a partition
 
 
 class LogManager:
@@ -53,7 +54,7 @@ class LogManager:
                 shutil.rmtree(child, ignore_errors=True)
                 continue
             parsed = parse_partition_dir(child.name)
-            if parsed is None:
+            if parsed is None or child.name == METADATA_LOG_DIR:
                 continue
             topic, partition = parsed
             lg = Log.open(

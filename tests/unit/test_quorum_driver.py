@@ -6,6 +6,7 @@ from pathlib import Path
 
 import trio
 
+from cluster.controller.rpc import internal_payload
 from cluster.quorum.driver import NotLeader, QuorumDriver, decode_message, encode_message
 from cluster.quorum.raft import Entry, FetchResponse, RaftConfig, Role, Snapshot, VoteRequest
 from tests.harness import free_port
@@ -20,7 +21,7 @@ def test_messages_round_trip_through_the_wire_encoding() -> None:
                       request_id=7),
     ):
         frame = encode_message(5, msg)
-        assert decode_message(frame[4:]) == (5, msg)
+        assert decode_message(internal_payload(frame[4:])) == (5, msg)
 
 
 async def _leader(drivers: dict[int, QuorumDriver], *, exclude: int | None = None, timeout_s: float = 10) -> QuorumDriver:

@@ -1,0 +1,190 @@
+"""Admin APIs that change cluster metadata: each turns into one controller operation.
+
+Any broker accepts them and passes them to the active controller (KRaft forwards them
+the same way), then answers once the change has been applied to its own metadata image,
+so the client's next Metadata request to this broker already shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from cluster.controller.service import ControllerUnavailable
+from cluster.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from cluster.broker.broker import Broker, RequestContext
+
+log = logging.getLogger(__name__)
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+class AdminHandlers:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def _call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        try:
+            result = await self.broker.metadata.call(op, args, timeout_s=timeout_s)
+        except ControllerUnavailable as exc:
+            return {"error_code": ErrorCode.request_timed_out, "error_message": str(exc)}
+        if result.get("error_code") == ErrorCode.none and "metadata_offset" in result:
+            await self.broker.metadata.wait_for_offset(int(result["metadata_offset"]))
+        return result
+
+    @staticmethod
+    def _timeout_s(req: Any) -> float:
+        timeout = getattr(req, "timeout", None)
+        seconds = timeout.total_seconds() if timeout is not None else 30.0
+        return max(1.0, min(seconds, 300.0)) if seconds > 0 else 30.0
+
+    @staticmethod
+    def _each(result: dict[str, Any], key: str, names: list[str]) -> list[dict[str, Any]]:
+        """Per-item results, or the call's own error repeated for every item."""
+        if result.get("error_code") != ErrorCode.none:
+            return [{"name": n, "error_code": result["error_code"], "error_message": result.get("error_message")}
+                    for n in names]
+        items: list[dict[str, Any]] = result[key]
+        return items
+
+    # ---- topics --------------------------------------------------------------------------
+
+    async def handle_create_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        specs = []
+        for t in req.topics:
+            assignments = sorted(t.assignments, key=lambda a: a.partition_index)
+            specs.append({
+                "name": t.name,
+                "num_partitions": t.num_partitions,
+                "replication_factor": t.replication_factor,
+                "assignments": [list(a.broker_ids) for a in assignments] or None,
+                "configs": {c.name: c.value for c in t.configs if c.value is not None},
+            })
+        result = await self._call("create_topics", {"topics": specs, "validate_only": req.validate_only},
+                                  self._timeout_s(req))
+        topics = []
+        for r in self._each(result, "topics", [s["name"] for s in specs]):
+            topics.append({"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message"),
+                           "num_partitions": r.get("num_partitions", -1),
+                           "replication_factor": r.get("replication_factor", -1), "configs": None})
+        return {"throttle_time": 0, "topics": topics}
+
+    async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        names = list(req.topic_names)
+        result = await self._call("delete_topics", {"names": names}, self._timeout_s(req))
+        return {"throttle_time": 0, "responses": [
+            {"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message")}
+            for r in self._each(result, "topics", names)
+        ]}
+
+    async def handle_create_partitions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        specs = [{"name": t.name, "count": t.count,
+                  "assignments": [list(a.broker_ids) for a in t.assignments] if t.assignments else None}
+                 for t in req.topics]
+        result = await self._call("create_partitions", {"topics": specs, "validate_only": req.validate_only},
+                                  self._timeout_s(req))
+        return {"throttle_time": 0, "results": [
+            {"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message")}
+            for r in self._each(result, "topics", [s["name"] for s in specs])
+        ]}
+
+    # ---- configs -------------------------------------------------------------------------
+
+    async def _alter_configs(self, req: Any, incremental: bool) -> dict[str, Any]:
+        responses: list[dict[str, Any]] = []
+        specs = []
+        for r in req.resources:
+            base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+            if r.resource_type != RESOURCE_TOPIC:
+                responses.append({**base, "error_code": ErrorCode.invalid_request,
+                                  "error_message": "only topic configs can be changed; broker configs are static"})
+                continue
+            ops = []
+            bad = None
+            for c in r.configs:
+                op = getattr(c, "config_operation", OP_SET)
+                if op == OP_SET:
+                    ops.append([c.name, "set", c.value])
+                elif op == OP_DELETE:
+                    ops.append([c.name, "delete", None])
+                else:
+                    bad = f"config operation {op} (APPEND/SUBTRACT) applies to list configs, which topics do not have"
+            if bad:
+                responses.append({**base, "error_code": ErrorCode.invalid_request, "error_message": bad})
+                continue
+            specs.append({"name": r.resource_name, "ops": ops, "replace": not incremental})
+        if specs:
+            result = await self._call("alter_configs", {"topics": specs, "validate_only": req.validate_only})
+            for r in self._each(result, "topics", [s["name"] for s in specs]):
+                responses.append({"resource_type": RESOURCE_TOPIC, "resource_name": r["name"],
+                                  "error_code": r["error_code"], "error_message": r.get("error_message")})
+        return {"throttle_time": 0, "responses": responses}
+
+    async def handle_incremental_alter_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        return await self._alter_configs(req, incremental=True)
+
+    async def handle_alter_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        return await self._alter_configs(req, incremental=False)
+
+    # ---- leaders and reassignment -----------------------------------------------------------
+
+    async def handle_elect_leaders(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        partitions = None
+        if req.topic_partitions is not None:
+            partitions = [[t.topic, p] for t in req.topic_partitions for p in t.partitions]
+        result = await self._call("elect_leaders", {"election_type": getattr(req, "election_type", 0),
+                                                     "partitions": partitions}, self._timeout_s(req))
+        if result.get("error_code") != ErrorCode.none:
+            return {"throttle_time": 0, "error_code": result["error_code"], "replica_election_results": []}
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in result["partitions"]:
+            by_topic[r["topic"]].append({"partition_id": r["partition"], "error_code": r["error_code"],
+                                         "error_message": r.get("error_message")})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": [
+            {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
+
+    async def handle_alter_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        specs = [{"topic": t.name, "partition": p.partition_index,
+                  "replicas": list(p.replicas) if p.replicas is not None else None}
+                 for t in req.topics for p in t.partitions]
+        result = await self._call("alter_reassignments", {"partitions": specs}, self._timeout_s(req))
+        if result.get("error_code") != ErrorCode.none:
+            return {"throttle_time": 0, "error_code": result["error_code"],
+                    "error_message": result.get("error_message"), "responses": []}
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in result["partitions"]:
+            by_topic[r["topic"]].append({"partition_index": r["partition"], "error_code": r["error_code"],
+                                         "error_message": r.get("error_message")})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "responses": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
+
+    async def handle_list_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        partitions = None
+        if req.topics is not None:
+            partitions = [[t.name, p] for t in req.topics for p in t.partition_indexes]
+        result = await self._call("list_reassignments", {"partitions": partitions}, self._timeout_s(req))
+        if result.get("error_code") != ErrorCode.none:
+            return {"throttle_time": 0, "error_code": result["error_code"],
+                    "error_message": result.get("error_message"), "topics": []}
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in result["partitions"]:
+            by_topic[r["topic"]].append({"partition_index": r["partition"], "replicas": r["replicas"],
+                                         "adding_replicas": r["adding"], "removing_replicas": r["removing"]})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
+
+    # ---- cluster -----------------------------------------------------------------------------
+
+    async def handle_describe_cluster(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        b = self.broker
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "cluster_id": b.cluster_id, "controller_id": b.controller_id, "endpoint_type": 1,
+                "brokers": [{"broker_id": r.broker_id, "host": r.host, "port": r.port, "rack": r.rack}
+                            for r in b.image.unfenced_brokers()],
+                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}

@@ -1,0 +1,514 @@
+"""The active controller's decisions, as a sans-IO object.
+
+Each operation reads the controller's working image, emits metadata records (applying
+them to that image at once, so later decisions in the same operation see them) and
+returns a result. The trio shell proposes the records to the quorum and answers only after
+they commit; if leadership is lost on the way, the shell throws this object away and a new
+one starts from the committed image. Time comes in as `now_ms`; randomness from `rng`.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.controller.assignment import AssignmentError, assign_replicas
+from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage, record
+from cluster.protocol.errors import ErrorCode
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+
+
+class ControllerError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = int(code)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    session_timeout_ms: int = 2000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    max_partitions_per_topic: int = 10_000
+    max_topics: int = 10_000
+    delete_topic_enable: bool = True
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
+
+
+Result = dict[str, Any]
+TopicConfigValidator = Callable[[dict[str, str]], None]  # raises ValueError with a clear message
+
+
+def _ok(**fields: Any) -> Result:
+    return {"error_code": ErrorCode.none, "error_message": None, **fields}
+
+
+def _err(code: int, message: str, **fields: Any) -> Result:
+    return {"error_code": int(code), "error_message": message, **fields}
+
+
+class QuorumController:
+    def __init__(self, image: MetadataImage, config: ControllerConfig, validate_configs: TopicConfigValidator,
+                 rng: random.Random, now_ms: int) -> None:
+        self.image = image
+        self.config = config
+        self.validate_configs = validate_configs
+        self.rng = rng
+        self._records: list[dict[str, Any]] = []
+        # Liveness is the controller's own memory: a new controller gives every broker a
+        # full session from its start rather than trusting times it never saw.
+        self.last_heartbeat_ms: dict[int, int] = {b: now_ms for b in image.brokers}
+        self.next_rebalance_check_ms = now_ms + config.leader_imbalance_check_interval_ms
+
+    # ---- emitting ----------------------------------------------------------------------
+
+    def _emit(self, rec: dict[str, Any]) -> None:
+        self.image.apply(rec)
+        self._records.append(rec)
+
+    def take_records(self) -> list[dict[str, Any]]:
+        out, self._records = self._records, []
+        return out
+
+    def _change(self, t: TopicImage, p: PartitionState, **fields: Any) -> None:
+        changed = {k: v for k, v in fields.items() if getattr(p, k) != v}
+        if changed:
+            self._emit(record("PartitionChange", topic_id=t.topic_id, partition=p.partition, **changed))
+
+    def _unclean_allowed(self, t: TopicImage) -> bool:
+        value = t.configs.get("unclean.leader.election.enable")
+        if value is None:
+            return self.config.unclean_leader_election_enable
+        return value.lower() == "true"
+
+    def _elect(self, t: TopicImage, p: PartitionState, isr: list[int], *, unclean: bool = False) -> tuple[int, list[int]]:
+        """(leader, isr) after electing among active ISR members in replica order."""
+        for r in p.replicas:
+            if r in isr and self.image.is_active(r) and r not in p.removing:
+                return r, isr
+        for r in p.replicas:
+            if r in isr and self.image.is_active(r):
+                return r, isr
+        if unclean or self._unclean_allowed(t):
+            for r in p.replicas:
+                if self.image.is_active(r):
+                    return r, [r]  # data the old ISR had beyond this replica is lost: Kafka's trade
+        return NO_LEADER, isr
+
+    # ---- brokers -----------------------------------------------------------------------
+
+    def register_broker(self, args: dict[str, Any], now_ms: int) -> Result:
+        broker_id = int(args["broker_id"])
+        current = self.image.brokers.get(broker_id)
+        if current is not None and current.incarnation_id == args["incarnation_id"]:
+            return _ok(broker_epoch=current.broker_epoch)  # a retried registration
+        if current is not None and not current.fenced:
+            # A restarted broker lost its in-memory state: fence the old incarnation first.
+            self._fence(broker_id, current.broker_epoch)
+        epoch = self.image.next_broker_epoch
+        self._emit(record("RegisterBroker", broker_id=broker_id, broker_epoch=epoch,
+                          incarnation_id=str(args["incarnation_id"]), host=str(args["host"]),
+                          port=int(args["port"]), rack=args.get("rack")))
+        self.last_heartbeat_ms[broker_id] = now_ms
+        return _ok(broker_epoch=epoch)
+
+    def broker_heartbeat(self, args: dict[str, Any], now_ms: int) -> Result:
+        broker_id = int(args["broker_id"])
+        reg = self.image.brokers.get(broker_id)
+        if reg is None or reg.broker_epoch != int(args["broker_epoch"]):
+            return _err(ErrorCode.stale_broker_epoch, f"broker {broker_id} must register again")
+        self.last_heartbeat_ms[broker_id] = now_ms
+        if args.get("want_shutdown"):
+            if not reg.fenced and not reg.in_controlled_shutdown:
+                self._emit(record("BrokerShutdown", broker_id=broker_id, broker_epoch=reg.broker_epoch))
+                self._move_away(broker_id)
+            leads = any(p.leader == broker_id for _, p in self.image.all_partitions())
+            return _ok(is_fenced=reg.fenced, should_shut_down=not leads)
+        if reg.fenced and args.get("caught_up"):
+            self._emit(record("UnfenceBroker", broker_id=broker_id, broker_epoch=reg.broker_epoch))
+            self._elect_leaderless()
+        return _ok(is_fenced=reg.fenced, should_shut_down=False)
+
+    def _fence(self, broker_id: int, broker_epoch: int) -> None:
+        self._emit(record("FenceBroker", broker_id=broker_id, broker_epoch=broker_epoch))
+        self._move_away(broker_id)
+
+    def _move_away(self, broker_id: int) -> None:
+        """Take a broker that stops (fenced or shutting down) out of ISRs and leadership."""
+        for t, p in self.image.all_partitions():
+            if broker_id not in p.replicas:
+                continue
+            isr = [r for r in p.isr if r != broker_id] or p.isr  # the last ISR member stays
+            leader = p.leader
+            if leader == broker_id or leader == NO_LEADER:
+                leader, isr = self._elect(t, p, isr)
+            self._change(t, p, leader=leader, isr=isr)
+
+    def _elect_leaderless(self) -> None:
+        for t, p in self.image.all_partitions():
+            if p.leader == NO_LEADER:
+                leader, isr = self._elect(t, p, p.isr)
+                self._change(t, p, leader=leader, isr=isr)
+
+    def tick(self, now_ms: int) -> None:
+        """Fence brokers whose session expired; check leader balance when due."""
+        for broker_id, reg in sorted(self.image.brokers.items()):
+            if reg.fenced:
+                continue
+            last = self.last_heartbeat_ms.setdefault(broker_id, now_ms)
+            if now_ms - last > self.config.session_timeout_ms:
+                self._fence(broker_id, reg.broker_epoch)
+        if self.config.auto_leader_rebalance_enable and now_ms >= self.next_rebalance_check_ms:
+            self.next_rebalance_check_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+            self.rebalance_leaders()
+
+    def next_deadline_ms(self) -> int:
+        deadlines = [self.last_heartbeat_ms.get(b, 0) + self.config.session_timeout_ms + 1
+                     for b, reg in self.image.brokers.items() if not reg.fenced]
+        if self.config.auto_leader_rebalance_enable:
+            deadlines.append(self.next_rebalance_check_ms)
+        return min(deadlines) if deadlines else self.next_rebalance_check_ms
+
+    def rebalance_leaders(self) -> int:
+        """Preferred election for brokers over leader.imbalance.per.broker.percentage."""
+        preferred: dict[int, list[tuple[TopicImage, PartitionState]]] = {}
+        for t, p in self.image.all_partitions():
+            if p.replicas:
+                preferred.setdefault(p.preferred_leader, []).append((t, p))
+        moved = 0
+        for broker_id, parts in sorted(preferred.items()):
+            if not self.image.is_active(broker_id):
+                continue
+            not_leading = [(t, p) for t, p in parts if p.leader != broker_id]
+            if 100 * len(not_leading) <= self.config.leader_imbalance_per_broker_percentage * len(parts):
+                continue
+            for t, p in not_leading:
+                if broker_id in p.isr:
+                    self._change(t, p, leader=broker_id)
+                    moved += 1
+        return moved
+
+    # ---- producer ids ------------------------------------------------------------------
+
+    def allocate_producer_ids(self, args: dict[str, Any]) -> Result:
+        start = self.image.next_producer_id
+        self._emit(record("ProducerIds", broker_id=int(args["broker_id"]),
+                          next_producer_id=start + PRODUCER_ID_BLOCK_SIZE))
+        return _ok(start=start, length=PRODUCER_ID_BLOCK_SIZE)
+
+    # ---- topics ------------------------------------------------------------------------
+
+    def create_topics(self, args: dict[str, Any]) -> Result:
+        results = []
+        validate_only = bool(args.get("validate_only"))
+        for spec in args["topics"]:
+            try:
+                results.append(self._create_topic(spec, validate_only))
+            except ControllerError as exc:
+                results.append(_err(exc.code, exc.message, name=spec["name"]))
+        return _ok(topics=results)
+
+    def _create_topic(self, spec: dict[str, Any], validate_only: bool) -> Result:
+        from cluster.broker.topics import InvalidTopic, validate_topic_name
+
+        name = spec["name"]
+        try:
+            validate_topic_name(name)
+        except InvalidTopic as exc:
+            raise ControllerError(ErrorCode.invalid_topic_exception, str(exc)) from None
+        if name in self.image.topics_by_name:
+            raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if len(self.image.topics) >= self.config.max_topics:
+            raise ControllerError(ErrorCode.policy_violation, f"the cluster holds max.topics={self.config.max_topics}")
+        configs = {str(k): str(v) for k, v in (spec.get("configs") or {}).items()}
+        try:
+            self.validate_configs(configs)
+        except ValueError as exc:
+            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+        assignments = self._explicit_assignments(spec.get("assignments"))
+        if assignments is not None:
+            if spec.get("num_partitions", -1) not in (-1, len(assignments)) or spec.get("replication_factor", -1) != -1:
+                raise ControllerError(ErrorCode.invalid_request,
+                                      "give either replica assignments or partition count and replication factor")
+        else:
+            partitions = int(spec.get("num_partitions", -1))
+            partitions = self.config.num_partitions if partitions == -1 else partitions
+            rf = int(spec.get("replication_factor", -1))
+            rf = min(self.config.default_replication_factor, len(self.image.active_brokers()) or 1) if rf == -1 else rf
+            if not 1 <= partitions <= self.config.max_partitions_per_topic:
+                raise ControllerError(ErrorCode.invalid_partitions,
+                                      f"partition count {partitions} must be in 1..{self.config.max_partitions_per_topic}")
+            assignments = self._assign(partitions, rf)
+        result = _ok(name=name, num_partitions=len(assignments), replication_factor=len(assignments[0]),
+                     topic_id=None, configs=configs)
+        if validate_only:
+            return result
+        topic_id = str(spec.get("topic_id") or uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        self._emit(record("Topic", topic_id=topic_id, name=name, configs=configs,
+                          internal=bool(spec.get("internal", False))))
+        t = self.image.topics[topic_id]
+        for index, replicas in enumerate(assignments):
+            self._add_partition(t, index, replicas)
+        result["topic_id"] = topic_id
+        return result
+
+    def _assign(self, partitions: int, rf: int, first_partition: int = 0) -> list[list[int]]:
+        try:
+            return assign_replicas(self.image.active_brokers(), partitions, rf, self.rng.randrange(1 << 16),
+                                   first_partition)
+        except AssignmentError as exc:
+            raise ControllerError(ErrorCode.invalid_replication_factor, str(exc)) from None
+
+    def _explicit_assignments(self, raw: Any) -> list[list[int]] | None:
+        if not raw:
+            return None
+        out = [[int(b) for b in replicas] for replicas in raw]
+        for i, replicas in enumerate(out):
+            self._check_replicas(replicas, f"partition {i}")
+        if len({len(r) for r in out}) != 1:
+            raise ControllerError(ErrorCode.invalid_replica_assignment, "every partition needs the same replica count")
+        return out
+
+    def _check_replicas(self, replicas: list[int], what: str) -> None:
+        if not replicas:
+            raise ControllerError(ErrorCode.invalid_replica_assignment, f"{what}: no replicas given")
+        if len(set(replicas)) != len(replicas):
+            raise ControllerError(ErrorCode.invalid_replica_assignment, f"{what}: a broker appears twice in {replicas}")
+        unknown = [b for b in replicas if b not in self.image.brokers]
+        if unknown:
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  f"{what}: broker(s) {unknown} are not registered (registered: {sorted(self.image.brokers)})")
+
+    def _add_partition(self, t: TopicImage, index: int, replicas: list[int]) -> None:
+        isr = [r for r in replicas if self.image.is_active(r)] or list(replicas)
+        leader = next((r for r in replicas if self.image.is_active(r)), NO_LEADER)
+        self._emit(record("Partition", topic_id=t.topic_id, partition=index, replicas=replicas, isr=isr,
+                          leader=leader, leader_epoch=0, partition_epoch=0, adding=[], removing=[]))
+
+    def delete_topics(self, args: dict[str, Any]) -> Result:
+        results = []
+        for name in args["names"]:
+            t = self.image.topics_by_name.get(name)
+            if not self.config.delete_topic_enable:
+                results.append(_err(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false", name=name))
+            elif t is None:
+                results.append(_err(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", name=name))
+            elif t.internal and not args.get("allow_internal"):
+                results.append(_err(ErrorCode.invalid_topic_exception, f"{name} is internal", name=name))
+            else:
+                self._emit(record("RemoveTopic", topic_id=t.topic_id))
+                results.append(_ok(name=name))
+        return _ok(topics=results)
+
+    def create_partitions(self, args: dict[str, Any]) -> Result:
+        results = []
+        for spec in args["topics"]:
+            name = spec["name"]
+            try:
+                t = self.image.topics_by_name.get(name)
+                if t is None:
+                    raise ControllerError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+                count = int(spec["count"])
+                current = len(t.partitions)
+                if count <= current:
+                    raise ControllerError(ErrorCode.invalid_partitions,
+                                          f"topic {name} has {current} partitions; the new count {count} must be larger")
+                if count > self.config.max_partitions_per_topic:
+                    raise ControllerError(ErrorCode.invalid_partitions,
+                                          f"partition count {count} exceeds {self.config.max_partitions_per_topic}")
+                rf = len(t.partitions[0].target_replicas) if t.partitions else 1
+                new = self._explicit_assignments(spec.get("assignments"))
+                if new is not None and len(new) != count - current:
+                    raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                          f"{count - current} new partitions need {count - current} assignments")
+                new = new or self._assign(count - current, rf, current)
+                if not args.get("validate_only"):
+                    for i, replicas in enumerate(new):
+                        self._add_partition(t, current + i, replicas)
+                results.append(_ok(name=name))
+            except ControllerError as exc:
+                results.append(_err(exc.code, exc.message, name=name))
+        return _ok(topics=results)
+
+    def alter_configs(self, args: dict[str, Any]) -> Result:
+        """Incremental: ops are [key, "set"|"delete", value]."""
+        results = []
+        for spec in args["topics"]:
+            name = spec["name"]
+            t = self.image.topics_by_name.get(name)
+            if t is None:
+                results.append(_err(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", name=name))
+                continue
+            configs = dict(t.configs) if not spec.get("replace") else {}
+            for key, op, value in spec["ops"]:
+                if op == "set":
+                    configs[key] = str(value)
+                else:
+                    configs.pop(key, None)
+            try:
+                self.validate_configs(configs)
+            except ValueError as exc:
+                results.append(_err(ErrorCode.invalid_config, str(exc), name=name))
+                continue
+            if not args.get("validate_only"):
+                for key in sorted(set(t.configs) | set(configs)):
+                    if t.configs.get(key) != configs.get(key):
+                        self._emit(record("TopicConfig", topic_id=t.topic_id, key=key, value=configs.get(key)))
+            results.append(_ok(name=name))
+        return _ok(topics=results)
+
+    # ---- leader elections --------------------------------------------------------------
+
+    def _selected(self, partitions: list[list[Any]] | None) -> list[tuple[str, int, TopicImage | None, PartitionState | None]]:
+        if partitions is None:
+            return [(t.name, p.partition, t, p) for t, p in self.image.all_partitions()]
+        out: list[tuple[str, int, TopicImage | None, PartitionState | None]] = []
+        for name, index in partitions:
+            t = self.image.topics_by_name.get(name)
+            out.append((name, int(index), t, t.partitions.get(int(index)) if t else None))
+        return out
+
+    def elect_leaders(self, args: dict[str, Any]) -> Result:
+        election = int(args.get("election_type", ELECTION_PREFERRED))
+        explicit = args.get("partitions") is not None
+        results = []
+        for name, index, t, p in self._selected(args.get("partitions")):
+            if t is None or p is None:
+                results.append(_err(ErrorCode.unknown_topic_or_partition, f"{name}-{index} does not exist",
+                                    topic=name, partition=index))
+                continue
+            if election == ELECTION_PREFERRED:
+                preferred = p.preferred_leader
+                if p.leader == preferred:
+                    code, msg = ErrorCode.election_not_needed, "the preferred replica already leads"
+                elif preferred not in p.isr or not self.image.is_active(preferred):
+                    code, msg = ErrorCode.preferred_leader_not_available, (
+                        f"preferred replica {preferred} is not in the ISR {p.isr} or not alive")
+                else:
+                    self._change(t, p, leader=preferred)
+                    code, msg = ErrorCode.none, ""
+            elif election == ELECTION_UNCLEAN:
+                if p.leader != NO_LEADER:
+                    code, msg = ErrorCode.election_not_needed, "the partition has a leader"
+                else:
+                    leader, isr = self._elect(t, p, p.isr, unclean=True)
+                    if leader == NO_LEADER:
+                        code, msg = ErrorCode.eligible_leaders_not_available, "no replica of the partition is alive"
+                    else:
+                        self._change(t, p, leader=leader, isr=isr)
+                        code, msg = ErrorCode.none, ""
+            else:
+                code, msg = ErrorCode.invalid_request, f"election type {election} is unknown"
+            if explicit or code == ErrorCode.none:
+                results.append({"topic": name, "partition": index, "error_code": int(code), "error_message": msg or None})
+        return _ok(partitions=results)
+
+    # ---- ISR changes (from partition leaders) -------------------------------------------
+
+    def alter_partition(self, args: dict[str, Any]) -> Result:
+        broker_id = int(args["broker_id"])
+        reg = self.image.brokers.get(broker_id)
+        if reg is None or reg.broker_epoch != int(args["broker_epoch"]):
+            return _err(ErrorCode.stale_broker_epoch, f"broker {broker_id} must register again")
+        t = self.image.topics.get(args["topic_id"])
+        p = t.partitions.get(int(args["partition"])) if t else None
+        if t is None or p is None:
+            return _err(ErrorCode.unknown_topic_or_partition, "the partition no longer exists")
+        if p.leader != broker_id:
+            return _err(ErrorCode.not_leader_or_follower, f"broker {broker_id} does not lead {t.name}-{p.partition}")
+        if int(args["leader_epoch"]) != p.leader_epoch:
+            return _err(ErrorCode.fenced_leader_epoch, f"leader epoch {args['leader_epoch']} is not {p.leader_epoch}")
+        if int(args["partition_epoch"]) != p.partition_epoch:
+            return _err(ErrorCode.invalid_update_version,
+                        f"partition epoch {args['partition_epoch']} is not {p.partition_epoch}")
+        new_isr = [int(b) for b in args["isr"]]
+        added = [b for b in new_isr if b not in p.isr]
+        bad = [b for b in added if b not in p.replicas or not self.image.is_active(b)]
+        if bad or broker_id not in new_isr:
+            return _err(ErrorCode.ineligible_replica, f"replicas {bad or [broker_id]} may not join the ISR")
+        self._change(t, p, isr=new_isr)
+        self._maybe_complete_reassignment(t, p)
+        return _ok(**self.partition_state(p))
+
+    @staticmethod
+    def partition_state(p: PartitionState) -> dict[str, Any]:
+        return {"leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                "isr": list(p.isr), "replicas": list(p.replicas)}
+
+    # ---- reassignment (KIP-455) --------------------------------------------------------
+
+    def alter_reassignments(self, args: dict[str, Any]) -> Result:
+        results = []
+        for spec in args["partitions"]:
+            name, index = spec["topic"], int(spec["partition"])
+            t = self.image.topics_by_name.get(name)
+            p = t.partitions.get(index) if t else None
+            try:
+                if t is None or p is None:
+                    raise ControllerError(ErrorCode.unknown_topic_or_partition, f"{name}-{index} does not exist")
+                if spec.get("replicas") is None:
+                    self._cancel_reassignment(t, p)
+                else:
+                    target = [int(b) for b in spec["replicas"]]
+                    self._check_replicas(target, f"{name}-{index}")
+                    self._start_reassignment(t, p, target)
+                results.append({"topic": name, "partition": index, "error_code": 0, "error_message": None})
+            except ControllerError as exc:
+                results.append({"topic": name, "partition": index, "error_code": exc.code, "error_message": exc.message})
+        return _ok(partitions=results)
+
+    def _start_reassignment(self, t: TopicImage, p: PartitionState, target: list[int]) -> None:
+        if p.adding or p.removing:
+            # A new target replaces the ongoing one, starting from the original replica set.
+            self._cancel_reassignment(t, p)
+        if target == p.replicas:
+            return
+        current = p.replicas
+        adding = [b for b in target if b not in current]
+        removing = [b for b in current if b not in target]
+        self._change(t, p, replicas=target + removing, adding=adding, removing=removing)
+        self._maybe_complete_reassignment(t, p)
+
+    def _cancel_reassignment(self, t: TopicImage, p: PartitionState) -> None:
+        if not p.adding and not p.removing:
+            raise ControllerError(ErrorCode.no_reassignment_in_progress, f"{t.name}-{p.partition} is not being moved")
+        original = [b for b in p.replicas if b not in p.adding]
+        # Kafka keeps the original order: the removing replicas were appended after the target.
+        original = [b for b in p.replicas if b in original]
+        isr = [b for b in p.isr if b in original] or [b for b in original if self.image.is_active(b)][:1]
+        leader = p.leader
+        if leader not in isr:
+            leader, isr = self._elect(t, p, isr)
+        self._change(t, p, replicas=original, isr=isr, leader=leader, adding=[], removing=[])
+
+    def _maybe_complete_reassignment(self, t: TopicImage, p: PartitionState) -> None:
+        if not p.adding and not p.removing:
+            return
+        if any(b not in p.isr for b in p.adding):
+            return
+        target = p.target_replicas
+        isr = [b for b in p.isr if b in target]
+        if not isr:
+            return  # nothing of the target is in sync yet
+        leader = p.leader
+        if leader not in target:
+            leader = next((b for b in target if b in isr and self.image.is_active(b)), NO_LEADER)
+        self._change(t, p, replicas=target, isr=isr, leader=leader, adding=[], removing=[])
+
+    def list_reassignments(self, args: dict[str, Any]) -> Result:
+        out = []
+        for name, index, _, p in self._selected(args.get("partitions")):
+            if p is not None and (p.adding or p.removing):
+                out.append({"topic": name, "partition": index, "replicas": p.replicas, "adding": p.adding,
+                            "removing": p.removing})
+        return _ok(partitions=out)

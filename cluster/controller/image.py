@@ -1,0 +1,255 @@
+"""The metadata image: what every broker knows about the cluster, built from the metadata log.
+
+The log holds versioned JSON records (orjson); one Raft entry is a list of records that
+apply atomically. Every node applies committed entries in order to its own image and
+answers Metadata from it; the active controller keeps a working copy that runs ahead of
+the commit point while its proposals are in flight.
+
+Record types (field "type", format version "v"):
+  RegisterBroker  broker_id broker_epoch incarnation_id host port rack   (registers fenced)
+  FenceBroker / UnfenceBroker / BrokerShutdown   broker_id broker_epoch
+  Topic           topic_id name configs internal
+  Partition       topic_id partition replicas isr leader leader_epoch partition_epoch adding removing
+  PartitionChange topic_id partition [leader] [isr] [replicas] [adding] [removing]
+                  (a new leader bumps leader_epoch; every change bumps partition_epoch)
+  TopicConfig     topic_id key value|null
+  RemoveTopic     topic_id
+  ProducerIds     broker_id next_producer_id   (a block [previous next, next) went to the broker)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+RECORD_VERSION = 1
+NO_LEADER = -1
+
+
+class MetadataError(ValueError):
+    """A record that cannot apply: the log and this code disagree (a bug, or a newer writer)."""
+
+
+@dataclass
+class BrokerRegistration:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    @property
+    def active(self) -> bool:
+        """May lead partitions and join ISRs."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+
+@dataclass
+class PartitionState:
+    topic_id: str
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def target_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.removing]
+
+
+@dataclass
+class TopicImage:
+    topic_id: str
+    name: str
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+
+class MetadataImage:
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics: dict[str, TopicImage] = {}  # by topic id
+        self.topics_by_name: dict[str, TopicImage] = {}
+        self.next_producer_id = 0
+        self.next_broker_epoch = 1
+        self.offset = 0  # metadata log offset applied through (exclusive)
+
+    # ---- queries -----------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def partition(self, name: str, index: int) -> PartitionState | None:
+        t = self.topics_by_name.get(name)
+        return t.partitions.get(index) if t else None
+
+    def is_active(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.active
+
+    def active_brokers(self) -> list[int]:
+        return sorted(b for b, reg in self.brokers.items() if reg.active)
+
+    def unfenced_brokers(self) -> list[BrokerRegistration]:
+        return [self.brokers[b] for b in sorted(self.brokers) if not self.brokers[b].fenced]
+
+    def all_partitions(self) -> list[tuple[TopicImage, PartitionState]]:
+        return [(t, p) for t in self.topics_by_name.values() for p in t.partitions.values()]
+
+    # ---- apply -------------------------------------------------------------------------
+
+    def apply_entry(self, offset: int, data: bytes) -> list[dict[str, Any]]:
+        """Apply one committed log entry (a JSON list of records); empty entries are markers."""
+        records: list[dict[str, Any]] = orjson.loads(data) if data else []
+        for record in records:
+            self.apply(record)
+        self.offset = offset + 1
+        return records
+
+    def apply(self, r: dict[str, Any]) -> None:
+        kind = r.get("type")
+        if int(r.get("v", 0)) > RECORD_VERSION:
+            raise MetadataError(f"metadata record {kind} has version {r.get('v')}, newer than this broker reads")
+        handler = _APPLY.get(str(kind))
+        if handler is None:
+            raise MetadataError(f"unknown metadata record type {kind!r}")
+        handler(self, r)
+
+    def _register(self, r: dict[str, Any]) -> None:
+        self.brokers[r["broker_id"]] = BrokerRegistration(
+            r["broker_id"], r["broker_epoch"], r["incarnation_id"], r["host"], r["port"], r.get("rack"))
+        self.next_broker_epoch = max(self.next_broker_epoch, r["broker_epoch"] + 1)
+
+    def _broker(self, r: dict[str, Any]) -> BrokerRegistration | None:
+        b = self.brokers.get(r["broker_id"])
+        return b if b is not None and b.broker_epoch == r["broker_epoch"] else None
+
+    def _fence(self, r: dict[str, Any]) -> None:
+        if (b := self._broker(r)) is not None:
+            b.fenced = True
+            b.in_controlled_shutdown = False
+
+    def _unfence(self, r: dict[str, Any]) -> None:
+        if (b := self._broker(r)) is not None:
+            b.fenced = False
+            b.in_controlled_shutdown = False
+
+    def _shutdown(self, r: dict[str, Any]) -> None:
+        if (b := self._broker(r)) is not None:
+            b.in_controlled_shutdown = True
+
+    def _topic(self, r: dict[str, Any]) -> None:
+        if r["name"] in self.topics_by_name:
+            raise MetadataError(f"topic {r['name']} is created twice")
+        t = TopicImage(r["topic_id"], r["name"], dict(r.get("configs") or {}), bool(r.get("internal", False)))
+        self.topics[t.topic_id] = t
+        self.topics_by_name[t.name] = t
+
+    def _topic_of(self, r: dict[str, Any]) -> TopicImage:
+        t = self.topics.get(r["topic_id"])
+        if t is None:
+            raise MetadataError(f"{r['type']} names unknown topic id {r['topic_id']}")
+        return t
+
+    def _partition(self, r: dict[str, Any]) -> None:
+        t = self._topic_of(r)
+        t.partitions[r["partition"]] = PartitionState(
+            t.topic_id, r["partition"], list(r["replicas"]), list(r["isr"]), r["leader"], r.get("leader_epoch", 0),
+            r.get("partition_epoch", 0), list(r.get("adding", [])), list(r.get("removing", [])))
+
+    def _partition_change(self, r: dict[str, Any]) -> None:
+        p = self._topic_of(r).partitions.get(r["partition"])
+        if p is None:
+            raise MetadataError(f"PartitionChange for unknown partition {r['topic_id']}-{r['partition']}")
+        if "leader" in r and r["leader"] != p.leader:
+            p.leader = r["leader"]
+            p.leader_epoch += 1
+        for key in ("isr", "replicas", "adding", "removing"):
+            if key in r:
+                setattr(p, key, list(r[key]))
+        p.partition_epoch += 1
+
+    def _topic_config(self, r: dict[str, Any]) -> None:
+        t = self._topic_of(r)
+        if r.get("value") is None:
+            t.configs.pop(r["key"], None)
+        else:
+            t.configs[r["key"]] = str(r["value"])
+
+    def _remove_topic(self, r: dict[str, Any]) -> None:
+        t = self.topics.pop(r["topic_id"], None)
+        if t is not None:
+            self.topics_by_name.pop(t.name, None)
+
+    def _producer_ids(self, r: dict[str, Any]) -> None:
+        self.next_producer_id = max(self.next_producer_id, r["next_producer_id"])
+
+    # ---- snapshots ---------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({
+            "v": RECORD_VERSION,
+            "offset": self.offset,
+            "next_producer_id": self.next_producer_id,
+            "next_broker_epoch": self.next_broker_epoch,
+            "brokers": [vars(b) for b in self.brokers.values()],
+            "topics": [
+                {"topic_id": t.topic_id, "name": t.name, "configs": t.configs, "internal": t.internal,
+                 "partitions": [vars(p) for p in t.partitions.values()]}
+                for t in self.topics.values()
+            ],
+        })
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MetadataImage:
+        doc = orjson.loads(data)
+        if int(doc.get("v", 0)) > RECORD_VERSION:
+            raise MetadataError(f"metadata snapshot version {doc.get('v')} is newer than this broker reads")
+        image = cls()
+        image.offset = doc["offset"]
+        image.next_producer_id = doc["next_producer_id"]
+        image.next_broker_epoch = doc["next_broker_epoch"]
+        for b in doc["brokers"]:
+            image.brokers[b["broker_id"]] = BrokerRegistration(**b)
+        for t in doc["topics"]:
+            topic = TopicImage(t["topic_id"], t["name"], dict(t["configs"]), bool(t["internal"]))
+            for p in t["partitions"]:
+                topic.partitions[p["partition"]] = PartitionState(**p)
+            image.topics[topic.topic_id] = topic
+            image.topics_by_name[topic.name] = topic
+        return image
+
+    def copy(self) -> MetadataImage:
+        return MetadataImage.from_bytes(self.to_bytes())
+
+
+_APPLY = {
+    "RegisterBroker": MetadataImage._register,
+    "FenceBroker": MetadataImage._fence,
+    "UnfenceBroker": MetadataImage._unfence,
+    "BrokerShutdown": MetadataImage._shutdown,
+    "Topic": MetadataImage._topic,
+    "Partition": MetadataImage._partition,
+    "PartitionChange": MetadataImage._partition_change,
+    "TopicConfig": MetadataImage._topic_config,
+    "RemoveTopic": MetadataImage._remove_topic,
+    "ProducerIds": MetadataImage._producer_ids,
+}
+
+
+def record(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "v": RECORD_VERSION, **fields}

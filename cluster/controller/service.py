@@ -1,0 +1,239 @@
+"""The trio shell of the metadata quorum on one node.
+
+Every node applies the committed metadata log to its image (and tells the broker what
+changed); the node that leads the quorum is the active controller: it starts from the
+committed image, runs operations one at a time, proposes their records and answers once
+they commit. Callers anywhere in the cluster reach the active controller through `call`,
+which runs the operation here or sends it to the leader over the internal RPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from cluster.broker.clock import now_ms
+from cluster.controller.controller import ControllerConfig, QuorumController, TopicConfigValidator
+from cluster.controller.image import MetadataImage
+from cluster.controller.rpc import RpcClient, RpcUnavailable, internal_payload
+from cluster.protocol.errors import ErrorCode
+from cluster.quorum.driver import NotLeader, QuorumDriver
+from cluster.quorum.raft import RaftConfig, Role
+
+log = logging.getLogger(__name__)
+
+# Operations callers may run on the active controller, and whether they take the time.
+OPERATIONS: dict[str, bool] = {
+    "register_broker": True,
+    "broker_heartbeat": True,
+    "allocate_producer_ids": False,
+    "create_topics": False,
+    "delete_topics": False,
+    "create_partitions": False,
+    "alter_configs": False,
+    "elect_leaders": False,
+    "alter_partition": False,
+    "alter_reassignments": False,
+    "list_reassignments": False,
+}
+SNAPSHOT_EVERY_ENTRIES = 2000
+
+
+class ControllerUnavailable(Exception):
+    """No active controller answered within the deadline."""
+
+
+class MetadataService:
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, *,
+                 raft_config: RaftConfig, controller_config: ControllerConfig,
+                 validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
+                 seed: int | None = None) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False)
+        self.controller_config = controller_config
+        self.validate_configs = validate_configs
+        self.commit_timeout_s = commit_timeout_s
+        self.image = MetadataImage()
+        self.on_applied: Callable[[list[dict[str, Any]]], None] | None = None
+        self._rng = random.Random(seed)
+        self._controller: QuorumController | None = None
+        self._controller_epoch = -1
+        self._op_lock = trio.Lock()
+        self._applied = trio.Event()
+        self._poke = trio.Event()
+        self._clients: dict[int, RpcClient] = {}
+
+    # ---- state -------------------------------------------------------------------------
+
+    @property
+    def leader_id(self) -> int:
+        return self.driver.leader_id
+
+    @property
+    def is_active_controller(self) -> bool:
+        return self._controller is not None
+
+    async def wait_for_offset(self, offset: int) -> None:
+        while self.image.offset < offset:
+            await self._applied.wait()
+
+    # ---- running -----------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.driver.run)
+            nursery.start_soon(self._apply_loop)
+            nursery.start_soon(self._tick_loop)
+            task_status.started()
+
+    async def deliver(self, frame: bytes | bytearray) -> None:
+        await self.driver.deliver(frame)
+
+    async def _apply_loop(self) -> None:
+        while True:
+            changed = self.driver.change_event()  # taken before reading state: no wake-up is missed
+            first, entries = self.driver.committed_since(self.image.offset)
+            records: list[dict[str, Any]] = []
+            applied = False
+            if first > self.image.offset:
+                snap = self.driver.node.state.snapshot if self.driver.node else None
+                if snap is not None:
+                    self.image = MetadataImage.from_bytes(snap.data)
+                    self.image.offset = snap.end_offset
+                    applied = True
+                    log.info("loaded the metadata snapshot at offset %d", snap.end_offset)
+            for i, entry in enumerate(entries):
+                records.extend(self.image.apply_entry(first + i, entry.data))
+                applied = True
+            if applied:
+                if self.on_applied is not None:
+                    self.on_applied(records)
+                self._applied.set()
+                self._applied = trio.Event()
+                if self.image.offset - self.driver.node.state.log_start_offset >= SNAPSHOT_EVERY_ENTRIES:  # type: ignore[union-attr]
+                    await self.driver.snapshot(self.image.offset, self.image.to_bytes())
+            self._check_leadership()
+            await changed.wait()
+
+    def _check_leadership(self) -> None:
+        d = self.driver
+        leading = d.role is Role.LEADER
+        if self._controller is not None and (not leading or d.epoch != self._controller_epoch):
+            log.info("node %d is no longer the active controller (epoch %d)", self.node_id, d.epoch)
+            self._controller = None
+        if (self._controller is None and leading and d.high_watermark == d.log_end_offset
+                and self.image.offset == d.high_watermark):
+            # Everything earlier leaders wrote is committed and applied: decide from here.
+            self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
+                                                self._rng, now_ms())
+            self._controller_epoch = d.epoch
+            log.info("node %d is the active controller (epoch %d, metadata offset %d)",
+                     self.node_id, d.epoch, self.image.offset)
+            self._poke.set()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            ctrl = self._controller
+            poke = self._poke
+            if ctrl is None:
+                await poke.wait()
+                self._poke = trio.Event()
+                continue
+            delay_s = max(0.0, (ctrl.next_deadline_ms() - now_ms()) / 1000)
+            with trio.move_on_after(min(delay_s, 1.0)):
+                await poke.wait()
+                self._poke = trio.Event()
+                continue
+            await self.execute("tick", {})
+
+    # ---- operations --------------------------------------------------------------------
+
+    async def execute(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run an operation if this node is the active controller."""
+        async with self._op_lock:
+            ctrl = self._controller
+            if ctrl is None:
+                return {"error_code": ErrorCode.not_controller, "error_message": "not the active controller",
+                        "leader_id": self.driver.leader_id}
+            epoch = self._controller_epoch
+            if op == "tick":
+                ctrl.tick(now_ms())
+                result: dict[str, Any] = {"error_code": ErrorCode.none}
+            elif OPERATIONS[op]:
+                result = getattr(ctrl, op)(args, now_ms())
+            else:
+                result = getattr(ctrl, op)(args)
+            records = ctrl.take_records()
+            if not records:
+                result["metadata_offset"] = self.image.offset
+                return result
+            try:
+                offset = await self.driver.propose(orjson.dumps(records))
+            except NotLeader as exc:
+                self._controller = None
+                return {"error_code": ErrorCode.not_controller, "error_message": str(exc), "leader_id": exc.leader_id}
+            try:
+                with trio.fail_after(self.commit_timeout_s):
+                    await self.wait_for_offset(offset + 1)
+            except trio.TooSlowError:
+                # Its working image holds records that may never commit: start over from the log.
+                self._controller = None
+                return {"error_code": ErrorCode.request_timed_out,
+                        "error_message": f"the metadata quorum did not commit within {self.commit_timeout_s} s"}
+            committed_epoch = self.driver.entry_epoch(offset)
+            if committed_epoch is not None and committed_epoch != epoch:
+                self._controller = None
+                return {"error_code": ErrorCode.not_controller, "error_message": "leadership changed before commit",
+                        "leader_id": self.driver.leader_id}
+            result["metadata_offset"] = offset + 1
+            return result
+
+    async def handle_rpc(self, frame: bytes | bytearray) -> dict[str, Any]:
+        try:
+            doc = orjson.loads(internal_payload(frame))
+            op, args = doc["op"], doc["args"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            return {"error_code": ErrorCode.invalid_request, "error_message": f"malformed controller call: {exc}"}
+        if op not in OPERATIONS or not isinstance(args, dict):
+            return {"error_code": ErrorCode.invalid_request, "error_message": f"unknown controller operation {op!r}"}
+        try:
+            return await self.execute(op, args)
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"error_code": ErrorCode.invalid_request, "error_message": f"bad {op} arguments: {exc!r}"}
+
+    async def call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """Run an operation on the active controller wherever it is; retries until `timeout_s`."""
+        deadline = trio.current_time() + timeout_s
+        last = "no controller is known"
+        while True:
+            leader = self.driver.leader_id
+            result: dict[str, Any] | None = None
+            if leader == self.node_id:
+                result = await self.execute(op, args)
+            elif leader in self.voters:
+                client = self._clients.get(leader)
+                if client is None:
+                    client = self._clients[leader] = RpcClient(*self.voters[leader])
+                try:
+                    result = await client.call(op, args, max(0.1, min(5.0, deadline - trio.current_time())))
+                except RpcUnavailable as exc:
+                    last = str(exc)
+            if result is not None:
+                if result.get("error_code") not in (ErrorCode.not_controller, ErrorCode.request_timed_out):
+                    return result
+                last = str(result.get("error_message"))
+            if trio.current_time() >= deadline:
+                raise ControllerUnavailable(f"no active controller answered {op} within {timeout_s} s ({last})")
+            with trio.move_on_after(0.05):
+                await self.driver.wait_changed()
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
