@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, ClusterProcesses
 
 
 @pytest.fixture
@@ -30,3 +30,18 @@ def broker_factory(tmp_path: Path) -> Iterator[object]:
     for proc in started:
         if proc.alive():
             proc.stop()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[object]:
+    """Start topology clusters: cluster_factory(3, **{"broker.session.timeout.ms": 2000})."""
+    started: list[ClusterProcesses] = []
+
+    def make(size: int = 3, name: str = "east", **config: object) -> ClusterProcesses:
+        cluster = ClusterProcesses(tmp_path / f"cluster-{name}", size, name=name, **config)
+        started.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in started:
+        cluster.stop()

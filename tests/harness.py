@@ -26,12 +26,19 @@ class BrokerProcess:
     what the broker said (e.g. what recovery scanned).
     """
 
-    def __init__(self, data_dir: Path, port: int | None = None, **overrides: object) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, *, topology: tuple[Path, str, int] | None = None,
+                 **overrides: object) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.topology = topology  # (file, cluster, node id): run as a member of a topology cluster
         self.overrides = {k.replace("_", "."): v for k, v in overrides.items()}
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_mark = 0
+
+    @property
+    def node_id(self) -> int:
+        return self.topology[2] if self.topology else 1
 
     @property
     def bootstrap(self) -> str:
@@ -40,15 +47,21 @@ class BrokerProcess:
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(self.data_dir),
                "--listen", self.bootstrap]
+        if self.topology is not None:
+            path, cluster, node = self.topology
+            cmd += ["--config", str(path), "--cluster", cluster, "--node", str(node)]
         for key, value in self.overrides.items():
             if isinstance(value, bool):
                 value = str(value).lower()
             cmd += ["--set", f"{key}={value}"]
         return cmd
 
-    def start(self, timeout_s: float = 30.0) -> BrokerProcess:
+    def start(self, timeout_s: float = 30.0, *, wait_ready: bool = True) -> BrokerProcess:
+        """Launch; returns once the broker is ready (registered, logs loaded, unfenced), or
+        only once it listens with wait_ready=False (a cluster member waiting for its quorum)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._log_mark = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -59,10 +72,30 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
+                    break
             except OSError:
                 time.sleep(0.05)
-        raise TimeoutError(f"broker did not listen within {timeout_s}s:\n{self.log_text()[-4000:]}")
+        else:
+            raise TimeoutError(f"broker did not listen within {timeout_s}s:\n{self.log_text()[-4000:]}")
+        if wait_ready:
+            self.wait_ready(max(1.0, deadline - time.monotonic()))
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait for this run's "is ready" log line."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(self._log_mark)
+                    if b" is ready (broker epoch" in f.read():
+                        return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        raise TimeoutError(f"broker was not ready within {timeout_s}s:\n{self.log_text()[-4000:]}")
 
     def log_text(self) -> str:
         try:
@@ -93,3 +126,74 @@ class BrokerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: a node that is alive but does nothing (a GC pause, a hung VM)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+
+class ClusterProcesses:
+    """A topology file with one cluster of `size` brokers on free loopback ports, run as
+    `dcmirror broker --config FILE --cluster NAME --node ID` processes.
+
+    `config` goes into the cluster's `config` table (broker configs, Kafka names).
+    """
+
+    def __init__(self, root: Path, size: int = 3, *, name: str = "east", **config: object) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.root.mkdir(parents=True, exist_ok=True)
+        ports = [free_port() for _ in range(size)]
+        self.topology_path = self.root / "topology.toml"
+        lines = [f"[clusters.{name}]", f'datacenter = "{name}"',
+                 "brokers = [" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]",
+                 f'data_dir = "data/{name}"']
+        if config:
+            items = ", ".join(f'"{k.replace("_", ".")}" = "{str(v).lower() if isinstance(v, bool) else v}"'
+                              for k, v in config.items())
+            lines.append(f"config = {{ {items} }}")
+        self.topology_path.write_text("\n".join(lines) + "\n")
+        self.brokers = {
+            i + 1: BrokerProcess(self.root / "data" / name / f"node-{i + 1}", port,
+                                 topology=(self.topology_path, name, i + 1))
+            for i, port in enumerate(ports)
+        }
+
+    def __getitem__(self, node_id: int) -> BrokerProcess:
+        return self.brokers[node_id]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def bootstrap_of(self, *node_ids: int) -> str:
+        return ",".join(self.brokers[i].bootstrap for i in node_ids)
+
+    def start(self, timeout_s: float = 60.0) -> ClusterProcesses:
+        # All first, then wait: no member is ready before a majority of voters runs.
+        for b in self.brokers.values():
+            b.start(wait_ready=False)
+        for b in self.brokers.values():
+            b.wait_ready(timeout_s)
+        return self
+
+    def alive(self) -> list[int]:
+        return [i for i, b in self.brokers.items() if b.alive()]
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            if b.alive():
+                b.resume()
+        for b in self.brokers.values():
+            try:
+                b.stop(timeout_s=15)
+            except Exception:
+                pass
+
+    def logs(self, tail_chars: int = 3000) -> str:
+        return "\n".join(f"---- node {i} ----\n{b.log_text()[-tail_chars:]}" for i, b in self.brokers.items())

@@ -1,6 +1,9 @@
-"""Admin operations over the Kafka protocol: groups (as kafka-consumer-groups does), offsets.
+"""Admin operations over the Kafka protocol: topics, configs, leader elections and partition
+reassignments (as kafka-topics, kafka-leader-election and kafka-reassign-partitions do),
+groups (as kafka-consumer-groups does), offsets.
 
-Group requests go to the group's coordinator (FindCoordinator); offset lookups to each
+Metadata changes go to any broker, which passes them to the active controller; group
+requests go to the group's coordinator (FindCoordinator); offset lookups to each
 partition's leader (Metadata).
 """
 
@@ -119,17 +122,113 @@ class Admin:
                     out[(t.name, p.partition_index)] = p.offset
         return out
 
+    # ---- topics and cluster ----------------------------------------------------------
+
+    async def describe_cluster(self) -> Any:
+        resp = await self.any.request(60, {"include_cluster_authorized_operations": False})
+        if resp.error_code != 0:
+            raise AdminError("describing the cluster", resp.error_code)
+        return resp
+
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None,
+                           assignments: list[list[int]] | None = None, validate_only: bool = False) -> None:
+        body = {"topics": [{
+            "name": name, "num_partitions": -1 if assignments else partitions,
+            "replication_factor": -1 if assignments else replication_factor,
+            "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignments or [])],
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+        }], "timeout": 30_000, "validate_only": validate_only}
+        resp = await self.any.request(19, body)
+        for t in resp.topics:
+            if t.error_code != 0:
+                raise AdminError(f"creating topic {name!r} ({t.error_message or ''})", t.error_code)
+
+    async def delete_topic(self, name: str) -> None:
+        resp = await self.any.request(20, {"topic_names": [name], "timeout": 30_000})
+        for r in resp.responses:
+            if r.error_code != 0:
+                raise AdminError(f"deleting topic {name!r}", r.error_code)
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        resp = await self.any.request(37, {"topics": [{"name": name, "count": count, "assignments": None}],
+                                           "timeout": 30_000, "validate_only": False})
+        for r in resp.results:
+            if r.error_code != 0:
+                raise AdminError(f"adding partitions to {name!r} ({r.error_message or ''})", r.error_code)
+
+    async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
+        configs = ([{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
+                   + [{"name": k, "config_operation": 1, "value": None} for k in delete])
+        resp = await self.any.request(44, {"resources": [{"resource_type": 2, "resource_name": name,
+                                                          "configs": configs}], "validate_only": False})
+        for r in resp.responses:
+            if r.error_code != 0:
+                raise AdminError(f"changing configs of {name!r} ({r.error_message or ''})", r.error_code)
+
+    async def topic_configs(self, name: str) -> list[Any]:
+        """DescribeConfigs entries of a topic (name, value, config_source ...)."""
+        resp = await self.any.request(32, {"resources": [{"resource_type": 2, "resource_name": name,
+                                                          "configuration_keys": None}],
+                                           "include_synonyms": False, "include_documentation": False})
+        (result,) = resp.results
+        if result.error_code != 0:
+            raise AdminError(f"describing configs of {name!r}", result.error_code)
+        return list(result.configs)
+
+    async def elect_leaders(self, election_type: int = 0,
+                            partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], tuple[int, str]]:
+        """(error code, message) per partition; with partitions=None every partition is a candidate
+        and only the ones that changed are reported."""
+        topic_partitions = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in partitions:
+                by_topic.setdefault(t, []).append(p)
+            topic_partitions = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        resp = await self.any.request(43, {"election_type": election_type, "topic_partitions": topic_partitions,
+                                           "timeout": 30_000})
+        if getattr(resp, "error_code", 0) != 0:
+            raise AdminError("electing leaders", resp.error_code)
+        return {(r.topic, p.partition_id): (int(p.error_code), p.error_message or "")
+                for r in resp.replica_election_results for p in r.partition_result}
+
+    async def alter_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], tuple[int, str]]:
+        """Start (replicas) or cancel (None) reassignments; (error code, message) per partition."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), replicas in sorted(targets.items()):
+            by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+        resp = await self.any.request(45, {"timeout": 30_000, "topics": [
+            {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+        if resp.error_code != 0:
+            raise AdminError(f"reassigning partitions ({resp.error_message or ''})", resp.error_code)
+        return {(t.name, p.partition_index): (int(p.error_code), p.error_message or "")
+                for t in resp.responses for p in t.partitions}
+
+    async def list_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of every partition being moved."""
+        resp = await self.any.request(46, {"timeout": 30_000, "topics": None})
+        if resp.error_code != 0:
+            raise AdminError("listing reassignments", resp.error_code)
+        return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
+
     # ---- groups ----------------------------------------------------------------------
 
     async def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) for every group of the cluster."""
-        resp = await self.any.request(16, {})
-        if resp.error_code != 0:
-            raise AdminError("listing groups", resp.error_code)
-        groups = [g.group_id for g in resp.groups]
+        """(group id, protocol type, state) for every group of the cluster (asks every broker)."""
+        meta = await self.metadata([])
+        listed: list[Any] = []
+        for b in meta.brokers:
+            conn = await self._conn(b.host, b.port)
+            resp = await conn.request(16, {})
+            if resp.error_code != 0:
+                raise AdminError(f"listing groups on broker {b.node_id}", resp.error_code)
+            listed.extend(resp.groups)
+        groups = [g.group_id for g in listed]
         described = {g.group_id: g for g in (await self.describe_groups(groups) if groups else [])}
         return [(g.group_id, g.protocol_type, described[g.group_id].group_state if g.group_id in described else "")
-                for g in resp.groups]
+                for g in listed]
 
     async def describe_groups(self, groups: list[str]) -> list[Any]:
         out = []

@@ -26,7 +26,7 @@ MAX_RESPONSE_BYTES = 256 << 20
 # The newest version of each API this client speaks (kio has every one of these).
 CLIENT_MAX_VERSIONS = {
     0: 8, 1: 12, 2: 5, 3: 8, 8: 7, 9: 5, 10: 2, 11: 5, 12: 3, 13: 3, 14: 3, 15: 4, 16: 2,
-    18: 3, 19: 4, 20: 3, 22: 1, 23: 3, 32: 2, 42: 1,
+    18: 3, 19: 4, 20: 3, 22: 1, 23: 3, 32: 2, 33: 1, 37: 1, 42: 1, 43: 1, 44: 0, 45: 0, 46: 0, 60: 0,
 }
 
 

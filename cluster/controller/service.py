@@ -134,6 +134,11 @@ class MetadataService:
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
                                                 self._rng, now_ms())
             self._controller_epoch = d.epoch
+            assert d.node is not None
+            previous, last_contact_ms = d.node.last_leader_contact
+            if previous != self.node_id and previous in self._controller.last_heartbeat_ms:
+                # The old controller's node went silent when we last heard from it, not now.
+                self._controller.last_heartbeat_ms[previous] = min(last_contact_ms, now_ms())
             log.info("node %d is the active controller (epoch %d, metadata offset %d)",
                      self.node_id, d.epoch, self.image.offset)
             self._poke.set()

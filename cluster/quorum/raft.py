@@ -134,6 +134,9 @@ class RaftNode:
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
         self._abandoned_leader = NO_LEADER  # the leader whose silence started our pre-vote
+        # (leader id, when its last fetch answer came): a new leader tells its controller how
+        # long the old one has been silent, so that node's session is not restarted in full.
+        self.last_leader_contact: tuple[int, int] = (NO_LEADER, 0)
         self._fetch_request_id = 0
         self._fetch_in_flight: int | None = None
         # Leader: each voter's fetch offset and when it last fetched.
@@ -459,6 +462,7 @@ class RaftNode:
             self._become_follower(msg.epoch, msg.leader_id, now_ms)
             return
         self.leader_id = msg.leader_id
+        self.last_leader_contact = (msg.leader_id, now_ms)
         self._election_deadline = now_ms + self._election_timeout()
         if msg.high_watermark < 0:
             self._fetch(now_ms)  # the leader told us its epoch only
