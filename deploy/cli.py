@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from cluster.storage.config import InvalidConfig
-from deploy import groups_cmd, topology_cmd
+from deploy import cluster_cmds, groups_cmd, topology_cmd
 
 
 def _setup_logging(level: str) -> None:
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     groups_cmd.add_parser(sub)
     topology_cmd.add_parser(sub)
+    cluster_cmds.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=100_000, help="records to produce")

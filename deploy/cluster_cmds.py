@@ -1,0 +1,307 @@
+"""`dcmirror topics|elect-leaders|reassign`, like kafka-topics, kafka-leader-election and
+kafka-reassign-partitions. Each takes `--bootstrap HOST:PORT,...` or `--config FILE --cluster NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from cluster.client.admin import Admin, AdminError
+from cluster.client.connection import KafkaConnectionError
+from cluster.controller.assignment import AssignmentError, assign_replicas
+from cluster.protocol.errors import ErrorCode
+
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+def _add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of the cluster")
+    p.add_argument("--config", help="topology file (with --cluster instead of --bootstrap)")
+    p.add_argument("--cluster", help="cluster name in the topology file")
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap:
+        return str(args.bootstrap)
+    if args.config and args.cluster:
+        from topology import load
+
+        return load(args.config).cluster(args.cluster).bootstrap()
+    raise ValueError("give --bootstrap HOST:PORT or --config FILE --cluster NAME")
+
+
+def _kv(pairs: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} {pair!r} must be KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    topics = sub.add_parser("topics", help="create, list, describe, alter, delete topics")
+    actions = topics.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=-1)
+    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("--replica-assignment", help="manual: 1:2,2:3,3:1 (partitions by comma, replicas by colon)")
+    create.add_argument("--set", dest="topic_config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic config (Kafka's names), repeatable")
+    create.add_argument("--if-not-exists", action="store_true")
+    lst = actions.add_parser("list", help="topic names")
+    describe = actions.add_parser("describe", help="partitions, leaders, replicas, ISR, configs")
+    describe.add_argument("topics", nargs="*")
+    describe.add_argument("--under-replicated", action="store_true", help="only partitions whose ISR is short")
+    describe.add_argument("--unavailable", action="store_true", help="only partitions without a leader")
+    describe.add_argument("--json", action="store_true")
+    alter = actions.add_parser("alter", help="add partitions or change configs")
+    alter.add_argument("topic")
+    alter.add_argument("--partitions", type=int)
+    alter.add_argument("--set", dest="topic_config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a topic config, repeatable")
+    alter.add_argument("--unset", dest="delete_config", action="append", default=[], metavar="KEY",
+                       help="remove a topic config override, repeatable")
+    delete = actions.add_parser("delete", help="delete a topic")
+    delete.add_argument("topic")
+    for p in (create, lst, describe, alter, delete):
+        _add_target(p)
+    topics.set_defaults(func=_runner(_topics))
+
+    elect = sub.add_parser("elect-leaders", help="preferred or unclean leader election")
+    _add_target(elect)
+    elect.add_argument("--election-type", choices=sorted(ELECTION_TYPES), default="preferred")
+    elect.add_argument("--topic")
+    elect.add_argument("--partition", type=int, action="append")
+    elect.add_argument("--all-topic-partitions", action="store_true")
+    elect.set_defaults(func=_runner(_elect))
+
+    reassign = sub.add_parser("reassign", help="move partitions between brokers, change replication factor")
+    ractions = reassign.add_subparsers(dest="action", required=True)
+    gen = ractions.add_parser("generate", help="propose an assignment of topics over a broker list")
+    gen.add_argument("--topics", required=True, help="comma-separated topic names")
+    gen.add_argument("--brokers", required=True, help="comma-separated broker ids to spread over")
+    gen.add_argument("--replication-factor", type=int, help="new replication factor (default: keep)")
+    gen.add_argument("--seed", type=int, help="start index seed (default random)")
+    gen.add_argument("--output", help="also write the proposal to this file")
+    for name, text in (("execute", "start the moves in a reassignment file"),
+                       ("verify", "report whether the moves finished (exit 1 while in progress)"),
+                       ("cancel", "cancel the moves in a reassignment file")):
+        p = ractions.add_parser(name, help=text)
+        p.add_argument("--reassignment-json-file", required=True)
+        _add_target(p)
+    _add_target(gen)
+    reassign.set_defaults(func=_runner(_reassign))
+
+
+def _runner(coro: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(trio.run(coro, args))
+        except (AdminError, KafkaConnectionError, ValueError, AssignmentError, OSError) as exc:
+            print(f"dcmirror {args.command}: {exc}", file=sys.stderr)
+            return 2
+    return run
+
+
+async def _partitions_of(admin: Admin, topics: list[str] | None) -> dict[str, list[Any]]:
+    meta = await admin.metadata(topics)
+    out: dict[str, list[Any]] = {}
+    for t in meta.topics:
+        if t.error_code != 0:
+            raise AdminError(f"topic {t.name!r}", t.error_code)
+        out[t.name] = sorted(t.partitions, key=lambda p: p.partition_index)
+    return out
+
+
+# ---- topics ---------------------------------------------------------------------------
+
+
+async def _topics(args: argparse.Namespace) -> int:
+    async with Admin(_bootstrap(args)) as admin:
+        if args.action == "create":
+            assignments = None
+            if args.replica_assignment:
+                assignments = [[int(b) for b in part.split(":")] for part in args.replica_assignment.split(",")]
+            try:
+                await admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                                         _kv(args.topic_config, "--set"), assignments)
+            except AdminError as exc:
+                if args.if_not_exists and exc.code == ErrorCode.topic_already_exists:
+                    return 0
+                raise
+            print(f"Created topic {args.topic}.")
+        elif args.action == "list":
+            meta = await admin.metadata(None)
+            for name in sorted(t.name for t in meta.topics):
+                print(name)
+        elif args.action == "describe":
+            return await _describe(admin, args)
+        elif args.action == "alter":
+            if args.partitions is None and not args.topic_config and not args.delete_config:
+                raise ValueError("give --partitions N, --set KEY=VALUE or --unset KEY")
+            if args.partitions is not None:
+                await admin.create_partitions(args.topic, args.partitions)
+                print(f"Topic {args.topic} now has {args.partitions} partitions.")
+            if args.topic_config or args.delete_config:
+                await admin.alter_topic_configs(args.topic, _kv(args.topic_config, "--set"), args.delete_config)
+                print(f"Updated the configs of topic {args.topic}.")
+        elif args.action == "delete":
+            await admin.delete_topic(args.topic)
+            print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+async def _describe(admin: Admin, args: argparse.Namespace) -> int:
+    meta = await admin.metadata(args.topics or None)
+    live = {b.node_id for b in meta.brokers}
+    rows = []
+    for t in sorted(meta.topics, key=lambda t: t.name):
+        if t.error_code != 0:
+            raise AdminError(f"topic {t.name!r}", t.error_code)
+        parts = sorted(t.partitions, key=lambda p: p.partition_index)
+        configs = {c.name: c.value for c in await admin.topic_configs(t.name) if c.config_source == 1}
+        selected = []
+        for p in parts:
+            under = len(p.isr_nodes) < len(p.replica_nodes)
+            if args.under_replicated and not under:
+                continue
+            if args.unavailable and p.leader_id != -1:
+                continue
+            selected.append({"partition": p.partition_index, "leader": p.leader_id,
+                             "leader_epoch": p.leader_epoch, "replicas": list(p.replica_nodes),
+                             "isr": list(p.isr_nodes),
+                             "offline": [r for r in p.replica_nodes if r not in live]})
+        if (args.under_replicated or args.unavailable) and not selected:
+            continue
+        rows.append({"topic": t.name, "internal": t.is_internal, "partition_count": len(parts),
+                     "replication_factor": len(parts[0].replica_nodes) if parts else 0, "configs": configs,
+                     "partitions": selected})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        cfg = ",".join(f"{k}={v}" for k, v in sorted(r["configs"].items()))
+        print(f"Topic: {r['topic']}\tPartitionCount: {r['partition_count']}\t"
+              f"ReplicationFactor: {r['replication_factor']}\tConfigs: {cfg}")
+        for p in r["partitions"]:
+            print(f"\tTopic: {r['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+                  f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
+                  + (f"\tOffline: {','.join(map(str, p['offline']))}" if p["offline"] else ""))
+    return 0
+
+
+# ---- elections ------------------------------------------------------------------------
+
+
+async def _elect(args: argparse.Namespace) -> int:
+    if args.all_topic_partitions == bool(args.topic):
+        raise ValueError("give --all-topic-partitions or --topic T [--partition P ...]")
+    async with Admin(_bootstrap(args)) as admin:
+        partitions = None
+        if args.topic:
+            if args.partition:
+                partitions = [(args.topic, p) for p in args.partition]
+            else:
+                partitions = [(args.topic, p.partition_index)
+                              for p in (await _partitions_of(admin, [args.topic]))[args.topic]]
+        results = await admin.elect_leaders(ELECTION_TYPES[args.election_type], partitions)
+    failed = 0
+    elected = sorted(tp for tp, (code, _) in results.items() if code == 0)
+    if elected:
+        print(f"Successfully completed leader election ({args.election_type}) for partitions "
+              + ", ".join(f"{t}-{p}" for t, p in elected))
+    for (t, p), (code, message) in sorted(results.items()):
+        if code == ErrorCode.election_not_needed:
+            print(f"Valid replica already elected for partitions {t}-{p}")
+        elif code != 0:
+            failed += 1
+            print(f"Error completing leader election ({args.election_type}) for partition {t}-{p}: "
+                  f"{ErrorCode(code).name.upper()}: {message}")
+    if not results:
+        print("No partition needed an election.")
+    return 1 if failed else 0
+
+
+# ---- reassignment ---------------------------------------------------------------------
+
+
+def _assignment_doc(assignment: dict[tuple[str, int], list[int]]) -> dict[str, Any]:
+    return {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r}
+                                         for (t, p), r in sorted(assignment.items())]}
+
+
+def _read_assignment(path: str) -> dict[tuple[str, int], list[int]]:
+    try:
+        doc = json.loads(Path(path).read_text())
+        return {(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]] for e in doc["partitions"]}
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a reassignment file ({{\"version\":1,\"partitions\":[{{\"topic\",\"partition\","
+                         f"\"replicas\"}}]}}): {exc}") from None
+
+
+async def _reassign(args: argparse.Namespace) -> int:
+    async with Admin(_bootstrap(args)) as admin:
+        if args.action == "generate":
+            topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+            brokers = sorted(int(b) for b in args.brokers.split(","))
+            parts = await _partitions_of(admin, topics)
+            current = {(t, p.partition_index): list(p.replica_nodes) for t, ps in parts.items() for p in ps}
+            rng = random.Random(args.seed)
+            proposed: dict[tuple[str, int], list[int]] = {}
+            for t, ps in sorted(parts.items()):
+                rf = args.replication_factor or (len(ps[0].replica_nodes) if ps else 1)
+                for i, replicas in enumerate(assign_replicas(brokers, len(ps), rf, rng.randrange(1 << 16))):
+                    proposed[(t, i)] = replicas
+            print("Current partition replica assignment")
+            print(json.dumps(_assignment_doc(current)))
+            print("\nProposed partition reassignment configuration")
+            print(json.dumps(_assignment_doc(proposed)))
+            if args.output:
+                Path(args.output).write_text(json.dumps(_assignment_doc(proposed)) + "\n")
+            return 0
+        targets = _read_assignment(args.reassignment_json_file)
+        if args.action == "execute":
+            parts = await _partitions_of(admin, sorted({t for t, _ in targets}))
+            current = {(t, p.partition_index): list(p.replica_nodes) for t, ps in parts.items() for p in ps
+                       if (t, p.partition_index) in targets}
+            print("Current partition replica assignment (save it to roll back)")
+            print(json.dumps(_assignment_doc(current)))
+            results = await admin.alter_reassignments(dict(targets.items()))
+            failed = {tp: r for tp, r in results.items() if r[0] != 0}
+            for (t, p), (code, message) in sorted(failed.items()):
+                print(f"Failed to reassign {t}-{p}: {ErrorCode(code).name.upper()}: {message}", file=sys.stderr)
+            print(f"Successfully started partition reassignment{'s' if len(targets) - len(failed) != 1 else ''} "
+                  f"for {len(targets) - len(failed)} partition(s).")
+            return 1 if failed else 0
+        if args.action == "cancel":
+            results = await admin.alter_reassignments(dict.fromkeys(targets))
+            for (t, p), (code, message) in sorted(results.items()):
+                state = "cancelled" if code == 0 else f"not cancelled: {ErrorCode(code).name.upper()}: {message}"
+                print(f"Reassignment of partition {t}-{p}: {state}")
+            return 0
+        # verify
+        ongoing = await admin.list_reassignments()
+        parts = await _partitions_of(admin, sorted({t for t, _ in targets}))
+        actual = {(t, p.partition_index): list(p.replica_nodes) for t, ps in parts.items() for p in ps}
+        pending = 0
+        print("Status of partition reassignment:")
+        for (t, p), replicas in sorted(targets.items()):
+            if (t, p) in ongoing:
+                pending += 1
+                print(f"Reassignment of partition {t}-{p} is still in progress.")
+            elif actual.get((t, p)) == replicas:
+                print(f"Reassignment of partition {t}-{p} is completed.")
+            else:
+                pending += 1
+                print(f"There is no active reassignment of partition {t}-{p}, but replicas are "
+                      f"{actual.get((t, p))} rather than {replicas}.")
+        return 1 if pending else 0
