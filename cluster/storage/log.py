@@ -350,6 +350,79 @@ class Log:
             self.flush_requests(self, self.log_end_offset)
         return AppendResult(first_offset, last_offset, append_time_ms, self.log_start_offset, count)
 
+    def append_as_follower(self, payload: bytes, *, now_ms: int) -> int:
+        """Append batches fetched from the leader as they are (offsets and epochs kept).
+
+        They must start at the log end offset and be contiguous; CRCs are checked. Returns the
+        number of offsets appended. Raises InvalidRecordBatch or StorageError (nothing appended).
+        """
+        batches = split_batches(payload)
+        if not batches:
+            return 0
+        expected = self.log_end_offset
+        for _, h in batches:
+            if h.base_offset != expected:
+                raise InvalidRecordBatch(f"{self.name}: fetched batch starts at offset {h.base_offset}, "
+                                         f"the log ends at {expected}")
+            expected = h.base_offset + h.last_offset_delta + 1
+        first_offset = self.log_end_offset
+        last_offset = expected - 1
+        self._maybe_roll(len(payload), last_offset, now_ms)
+        view = memoryview(payload)
+        try:
+            self.active_segment.append([view[: batches[-1][0] + batches[-1][1].size_bytes]], [h for _, h in batches])
+        except OSError as exc:
+            raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
+        for _, h in batches:
+            if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
+            self.producer_state.record(h)
+        self.log_end_offset = expected
+        count = expected - first_offset
+        self.unflushed_messages += count
+        if self.unflushed_messages >= self.config.flush_messages and self.flush_requests:
+            self.flush_requests(self, self.log_end_offset)
+        return count
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Cut the log back to `offset` (to the start of the batch holding it); the new log end.
+
+        A follower does this where its log and the leader's diverge (KIP-101/279). Segments
+        wholly past the cut are deleted; the segment holding it is cut and its indexes rebuilt;
+        producer state and the leader-epoch cache follow.
+        """
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        if offset <= self.log_start_offset:
+            # Nothing below the cut survives: start over empty at the log start.
+            start = self.log_start_offset
+            for seg in self.segments:
+                seg.delete()
+            self.segments = []
+            self._bases = []
+            self._add_segment(start, now_ms, create=True)
+            new_end = start
+        else:
+            while self.segments and self.segments[-1].base_offset >= offset:
+                self.segments.pop().delete()
+                self._bases.pop()
+            seg = self.segments[-1]
+            cut: int | None = None
+            new_end = seg.base_offset
+            for pos, header in seg.scan_headers(seg.offset_index.lookup(offset)):
+                if header.next_offset > offset:
+                    cut, new_end = pos, header.base_offset
+                    break
+                new_end = header.next_offset
+            if cut is not None:
+                seg.truncate_to_position(cut)
+            seg.rebuild_indexes()
+        self.log_end_offset = new_end
+        self.recovery_point = min(self.recovery_point, new_end)
+        self.leader_epochs.truncate_from_end(new_end)
+        self._rebuild_producer_state()
+        return new_end
+
     def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
         seg = self.active_segment
         if seg.size_bytes == 0:

@@ -1,0 +1,103 @@
+"""Log.append_as_follower and Log.truncate_to: what a follower replica does with its log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.protocol.record_batch import InvalidRecordBatch
+from cluster.storage.log import Log
+from tests.batches import values_batch
+from tests.unit.test_log import NOW, cfg, crash, read_all, reopen, state_of, value
+
+SEGMENT_BYTES = 600
+
+
+def leader_log(tmp_path: Path, batches: int, epochs: list[int]) -> Log:
+    """A leader log of `batches` 3-record batches; batch i is written in epochs[i]."""
+    lg = Log.create(tmp_path / "leader" / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES), NOW)
+    for i in range(batches):
+        lg.append_as_leader(values_batch([value(lg.log_end_offset + j) for j in range(3)]),
+                            leader_epoch=epochs[i], now_ms=NOW)
+    return lg
+
+
+def replicate(leader: Log, follower: Log, max_bytes: int = 500) -> None:
+    while follower.log_end_offset < leader.log_end_offset:
+        chunk = leader.read(follower.log_end_offset, max_bytes, leader.log_end_offset, min_one_batch=True)
+        follower.append_as_follower(chunk, now_ms=NOW)
+
+
+def segment_bytes(lg: Log) -> bytes:
+    return b"".join(s.log_path.read_bytes() for s in lg.segments)
+
+
+def test_follower_copy_is_byte_identical_with_the_same_epochs(tmp_path: Path) -> None:
+    leader = leader_log(tmp_path, 12, [0] * 4 + [1] * 4 + [3] * 4)
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES), NOW)
+    replicate(leader, follower)
+    assert follower.log_end_offset == leader.log_end_offset == 36
+    assert segment_bytes(follower) == segment_bytes(leader)
+    assert read_all(follower) == read_all(leader)
+    assert follower.leader_epochs.entries == leader.leader_epochs.entries == [(0, 0), (1, 12), (3, 24)]
+    assert len(follower.segments) > 1
+
+
+def test_follower_rejects_a_gap_and_a_corrupt_batch(tmp_path: Path) -> None:
+    leader = leader_log(tmp_path, 3, [0, 0, 0])
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
+    second = leader.read(3, 1000, leader.log_end_offset, min_one_batch=True)
+    with pytest.raises(InvalidRecordBatch, match="starts at offset 3, the log ends at 0"):
+        follower.append_as_follower(second, now_ms=NOW)
+    first = bytearray(leader.read(0, 10, leader.log_end_offset, min_one_batch=True))
+    first[-1] ^= 0xFF
+    with pytest.raises(InvalidRecordBatch):
+        follower.append_as_follower(bytes(first), now_ms=NOW)
+    assert follower.log_end_offset == 0 and follower.active_segment.size_bytes == 0
+
+
+@pytest.mark.parametrize("cut", [0, 1, 3, 14, 15, 16, 24, 35])
+def test_truncate_to_cuts_at_the_batch_holding_the_offset(tmp_path: Path, cut: int) -> None:
+    leader = leader_log(tmp_path, 12, [0] * 4 + [1] * 4 + [3] * 4)
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES), NOW)
+    replicate(leader, follower)
+    end = follower.truncate_to(cut, NOW)
+    expected_end = cut - cut % 3  # batches hold 3 records: the one holding `cut` goes
+    assert end == follower.log_end_offset == expected_end
+    assert [r[0] for r in read_all(follower)] == list(range(expected_end))
+    assert follower.leader_epochs.entries == [(e, o) for e, o in [(0, 0), (1, 12), (3, 24)] if o < expected_end]
+    # The log goes on from the cut: the leader's history is fetched again and matches.
+    replicate(leader, follower)
+    assert segment_bytes(follower) == segment_bytes(leader)
+    # And the truncation survives a crash and recovery.
+    crash(follower)
+    again = reopen(tmp_path, cfg(segment_bytes=SEGMENT_BYTES), recovery_point=0)
+    assert state_of(again)["end"] == 36 and read_all(again) == read_all(leader)
+
+
+def test_truncate_then_diverging_history_survives_restart(tmp_path: Path) -> None:
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES), NOW)
+    for _ in range(10):
+        follower.append_as_leader(values_batch([value(follower.log_end_offset + j) for j in range(3)]),
+                                  leader_epoch=0, now_ms=NOW)
+    follower.truncate_to(9, NOW)
+    follower.append_as_leader(values_batch([b"new"]), leader_epoch=2, now_ms=NOW)
+    assert follower.log_end_offset == 10
+    assert follower.leader_epochs.entries == [(0, 0), (2, 9)]
+    crash(follower)
+    again = reopen(tmp_path, cfg(segment_bytes=SEGMENT_BYTES), recovery_point=0)
+    assert [(o, v) for o, _, v in read_all(again)] == [(i, value(i)) for i in range(9)] + [(9, b"new")]
+    assert again.leader_epochs.entries == [(0, 0), (2, 9)]
+
+
+def test_truncate_drops_producer_state_past_the_cut(tmp_path: Path) -> None:
+    lg = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
+    for seq in range(3):
+        lg.append_as_leader(values_batch([value(seq)], producer_id=7, producer_epoch=0, base_sequence=seq),
+                            leader_epoch=0, now_ms=NOW)
+    lg.truncate_to(2, NOW)
+    # Sequence 2 was cut away: the producer may (and must) send it again.
+    result = lg.append_as_leader(values_batch([value(2)], producer_id=7, producer_epoch=0, base_sequence=2),
+                                 leader_epoch=0, now_ms=NOW)
+    assert (result.base_offset, result.duplicate) == (2, False)
