@@ -35,6 +35,7 @@ from cluster.controller.service import ControllerUnavailable, MetadataService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic
 from cluster.quorum.raft import RaftConfig
+from cluster.replication.fetcher import FollowerState, ReplicaFetcherManager
 from cluster.storage.config import TOPIC_CONFIG_DEFS
 from cluster.storage.log import (
     Log,
@@ -112,6 +113,8 @@ class Partition:
     partition_epoch: int = -1
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
+    follower: FollowerState | None = None  # set while this replica follows
+    isr_change_pending: bool = False  # leader: an AlterPartition is in flight
 
     @property
     def high_watermark(self) -> int:
@@ -201,6 +204,7 @@ class Broker:
         self._shutting_down = False
         self._shutdown_done = trio.Event()
         self.producer_ids = ProducerIdAllocator(self)
+        self.fetchers = ReplicaFetcherManager(self)
         self.groups = GroupService(self)
         from cluster.broker.admin_handlers import AdminHandlers
 
@@ -250,6 +254,7 @@ class Broker:
         write_meta_properties(self.data_dir, self.node_id, self.cluster_id)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.metadata.run)
+            await nursery.start(self.fetchers.run)
             task_status.started()
             await self._register()
             start = time.monotonic()
@@ -369,6 +374,7 @@ class Broker:
                 self.groups.coordinator.delete_offsets_of_topic(name)
         self._known_topics = ids
         self.groups.on_partitions_changed()
+        self.fetchers.update()
 
     def _open_replica(self, t: TopicImage, p: PartitionState) -> Partition:
         lg = self.logs.get(t.name, p.partition)
@@ -396,6 +402,8 @@ class Broker:
         part.partition_epoch = p.partition_epoch
         part.replicas = list(p.replicas)
         part.isr = list(p.isr)
+        if part.is_leader:
+            part.follower = None
         if part.is_leader and (not was_leader or old_epoch != p.leader_epoch):
             # Becoming leader starts the epoch at the log end, as Kafka's LeaderEpochFileCache does.
             part.log.leader_epochs.assign(p.leader_epoch, part.log.log_end_offset)
@@ -520,7 +528,8 @@ class Broker:
 
     # ---- Fetch ----------------------------------------------------------------------------
 
-    def _read_partition(self, fp: Any, topic: str, is_follower: bool, budget: int, first: bool) -> tuple[dict[str, Any], int, bool]:
+    def _read_partition(self, fp: Any, topic: str, replica_id: int, budget: int, first: bool) -> tuple[dict[str, Any], int, bool]:
+        is_follower = replica_id >= 0
         part = self.partitions.get((topic, fp.partition))
         if part is None or not part.is_leader:
             code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(topic, fp.partition)
@@ -537,6 +546,8 @@ class Broker:
             code = ErrorCode.fenced_leader_epoch if epoch < part.leader_epoch else ErrorCode.unknown_leader_epoch
             return {**base, "error_code": code, "records": b""}, 0, True
         limit = max(0, min(fp.partition_max_bytes, budget))
+        if is_follower:
+            self._on_follower_fetch(part, replica_id, fp.fetch_offset)
         upper = part.log.log_end_offset if is_follower else hw
         try:
             data = part.log.read(fp.fetch_offset, limit, upper, min_one_batch=first)
@@ -545,7 +556,6 @@ class Broker:
         return {**base, "error_code": ErrorCode.none, "records": data}, len(data), False
 
     def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
-        is_follower = req.replica_id >= 0
         budget = req.max_bytes if req.max_bytes > 0 else int(self.config["fetch.max.bytes"])
         budget = min(budget, int(self.config["fetch.max.bytes"]))
         total = 0
@@ -554,7 +564,7 @@ class Broker:
         for t in req.topics:
             parts = []
             for fp in t.partitions:
-                resp, size, error = self._read_partition(fp, t.topic, is_follower, budget - total, total == 0)
+                resp, size, error = self._read_partition(fp, t.topic, req.replica_id, budget - total, total == 0)
                 parts.append(resp)
                 total += size
                 any_error |= error
@@ -577,6 +587,32 @@ class Broker:
             finally:
                 self.waiters.unregister(keys, event)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
+
+    def _on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        """A follower's fetch offset is its log end: add it to the ISR once it caught up."""
+        if (replica_id in part.replicas and replica_id not in part.isr and not part.isr_change_pending
+                and fetch_offset >= part.log.log_end_offset):
+            part.isr_change_pending = True
+            self.fetchers.spawn(self._expand_isr, part, replica_id)
+
+    async def _expand_isr(self, part: Partition, replica_id: int) -> None:
+        try:
+            result = await self.metadata.call("alter_partition", {
+                "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "topic_id": part.topic_id,
+                "partition": part.index, "leader_epoch": part.leader_epoch,
+                "partition_epoch": part.partition_epoch, "isr": [*part.isr, replica_id],
+            }, timeout_s=10.0)
+            if result["error_code"] == ErrorCode.none:
+                await self.metadata.wait_for_offset(int(result["metadata_offset"]))
+                log.info("broker %d added replica %d to the ISR of %s-%d", self.node_id, replica_id, part.topic,
+                         part.index)
+            else:
+                log.info("ISR expansion of %s-%d for replica %d refused: %s", part.topic, part.index, replica_id,
+                         result.get("error_message"))
+        except ControllerUnavailable as exc:
+            log.warning("ISR expansion of %s-%d failed: %s", part.topic, part.index, exc)
+        finally:
+            part.isr_change_pending = False
 
     # ---- ListOffsets ----------------------------------------------------------------------
 
