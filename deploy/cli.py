@@ -50,13 +50,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
         except (TopologyError, OSError) as exc:
             print(f"dcmirror broker: {exc}", file=sys.stderr)
             return 2
-        if node not in spec.brokers:
-            print(f"dcmirror broker: node {args.node} of cluster {args.cluster} is a dedicated controller; "
-                  "dedicated controller nodes are not supported yet (omit `controllers` for combined mode)",
-                  file=sys.stderr)
-            return 2
-        membership = ClusterMembership(node.node_id, {v.node_id: (v.host, v.port) for v in spec.voters},
-                                       f"{args.cluster}")
+        voters = {v.node_id: (v.host, v.port) for v in spec.voters}
+        brokers = {b.node_id: (b.host, b.port) for b in spec.brokers}
+        membership = ClusterMembership(node.node_id, voters, f"{args.cluster}", brokers)
         overrides = {**spec.config, "node.id": node.node_id}
         data_dir = args.data_dir or str(spec.node_data_dir(node.node_id))
         listen = args.listen or f"{node.host}:{node.port}"
@@ -72,6 +68,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print(f"dcmirror broker: {exc}", file=sys.stderr)
         return 2
     try:
+        if membership is not None and membership.node_id not in membership.brokers:
+            from cluster.broker.server import parse_listen
+            from cluster.controller.node import ControllerNode, serve_controller_until_signalled
+
+            controller = ControllerNode(membership.node_id, membership.voters, membership.brokers, Path(data_dir),
+                                        config, membership.cluster_id)
+            trio.run(serve_controller_until_signalled, controller, *parse_listen(listen))
+            return 0
         trio.run(serve_until_signalled, Path(data_dir), listen, config, membership)
     except (ValueError, OSError) as exc:
         print(f"dcmirror broker: {exc}", file=sys.stderr)

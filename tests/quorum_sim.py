@@ -43,11 +43,13 @@ class _Event:
 
 
 class QuorumSim:
-    def __init__(self, seed: int, *, nodes: int = 5, duration_ms: int = 8000, settle_ms: int = 6000,
-                 faults: Faults | None = None, config: RaftConfig | None = None) -> None:
+    def __init__(self, seed: int, *, nodes: int = 5, observers: int = 0, duration_ms: int = 8000,
+                 settle_ms: int = 6000, faults: Faults | None = None, config: RaftConfig | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.ids = list(range(1, nodes + 1))
+        self.voter_ids = list(range(1, nodes + 1))
+        # Observers (brokers beside dedicated controllers) fetch the log but never vote.
+        self.ids = self.voter_ids + list(range(nodes + 1, nodes + observers + 1))
         self.duration_ms = duration_ms
         self.settle_ms = settle_ms
         self.faults = faults or Faults()
@@ -70,7 +72,7 @@ class QuorumSim:
 
     def _boot(self, node_id: int) -> RaftNode:
         node_rng = random.Random(self.rng.getrandbits(64))
-        return RaftNode(node_id, self.ids, self.durable[node_id].copy(), self.config, node_rng, self.now)
+        return RaftNode(node_id, self.voter_ids, self.durable[node_id].copy(), self.config, node_rng, self.now)
 
     def _push(self, at_ms: int, kind: str, node: int, sender: int = -1, msg: Message | None = None) -> None:
         self._seq += 1
@@ -123,6 +125,8 @@ class QuorumSim:
 
     def _on_new_leader(self, node: RaftNode) -> None:
         self.stats["elections"] += 1
+        if node.node_id not in self.voter_ids:
+            self._fail(f"observer {node.node_id} became leader in epoch {node.epoch}")
         prior = self.leaders_by_epoch.setdefault(node.epoch, node.node_id)
         if prior != node.node_id:
             self._fail(f"two leaders in epoch {node.epoch}: {prior} and {node.node_id}")

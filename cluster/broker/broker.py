@@ -29,12 +29,10 @@ from cluster.broker.topics import (
     write_meta_properties,
     write_partition_topic_id,
 )
-from cluster.controller.controller import ControllerConfig
 from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage
-from cluster.controller.service import ControllerUnavailable, MetadataService
+from cluster.controller.service import ControllerUnavailable, build_metadata_service
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic
-from cluster.quorum.raft import RaftConfig
 from cluster.replication.fetcher import FollowerState, ReplicaFetcherManager
 from cluster.storage.config import TOPIC_CONFIG_DEFS
 from cluster.storage.log import (
@@ -130,6 +128,7 @@ class ClusterMembership:
     node_id: int
     voters: dict[int, tuple[str, int]]
     cluster_id: str
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # every broker (observers of dedicated controllers)
 
 
 class AppendWaiters:
@@ -173,28 +172,9 @@ class Broker:
         self.logs = LogManager(data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.waiters = AppendWaiters()
-        self.metadata = MetadataService(
-            self.node_id, membership.voters, data_dir / METADATA_LOG_DIR,
-            raft_config=RaftConfig(
-                election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
-                fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),
-                fetch_interval_ms=int(config["controller.quorum.fetch.interval.ms"]),
-                request_timeout_ms=int(config["controller.quorum.request.timeout.ms"]),
-            ),
-            controller_config=ControllerConfig(
-                session_timeout_ms=int(config["broker.session.timeout.ms"]),
-                num_partitions=int(config["num.partitions"]),
-                default_replication_factor=int(config["default.replication.factor"]),
-                max_partitions_per_topic=int(config["max.topic.partitions"]),
-                max_topics=int(config["max.topics"]),
-                delete_topic_enable=bool(config["delete.topic.enable"]),
-                unclean_leader_election_enable=bool(config.log_config({})["unclean.leader.election.enable"]),
-                auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
-                leader_imbalance_check_interval_ms=int(config["leader.imbalance.check.interval.seconds"]) * 1000,
-                leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
-            ),
-            validate_configs=self._validate_topic_configs,
-        )
+        self.metadata = build_metadata_service(
+            self.node_id, membership.voters, data_dir / METADATA_LOG_DIR, config,
+            observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
         self.metadata.on_applied = self._on_metadata_applied
         self.broker_epoch = -1
         self.incarnation_id = str(uuid.uuid4())
@@ -335,9 +315,6 @@ class Broker:
 
     def close(self) -> None:
         self.logs.close()
-
-    def _validate_topic_configs(self, configs: dict[str, str]) -> None:
-        self.config.log_config(configs)  # InvalidConfig is a ValueError
 
     def _log_config_for(self, topic: str) -> Any:
         t = self.image.topic(topic)
@@ -678,7 +655,11 @@ class Broker:
     @property
     def controller_id(self) -> int:
         leader = self.metadata.leader_id
-        return leader if leader >= 0 else self.node_id  # never -1: admin clients loop on it
+        if leader >= 0 and leader in self.image.brokers:
+            return leader
+        # Never -1 (admin clients loop on it). Dedicated controllers are not reachable by
+        # clients: like KRaft, name this broker, which forwards admin requests.
+        return self.node_id
 
     async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         requested = req.topics

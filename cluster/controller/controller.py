@@ -46,7 +46,7 @@ class ControllerConfig:
 
 
 Result = dict[str, Any]
-TopicConfigValidator = Callable[[dict[str, str]], None]  # raises ValueError with a clear message
+TopicConfigValidator = Callable[[dict[str, str]], object]  # raises ValueError with a clear message
 
 
 def _ok(**fields: Any) -> Result:
@@ -249,6 +249,7 @@ class QuorumController:
                 raise ControllerError(ErrorCode.invalid_partitions,
                                       f"partition count {partitions} must be in 1..{self.config.max_partitions_per_topic}")
             assignments = self._assign(partitions, rf)
+        self._check_some_active(assignments)
         result = _ok(name=name, num_partitions=len(assignments), replication_factor=len(assignments[0]),
                      topic_id=None, configs=configs)
         if validate_only:
@@ -289,8 +290,15 @@ class QuorumController:
             raise ControllerError(ErrorCode.invalid_replica_assignment,
                                   f"{what}: broker(s) {unknown} are not registered (registered: {sorted(self.image.brokers)})")
 
+    def _check_some_active(self, assignments: list[list[int]]) -> None:
+        for i, replicas in enumerate(assignments):
+            if not any(self.image.is_active(r) for r in replicas):
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"partition {i}: every broker of {replicas} is fenced or shutting down")
+
     def _add_partition(self, t: TopicImage, index: int, replicas: list[int]) -> None:
-        isr = [r for r in replicas if self.image.is_active(r)] or list(replicas)
+        isr = [r for r in replicas if self.image.is_active(r)]
+        assert isr, "assignments are checked for a live replica first"
         leader = next((r for r in replicas if self.image.is_active(r)), NO_LEADER)
         self._emit(record("Partition", topic_id=t.topic_id, partition=index, replicas=replicas, isr=isr,
                           leader=leader, leader_epoch=0, partition_epoch=0, adding=[], removing=[]))
@@ -331,7 +339,11 @@ class QuorumController:
                 if new is not None and len(new) != count - current:
                     raise ControllerError(ErrorCode.invalid_replica_assignment,
                                           f"{count - current} new partitions need {count - current} assignments")
+                if new is not None and any(len(r) != rf for r in new):
+                    raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                          f"topic {name} has replication factor {rf}; new partitions must too")
                 new = new or self._assign(count - current, rf, current)
+                self._check_some_active(new)
                 if not args.get("validate_only"):
                     for i, replicas in enumerate(new):
                         self._add_partition(t, current + i, replicas)
@@ -432,6 +444,8 @@ class QuorumController:
             return _err(ErrorCode.invalid_update_version,
                         f"partition epoch {args['partition_epoch']} is not {p.partition_epoch}")
         new_isr = [int(b) for b in args["isr"]]
+        if len(set(new_isr)) != len(new_isr):
+            return _err(ErrorCode.invalid_request, f"ISR {new_isr} names a broker twice")
         added = [b for b in new_isr if b not in p.isr]
         bad = [b for b in added if b not in p.replicas or not self.image.is_active(b)]
         if bad or broker_id not in new_isr:
@@ -482,10 +496,11 @@ class QuorumController:
     def _cancel_reassignment(self, t: TopicImage, p: PartitionState) -> None:
         if not p.adding and not p.removing:
             raise ControllerError(ErrorCode.no_reassignment_in_progress, f"{t.name}-{p.partition} is not being moved")
+        # The original replicas, in their current order (as Kafka's revert does).
         original = [b for b in p.replicas if b not in p.adding]
-        # Kafka keeps the original order: the removing replicas were appended after the target.
-        original = [b for b in p.replicas if b in original]
-        isr = [b for b in p.isr if b in original] or [b for b in original if self.image.is_active(b)][:1]
+        # An ISR never empties: with no original replica in sync, the first one stays, and
+        # leads again when it comes back (an unclean election can force another).
+        isr = [b for b in p.isr if b in original] or original[:1]
         leader = p.leader
         if leader not in isr:
             leader, isr = self._elect(t, p, isr)

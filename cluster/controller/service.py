@@ -19,6 +19,7 @@ import orjson
 import trio
 
 from cluster.broker.clock import now_ms
+from cluster.broker.config import BrokerConfig
 from cluster.controller.controller import ControllerConfig, QuorumController, TopicConfigValidator
 from cluster.controller.image import MetadataImage
 from cluster.controller.rpc import RpcClient, RpcUnavailable, internal_payload
@@ -45,18 +46,47 @@ OPERATIONS: dict[str, bool] = {
 SNAPSHOT_EVERY_ENTRIES = 2000
 
 
+def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, config: BrokerConfig,
+                           observers: dict[int, tuple[str, int]] | None = None) -> MetadataService:
+    """A node's metadata service configured from broker configs (Kafka's names)."""
+    return MetadataService(
+        node_id, voters, data_dir, observers=observers,
+        raft_config=RaftConfig(
+            election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
+            fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),
+            fetch_interval_ms=int(config["controller.quorum.fetch.interval.ms"]),
+            request_timeout_ms=int(config["controller.quorum.request.timeout.ms"]),
+        ),
+        controller_config=ControllerConfig(
+            session_timeout_ms=int(config["broker.session.timeout.ms"]),
+            num_partitions=int(config["num.partitions"]),
+            default_replication_factor=int(config["default.replication.factor"]),
+            max_partitions_per_topic=int(config["max.topic.partitions"]),
+            max_topics=int(config["max.topics"]),
+            delete_topic_enable=bool(config["delete.topic.enable"]),
+            unclean_leader_election_enable=bool(config.log_config({})["unclean.leader.election.enable"]),
+            auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
+            leader_imbalance_check_interval_ms=int(config["leader.imbalance.check.interval.seconds"]) * 1000,
+            leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+        ),
+        validate_configs=config.log_config,  # InvalidConfig is a ValueError
+    )
+
+
 class ControllerUnavailable(Exception):
     """No active controller answered within the deadline."""
 
 
 class MetadataService:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, *,
+                 observers: dict[int, tuple[str, int]] | None = None,
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
                  seed: int | None = None) -> None:
         self.node_id = node_id
         self.voters = voters
-        self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False)
+        self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False,
+                                   observers=observers)
         self.controller_config = controller_config
         self.validate_configs = validate_configs
         self.commit_timeout_s = commit_timeout_s

@@ -88,9 +88,13 @@ def decode_message(frame: bytes | bytearray | memoryview) -> tuple[int, Message]
 
 class QuorumDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path,
-                 config: RaftConfig | None = None, *, seed: int | None = None, serve: bool = True) -> None:
+                 config: RaftConfig | None = None, *, seed: int | None = None, serve: bool = True,
+                 observers: dict[int, tuple[str, int]] | None = None) -> None:
         self.node_id = node_id
         self.voters = voters
+        # Everyone this node talks to: voters, and observers (brokers beside dedicated
+        # controllers) whose fetches the leader answers.
+        self.nodes = {**(observers or {}), **voters}
         self.storage = QuorumStorage(data_dir)
         self.config = config or RaftConfig()
         self._rng = random.Random(seed)
@@ -176,7 +180,7 @@ class QuorumDriver:
     async def deliver(self, frame: bytes | bytearray) -> None:
         """An inbound quorum frame from the broker's listener."""
         sender, msg = decode_message(internal_payload(frame))
-        if sender in self.voters and sender != self.node_id:
+        if sender in self.nodes and sender != self.node_id:
             try:
                 self._inbound_send.send_nowait((sender, msg))
             except trio.WouldBlock:
@@ -185,18 +189,19 @@ class QuorumDriver:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         state = await trio.to_thread.run_sync(self.storage.load)
         self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, now_ms())
-        host, port = self.voters[self.node_id]
+        host, port = self.nodes[self.node_id]
         try:
             async with trio.open_nursery() as nursery:
                 if self.serve:
                     listeners = await trio.open_tcp_listeners(port, host=host)
                     await nursery.start(trio.serve_listeners, self._serve_peer, listeners)
-                for peer_id, address in self.voters.items():
+                for peer_id, address in self.nodes.items():
                     if peer_id != self.node_id:
                         send, recv = trio.open_memory_channel[bytes](PEER_QUEUE_MESSAGES)
                         self._peers[peer_id] = send
                         nursery.start_soon(self._sender, peer_id, address, recv)
-                log.info("quorum voter %d up at %s:%d (epoch %d, log end %d)", self.node_id, host, port,
+                log.info("quorum %s %d up at %s:%d (epoch %d, log end %d)",
+                         "voter" if self.node.is_voter else "observer", self.node_id, host, port,
                          self.node.epoch, self.node.log_end_offset)
                 task_status.started()
                 self.started.set()

@@ -117,9 +117,11 @@ class DurableState:
 class RaftNode:
     def __init__(self, node_id: int, voters: list[int], state: DurableState, config: RaftConfig,
                  rng: random.Random, now_ms: int) -> None:
-        assert node_id in voters
         self.node_id = node_id
         self.voters = sorted(voters)
+        # An observer (a broker beside dedicated controllers) fetches the log like a
+        # follower but never votes or campaigns; it finds the leader by asking voters.
+        self.is_voter = node_id in self.voters
         self.config = config
         self.rng = rng
         self.state = state
@@ -130,7 +132,8 @@ class RaftNode:
         self._outbox: list[tuple[int, Message]] = []
         self._votes: set[int] = set()
         # A single voter has nobody to wait for: it elects itself at the first tick.
-        self._election_deadline = now_ms if self.voters == [node_id] else now_ms + self._election_timeout()
+        self._election_deadline = (now_ms if self.voters == [node_id] or not self.is_voter
+                                   else now_ms + self._election_timeout())
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
         self._abandoned_leader = NO_LEADER  # the leader whose silence started our pre-vote
@@ -296,6 +299,15 @@ class RaftNode:
                     if v != self.node_id and now_ms - self._replica_fetch_ms.get(v, 0) >= self.config.fetch_timeout_ms // 2:
                         self._send(v, BeginQuorumEpoch(self.epoch, self.node_id))
             return
+        if not self.is_voter:
+            if now_ms >= self._election_deadline:
+                # No word from a leader for an election timeout: ask a voter who leads.
+                self.leader_id = NO_LEADER
+                self._election_deadline = now_ms + self._election_timeout()
+                self._fetch(now_ms)
+            elif self._fetch_due_ms is not None and now_ms >= self._fetch_due_ms:
+                self._fetch(now_ms)
+            return
         if self._fetch_due_ms is not None and now_ms >= self._fetch_due_ms:
             self._fetch(now_ms)
         if now_ms >= self._election_deadline:
@@ -332,6 +344,8 @@ class RaftNode:
         return (last_epoch, last_offset) >= (self.last_epoch, self.log_end_offset)
 
     def _on_vote_request(self, msg: VoteRequest, now_ms: int) -> None:
+        if not self.is_voter:
+            return
         if msg.pre_vote:
             # Grant only if we have no live leader ourselves (no disruption of a healthy quorum).
             has_leader = self.role is Role.LEADER or (
@@ -383,12 +397,15 @@ class RaftNode:
     # ---- replication -----------------------------------------------------------------
 
     def _fetch(self, now_ms: int) -> None:
-        if self.leader_id == NO_LEADER or self.leader_id == self.node_id:
+        target = self.leader_id
+        if target == NO_LEADER and not self.is_voter:
+            target = self.rng.choice(self.voters)  # an observer discovers the leader through any voter
+        if target == NO_LEADER or target == self.node_id:
             self._fetch_due_ms = None
             return
         self._fetch_request_id += 1
         self._fetch_in_flight = self._fetch_request_id
-        self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, self.log_end_offset,
+        self._send(target, FetchRequest(self.epoch, self.node_id, self.log_end_offset,
                                                 self.epoch_at(self.log_end_offset - 1) if self.log_end_offset else 0,
                                                 self._fetch_request_id))
         self._fetch_due_ms = now_ms + self.config.request_timeout_ms
@@ -455,7 +472,10 @@ class RaftNode:
         if msg.not_leader:
             if self.role is Role.FOLLOWER:
                 self.leader_id = leader
-                self._fetch_due_ms = now_ms + self.config.fetch_interval_ms if leader != NO_LEADER else None
+                if leader != NO_LEADER or not self.is_voter:
+                    self._fetch_due_ms = now_ms + self.config.fetch_interval_ms  # an observer asks again
+                else:
+                    self._fetch_due_ms = None
             return
         if self.role is not Role.FOLLOWER:
             # A leader of our epoch exists: stop campaigning.

@@ -1167,11 +1167,9 @@ def test_producer_id_blocks_are_disjoint_and_consecutive() -> None:
     assert successor.allocate_producer_ids({"broker_id": 2})["start"] == 3000
 
 
-# ---- bugs -----------------------------------------------------------------------------------------
+# ---- found bugs, fixed -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bug: cancelling a reassignment when no original replica is alive "
-                                       "empties the ISR, so the partition never gets a leader again")
 def test_cancel_with_no_live_original_replica_keeps_an_isr() -> None:
     c = Cluster()
     c.start(1, 2, 3)
@@ -1187,7 +1185,6 @@ def test_cancel_with_no_live_original_replica_keeps_an_isr() -> None:
     assert c.p("t").leader == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: alter_partition accepts an ISR naming a broker twice")
 def test_alter_partition_rejects_a_duplicated_isr_member() -> None:
     c = Cluster()
     c.start(1, 2)
@@ -1197,8 +1194,6 @@ def test_alter_partition_rejects_a_duplicated_isr_member() -> None:
     assert records == [] and c.p("t").isr == [1, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: explicitly assigned new partitions may have a different "
-                                       "replication factor from the topic's (Kafka: INVALID_REPLICA_ASSIGNMENT)")
 def test_create_partitions_rejects_a_different_replication_factor() -> None:
     c = Cluster()
     c.start(1, 2, 3)
@@ -1207,8 +1202,6 @@ def test_create_partitions_rejects_a_different_replication_factor() -> None:
     assert (result["topics"][0]["error_code"], records) == (INVALID_REPLICA_ASSIGNMENT, [])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an explicit assignment whose replicas are all fenced creates an "
-                                       "ISR of fenced brokers; once one returns and leads, the others stay in it")
 def test_an_all_fenced_explicit_assignment_does_not_put_fenced_brokers_in_the_isr() -> None:
     c = Cluster()
     c.start(1)

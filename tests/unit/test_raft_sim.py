@@ -15,12 +15,19 @@ CHUNKS = 8
 
 def _run(seed: int) -> QuorumSim:
     nodes = 3 + 2 * (seed % 2)  # 3- and 5-voter quorums
-    sim = QuorumSim(seed, nodes=nodes).run()
+    observers = (seed // 2) % 3  # 0, 1 or 2 observers (brokers beside dedicated controllers)
+    sim = QuorumSim(seed, nodes=nodes, observers=observers).run()
     # After the faults stop (all healed and restarted, 6 s to settle) there is one leader
     # and it committed recent proposals.
     leader = sim.leader()
     assert leader is not None, f"seed {seed}: no leader after the quorum settled"
     assert leader.high_watermark > 0 and len(sim.committed) > 0, f"seed {seed}: nothing committed"
+    # Observers found the leader and followed the log (they lag by at most one fetch).
+    for observer_id in sim.ids[nodes:]:
+        observer = sim.nodes[observer_id]
+        assert observer is not None and observer.leader_id == leader.node_id, (
+            f"seed {seed}: observer {observer_id} follows {observer and observer.leader_id}, not {leader.node_id}")
+        assert observer.high_watermark > 0, f"seed {seed}: observer {observer_id} committed nothing"
     return sim
 
 

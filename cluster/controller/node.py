@@ -1,0 +1,81 @@
+"""A dedicated controller node: a metadata quorum voter that hosts no partitions.
+
+It listens on its topology address for the cluster's internal frames only (quorum
+messages and controller calls); Kafka clients are told to use the brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import trio
+
+from cluster.broker.config import BrokerConfig
+from cluster.broker.topics import write_meta_properties
+from cluster.controller.rpc import CONTROLLER_API_KEY, QUORUM_API_KEY, rpc_response
+from cluster.controller.service import MetadataService, build_metadata_service
+from cluster.protocol.errors import ProtocolError
+from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.messages import peek_api
+from cluster.storage.log_manager import METADATA_LOG_DIR
+
+log = logging.getLogger(__name__)
+
+
+class ControllerNode:
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], brokers: dict[int, tuple[str, int]],
+                 data_dir: Path, config: BrokerConfig, cluster_id: str) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.config = config
+        self.metadata: MetadataService = build_metadata_service(
+            node_id, voters, data_dir / METADATA_LOG_DIR, config,
+            observers={b: a for b, a in brokers.items() if b not in voters})
+        self.max_frame_bytes = int(config["socket.request.max.bytes"])
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(self.max_frame_bytes)
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive_some(256 * 1024)
+                    if not data:
+                        return
+                    decoder.receive_data(data)
+                    while (frame := decoder.next_frame()) is not None:
+                        api_key, _, correlation_id = peek_api(frame)
+                        if api_key == QUORUM_API_KEY:
+                            await self.metadata.deliver(frame)
+                        elif api_key == CONTROLLER_API_KEY:
+                            await stream.send_all(rpc_response(correlation_id, await self.metadata.handle_rpc(frame)))
+                        else:
+                            log.info("closing a client connection: node %d is a dedicated controller; "
+                                     "Kafka clients use the brokers", self.node_id)
+                            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+        except ProtocolError as exc:
+            log.warning("closing a connection: %s", exc)
+
+    async def run(self, host: str, port: int, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        write_meta_properties(self.data_dir, self.node_id, self.cluster_id)
+        async with trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            await nursery.start(trio.serve_listeners, self.handle_connection, listeners)
+            await nursery.start(self.metadata.run)
+            log.info("controller node %d listening on %s:%d", self.node_id, host, port)
+            task_status.started()
+
+
+async def serve_controller_until_signalled(node: ControllerNode, host: str, port: int) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run, host, port)
+            async for signum in signals:
+                log.info("received %s: controller node %d stopping", signal.Signals(signum).name, node.node_id)
+                nursery.cancel_scope.cancel()
+                break
+    log.info("controller node %d stopped cleanly", node.node_id)
