@@ -183,6 +183,7 @@ class Broker:
         self._known_topics: dict[str, str] = {}
         self._shutting_down = False
         self._shutdown_done = trio.Event()
+        self._shutdown_wanted = trio.Event()
         self.producer_ids = ProducerIdAllocator(self)
         self.fetchers = ReplicaFetcherManager(self)
         self.groups = GroupService(self)
@@ -251,8 +252,23 @@ class Broker:
                     break
                 await self.metadata.wait_for_offset(self.image.offset + 1)
             self.ready.set()
+            nursery.start_soon(self._ensure_offsets_topic)
             log.info("broker %d is ready (broker epoch %d, controller %d)", self.node_id, self.broker_epoch,
                      self.metadata.leader_id)
+
+    @property
+    def cluster_size(self) -> int:
+        """Brokers the cluster is declared with (the topology), or 1 standalone."""
+        return len(self.membership.brokers) or len(self.membership.voters)
+
+    async def _ensure_offsets_topic(self) -> None:
+        while True:
+            try:
+                await self.groups.offsets_topic_loop()
+                return
+            except ControllerUnavailable as exc:
+                log.warning("creating __consumer_offsets: %s", exc)
+                await trio.sleep(1.0)
 
     async def _register(self) -> None:
         while True:
@@ -295,17 +311,14 @@ class Broker:
                 self._shutdown_done.set()
                 return
             with trio.move_on_after(interval_s):
-                await self._shutdown_requested()
-
-    async def _shutdown_requested(self) -> None:
-        while not self._shutting_down:
-            await trio.sleep(0.05)
+                await self._shutdown_wanted.wait()
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask the controller to move leadership away; True when it confirmed."""
         if not self.ready.is_set():
             return False
         self._shutting_down = True
+        self._shutdown_wanted.set()
         with trio.move_on_after(timeout_s):
             await self._shutdown_done.wait()
             log.info("broker %d: controlled shutdown complete, it leads no partitions", self.node_id)
@@ -349,6 +362,7 @@ class Broker:
             if ids.get(name) != topic_id:
                 # A topic recreated under the same name must not inherit old committed offsets.
                 self.groups.coordinator.delete_offsets_of_topic(name)
+                self.groups.flush_records()
         self._known_topics = ids
         self.groups.on_partitions_changed()
         self.fetchers.update()

@@ -81,16 +81,24 @@ class GroupService:
         return partition_for(group_id, self.num_partitions) in self._owned
 
     async def ensure_offsets_topic(self) -> bool:
+        """Create `__consumer_offsets` once enough brokers are up for its replication factor."""
         if self.broker.image.topic(OFFSETS_TOPIC) is not None:
             return True
         cfg = self.broker.config
-        rf = min(int(cfg["offsets.topic.replication.factor"]), max(1, len(self.broker.image.active_brokers())))
+        rf = min(int(cfg["offsets.topic.replication.factor"]), self.broker.cluster_size)
+        if len(self.broker.image.active_brokers()) < rf:
+            return False  # as Kafka: COORDINATOR_NOT_AVAILABLE until the brokers are there
         results = await self.broker.create_topics([{
             "name": OFFSETS_TOPIC, "num_partitions": int(cfg["offsets.topic.num.partitions"]),
             "replication_factor": rf, "internal": True,
             "configs": {"cleanup.policy": "compact", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])},
         }])
         return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+    async def offsets_topic_loop(self) -> None:
+        """Create the offsets topic when the cluster can hold it, so coordinators are ready early."""
+        while not await self.ensure_offsets_topic():
+            await trio.sleep(1.0)
 
     @staticmethod
     def _read_all(lg: Any) -> list[tuple[bytes | None, bytes | None]]:

@@ -12,7 +12,7 @@ import trio
 from cluster.broker.broker import SUPPORTED_APIS, Broker, ClusterMembership, RequestContext
 from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig
-from cluster.controller.rpc import CONTROLLER_API_KEY, QUORUM_API_KEY, rpc_response
+from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, QUORUM_API_KEY, rpc_response
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.legacy import refuse_legacy_produce
@@ -54,6 +54,8 @@ class BrokerServer:
     async def dispatch(self, frame: bytearray, client_host: str = "") -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""
         api_key, version, correlation_id = peek_api(frame)
+        if api_key in INTERNAL_API_KEYS and version != 0:
+            raise CloseConnection(f"internal API {api_key} v{version} does not exist")
         if api_key == QUORUM_API_KEY:
             await self.broker.metadata.deliver(frame)
             return None

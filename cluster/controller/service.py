@@ -198,13 +198,20 @@ class MetadataService:
                 return {"error_code": ErrorCode.not_controller, "error_message": "not the active controller",
                         "leader_id": self.driver.leader_id}
             epoch = self._controller_epoch
-            if op == "tick":
-                ctrl.tick(now_ms())
-                result: dict[str, Any] = {"error_code": ErrorCode.none}
-            elif OPERATIONS[op]:
-                result = getattr(ctrl, op)(args, now_ms())
-            else:
-                result = getattr(ctrl, op)(args)
+            try:
+                if op == "tick":
+                    ctrl.tick(now_ms())
+                    result: dict[str, Any] = {"error_code": ErrorCode.none}
+                elif OPERATIONS[op]:
+                    result = getattr(ctrl, op)(args, now_ms())
+                else:
+                    result = getattr(ctrl, op)(args)
+            except Exception as exc:
+                # Bad arguments (or a bug) midway: records may already be in the working
+                # image. Drop this controller; the next one starts from the committed log.
+                self._controller = None
+                log.warning("controller operation %s failed: %r", op, exc)
+                return {"error_code": ErrorCode.invalid_request, "error_message": f"{op} failed: {exc!r}"}
             records = ctrl.take_records()
             if not records:
                 result["metadata_offset"] = self.image.offset
@@ -238,10 +245,7 @@ class MetadataService:
             return {"error_code": ErrorCode.invalid_request, "error_message": f"malformed controller call: {exc}"}
         if op not in OPERATIONS or not isinstance(args, dict):
             return {"error_code": ErrorCode.invalid_request, "error_message": f"unknown controller operation {op!r}"}
-        try:
-            return await self.execute(op, args)
-        except (KeyError, TypeError, ValueError) as exc:
-            return {"error_code": ErrorCode.invalid_request, "error_message": f"bad {op} arguments: {exc!r}"}
+        return await self.execute(op, args)
 
     async def call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         """Run an operation on the active controller wherever it is; retries until `timeout_s`."""

@@ -105,6 +105,9 @@ class QuorumDriver:
         self._step_lock = trio.Lock()  # one step at a time: the node is not thread- or task-safe
         self.serve = serve
         self.started = trio.Event()
+        # fsync in a worker thread (default), or inline: a test under trio's MockClock must
+        # not see virtual time jump while a thread works.
+        self.sync_in_thread = True
 
     # ---- public --------------------------------------------------------------------------
 
@@ -187,7 +190,7 @@ class QuorumDriver:
                 pass  # overloaded: drop, as a lossy network would
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        state = await trio.to_thread.run_sync(self.storage.load)
+        state = await trio.to_thread.run_sync(self.storage.load) if self.sync_in_thread else self.storage.load()
         self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, now_ms())
         host, port = self.nodes[self.node_id]
         try:
@@ -231,7 +234,10 @@ class QuorumDriver:
         assert node is not None
         if node.dirty:
             # Durable before anything is sent: votes and appended entries must survive a crash.
-            await trio.to_thread.run_sync(self.storage.sync, node.durable_state())
+            if self.sync_in_thread:
+                await trio.to_thread.run_sync(self.storage.sync, node.durable_state())
+            else:
+                self.storage.sync(node.durable_state())
         for to, msg in node.take_outbox():
             queue = self._peers.get(to)
             if queue is None:

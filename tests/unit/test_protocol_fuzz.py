@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -35,7 +36,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 
+from cluster.broker import broker as broker_module
 from cluster.broker import group_service
+from cluster.controller import service as controller_service
+from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
+from cluster.quorum import driver as quorum_driver
 from cluster.broker.broker import SUPPORTED_APIS, Broker
 from cluster.broker.config import BrokerConfig
 from cluster.broker.server import BrokerServer, CloseConnection
@@ -621,16 +626,37 @@ BROKER_OVERRIDES = {"max.topic.partitions": 4, "max.topics": 32, "offsets.topic.
 
 @pytest.fixture(scope="module", autouse=True)
 def virtual_group_clock() -> Iterator[None]:
-    """The group coordinator reads wall-clock ms; give it the virtual clock instead."""
+    """The group coordinator, the quorum and the controller read wall-clock ms; give them
+    the virtual clock instead, so timers and timeouts agree on one time."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(group_service, "now_ms", lambda: _WALL0_MS + int(CLOCK.current_time() * 1000))
+        for module in (group_service, quorum_driver, controller_service, broker_module):
+            mp.setattr(module, "now_ms", lambda: _WALL0_MS + int(CLOCK.current_time() * 1000))
         yield
+
+
+async def _background(srv: BrokerServer, nursery: trio.Nursery) -> None:
+    """What a broker runs beside its requests: the metadata quorum, heartbeats, group timers."""
+    await nursery.start(srv.broker.metadata.run)
+    await nursery.start(srv.broker.fetchers.run)
+    nursery.start_soon(srv.broker.groups.timer_loop)
 
 
 def open_broker(data_dir: Path) -> BrokerServer:
     broker = Broker(data_dir, BrokerConfig.from_overrides(BROKER_OVERRIDES), "127.0.0.1", 9092)
-    broker.open()
-    return BrokerServer(broker, "127.0.0.1", 9092)
+    broker.metadata.driver.sync_in_thread = False  # no worker threads under the MockClock
+    srv = BrokerServer(broker, "127.0.0.1", 9092)
+
+    async def start() -> None:
+        # Register and load once; each later trio.run restarts only the background tasks
+        # (the single-voter quorum re-elects itself from its log at once).
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.start)
+            with trio.fail_after(60):
+                await broker.ready.wait()
+            nursery.cancel_scope.cancel()
+
+    trio.run(start, clock=CLOCK)
+    return srv
 
 
 @pytest.fixture(scope="module")
@@ -650,7 +676,8 @@ def run_dispatch(srv: BrokerServer, frame: bytes) -> bytes | None:
 
     async def go() -> tuple[bool, Any]:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(srv.broker.groups.timer_loop)
+            await _background(srv, nursery)
+            nursery.start_soon(srv.broker._heartbeat_loop)
             try:
                 with trio.fail_after(_DISPATCH_LIMIT_S):
                     outcome: tuple[bool, Any] = (True, await srv.dispatch(bytearray(frame)))
@@ -725,7 +752,7 @@ def test_dispatch_random_frames(server: BrokerServer, frame: bytes) -> None:
 @given(api=st.integers(-32768, 32767), version=st.integers(-32768, 32767), body=st.binary(max_size=16))
 def test_dispatch_closes_on_unknown_api_or_version(server: BrokerServer, api: int, version: int, body: bytes) -> None:
     lo, hi = SUPPORTED_APIS.get(api, (1, 0))
-    if api == API_VERSIONS or lo <= version <= hi:
+    if api == API_VERSIONS or lo <= version <= hi or (api in INTERNAL_API_KEYS and version == 0):
         return
     frame = struct.pack(">hhi", api, version, 3) + body
     with pytest.raises(CloseConnection):
@@ -851,4 +878,32 @@ def test_list_offsets_after_crc_valid_garbage_records(server: BrokerServer, sect
         assert resp is not None
         check_response(resp, 2, 1, 2)
     finally:
-        server.broker.delete_topic("garbage")
+        cls = messages.request_schema(20, 1)
+        run_dispatch(server, request_header(20, 1, 3) + encode_entity(messages.build(cls, {
+            "topic_names": ["garbage"], "timeout": 10_000})))
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 70000) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+@FAST
+@given(op=st.sampled_from(sorted(controller_service.OPERATIONS)),
+       args=st.dictionaries(st.sampled_from(["broker_id", "broker_epoch", "topics", "names", "partitions", "name",
+                                            "incarnation_id", "host", "port", "isr", "topic_id", "partition",
+                                            "leader_epoch", "partition_epoch", "election_type", "caught_up",
+                                            "want_shutdown", "validate_only"]), _JSON, max_size=8))
+def test_controller_calls_with_garbage_arguments_get_an_answer(server: BrokerServer, op: str, args: dict[str, Any]) -> None:
+    """Internal controller calls are frames too: any arguments get an error answer, the broker
+    and its metadata keep working (a failed operation leaves nothing half-applied)."""
+    payload = orjson.dumps({"op": op, "args": args})
+    resp = run_dispatch(server, internal_frame(CONTROLLER_API_KEY, 9, payload)[4:])
+    assert resp is not None
+    size, corr = struct.unpack_from(">ii", resp)
+    assert (size, corr) == (len(resp) - 4, 9)
+    answer = orjson.loads(resp[8:])
+    assert isinstance(answer["error_code"], int)
+    # The broker still serves a metadata request for the auto-created topic.
+    meta = run_dispatch(server, request_header(3, 1, 0) + I32.pack(1) + struct.pack(">h", 1) + b"t")
+    assert meta is not None
