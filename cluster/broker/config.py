@@ -50,6 +50,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("controller.quorum.fetch.timeout.ms", int, 2_000, None, "A quorum leader without majority fetches this long resigns", 10),
         ConfigDef("controller.quorum.fetch.interval.ms", int, 25, None, "A caught-up quorum follower fetches again after this", 1),
         ConfigDef("controller.quorum.request.timeout.ms", int, 500, None, "An unanswered quorum fetch is sent again after this", 10),
+        ConfigDef("metadata.log.max.record.bytes.between.snapshots", int, 20_971_520, None,
+                  "Metadata log bytes applied before the image is snapshotted", 1024),
         ConfigDef("controlled.shutdown.enable", bool, True, None, "Move leadership away before stopping"),
         ConfigDef("controlled.shutdown.timeout.ms", int, 10_000, None, "Longest wait for a controlled shutdown", 0),
         ConfigDef("auto.leader.rebalance.enable", bool, True, None, "Move leadership back to preferred replicas"),

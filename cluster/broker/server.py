@@ -12,7 +12,12 @@ import trio
 from cluster.broker.broker import SUPPORTED_APIS, Broker, ClusterMembership, RequestContext
 from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig
-from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, QUORUM_API_KEY, rpc_response
+from cluster.controller.rpc import (
+    CONTROLLER_API_KEY,
+    INTERNAL_API_KEYS,
+    QUORUM_API_KEY,
+    rpc_response,
+)
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.legacy import refuse_legacy_produce

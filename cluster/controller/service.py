@@ -43,7 +43,6 @@ OPERATIONS: dict[str, bool] = {
     "alter_reassignments": False,
     "list_reassignments": False,
 }
-SNAPSHOT_EVERY_ENTRIES = 2000
 
 
 def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, config: BrokerConfig,
@@ -70,6 +69,7 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
             leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
         ),
         validate_configs=config.log_config,  # InvalidConfig is a ValueError
+        snapshot_bytes=int(config["metadata.log.max.record.bytes.between.snapshots"]),
     )
 
 
@@ -82,7 +82,7 @@ class MetadataService:
                  observers: dict[int, tuple[str, int]] | None = None,
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
-                 seed: int | None = None) -> None:
+                 snapshot_bytes: int = 20 << 20, seed: int | None = None) -> None:
         self.node_id = node_id
         self.voters = voters
         self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False,
@@ -90,6 +90,8 @@ class MetadataService:
         self.controller_config = controller_config
         self.validate_configs = validate_configs
         self.commit_timeout_s = commit_timeout_s
+        self.snapshot_bytes = snapshot_bytes
+        self._bytes_since_snapshot = 0
         self.image = MetadataImage()
         self.on_applied: Callable[[list[dict[str, Any]]], None] | None = None
         self._rng = random.Random(seed)
@@ -141,14 +143,19 @@ class MetadataService:
                     log.info("loaded the metadata snapshot at offset %d", snap.end_offset)
             for i, entry in enumerate(entries):
                 records.extend(self.image.apply_entry(first + i, entry.data))
+                self._bytes_since_snapshot += len(entry.data) + 16
                 applied = True
             if applied:
                 if self.on_applied is not None:
                     self.on_applied(records)
                 self._applied.set()
                 self._applied = trio.Event()
-                if self.image.offset - self.driver.node.state.log_start_offset >= SNAPSHOT_EVERY_ENTRIES:  # type: ignore[union-attr]
+                if self._bytes_since_snapshot >= self.snapshot_bytes:
+                    # Fold the applied log into a snapshot of the image: restarts and lagging
+                    # followers then load the image instead of replaying every record.
                     await self.driver.snapshot(self.image.offset, self.image.to_bytes())
+                    self._bytes_since_snapshot = 0
+                    log.info("metadata snapshot at offset %d", self.image.offset)
             self._check_leadership()
             await changed.wait()
 
