@@ -25,7 +25,7 @@ sysdeps:
 	fi
 
 test: venv sysdeps
-	$(VENV)/bin/ruff check cluster deploy tests
+	$(VENV)/bin/ruff check cluster deploy topology tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not perf" -q
 

@@ -38,12 +38,11 @@ from kio.serial import entity_reader, entity_writer
 
 from cluster.broker import broker as broker_module
 from cluster.broker import group_service
-from cluster.controller import service as controller_service
-from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
-from cluster.quorum import driver as quorum_driver
 from cluster.broker.broker import SUPPORTED_APIS, Broker
 from cluster.broker.config import BrokerConfig
 from cluster.broker.server import BrokerServer, CloseConnection
+from cluster.controller import service as controller_service
+from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
 from cluster.protocol import messages
 from cluster.protocol.errors import FrameTooLarge, ProtocolError
 from cluster.protocol.framing import FrameDecoder, encode_frame
@@ -55,6 +54,7 @@ from cluster.protocol.record_batch import (
     validate_batch,
 )
 from cluster.protocol.records import decode_batch
+from cluster.quorum import driver as quorum_driver
 from tests.fuzzing import mutate
 
 FUZZ = settings(
