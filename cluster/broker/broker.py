@@ -181,6 +181,7 @@ class Broker:
         self.ready = trio.Event()
         self._logs_loaded = False
         self._known_topics: dict[str, str] = {}
+        self._reconciled_once = False
         self._shutting_down = False
         self._shutdown_done = trio.Event()
         self._shutdown_wanted = trio.Event()
@@ -348,10 +349,11 @@ class Broker:
         for key in list(self.partitions):
             if key not in wanted or wanted[key][0].topic_id != self.partitions[key].topic_id:
                 self._drop_replica(key)
-        for key, lg in list(self.logs.logs.items()):
+        for key in list(self.logs.logs):
             if key not in self.partitions and key not in wanted:
-                log.info("deleting %s: this broker holds no replica of it", lg.dir.name)
-                self.logs.delete_log(*key)
+                # Found on disk at startup but unknown to the metadata: never delete data on
+                # that evidence alone (a lost metadata directory would empty the broker).
+                self.logs.delete_log(*key, keep_as_stray=True)
         for key, (t, p) in wanted.items():
             part = self.partitions.get(key)
             if part is None:
@@ -364,6 +366,7 @@ class Broker:
                 self.groups.coordinator.delete_offsets_of_topic(name)
                 self.groups.flush_records()
         self._known_topics = ids
+        self._reconciled_once = True
         self.groups.on_partitions_changed()
         self.fetchers.update()
 
@@ -372,8 +375,8 @@ class Broker:
         if lg is not None:
             on_disk = read_partition_topic_id(lg.dir)
             if on_disk is not None and on_disk != t.topic_id:
-                log.info("%s belongs to an earlier topic of that name (id %s): deleting it", lg.dir.name, on_disk)
-                self.logs.delete_log(t.name, p.partition)
+                log.info("%s belongs to an earlier topic of that name (id %s)", lg.dir.name, on_disk)
+                self.logs.delete_log(t.name, p.partition, keep_as_stray=not self._reconciled_once)
                 lg = None
         if lg is None:
             lg = self.logs.create_log(t.name, p.partition, self.config.log_config(t.configs), now_ms())

@@ -109,13 +109,20 @@ class LogManager:
         self.logs[key] = lg
         return lg
 
-    def delete_log(self, topic: str, partition: int) -> None:
+    def delete_log(self, topic: str, partition: int, *, keep_as_stray: bool = False) -> None:
+        """Remove a partition log; with keep_as_stray, set it aside as `<dir>.<id>-stray` instead
+        (a log found at startup that the metadata does not know: an operator decides)."""
         lg = self.logs.pop((topic, partition), None)
         if lg is None:
             return
         self.pending_flushes = [(x, o) for x, o in self.pending_flushes if x is not lg]
         for seg in lg.segments:
             seg.close()
+        if keep_as_stray:
+            stray = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}-stray")
+            lg.dir.rename(stray)
+            log.warning("%s is not in the cluster metadata: kept as %s", lg.dir.name, stray.name)
+            return
         # Rename first so a crash mid-delete does not resurrect the partition.
         doomed = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}-delete")
         lg.dir.rename(doomed)
