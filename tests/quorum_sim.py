@@ -64,7 +64,7 @@ class QuorumSim:
         self.leaders_by_epoch: dict[int, int] = {}
         self.committed: list[Entry] = []
         self.proposed = 0
-        self.stats = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0}
+        self.stats = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0, "resignations": 0}
         self._faults_on = True
         self.max_events = 40 * (duration_ms + settle_ms) * nodes // 10
 
@@ -248,6 +248,9 @@ class QuorumSim:
                     if self.rng.random() < 0.02 and node.high_watermark - node.state.log_start_offset > 20:
                         node.snapshot(node.high_watermark, b"image")
                         self.stats["snapshots"] += 1
+                    if self._faults_on and self.rng.random() < 0.005:
+                        node.resign(self.now)  # a controlled shutdown's step-down
+                        self.stats["resignations"] += 1
                     self._after_step(node_id, before, True)
             self._push(self.now + self.rng.randint(5, 60), "propose", 0)
 

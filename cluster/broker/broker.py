@@ -323,6 +323,7 @@ class Broker:
         with trio.move_on_after(timeout_s):
             await self._shutdown_done.wait()
             log.info("broker %d: controlled shutdown complete, it leads no partitions", self.node_id)
+            await self.metadata.resign()
             return True
         log.warning("broker %d: controlled shutdown did not complete within %.1f s", self.node_id, timeout_s)
         return False

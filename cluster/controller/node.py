@@ -76,6 +76,8 @@ async def serve_controller_until_signalled(node: ControllerNode, host: str, port
             await nursery.start(node.run, host, port)
             async for signum in signals:
                 log.info("received %s: controller node %d stopping", signal.Signals(signum).name, node.node_id)
+                with trio.move_on_after(3):
+                    await node.metadata.resign()
                 nursery.cancel_scope.cancel()
                 break
     log.info("controller node %d stopped cleanly", node.node_id)

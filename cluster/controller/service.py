@@ -280,6 +280,12 @@ class MetadataService:
             with trio.move_on_after(0.05):
                 await self.driver.wait_changed()
 
+    async def resign(self) -> None:
+        """Before this node stops: if it leads the quorum, hand over (see QuorumDriver.resign)."""
+        if self.driver.role is Role.LEADER:
+            log.info("node %d resigns as quorum leader (epoch %d)", self.node_id, self.driver.epoch)
+            await self.driver.resign()
+
     async def aclose(self) -> None:
         for client in self._clients.values():
             await client.aclose()

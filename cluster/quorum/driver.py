@@ -26,6 +26,7 @@ from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.quorum.raft import (
     BeginQuorumEpoch,
+    EndQuorumEpoch,
     Entry,
     FetchRequest,
     FetchResponse,
@@ -43,8 +44,8 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 << 20
 PEER_QUEUE_MESSAGES = 1024
-_TYPES: dict[str, type] = {t.__name__: t for t in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest,
-                                                  FetchResponse)}
+_TYPES: dict[str, type] = {t.__name__: t for t in (VoteRequest, VoteResponse, BeginQuorumEpoch, EndQuorumEpoch,
+                                                  FetchRequest, FetchResponse)}
 
 
 class NotLeader(Exception):
@@ -172,6 +173,24 @@ class QuorumDriver:
                 return
             self.node.snapshot(end_offset, data)
             await self._after_step()
+
+    async def resign(self, catch_up_timeout_s: float = 1.0) -> None:
+        """Leader about to stop: let the voters fetch what is committed (so they apply it
+        without waiting for a successor), then step down and tell them."""
+        node = self.node
+        if node is None or node.role is not Role.LEADER:
+            return
+        target = node.high_watermark
+        with trio.move_on_after(catch_up_timeout_s):
+            # A voter learns the high watermark from the answer to its next fetch after it.
+            while not node.replicated_to_all(target, now_ms()):
+                await self.wait_changed()
+            await trio.sleep(2 * self.config.fetch_interval_ms / 1000)
+        async with self._step_lock:
+            node.resign(now_ms())
+            await self._after_step()
+        # Give the senders a moment to put EndQuorumEpoch on the wire.
+        await trio.sleep(0.05)
 
     async def wait_changed(self) -> None:
         await self._changed.wait()

@@ -61,6 +61,14 @@ class BeginQuorumEpoch:
 
 
 @dataclass(frozen=True, slots=True)
+class EndQuorumEpoch:
+    """A leader stepping down (shutting down): followers elect a successor at once."""
+
+    epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     epoch: int
     replica_id: int
@@ -90,7 +98,7 @@ class FetchResponse:
     request_id: int = 0
 
 
-Message = VoteRequest | VoteResponse | BeginQuorumEpoch | FetchRequest | FetchResponse
+Message = VoteRequest | VoteResponse | BeginQuorumEpoch | EndQuorumEpoch | FetchRequest | FetchResponse
 
 
 @dataclass(frozen=True)
@@ -315,6 +323,23 @@ class RaftNode:
             # keep raising the epoch and deposing healthy leaders.
             self._start_pre_vote(now_ms)
 
+    def resign(self, now_ms: int) -> None:
+        """Stop leading (before a shutdown) and tell the voters, so one of them takes over
+        without waiting out an election timeout."""
+        if self.role is not Role.LEADER:
+            return
+        self._broadcast(EndQuorumEpoch(self.epoch, self.node_id))
+        self.role = Role.FOLLOWER
+        self.leader_id = NO_LEADER
+        self._fetch_due_ms = None
+        # Stand back: a resigned node lets the others elect the successor.
+        self._election_deadline = now_ms + 4 * self.config.election_timeout_ms
+
+    def replicated_to_all(self, offset: int, now_ms: int) -> bool:
+        """Leader: has every voter that fetched recently fetched from `offset` on?"""
+        return all(self._replica_offsets.get(v, 0) >= offset for v in self.voters
+                   if v != self.node_id and now_ms - self._replica_fetch_ms.get(v, 0) < self.config.fetch_timeout_ms)
+
     def snapshot(self, end_offset: int, data: bytes) -> None:
         """Fold committed entries below `end_offset` into a snapshot and drop them."""
         assert end_offset <= self.high_watermark and end_offset > self.state.log_start_offset
@@ -335,6 +360,14 @@ class RaftNode:
         elif isinstance(msg, BeginQuorumEpoch):
             if msg.epoch > self.epoch or (msg.epoch == self.epoch and self.role is not Role.LEADER):
                 self._become_follower(msg.epoch, msg.leader_id, now_ms)
+        elif isinstance(msg, EndQuorumEpoch):
+            if msg.epoch == self.epoch and self.leader_id == msg.leader_id and self.role is Role.FOLLOWER:
+                # The leader stepped down: campaign soon (randomized, so voters do not collide).
+                self._abandoned_leader = msg.leader_id
+                self.leader_id = NO_LEADER
+                self._fetch_due_ms = None
+                if self.is_voter:
+                    self._election_deadline = now_ms + self.rng.randrange(self.config.election_timeout_ms // 4 + 1)
         elif isinstance(msg, FetchRequest):
             self._on_fetch_request(msg, now_ms)
         elif isinstance(msg, FetchResponse):

@@ -41,7 +41,7 @@ def test_replay_seed() -> None:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_simulated_quorum_is_safe(chunk: int) -> None:
     """≥ 1,000 seeds across the chunks: safety checkers run throughout each run."""
-    totals = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0}
+    totals = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0, "resignations": 0}
     for seed in range(chunk, SEEDS, CHUNKS):
         sim = _run(seed)
         for k, v in sim.stats.items():
@@ -49,3 +49,4 @@ def test_simulated_quorum_is_safe(chunk: int) -> None:
     print(f"chunk {chunk}: {totals}")
     # The faults really happened (a simulation that injects nothing proves nothing).
     assert totals["crashes"] > 0 and totals["partitions"] > 0 and totals["elections"] > SEEDS // CHUNKS
+    assert totals["resignations"] > 0
