@@ -163,8 +163,7 @@ class MetadataService:
         d = self.driver
         leading = d.role is Role.LEADER
         if self._controller is not None and (not leading or d.epoch != self._controller_epoch):
-            log.info("node %d is no longer the active controller (epoch %d)", self.node_id, d.epoch)
-            self._controller = None
+            self._deactivate("the quorum has another leader" if not leading else "a new quorum epoch began")
         if (self._controller is None and leading and d.high_watermark == d.log_end_offset
                 and self.image.offset == d.high_watermark):
             # Everything earlier leaders wrote is committed and applied: decide from here.
@@ -179,6 +178,12 @@ class MetadataService:
             log.info("node %d is the active controller (epoch %d, metadata offset %d)",
                      self.node_id, d.epoch, self.image.offset)
             self._poke.set()
+
+    def _deactivate(self, reason: str) -> None:
+        if self._controller is not None:
+            log.info("node %d is no longer the active controller (epoch %d): %s", self.node_id,
+                     self._controller_epoch, reason)
+        self._controller = None
 
     async def _tick_loop(self) -> None:
         while True:
@@ -216,7 +221,7 @@ class MetadataService:
             except Exception as exc:
                 # Bad arguments (or a bug) midway: records may already be in the working
                 # image. Drop this controller; the next one starts from the committed log.
-                self._controller = None
+                self._deactivate(f"{op} failed midway")
                 log.warning("controller operation %s failed: %r", op, exc)
                 return {"error_code": ErrorCode.invalid_request, "error_message": f"{op} failed: {exc!r}"}
             records = ctrl.take_records()
@@ -226,19 +231,19 @@ class MetadataService:
             try:
                 offset = await self.driver.propose(orjson.dumps(records))
             except NotLeader as exc:
-                self._controller = None
+                self._deactivate("the quorum has another leader")
                 return {"error_code": ErrorCode.not_controller, "error_message": str(exc), "leader_id": exc.leader_id}
             try:
                 with trio.fail_after(self.commit_timeout_s):
                     await self.wait_for_offset(offset + 1)
             except trio.TooSlowError:
                 # Its working image holds records that may never commit: start over from the log.
-                self._controller = None
+                self._deactivate("its records did not commit in time")
                 return {"error_code": ErrorCode.request_timed_out,
                         "error_message": f"the metadata quorum did not commit within {self.commit_timeout_s} s"}
             committed_epoch = self.driver.entry_epoch(offset)
             if committed_epoch is not None and committed_epoch != epoch:
-                self._controller = None
+                self._deactivate("another leader's records replaced its own")
                 return {"error_code": ErrorCode.not_controller, "error_message": "leadership changed before commit",
                         "leader_id": self.driver.leader_id}
             result["metadata_offset"] = offset + 1
