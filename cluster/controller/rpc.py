@@ -82,7 +82,7 @@ class RpcClient:
                         self._decoder.receive_data(data)
             except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
                 await self._reset()
-                raise RpcUnavailable(f"{self.host}:{self.port}: {exc or type(exc).__name__}") from None
+                raise RpcUnavailable(f"{self.host}:{self.port}: {str(exc) or type(exc).__name__}") from None
             (got_id,) = _I32.unpack_from(answer, 0)
             if got_id != correlation_id:
                 await self._reset()

@@ -148,6 +148,7 @@ class RaftNode:
         # (leader id, when its last fetch answer came): a new leader tells its controller how
         # long the old one has been silent, so that node's session is not restarted in full.
         self.last_leader_contact: tuple[int, int] = (NO_LEADER, 0)
+        self._leader_heard_ms = now_ms  # when this follower last heard from its leader
         self._fetch_request_id = 0
         self._fetch_in_flight: int | None = None
         # Leader: each voter's fetch offset and when it last fetched.
@@ -226,6 +227,7 @@ class RaftNode:
             self._abandoned_leader = NO_LEADER
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
+        self._leader_heard_ms = now_ms
         self._votes = set()
         self._election_deadline = now_ms + self._election_timeout()
         self._fetch_due_ms = None
@@ -251,7 +253,10 @@ class RaftNode:
         self.state.voted_for = self.node_id
         self.dirty = True
         self._votes = {self.node_id}
-        self._election_deadline = now_ms + self._election_timeout()
+        # A split vote is retried after a short random backoff, not a whole election timeout
+        # (Kafka's election.backoff.max.ms): the pre-vote already showed a majority is there.
+        t = self.config.election_timeout_ms
+        self._election_deadline = now_ms + t // 10 + self.rng.randrange(t // 2 + 1)
         if len(self._votes) >= self._majority():
             self._become_leader(now_ms)
             return
@@ -381,8 +386,12 @@ class RaftNode:
             return
         if msg.pre_vote:
             # Grant only if we have no live leader ourselves (no disruption of a healthy quorum).
+            # A follower counts its leader alive until it has been silent for the base election
+            # timeout (not this node's randomized deadline, which can be up to twice that):
+            # otherwise the voter with the longer log can be refused until its second try.
             has_leader = self.role is Role.LEADER or (
-                self.role is Role.FOLLOWER and self.leader_id != NO_LEADER and now_ms < self._election_deadline
+                self.role is Role.FOLLOWER and self.leader_id != NO_LEADER
+                and now_ms - self._leader_heard_ms < self.config.election_timeout_ms
             )
             granted = msg.epoch > self.epoch and not has_leader and self._log_up_to_date(msg.last_epoch, msg.last_offset)
             # A pre-vote answer carries the voter's epoch and leader so a lagging node catches up.
@@ -516,6 +525,7 @@ class RaftNode:
             return
         self.leader_id = msg.leader_id
         self.last_leader_contact = (msg.leader_id, now_ms)
+        self._leader_heard_ms = now_ms
         self._election_deadline = now_ms + self._election_timeout()
         if msg.high_watermark < 0:
             self._fetch(now_ms)  # the leader told us its epoch only
