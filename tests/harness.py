@@ -185,15 +185,23 @@ class ClusterProcesses:
     def alive(self) -> list[int]:
         return [i for i, b in self.brokers.items() if b.alive()]
 
-    def stop(self) -> None:
-        for b in self.brokers.values():
-            if b.alive():
-                b.resume()
-        for b in self.brokers.values():
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Teardown: SIGTERM every node at once, SIGKILL what is left after `grace_s` (the
+        last nodes cannot finish a controlled shutdown without a quorum; tests of controlled
+        shutdown stop single brokers themselves)."""
+        running = [b for b in self.brokers.values() if b.alive()]
+        for b in running:
+            b.resume()
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for b in running:
+            assert b.proc is not None
             try:
-                b.stop(timeout_s=15)
-            except Exception:
-                pass
+                b.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                b.proc.kill()
+                b.proc.wait()
 
     def logs(self, tail_chars: int = 3000) -> str:
         return "\n".join(f"---- node {i} ----\n{b.log_text()[-tail_chars:]}" for i, b in self.brokers.items())
