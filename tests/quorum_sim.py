@@ -64,6 +64,7 @@ class QuorumSim:
         self.leaders_by_epoch: dict[int, int] = {}
         self.committed: list[Entry] = []
         self.proposed = 0
+        self.committed_when_faults_stopped = -1
         self.stats = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0, "resignations": 0}
         self._faults_on = True
         self.max_events = 40 * (duration_ms + settle_ms) * nodes // 10
@@ -188,6 +189,8 @@ class QuorumSim:
                 break
             self.now = event.at_ms
             self._faults_on = self.now < end_faults
+            if not self._faults_on and self.committed_when_faults_stopped < 0:
+                self.committed_when_faults_stopped = len(self.committed)
             self.stats["events"] += 1
             if self.stats["events"] > self.max_events:
                 self._fail(f"livelock: more than {self.max_events} events")

@@ -22,12 +22,13 @@ def _run(seed: int) -> QuorumSim:
     leader = sim.leader()
     assert leader is not None, f"seed {seed}: no leader after the quorum settled"
     assert leader.high_watermark > 0 and len(sim.committed) > 0, f"seed {seed}: nothing committed"
-    # Observers found the leader and followed the log (they lag by at most one fetch).
+    # Observers found the leader and followed the log: each has at least what was committed
+    # when the faults stopped (messages are still dropped while settling, so not the very end).
     for observer_id in sim.ids[nodes:]:
         observer = sim.nodes[observer_id]
-        assert observer is not None and observer.leader_id == leader.node_id, (
-            f"seed {seed}: observer {observer_id} follows {observer and observer.leader_id}, not {leader.node_id}")
-        assert observer.high_watermark > 0, f"seed {seed}: observer {observer_id} committed nothing"
+        assert observer is not None and observer.high_watermark >= sim.committed_when_faults_stopped > 0, (
+            f"seed {seed}: observer {observer_id} has committed {observer and observer.high_watermark}, "
+            f"{sim.committed_when_faults_stopped} were committed when the faults stopped")
     return sim
 
 
