@@ -201,6 +201,10 @@ class RaftNode:
         t = self.config.election_timeout_ms
         return t + self.rng.randrange(t)
 
+    def _retry_backoff(self) -> int:
+        t = self.config.election_timeout_ms
+        return t // 10 + self.rng.randrange(t // 2 + 1)
+
     def _send(self, to: int, msg: Message) -> None:
         self._outbox.append((to, msg))
 
@@ -241,7 +245,9 @@ class RaftNode:
         self.leader_id = NO_LEADER
         self._fetch_due_ms = None
         self._votes = {self.node_id}
-        self._election_deadline = now_ms + self._election_timeout()
+        # A failed pre-vote round is retried soon: voters that still heard the leader a
+        # moment ago grant it a little later (pre-votes never disturb a healthy quorum).
+        self._election_deadline = now_ms + self._retry_backoff()
         if len(self.voters) == 1:
             self._start_election(now_ms)
             return
@@ -255,8 +261,7 @@ class RaftNode:
         self._votes = {self.node_id}
         # A split vote is retried after a short random backoff, not a whole election timeout
         # (Kafka's election.backoff.max.ms): the pre-vote already showed a majority is there.
-        t = self.config.election_timeout_ms
-        self._election_deadline = now_ms + t // 10 + self.rng.randrange(t // 2 + 1)
+        self._election_deadline = now_ms + self._retry_backoff()
         if len(self._votes) >= self._majority():
             self._become_leader(now_ms)
             return
