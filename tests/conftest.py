@@ -37,8 +37,8 @@ def cluster_factory(tmp_path: Path) -> Iterator[object]:
     """Start topology clusters: cluster_factory(3, **{"broker.session.timeout.ms": 2000})."""
     started: list[ClusterProcesses] = []
 
-    def make(size: int = 3, name: str = "east", **config: object) -> ClusterProcesses:
-        cluster = ClusterProcesses(tmp_path / f"cluster-{name}", size, name=name, **config)
+    def make(size: int = 3, name: str = "east", controllers: int = 0, **config: object) -> ClusterProcesses:
+        cluster = ClusterProcesses(tmp_path / f"cluster-{name}", size, name=name, controllers=controllers, **config)
         started.append(cluster)
         return cluster.start()
 

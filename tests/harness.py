@@ -144,15 +144,19 @@ class ClusterProcesses:
     `config` goes into the cluster's `config` table (broker configs, Kafka names).
     """
 
-    def __init__(self, root: Path, size: int = 3, *, name: str = "east", **config: object) -> None:
+    def __init__(self, root: Path, size: int = 3, *, name: str = "east", controllers: int = 0,
+                 **config: object) -> None:
         self.root = Path(root)
         self.name = name
         self.root.mkdir(parents=True, exist_ok=True)
         ports = [free_port() for _ in range(size)]
+        controller_ports = [free_port() for _ in range(controllers)]
         self.topology_path = self.root / "topology.toml"
         lines = [f"[clusters.{name}]", f'datacenter = "{name}"',
                  "brokers = [" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]",
                  f'data_dir = "data/{name}"']
+        if controllers:
+            lines.append("controllers = [" + ", ".join(f'"127.0.0.1:{p}"' for p in controller_ports) + "]")
         if config:
             items = ", ".join(f'"{k.replace("_", ".")}" = "{str(v).lower() if isinstance(v, bool) else v}"'
                               for k, v in config.items())
@@ -162,6 +166,12 @@ class ClusterProcesses:
             i + 1: BrokerProcess(self.root / "data" / name / f"node-{i + 1}", port,
                                  topology=(self.topology_path, name, i + 1))
             for i, port in enumerate(ports)
+        }
+        # Dedicated controller nodes (ids size+1..): quorum voters that host no partitions.
+        self.controllers = {
+            size + i + 1: BrokerProcess(self.root / "data" / name / f"node-{size + i + 1}", port,
+                                        topology=(self.topology_path, name, size + i + 1))
+            for i, port in enumerate(controller_ports)
         }
 
     def __getitem__(self, node_id: int) -> BrokerProcess:
@@ -176,6 +186,8 @@ class ClusterProcesses:
 
     def start(self, timeout_s: float = 60.0) -> ClusterProcesses:
         # All first, then wait: no member is ready before a majority of voters runs.
+        for c in self.controllers.values():
+            c.start(wait_ready=False)
         for b in self.brokers.values():
             b.start(wait_ready=False)
         for b in self.brokers.values():
@@ -189,7 +201,7 @@ class ClusterProcesses:
         """Teardown: SIGTERM every node at once, SIGKILL what is left after `grace_s` (the
         last nodes cannot finish a controlled shutdown without a quorum; tests of controlled
         shutdown stop single brokers themselves)."""
-        running = [b for b in self.brokers.values() if b.alive()]
+        running = [b for b in (*self.brokers.values(), *self.controllers.values()) if b.alive()]
         for b in running:
             b.resume()
             assert b.proc is not None
@@ -204,4 +216,5 @@ class ClusterProcesses:
                 b.proc.wait()
 
     def logs(self, tail_chars: int = 3000) -> str:
-        return "\n".join(f"---- node {i} ----\n{b.log_text()[-tail_chars:]}" for i, b in self.brokers.items())
+        nodes = {**self.brokers, **self.controllers}
+        return "\n".join(f"---- node {i} ----\n{b.log_text()[-tail_chars:]}" for i, b in nodes.items())
