@@ -113,12 +113,26 @@ class Partition:
     isr: list[int] = field(default_factory=list)
     follower: FollowerState | None = None  # set while this replica follows
     isr_change_pending: bool = False  # leader: an AlterPartition is in flight
+    # Leader: each follower's log end offset (its last fetch offset) and when it last was
+    # caught up with the leader's log end.
+    replica_leo: dict[int, int] = field(default_factory=dict)
+    replica_caught_up_ms: dict[int, int] = field(default_factory=dict)
+    hw: int = 0  # leader: committed offset (every ISR member has it); follower: learned from fetches
 
     @property
     def high_watermark(self) -> int:
-        # Followers do not copy data yet (partition replication comes next): what the
-        # leader appended is what there is.
-        return self.log.log_end_offset
+        if not self.is_leader and self.follower is not None:
+            return min(self.follower.high_watermark, self.log.log_end_offset)
+        return min(self.hw, self.log.log_end_offset)
+
+    def advance_high_watermark(self, node_id: int) -> bool:
+        """Leader: HW = smallest log end offset in the ISR (never moves back); True if it moved."""
+        ends = [self.log.log_end_offset if r == node_id else self.replica_leo.get(r, 0) for r in self.isr]
+        new = min(ends) if ends else self.log.log_end_offset
+        if new > self.hw:
+            self.hw = new
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -247,6 +261,7 @@ class Broker:
             log.info("broker %d loaded %d partition(s) in %.3f s", self.node_id, len(self.partitions),
                      time.monotonic() - start)
             nursery.start_soon(self._heartbeat_loop)
+            nursery.start_soon(self.isr_shrink_loop)
             while True:
                 reg = self.image.brokers.get(self.node_id)
                 if reg is not None and reg.broker_epoch == self.broker_epoch and not reg.fenced:
@@ -397,8 +412,16 @@ class Broker:
         part.partition_epoch = p.partition_epoch
         part.replicas = list(p.replicas)
         part.isr = list(p.isr)
+        if part.is_leader and not was_leader:
+            # A new leader starts from the high watermark it learned as a follower; the
+            # followers' next fetches move it on.
+            part.hw = part.high_watermark if part.follower is not None else part.hw
+            part.replica_leo = {}
+            part.replica_caught_up_ms = {r: now_ms() for r in part.isr}
         if part.is_leader:
             part.follower = None
+            if part.advance_high_watermark(self.node_id):
+                self.waiters.notify((part.topic, part.index))
         if part.is_leader and (not was_leader or old_epoch != p.leader_epoch):
             # Becoming leader starts the epoch at the log end, as Kafka's LeaderEpochFileCache does.
             part.log.leader_epochs.assign(p.leader_epoch, part.log.log_end_offset)
@@ -484,6 +507,7 @@ class Broker:
             log.error("%s", exc)
             return self._produce_error(index, ErrorCode.kafka_storage_error, exc)
         if not result.duplicate:
+            part.advance_high_watermark(self.node_id)
             self.waiters.notify((topic, index))
         return {
             "index": index,
@@ -515,11 +539,54 @@ class Broker:
             if info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:
-                parts = [self.append(t.name, p.index, p.records) for p in t.partition_data]
+                parts = [self._append_checked(t.name, p.index, p.records, req.acks) for p in t.partition_data]
             responses.append({"name": t.name, "partition_responses": parts})
         if req.acks == 0:
             return None
+        if req.acks == -1:
+            await self._wait_for_isr(responses, max(0.0, req.timeout.total_seconds()))
         return {"responses": responses, "throttle_time": 0}
+
+    def _append_checked(self, topic: str, index: int, records: bytes | None, acks: int) -> dict[str, Any]:
+        part = self.partitions.get((topic, index))
+        if acks == -1 and part is not None and part.is_leader:
+            min_isr = int(self._log_config_for(topic)["min.insync.replicas"])
+            if len(part.isr) < min_isr:
+                return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
+                        "error_message": f"the ISR {part.isr} is smaller than min.insync.replicas={min_isr}"}
+        return self.append(topic, index, records)
+
+    async def _wait_for_isr(self, responses: list[dict[str, Any]], timeout_s: float) -> None:
+        """acks=all: hold the answer until every appended batch is below the high watermark."""
+        deadline = trio.current_time() + timeout_s
+        for t in responses:
+            for r in t["partition_responses"]:
+                if r["error_code"] != ErrorCode.none or r.get("base_offset", -1) < 0:
+                    continue
+                key = (t["name"], r["index"])
+                needed = r["base_offset"] + 1
+                while True:
+                    part = self.partitions.get(key)
+                    if part is None or not part.is_leader:
+                        r.update(error_code=ErrorCode.not_leader_or_follower, error_message="leadership moved")
+                        break
+                    if part.high_watermark >= needed:
+                        min_isr = int(self._log_config_for(key[0])["min.insync.replicas"])
+                        if len(part.isr) < min_isr:
+                            r.update(error_code=ErrorCode.not_enough_replicas_after_append,
+                                     error_message=f"the ISR shrank to {part.isr} while waiting")
+                        break
+                    if trio.current_time() >= deadline:
+                        r.update(error_code=ErrorCode.request_timed_out,
+                                 error_message="the in-sync replicas did not all acknowledge in time")
+                        break
+                    event = trio.Event()
+                    self.waiters.register([key], event)
+                    try:
+                        with trio.move_on_at(deadline):
+                            await event.wait()
+                    finally:
+                        self.waiters.unregister([key], event)
 
     # ---- Fetch ----------------------------------------------------------------------------
 
@@ -584,28 +651,53 @@ class Broker:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
 
     def _on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        """A follower's fetch offset is its log end: add it to the ISR once it caught up."""
-        if (replica_id in part.replicas and replica_id not in part.isr and not part.isr_change_pending
-                and fetch_offset >= part.log.log_end_offset):
+        """A follower's fetch offset is its log end: the high watermark may move, and a
+        follower that caught up joins the ISR."""
+        if replica_id not in part.replicas:
+            return
+        part.replica_leo[replica_id] = fetch_offset
+        if fetch_offset >= part.log.log_end_offset:
+            part.replica_caught_up_ms[replica_id] = now_ms()
+        if part.advance_high_watermark(self.node_id):
+            self.waiters.notify((part.topic, part.index))
+        if (replica_id not in part.isr and not part.isr_change_pending
+                and fetch_offset >= part.log.log_end_offset and fetch_offset >= part.high_watermark):
             part.isr_change_pending = True
             self.fetchers.spawn(self._expand_isr, part, replica_id)
 
+    async def isr_shrink_loop(self) -> None:
+        """Leader: followers not caught up for replica.lag.time.max.ms leave the ISR."""
+        lag_max_ms = int(self.config["replica.lag.time.max.ms"])
+        while True:
+            await trio.sleep(lag_max_ms / 2000)
+            now = now_ms()
+            for part in list(self.partitions.values()):
+                if not part.is_leader or part.isr_change_pending:
+                    continue
+                laggards = [r for r in part.isr if r != self.node_id
+                            and now - part.replica_caught_up_ms.get(r, now) > lag_max_ms]
+                if laggards:
+                    part.isr_change_pending = True
+                    self.fetchers.spawn(self._alter_isr, part, [r for r in part.isr if r not in laggards],
+                                        f"shrink (lagging: {laggards})")
+
     async def _expand_isr(self, part: Partition, replica_id: int) -> None:
+        await self._alter_isr(part, [*part.isr, replica_id], f"expand with {replica_id}")
+
+    async def _alter_isr(self, part: Partition, isr: list[int], what: str) -> None:
         try:
             result = await self.metadata.call("alter_partition", {
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "topic_id": part.topic_id,
                 "partition": part.index, "leader_epoch": part.leader_epoch,
-                "partition_epoch": part.partition_epoch, "isr": [*part.isr, replica_id],
+                "partition_epoch": part.partition_epoch, "isr": isr,
             }, timeout_s=10.0)
             if result["error_code"] == ErrorCode.none:
                 await self.metadata.wait_for_offset(int(result["metadata_offset"]))
-                log.info("broker %d added replica %d to the ISR of %s-%d", self.node_id, replica_id, part.topic,
-                         part.index)
+                log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index, isr, what)
             else:
-                log.info("ISR expansion of %s-%d for replica %d refused: %s", part.topic, part.index, replica_id,
-                         result.get("error_message"))
+                log.info("ISR %s of %s-%d refused: %s", what, part.topic, part.index, result.get("error_message"))
         except ControllerUnavailable as exc:
-            log.warning("ISR expansion of %s-%d failed: %s", part.topic, part.index, exc)
+            log.warning("ISR %s of %s-%d failed: %s", what, part.topic, part.index, exc)
         finally:
             part.isr_change_pending = False
 

@@ -58,6 +58,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("leader.imbalance.check.interval.seconds", int, 300, None, "How often leader balance is checked", 1),
         ConfigDef("leader.imbalance.per.broker.percentage", int, 10, None, "Imbalance a broker may have before a rebalance", 0),
         ConfigDef("offsets.topic.replication.factor", int, 3, None, "Replication factor of __consumer_offsets (capped by brokers)", 1),
+        ConfigDef("replica.lag.time.max.ms", int, 30_000, None, "A follower not caught up this long leaves the ISR", 1),
         ConfigDef("replica.fetch.max.bytes", int, 1_048_576, None, "Bytes a follower fetches per partition", 1024),
         ConfigDef("replica.fetch.response.max.bytes", int, 10_485_760, None, "Bytes a follower fetches per request", 1024),
         ConfigDef("replica.fetch.wait.max.ms", int, 500, None, "Longest a follower's fetch waits for data", 0),

@@ -208,13 +208,6 @@ def test_kill9_broker_each_partition_gets_new_leader_from_its_isr(clusters) -> N
     assert read_back(live, part, len(sent)) == [(i, key, value) for i, (key, value) in enumerate(sent)]
 
 
-ACKS_ALL_NOT_WAITING = (
-    "product bug: Produce with acks=all is answered as soon as the leader appended "
-    "(handle_produce does not wait for the ISR), so a leader killed right after the "
-    "acknowledgement takes the records with it")
-
-
-@pytest.mark.xfail(reason=ACKS_ALL_NOT_WAITING, strict=False)
 def test_records_acked_by_all_survive_kill9_of_their_leader(clusters) -> None:
     cluster, controller = started(clusters)
     before = with_topic(cluster)
