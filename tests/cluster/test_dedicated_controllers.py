@@ -51,10 +51,12 @@ def test_dedicated_controllers_run_the_quorum_and_fail_over(cluster_factory: obj
     cluster: ClusterProcesses = cluster_factory(3, controllers=3)  # type: ignore[operator]
     assert sorted(cluster.controllers) == [4, 5, 6]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    md = admin.list_topics(timeout=30)
-    # Clients see the brokers only; the controller id they get is a broker (as in KRaft).
-    assert sorted(md.brokers) == [1, 2, 3]
-    assert md.controller_id in (1, 2, 3)
+    # Clients see the brokers only (once every broker's unfencing reached the one answering);
+    # the controller id they get is a broker, as in KRaft.
+    md = wait_until(lambda: (lambda m: m if sorted(m.brokers) == [1, 2, 3] else None)(admin.list_topics(timeout=10)),
+                    30, "Metadata listing brokers 1, 2, 3", cluster)
+    assert sorted(md.brokers) == [1, 2, 3]  # type: ignore[attr-defined]
+    assert md.controller_id in (1, 2, 3)  # type: ignore[attr-defined]
     controller, epoch = active_controller(cluster)
     assert controller in (4, 5, 6)
     for b in cluster.brokers.values():
