@@ -31,12 +31,9 @@ class AdminHandlers:
 
     async def _call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         try:
-            result = await self.broker.metadata.call(op, args, timeout_s=timeout_s)
+            return await self.broker.call_controller(op, args, timeout_s)
         except ControllerUnavailable as exc:
             return {"error_code": ErrorCode.request_timed_out, "error_message": str(exc)}
-        if result.get("error_code") == ErrorCode.none and "metadata_offset" in result:
-            await self.broker.metadata.wait_for_offset(int(result["metadata_offset"]))
-        return result
 
     @staticmethod
     def _timeout_s(req: Any) -> float:

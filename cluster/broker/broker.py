@@ -370,11 +370,15 @@ class Broker:
                 # Found on disk at startup but unknown to the metadata: never delete data on
                 # that evidence alone (a lost metadata directory would empty the broker).
                 self.logs.delete_log(*key, keep_as_stray=True)
+        configs: dict[str, Any] = {}  # one LogConfig per topic, not per partition
         for key, (t, p) in wanted.items():
+            config = configs.get(t.topic_id)
+            if config is None:
+                config = configs[t.topic_id] = self.config.log_config(t.configs)
             part = self.partitions.get(key)
             if part is None:
-                part = self._open_replica(t, p)
-            self._apply_partition_state(part, t, p)
+                part = self._open_replica(t, p, config)
+            self._apply_partition_state(part, p, config)
         ids = {t.name: t.topic_id for t in self.image.topics.values()}
         for name, topic_id in self._known_topics.items():
             if ids.get(name) != topic_id:
@@ -386,7 +390,7 @@ class Broker:
         self.groups.on_partitions_changed()
         self.fetchers.update()
 
-    def _open_replica(self, t: TopicImage, p: PartitionState) -> Partition:
+    def _open_replica(self, t: TopicImage, p: PartitionState, config: Any) -> Partition:
         lg = self.logs.get(t.name, p.partition)
         if lg is not None:
             on_disk = read_partition_topic_id(lg.dir)
@@ -395,14 +399,13 @@ class Broker:
                 self.logs.delete_log(t.name, p.partition, keep_as_stray=not self._reconciled_once)
                 lg = None
         if lg is None:
-            lg = self.logs.create_log(t.name, p.partition, self.config.log_config(t.configs), now_ms())
+            lg = self.logs.create_log(t.name, p.partition, config, now_ms())
         write_partition_topic_id(lg.dir, t.topic_id)
         part = Partition(t.name, p.partition, lg, t.topic_id)
         self.partitions[(t.name, p.partition)] = part
         return part
 
-    def _apply_partition_state(self, part: Partition, t: TopicImage, p: PartitionState) -> None:
-        config = self.config.log_config(t.configs)
+    def _apply_partition_state(self, part: Partition, p: PartitionState, config: Any) -> None:
         if part.log.config != config:
             part.log.config = config
         was_leader, old_epoch = part.is_leader, part.leader_epoch
@@ -434,13 +437,20 @@ class Broker:
         self.logs.delete_log(*key)
         self.waiters.notify(key)
 
+    async def call_controller(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """Run a controller operation; a successful change is applied here before returning,
+        so this broker's next Metadata answer shows it. Raises ControllerUnavailable."""
+        result = await self.metadata.call(op, args, timeout_s=timeout_s)
+        if result.get("error_code") == ErrorCode.none and "metadata_offset" in result:
+            await self.metadata.wait_for_offset(int(result["metadata_offset"]))
+        return result
+
     async def create_topics(self, specs: list[dict[str, Any]], *, validate_only: bool = False) -> list[dict[str, Any]]:
         """Create topics through the controller; per-topic results once applied here."""
-        result = await self.metadata.call("create_topics", {"topics": specs, "validate_only": validate_only})
+        result = await self.call_controller("create_topics", {"topics": specs, "validate_only": validate_only})
         if result["error_code"] != ErrorCode.none:
             return [{"name": s["name"], "error_code": result["error_code"], "error_message": result.get("error_message")}
                     for s in specs]
-        await self.metadata.wait_for_offset(int(result.get("metadata_offset", 0)))
         topics: list[dict[str, Any]] = result["topics"]
         return topics
 
@@ -550,7 +560,7 @@ class Broker:
     def _append_checked(self, topic: str, index: int, records: bytes | None, acks: int) -> dict[str, Any]:
         part = self.partitions.get((topic, index))
         if acks == -1 and part is not None and part.is_leader:
-            min_isr = int(self._log_config_for(topic)["min.insync.replicas"])
+            min_isr = int(part.log.config["min.insync.replicas"])  # kept current by _reconcile
             if len(part.isr) < min_isr:
                 return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
                         "error_message": f"the ISR {part.isr} is smaller than min.insync.replicas={min_isr}"}
@@ -571,7 +581,7 @@ class Broker:
                         r.update(error_code=ErrorCode.not_leader_or_follower, error_message="leadership moved")
                         break
                     if part.high_watermark >= needed:
-                        min_isr = int(self._log_config_for(key[0])["min.insync.replicas"])
+                        min_isr = int(part.log.config["min.insync.replicas"])
                         if len(part.isr) < min_isr:
                             r.update(error_code=ErrorCode.not_enough_replicas_after_append,
                                      error_message=f"the ISR shrank to {part.isr} while waiting")
@@ -686,13 +696,12 @@ class Broker:
 
     async def _alter_isr(self, part: Partition, isr: list[int], what: str) -> None:
         try:
-            result = await self.metadata.call("alter_partition", {
+            result = await self.call_controller("alter_partition", {
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "topic_id": part.topic_id,
                 "partition": part.index, "leader_epoch": part.leader_epoch,
                 "partition_epoch": part.partition_epoch, "isr": isr,
             }, timeout_s=10.0)
             if result["error_code"] == ErrorCode.none:
-                await self.metadata.wait_for_offset(int(result["metadata_offset"]))
                 log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index, isr, what)
             else:
                 log.info("ISR %s of %s-%d refused: %s", what, part.topic, part.index, result.get("error_message"))
