@@ -8,6 +8,7 @@ replicas with every metadata change it applies; admin requests go to the active 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -37,17 +38,31 @@ from cluster.replication.fetcher import FollowerState, ReplicaFetcherManager
 from cluster.storage.config import TOPIC_CONFIG_DEFS
 from cluster.storage.log import (
     Log,
+    NotEnoughReplicas,
     OffsetOutOfRange,
     OutOfOrderSequence,
     ProducerFenced,
     RecordTooLarge,
     StorageError,
 )
-from cluster.storage.log_manager import METADATA_LOG_DIR, LogManager
+from cluster.storage.log_manager import (
+    METADATA_LOG_DIR,
+    REPLICATION_OFFSET_FILE,
+    LogManager,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
 # API key → (min, max) advertised; see shared/PROTOCOL.md. Only what is implemented.
+# Fetch's replica_id of kafka-replica-verification (Kafka's DebuggingConsumerId): may read any
+# replica, leader or follower, up to its log end, without counting as a follower.
+DEBUGGING_REPLICA_ID = -2
+# A leader whose ISR change was refused (say, the follower is still fenced) asks again no
+# sooner than this; every follower fetch would otherwise repeat the request.
+ISR_CHANGE_RETRY_BACKOFF_MS = 500
+
 SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     0: (0, 8),  # Produce (0-2 answered UNSUPPORTED_VERSION: magic v0/v1 is not stored)
     1: (4, 12),  # Fetch
@@ -113,16 +128,17 @@ class Partition:
     isr: list[int] = field(default_factory=list)
     follower: FollowerState | None = None  # set while this replica follows
     isr_change_pending: bool = False  # leader: an AlterPartition is in flight
+    isr_retry_at_ms: int = 0  # leader: after a refused or failed ISR change, not before this
     # Leader: each follower's log end offset (its last fetch offset) and when it last was
     # caught up with the leader's log end.
     replica_leo: dict[int, int] = field(default_factory=dict)
     replica_caught_up_ms: dict[int, int] = field(default_factory=dict)
-    hw: int = 0  # leader: committed offset (every ISR member has it); follower: learned from fetches
+    # Leader: committed offset (every ISR member has it); follower: learned from fetches. Starts
+    # from the replication-offset-checkpoint; never above the log end (truncation cuts it).
+    hw: int = 0
 
     @property
     def high_watermark(self) -> int:
-        if not self.is_leader and self.follower is not None:
-            return min(self.follower.high_watermark, self.log.log_end_offset)
         return min(self.hw, self.log.log_end_offset)
 
     def advance_high_watermark(self, node_id: int) -> bool:
@@ -194,6 +210,7 @@ class Broker:
         self.incarnation_id = str(uuid.uuid4())
         self.ready = trio.Event()
         self._logs_loaded = False
+        self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
         self._known_topics: dict[str, str] = {}
         self._reconciled_once = False
         self._shutting_down = False
@@ -255,6 +272,8 @@ class Broker:
             await self._register()
             start = time.monotonic()
             self.logs.load_all(self._log_config_for, now_ms())
+            self._hw_checkpoint = read_offset_checkpoint(self.data_dir / REPLICATION_OFFSET_FILE,
+                                                         "high watermarks start at 0")
             self._logs_loaded = True
             self._reconcile()
             self.groups.open(now_ms())
@@ -343,7 +362,14 @@ class Broker:
         log.warning("broker %d: controlled shutdown did not complete within %.1f s", self.node_id, timeout_s)
         return False
 
+    def checkpoint_high_watermarks(self) -> Callable[[], None]:
+        """What writes every replica's high watermark now (the file write may run in a thread)."""
+        offsets = {key: part.high_watermark for key, part in self.partitions.items()}
+        return functools.partial(write_offset_checkpoint, self.data_dir / REPLICATION_OFFSET_FILE, offsets)
+
     def close(self) -> None:
+        if self._logs_loaded:
+            self.checkpoint_high_watermarks()()
         self.logs.close()
 
     def _log_config_for(self, topic: str) -> Any:
@@ -402,6 +428,7 @@ class Broker:
             lg = self.logs.create_log(t.name, p.partition, config, now_ms())
         write_partition_topic_id(lg.dir, t.topic_id)
         part = Partition(t.name, p.partition, lg, t.topic_id)
+        part.hw = min(self._hw_checkpoint.pop(lg.name, 0), lg.log_end_offset)
         self.partitions[(t.name, p.partition)] = part
         return part
 
@@ -416,9 +443,9 @@ class Broker:
         part.replicas = list(p.replicas)
         part.isr = list(p.isr)
         if part.is_leader and not was_leader:
-            # A new leader starts from the high watermark it learned as a follower; the
-            # followers' next fetches move it on.
-            part.hw = part.high_watermark if part.follower is not None else part.hw
+            # A new leader starts from the high watermark it learned as a follower (or read
+            # from its checkpoint); the followers' next fetches move it on.
+            part.hw = part.high_watermark
             part.replica_leo = {}
             part.replica_caught_up_ms = {r: now_ms() for r in part.isr}
         if part.is_leader:
@@ -490,8 +517,10 @@ class Broker:
 
     # ---- Produce --------------------------------------------------------------------------
 
-    def append(self, topic: str, index: int, records: bytes | None) -> dict[str, Any]:
-        """Append one partition's payload; the per-partition produce response."""
+    def append(self, topic: str, index: int, records: bytes | None, *, min_isr_checked: bool = False) -> dict[str, Any]:
+        """Append one partition's payload; the per-partition produce response. With
+        `min_isr_checked` (acks=all) an ISR below min.insync.replicas refuses new batches
+        with NOT_ENOUGH_REPLICAS (a duplicate still gets its original offsets)."""
         part = self.partitions.get((topic, index))
         if part is None:
             code = ErrorCode.not_leader_or_follower if self.image.partition(topic, index) else ErrorCode.unknown_topic_or_partition
@@ -501,8 +530,17 @@ class Broker:
         if not records:
             return {"index": index, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
                     "error_message": "produce carries no records"}
+        enough = True
+        if min_isr_checked:
+            min_isr = int(part.log.config["min.insync.replicas"])  # kept current by _reconcile
+            enough = len(part.isr) >= min_isr
         try:
-            result = part.log.append_as_leader(records, leader_epoch=part.leader_epoch, now_ms=now_ms())
+            result = part.log.append_as_leader(records, leader_epoch=part.leader_epoch, now_ms=now_ms(),
+                                               enough_replicas=enough)
+        except NotEnoughReplicas:
+            return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
+                    "error_message": f"the ISR {part.isr} is smaller than min.insync.replicas="
+                                     f"{part.log.config['min.insync.replicas']}"}
         except UnsupportedMagic as exc:
             return self._produce_error(index, ErrorCode.unsupported_for_message_format, exc)
         except InvalidRecordBatch as exc:
@@ -549,22 +587,14 @@ class Broker:
             if info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:
-                parts = [self._append_checked(t.name, p.index, p.records, req.acks) for p in t.partition_data]
+                parts = [self.append(t.name, p.index, p.records, min_isr_checked=req.acks == -1)
+                         for p in t.partition_data]
             responses.append({"name": t.name, "partition_responses": parts})
         if req.acks == 0:
             return None
         if req.acks == -1:
             await self._wait_for_isr(responses, max(0.0, req.timeout.total_seconds()))
         return {"responses": responses, "throttle_time": 0}
-
-    def _append_checked(self, topic: str, index: int, records: bytes | None, acks: int) -> dict[str, Any]:
-        part = self.partitions.get((topic, index))
-        if acks == -1 and part is not None and part.is_leader:
-            min_isr = int(part.log.config["min.insync.replicas"])  # kept current by _reconcile
-            if len(part.isr) < min_isr:
-                return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
-                        "error_message": f"the ISR {part.isr} is smaller than min.insync.replicas={min_isr}"}
-        return self.append(topic, index, records)
 
     async def _wait_for_isr(self, responses: list[dict[str, Any]], timeout_s: float) -> None:
         """acks=all: hold the answer until every appended batch is below the high watermark."""
@@ -602,8 +632,9 @@ class Broker:
 
     def _read_partition(self, fp: Any, topic: str, replica_id: int, budget: int, first: bool) -> tuple[dict[str, Any], int, bool]:
         is_follower = replica_id >= 0
+        debugging = replica_id == DEBUGGING_REPLICA_ID
         part = self.partitions.get((topic, fp.partition))
-        if part is None or not part.is_leader:
+        if part is None or not (part.is_leader or debugging) or (is_follower and replica_id not in part.replicas):
             code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(topic, fp.partition)
                     else ErrorCode.unknown_topic_or_partition)
             return {"partition_index": fp.partition, "error_code": code,
@@ -614,13 +645,14 @@ class Broker:
                 "log_start_offset": part.log.log_start_offset, "preferred_read_replica": -1,
                 "aborted_transactions": None}
         epoch = getattr(fp, "current_leader_epoch", -1)
-        if epoch >= 0 and epoch != part.leader_epoch:
+        if epoch >= 0 and epoch != part.leader_epoch and not debugging:
             code = ErrorCode.fenced_leader_epoch if epoch < part.leader_epoch else ErrorCode.unknown_leader_epoch
             return {**base, "error_code": code, "records": b""}, 0, True
         limit = max(0, min(fp.partition_max_bytes, budget))
         if is_follower:
             self._on_follower_fetch(part, replica_id, fp.fetch_offset)
-        upper = part.log.log_end_offset if is_follower else hw
+        # Followers and the replica verifier read to the log end; consumers only what is committed.
+        upper = part.log.log_end_offset if is_follower or debugging else hw
         try:
             data = part.log.read(fp.fetch_offset, limit, upper, min_one_batch=first)
         except OffsetOutOfRange:
@@ -670,7 +702,7 @@ class Broker:
             part.replica_caught_up_ms[replica_id] = now_ms()
         if part.advance_high_watermark(self.node_id):
             self.waiters.notify((part.topic, part.index))
-        if (replica_id not in part.isr and not part.isr_change_pending
+        if (replica_id not in part.isr and not part.isr_change_pending and now_ms() >= part.isr_retry_at_ms
                 and fetch_offset >= part.log.log_end_offset and fetch_offset >= part.high_watermark):
             part.isr_change_pending = True
             self.fetchers.spawn(self._expand_isr, part, replica_id)
@@ -704,8 +736,10 @@ class Broker:
             if result["error_code"] == ErrorCode.none:
                 log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index, isr, what)
             else:
+                part.isr_retry_at_ms = now_ms() + ISR_CHANGE_RETRY_BACKOFF_MS
                 log.info("ISR %s of %s-%d refused: %s", what, part.topic, part.index, result.get("error_message"))
         except ControllerUnavailable as exc:
+            part.isr_retry_at_ms = now_ms() + ISR_CHANGE_RETRY_BACKOFF_MS
             log.warning("ISR %s of %s-%d failed: %s", what, part.topic, part.index, exc)
         finally:
             part.isr_change_pending = False

@@ -184,6 +184,16 @@ class BrokerServer:
             await trio.sleep(interval_s)
             await trio.to_thread.run_sync(self.broker.logs.checkpoint_recovery_points)
 
+    async def high_watermark_checkpoint_loop(self) -> None:
+        interval_s = int(self.broker.config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
+        while True:
+            await trio.sleep(interval_s)
+            if self.broker.ready.is_set():
+                try:
+                    await trio.to_thread.run_sync(self.broker.checkpoint_high_watermarks())
+                except OSError as exc:
+                    log.error("writing the high-watermark checkpoint failed: %s", exc)
+
     async def retention_loop(self) -> None:
         interval_s = int(self.broker.config["log.retention.check.interval.ms"]) / 1000
         while True:
@@ -229,6 +239,7 @@ class BrokerServer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.flush_loop)
             nursery.start_soon(self.checkpoint_loop)
+            nursery.start_soon(self.high_watermark_checkpoint_loop)
             nursery.start_soon(self.retention_loop)
             nursery.start_soon(self.broker.groups.timer_loop)
             nursery.start_soon(self.cleaner_loop)

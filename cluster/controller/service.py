@@ -276,6 +276,8 @@ class MetadataService:
                     result = await client.call(op, args, max(0.1, min(5.0, deadline - trio.current_time())))
                 except RpcUnavailable as exc:
                     last = str(exc)
+            else:
+                last = f"no quorum leader is known (node {self.node_id} is {self.driver.role})"
             if result is not None:
                 if result.get("error_code") not in (ErrorCode.not_controller, ErrorCode.request_timed_out):
                     return result

@@ -109,6 +109,7 @@ class QuorumDriver:
         # fsync in a worker thread (default), or inline: a test under trio's MockClock must
         # not see virtual time jump while a thread works.
         self.sync_in_thread = True
+        self._last_seen: tuple[Any, ...] = ()  # (role, epoch, leader) last logged
 
     # ---- public --------------------------------------------------------------------------
 
@@ -265,6 +266,11 @@ class QuorumDriver:
                 queue.send_nowait(encode_message(self.node_id, msg))
             except trio.WouldBlock:
                 pass  # a slow peer loses messages, as on a lossy network
+        seen = (node.role, node.epoch, node.leader_id)
+        if seen != self._last_seen:
+            self._last_seen = seen
+            log.info("quorum node %d: %s in epoch %d (leader %s)", self.node_id, node.role.name.lower(),
+                     node.epoch, node.leader_id if node.leader_id >= 0 else "unknown")
         self._changed.set()
         self._changed = trio.Event()
 

@@ -36,7 +36,6 @@ class FollowerState:
     leader_id: int
     leader_epoch: int
     needs_truncation: bool = True
-    high_watermark: int = 0
 
 
 class ReplicaFetcherManager:
@@ -164,6 +163,7 @@ class ReplicaFetcher:
                 if target < lg.log_end_offset:
                     before = lg.log_end_offset
                     lg.truncate_to(target, now_ms())
+                    part.hw = min(part.hw, lg.log_end_offset)
                     log.info("broker %d truncated %s from %d to %d (diverged from leader %d at epoch %d)",
                              self.broker.node_id, lg.name, before, lg.log_end_offset, self.leader_id, p.leader_epoch)
                 follower.needs_truncation = False
@@ -198,7 +198,15 @@ class ReplicaFetcher:
                     continue
                 part, state = fetched, fetched.follower
                 if p.error_code == ErrorCode.offset_out_of_range:
-                    state.needs_truncation = True
+                    if 0 <= part.log.log_end_offset < p.log_start_offset:
+                        # Everything we have is below the leader's log start (retention moved
+                        # on while we were away): start over empty where the leader starts.
+                        log.info("broker %d: %s ends at %d, below the leader's log start %d: starting over there",
+                                 self.broker.node_id, part.log.name, part.log.log_end_offset, p.log_start_offset)
+                        part.log.truncate_fully_and_start_at(p.log_start_offset, now_ms())
+                        part.hw = min(part.hw, part.log.log_end_offset)
+                    else:
+                        state.needs_truncation = True
                     errors += 1
                     continue
                 if p.error_code != ErrorCode.none:
@@ -213,6 +221,6 @@ class ReplicaFetcher:
                         state.needs_truncation = True
                     except StorageError as exc:
                         log.error("%s", exc)
-                state.high_watermark = min(p.high_watermark, part.log.log_end_offset)
+                part.hw = min(p.high_watermark, part.log.log_end_offset)
         if errors:
             await trio.sleep(0.1)

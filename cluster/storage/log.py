@@ -54,6 +54,10 @@ class OutOfOrderSequence(Exception):
     """OUT_OF_ORDER_SEQUENCE_NUMBER."""
 
 
+class NotEnoughReplicas(Exception):
+    """NOT_ENOUGH_REPLICAS: the caller said the ISR is below min.insync.replicas (acks=all)."""
+
+
 class StorageError(Exception):
     """KAFKA_STORAGE_ERROR: the disk refused a write (full, I/O error); nothing was appended."""
 
@@ -278,11 +282,17 @@ class Log:
 
     # ---- append ------------------------------------------------------------------------
 
-    def append_as_leader(self, payload: bytes, *, leader_epoch: int, now_ms: int) -> AppendResult:
+    def append_as_leader(self, payload: bytes, *, leader_epoch: int, now_ms: int,
+                         enough_replicas: bool = True) -> AppendResult:
         """Validate, assign offsets and append the batches of one produce partition.
 
-        Raises InvalidRecordBatch, RecordTooLarge, ProducerFenced, OutOfOrderSequence or
-        StorageError; nothing is appended then.
+        `enough_replicas` False (acks=all with the ISR below min.insync.replicas) refuses the
+        append with NotEnoughReplicas, but only after the duplicate check: a producer's retry
+        of a batch already in the log gets that batch's offsets, never an error that says "not
+        written" (an idempotent producer would then resend it under a new epoch, a duplicate).
+
+        Raises InvalidRecordBatch, RecordTooLarge, ProducerFenced, OutOfOrderSequence,
+        NotEnoughReplicas or StorageError; nothing is appended then.
         """
         batches = split_batches(payload)
         max_bytes = self.config.max_message_bytes
@@ -307,6 +317,8 @@ class Log:
                 c = self.producer_state.check(h)
                 if c.verdict is not SequenceVerdict.APPEND:
                     raise OutOfOrderSequence("idempotent batches must be produced one per partition request")
+        if not enough_replicas:
+            raise NotEnoughReplicas("the in-sync replicas are fewer than min.insync.replicas")
 
         append_time_ms = -1
         target_codec = self.config.target_compression
@@ -422,6 +434,22 @@ class Log:
         self.leader_epochs.truncate_from_end(new_end)
         self._rebuild_producer_state()
         return new_end
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Drop every segment and start empty at `offset`: a follower whose whole log lies
+        below the leader's log start (Kafka's truncateFullyAndStartAt)."""
+        for seg in self.segments:
+            seg.delete()
+        self.segments = []
+        self._bases = []
+        self._add_segment(offset, now_ms, create=True)
+        self.log_end_offset = offset
+        self.recovery_point = offset
+        self.leader_epochs.entries = []
+        self.leader_epochs.persist()
+        for snapshot in self.dir.glob("*.snapshot"):
+            snapshot.unlink()
+        self.producer_state = ProducerStateManager()
 
     def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
         seg = self.active_segment
@@ -588,6 +616,7 @@ __all__ = [
     "AppendResult",
     "InvalidRecordBatch",
     "Log",
+    "NotEnoughReplicas",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "ProducerFenced",

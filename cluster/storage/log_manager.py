@@ -17,8 +17,34 @@ from cluster.storage.log import Log, parse_partition_dir
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"  # high watermarks, as Kafka names it
 CLEAN_SHUTDOWN_FILE = ".dcmirror-clean-shutdown"
 METADATA_LOG_DIR = "__cluster_metadata-0"  # the quorum's own log (cluster/quorum), not a partition
+
+
+def read_offset_checkpoint(path: Path, consequence: str) -> dict[str, int]:
+    """Kafka's offset checkpoint file: version 0, a count, then `topic partition offset` lines;
+    keyed by `topic-partition`. A missing or corrupt file reads as empty (logged)."""
+    if not path.exists():
+        return {}
+    try:
+        lines = path.read_text().splitlines()
+        if int(lines[0]) != 0:
+            raise ValueError("unknown version")
+        points = {}
+        for line in lines[2 : 2 + int(lines[1])]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            points[f"{topic}-{int(partition)}"] = int(offset)
+        return points
+    except (ValueError, IndexError) as exc:
+        log.warning("ignoring corrupt %s (%s): %s", path, exc, consequence)
+        return {}
+
+
+def write_offset_checkpoint(path: Path, offsets: dict[tuple[str, int], int]) -> None:
+    lines = [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+    body = "0\n" + f"{len(lines)}\n" + "".join(line + "\n" for line in lines)
+    write_atomic(path, body.encode())
 
 
 class LogManager:
@@ -74,26 +100,11 @@ class LogManager:
         self.checkpoint_recovery_points()
 
     def read_recovery_points(self) -> dict[str, int]:
-        path = self.data_dir / RECOVERY_POINT_FILE
-        if not path.exists():
-            return {}
-        try:
-            lines = path.read_text().splitlines()
-            if int(lines[0]) != 0:
-                raise ValueError("unknown version")
-            points = {}
-            for line in lines[2 : 2 + int(lines[1])]:
-                topic, partition, offset = line.rsplit(" ", 2)
-                points[f"{topic}-{int(partition)}"] = int(offset)
-            return points
-        except (ValueError, IndexError) as exc:
-            log.warning("ignoring corrupt %s (%s): every log is recovered from its start", path, exc)
-            return {}
+        return read_offset_checkpoint(self.data_dir / RECOVERY_POINT_FILE, "every log is recovered from its start")
 
     def checkpoint_recovery_points(self) -> None:
-        lines = [f"{lg.topic} {lg.partition} {lg.recovery_point}" for lg in self.logs.values()]
-        body = "0\n" + f"{len(lines)}\n" + "".join(line + "\n" for line in lines)
-        write_atomic(self.data_dir / RECOVERY_POINT_FILE, body.encode())
+        write_offset_checkpoint(self.data_dir / RECOVERY_POINT_FILE,
+                                {(lg.topic, lg.partition): lg.recovery_point for lg in self.logs.values()})
 
     # ---- topics ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cluster.protocol.record_batch import InvalidRecordBatch
-from cluster.storage.log import Log
+from cluster.storage.log import Log, NotEnoughReplicas
 from tests.batches import values_batch
 from tests.unit.test_log import NOW, cfg, crash, read_all, reopen, state_of, value
 
@@ -101,3 +101,45 @@ def test_truncate_drops_producer_state_past_the_cut(tmp_path: Path) -> None:
     result = lg.append_as_leader(values_batch([value(2)], producer_id=7, producer_epoch=0, base_sequence=2),
                                  leader_epoch=0, now_ms=NOW)
     assert (result.base_offset, result.duplicate) == (2, False)
+
+
+def test_truncate_fully_and_start_at_the_leaders_log_start(tmp_path: Path) -> None:
+    """A follower whose log lies wholly below the leader's log start (retention ran while it
+    was away) starts over empty there, then copies the leader byte for byte from that offset."""
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES), NOW)
+    for seq in range(4):
+        follower.append_as_leader(values_batch([value(seq)], producer_id=7, producer_epoch=0, base_sequence=seq),
+                                  leader_epoch=0, now_ms=NOW)
+    follower.take_producer_snapshot()
+    follower.truncate_fully_and_start_at(30, NOW)
+    assert (follower.log_start_offset, follower.log_end_offset, len(follower.segments)) == (30, 30, 1)
+    assert follower.leader_epochs.entries == [] and list(follower.dir.glob("*.snapshot")) == []
+    assert follower.producer_state.to_snapshot() == Log.create(tmp_path / "e-0", "e", 0, cfg(), NOW).producer_state.to_snapshot()
+    leader = leader_log(tmp_path, 14, [0] * 10 + [2] * 4)  # offsets 0..41
+    replicate(leader, follower)
+    assert follower.log_end_offset == 42
+    assert [(o, v) for o, _, v in read_all(follower)] == [(i, value(i)) for i in range(30, 42)]
+    assert follower.leader_epochs.entries == [(2, 30)]
+    crash(follower)
+    again = reopen(tmp_path, cfg(segment_bytes=SEGMENT_BYTES), recovery_point=0)
+    assert (again.log_start_offset, again.log_end_offset) == (30, 42)
+    assert again.leader_epochs.entries == [(2, 30)]
+
+
+def test_a_retried_batch_gets_its_offsets_even_when_the_isr_is_too_small(tmp_path: Path) -> None:
+    """acks=all with the ISR below min.insync.replicas: new batches are refused
+    (NOT_ENOUGH_REPLICAS, "not written"), but the retry of a batch already in the log is
+    answered as the duplicate it is. Refusing it would tell an idempotent producer that the
+    batch was never written; librdkafka then resends it under a bumped epoch: a duplicate."""
+    lg = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
+    first = values_batch([value(0), value(1)], producer_id=7, producer_epoch=0, base_sequence=0)
+    assert lg.append_as_leader(first, leader_epoch=0, now_ms=NOW).base_offset == 0
+    again = lg.append_as_leader(first, leader_epoch=0, now_ms=NOW, enough_replicas=False)
+    assert (again.base_offset, again.duplicate) == (0, True)
+    nxt = values_batch([value(2)], producer_id=7, producer_epoch=0, base_sequence=2)
+    with pytest.raises(NotEnoughReplicas):
+        lg.append_as_leader(nxt, leader_epoch=0, now_ms=NOW, enough_replicas=False)
+    with pytest.raises(NotEnoughReplicas):
+        lg.append_as_leader(values_batch([b"plain"]), leader_epoch=0, now_ms=NOW, enough_replicas=False)
+    assert lg.log_end_offset == 2
+    assert lg.append_as_leader(nxt, leader_epoch=0, now_ms=NOW).base_offset == 2
