@@ -85,6 +85,7 @@ class ReplicaFetcher:
         self._address: tuple[str, int] | None = None
 
     def stop(self) -> None:
+        self.partitions = {}
         self._cancel.cancel()
 
     def set_partitions(self, parts: dict[tuple[str, int], Partition]) -> None:
@@ -100,10 +101,15 @@ class ReplicaFetcher:
         with self._cancel:
             try:
                 while True:
-                    if not self.partitions:
+                    if not any(part.follower is not None for part in self.partitions.values()):
+                        # Nothing to fetch (a partition this fetcher held may have become ours
+                        # to lead a moment ago): wait for set_partitions or stop().
                         self._changed = trio.Event()
                         await self._changed.wait()
                         continue
+                    # Every round yields at least once, even when all it finds is an error:
+                    # a loop that never awaits would never see stop() and would starve the node.
+                    await trio.lowlevel.checkpoint()
                     try:
                         conn = await self._connection()
                         await self._truncate(conn)
@@ -145,10 +151,14 @@ class ReplicaFetcher:
                                                  "leader_epoch": part.log.leader_epochs.latest_epoch})
         resp = await conn.request(23, {"replica_id": self.broker.node_id,
                                        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        errors = 0
         for t in resp.topics:
             for p in t.partitions:
                 found = self.partitions.get((t.topic, p.partition))
-                if found is None or found.follower is None or p.error_code != ErrorCode.none:
+                if found is None or found.follower is None:
+                    continue
+                if p.error_code != ErrorCode.none:
+                    errors += 1  # the leader does not lead it (yet): ask again shortly
                     continue
                 part, follower = found, found.follower
                 lg = part.log
@@ -167,6 +177,8 @@ class ReplicaFetcher:
                     log.info("broker %d truncated %s from %d to %d (diverged from leader %d at epoch %d)",
                              self.broker.node_id, lg.name, before, lg.log_end_offset, self.leader_id, p.leader_epoch)
                 follower.needs_truncation = False
+        if errors:
+            await trio.sleep(0.1)
 
     async def _fetch(self, conn: BrokerConnection) -> None:
         cfg = self.broker.config
