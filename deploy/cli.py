@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -67,6 +69,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
     except InvalidConfig as exc:
         print(f"dcmirror broker: {exc}", file=sys.stderr)
         return 2
+    # `kill -USR1 PID` prints every thread's Python stack to stderr (a frozen event loop shows
+    # where it is stuck), as jstack does for a Kafka broker.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         if membership is not None and membership.node_id not in membership.brokers:
             from cluster.broker.server import parse_listen

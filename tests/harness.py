@@ -215,6 +215,15 @@ class ClusterProcesses:
                 b.proc.kill()
                 b.proc.wait()
 
+    def dump_stacks(self) -> None:
+        """SIGUSR1 to every running node: each prints its threads' Python stacks into its log
+        (faulthandler), so a test that times out shows where a frozen node was stuck."""
+        for b in (*self.brokers.values(), *self.controllers.values()):
+            if b.alive():
+                assert b.proc is not None
+                b.proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+
     def logs(self, tail_chars: int = 3000) -> str:
         nodes = {**self.brokers, **self.controllers}
         return "\n".join(f"---- node {i} ----\n{b.log_text()[-tail_chars:]}" for i, b in nodes.items())

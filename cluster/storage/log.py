@@ -308,6 +308,12 @@ class Log:
                 assert dup is not None
                 return AppendResult(dup.base_offset, dup.base_offset + dup.last_offset_delta, -1,
                                     self.log_start_offset, dup.last_offset_delta + 1, duplicate=True)
+            if not enough_replicas:
+                # Before the sequence checks, as Kafka: when a pipelined producer's first
+                # request is refused here, the ones behind it must be refused the same way,
+                # not with OUT_OF_ORDER_SEQUENCE (librdkafka answers that with an epoch bump,
+                # renumbering every partition's unacknowledged batches: duplicates).
+                raise NotEnoughReplicas("the in-sync replicas are fewer than min.insync.replicas")
             if check.verdict is SequenceVerdict.INVALID_PRODUCER_EPOCH:
                 raise ProducerFenced(check.message)
             if check.verdict is SequenceVerdict.OUT_OF_ORDER_SEQUENCE:

@@ -57,6 +57,8 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str,
         except (NotYet, KafkaException, OSError) as exc:
             last = exc
         if time.monotonic() >= deadline:
+            if cluster is not None:
+                cluster.dump_stacks()
             logs = f"\n{log_tails(cluster)}" if cluster is not None else ""
             raise AssertionError(f"not within {timeout_s:.1f}s: {what}; last seen: {last!r}{logs}")
         time.sleep(interval_s)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cluster.protocol.record_batch import InvalidRecordBatch
-from cluster.storage.log import Log, NotEnoughReplicas
+from cluster.storage.log import Log, NotEnoughReplicas, OutOfOrderSequence
 from tests.batches import values_batch
 from tests.unit.test_log import NOW, cfg, crash, read_all, reopen, state_of, value
 
@@ -143,3 +143,18 @@ def test_a_retried_batch_gets_its_offsets_even_when_the_isr_is_too_small(tmp_pat
         lg.append_as_leader(values_batch([b"plain"]), leader_epoch=0, now_ms=NOW, enough_replicas=False)
     assert lg.log_end_offset == 2
     assert lg.append_as_leader(nxt, leader_epoch=0, now_ms=NOW).base_offset == 2
+
+
+def test_too_few_replicas_is_reported_before_a_sequence_gap(tmp_path: Path) -> None:
+    """A pipelined producer: its request for sequence 2 was refused (NOT_ENOUGH_REPLICAS), so
+    the request behind it (sequence 3) has a gap; while the ISR is short it must get the same
+    NOT_ENOUGH_REPLICAS, as from Kafka, not OUT_OF_ORDER_SEQUENCE (librdkafka bumps its epoch
+    on that and renumbers other partitions' unacknowledged batches)."""
+    lg = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
+    lg.append_as_leader(values_batch([value(0), value(1)], producer_id=7, producer_epoch=0, base_sequence=0),
+                        leader_epoch=0, now_ms=NOW)
+    behind = values_batch([value(3)], producer_id=7, producer_epoch=0, base_sequence=3)
+    with pytest.raises(NotEnoughReplicas):
+        lg.append_as_leader(behind, leader_epoch=0, now_ms=NOW, enough_replicas=False)
+    with pytest.raises(OutOfOrderSequence):
+        lg.append_as_leader(behind, leader_epoch=0, now_ms=NOW)
