@@ -231,8 +231,10 @@ class ReplicaFetcher:
                         log.warning("broker %d: fetched data for %s does not fit: %s", self.broker.node_id,
                                     part.log.name, exc)
                         state.needs_truncation = True
+                        errors += 1
                     except StorageError as exc:
                         log.error("%s", exc)
+                        errors += 1
                 part.hw = min(p.high_watermark, part.log.log_end_offset)
         if errors:
             await trio.sleep(0.1)
