@@ -98,6 +98,10 @@ class MetadataService:
         self._controller: QuorumController | None = None
         self._controller_epoch = -1
         self._op_lock = trio.Lock()
+        # Which activation of the controller an operation ran under (a commit timeout of an
+        # earlier one must not drop a later one), and where its proposals end.
+        self._generation = 0
+        self._proposed_end = 0
         self._applied = trio.Event()
         self._poke = trio.Event()
         self._clients: dict[int, RpcClient] = {}
@@ -170,6 +174,8 @@ class MetadataService:
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
                                                 self._rng, now_ms())
             self._controller_epoch = d.epoch
+            self._generation += 1
+            self._proposed_end = d.log_end_offset
             assert d.node is not None
             previous, last_contact_ms = d.node.last_leader_contact
             if previous != self.node_id and previous in self._controller.last_heartbeat_ms:
@@ -203,13 +209,21 @@ class MetadataService:
     # ---- operations --------------------------------------------------------------------
 
     async def execute(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Run an operation if this node is the active controller."""
+        """Run an operation if this node is the active controller.
+
+        Operations run one at a time on the working image and propose their records in
+        order, but wait for the commit outside the lock: a storm of ISR changes must not
+        queue heartbeats behind one commit round trip each (brokers would miss their session
+        timeout and be fenced). Every answer still waits until everything proposed before it,
+        and its own records, are committed; whatever fails to commit drops the working image.
+        """
         async with self._op_lock:
             ctrl = self._controller
             if ctrl is None:
                 return {"error_code": ErrorCode.not_controller, "error_message": "not the active controller",
                         "leader_id": self.driver.leader_id}
             epoch = self._controller_epoch
+            generation = self._generation
             try:
                 if op == "tick":
                     ctrl.tick(now_ms())
@@ -225,29 +239,34 @@ class MetadataService:
                 log.warning("controller operation %s failed: %r", op, exc)
                 return {"error_code": ErrorCode.invalid_request, "error_message": f"{op} failed: {exc!r}"}
             records = ctrl.take_records()
-            if not records:
-                result["metadata_offset"] = self.image.offset
-                return result
-            try:
-                offset = await self.driver.propose(orjson.dumps(records))
-            except NotLeader as exc:
-                self._deactivate("the quorum has another leader")
-                return {"error_code": ErrorCode.not_controller, "error_message": str(exc), "leader_id": exc.leader_id}
-            try:
-                with trio.fail_after(self.commit_timeout_s):
-                    await self.wait_for_offset(offset + 1)
-            except trio.TooSlowError:
-                # Its working image holds records that may never commit: start over from the log.
+            offset = -1
+            if records:
+                try:
+                    offset = await self.driver.propose(orjson.dumps(records))
+                except NotLeader as exc:
+                    self._deactivate("the quorum has another leader")
+                    return {"error_code": ErrorCode.not_controller, "error_message": str(exc),
+                            "leader_id": exc.leader_id}
+                self._proposed_end = offset + 1
+            wait_end = max(self._proposed_end, self.image.offset)
+        try:
+            with trio.fail_after(self.commit_timeout_s):
+                await self.wait_for_offset(wait_end)
+        except trio.TooSlowError:
+            # The working image holds records that may never commit: start over from the log.
+            if self._generation == generation:
                 self._deactivate("its records did not commit in time")
-                return {"error_code": ErrorCode.request_timed_out,
-                        "error_message": f"the metadata quorum did not commit within {self.commit_timeout_s} s"}
+            return {"error_code": ErrorCode.request_timed_out,
+                    "error_message": f"the metadata quorum did not commit within {self.commit_timeout_s} s"}
+        if records:
             committed_epoch = self.driver.entry_epoch(offset)
             if committed_epoch is not None and committed_epoch != epoch:
-                self._deactivate("another leader's records replaced its own")
+                if self._generation == generation:
+                    self._deactivate("another leader's records replaced its own")
                 return {"error_code": ErrorCode.not_controller, "error_message": "leadership changed before commit",
                         "leader_id": self.driver.leader_id}
-            result["metadata_offset"] = offset + 1
-            return result
+        result["metadata_offset"] = wait_end
+        return result
 
     async def handle_rpc(self, frame: bytes | bytearray) -> dict[str, Any]:
         try:
