@@ -34,6 +34,7 @@ from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, T
 from cluster.controller.service import ControllerUnavailable, build_metadata_service
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic
+from cluster.replication.fetch_sessions import FetchSessionCache
 from cluster.replication.fetcher import FollowerState, ReplicaFetcherManager
 from cluster.storage.config import TOPIC_CONFIG_DEFS
 from cluster.storage.log import (
@@ -210,6 +211,7 @@ class Broker:
         self.incarnation_id = str(uuid.uuid4())
         self.ready = trio.Event()
         self._logs_loaded = False
+        self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]))
         self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
         self._known_topics: dict[str, str] = {}
         self._reconciled_once = False
@@ -659,28 +661,37 @@ class Broker:
             return {**base, "error_code": ErrorCode.offset_out_of_range, "records": b""}, 0, True
         return {**base, "error_code": ErrorCode.none, "records": data}, len(data), False
 
-    def _read_all(self, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
-        budget = req.max_bytes if req.max_bytes > 0 else int(self.config["fetch.max.bytes"])
+    def _read_all(self, wanted: list[tuple[str, Any]], replica_id: int,
+                  max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
+        budget = max_bytes if max_bytes > 0 else int(self.config["fetch.max.bytes"])
         budget = min(budget, int(self.config["fetch.max.bytes"]))
         total = 0
         any_error = False
-        responses = []
-        for t in req.topics:
-            parts = []
-            for fp in t.partitions:
-                resp, size, error = self._read_partition(fp, t.topic, req.replica_id, budget - total, total == 0)
-                parts.append(resp)
-                total += size
-                any_error |= error
-            responses.append({"topic": t.topic, "partitions": parts})
-        return responses, total, any_error
+        out = []
+        for topic, fp in wanted:
+            resp, size, error = self._read_partition(fp, topic, replica_id, budget - total, total == 0)
+            out.append((topic, resp))
+            total += size
+            any_error |= error
+        return out, total, any_error
 
     async def handle_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        session = None
+        full = True
+        if req.replica_id >= 0 and getattr(req, "session_epoch", -1) >= 0:
+            # A follower: incremental fetch session (KIP-227); consumers stay sessionless.
+            session, full, error = self.fetch_sessions.open(req, req.replica_id)
+            if error != ErrorCode.none:
+                return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": []}
+        if session is not None:
+            wanted = [(topic, fp) for (topic, _), fp in session.partitions.items()]
+        else:
+            wanted = [(t.topic, fp) for t in req.topics for fp in t.partitions]
         max_wait_s = max(0.0, req.max_wait.total_seconds())
         deadline = trio.current_time() + max_wait_s
-        keys = [(t.topic, fp.partition) for t in req.topics for fp in t.partitions]
+        keys = [(topic, fp.partition) for topic, fp in wanted]
         while True:
-            responses, total, any_error = self._read_all(req)
+            answers, total, any_error = self._read_all(wanted, req.replica_id, req.max_bytes)
             if total >= req.min_bytes or any_error or trio.current_time() >= deadline or not keys:
                 break
             event = trio.Event()
@@ -690,7 +701,13 @@ class Broker:
                     await event.wait()
             finally:
                 self.waiters.unregister(keys, event)
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for topic, resp in answers:
+            if session is None or session.include((topic, resp["partition_index"]), resp, full):
+                by_topic.setdefault(topic, []).append(resp)
+        return {"throttle_time": 0, "error_code": ErrorCode.none,
+                "session_id": session.session_id if session is not None else 0,
+                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def _on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch offset is its log end: the high watermark may move, and a

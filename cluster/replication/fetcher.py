@@ -19,6 +19,7 @@ from cluster.broker.clock import now_ms
 from cluster.client.connection import BrokerConnection, KafkaConnectionError
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.record_batch import InvalidRecordBatch
+from cluster.replication.fetch_sessions import FollowerSession
 from cluster.storage.log import StorageError
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class ReplicaFetcher:
         self._cancel = trio.CancelScope()
         self._changed = trio.Event()
         self._conn: BrokerConnection | None = None
+        self.session = FollowerSession()
         self._address: tuple[str, int] | None = None
 
     def stop(self) -> None:
@@ -124,6 +126,7 @@ class ReplicaFetcher:
                 await self._close()
 
     async def _close(self) -> None:
+        self.session.reset()
         if self._conn is not None:
             with trio.CancelScope(shield=True):
                 await self._conn.aclose()
@@ -182,26 +185,42 @@ class ReplicaFetcher:
 
     async def _fetch(self, conn: BrokerConnection) -> None:
         cfg = self.broker.config
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for (topic, index), part in self.partitions.items():
-            if part.follower is None or part.follower.needs_truncation:
-                continue
-            topics.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": part.leader_epoch,
-                "fetch_offset": part.log.log_end_offset, "last_fetched_epoch": -1,
-                "log_start_offset": part.log.log_start_offset,
-                "partition_max_bytes": int(cfg["replica.fetch.max.bytes"]),
-            })
-        if not topics:
+        max_bytes = int(cfg["replica.fetch.max.bytes"])
+        wanted = {key: (part.log.log_end_offset, part.log.log_start_offset, part.leader_epoch, max_bytes)
+                  for key, part in self.partitions.items()
+                  if part.follower is not None and not part.follower.needs_truncation}
+        if not wanted:
             return
+        # In a fetch session only what changed is listed (KIP-227); see fetch_sessions.
+        session_id, session_epoch, listed, forgotten = self.session.build(wanted)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, index in listed:
+            fetch_offset, log_start, leader_epoch, _ = wanted[(topic, index)]
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
+                "last_fetched_epoch": -1, "log_start_offset": log_start, "partition_max_bytes": max_bytes,
+            })
+        gone: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            gone.setdefault(topic, []).append(index)
         wait_ms = int(cfg["replica.fetch.wait.max.ms"])
         resp = await conn.request(1, {
             "replica_id": self.broker.node_id, "max_wait": wait_ms, "min_bytes": 1,
             "max_bytes": int(cfg["replica.fetch.response.max.bytes"]), "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1,
+            "session_id": session_id, "session_epoch": session_epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [], "rack_id": "",
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()], "rack_id": "",
         }, timeout_s=wait_ms / 1000 + 10)
+        if resp.error_code != ErrorCode.none:
+            # FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the leader restarted or
+            # evicted us): open a new session with a full fetch.
+            log.debug("fetcher of broker %d from %d: session reset (%s)", self.broker.node_id, self.leader_id,
+                      ErrorCode(resp.error_code).name)
+            self.session.reset()
+            if resp.error_code not in (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch):
+                await trio.sleep(0.1)
+            return
+        self.session.sent_ok(resp.session_id, wanted, listed, forgotten)
         errors = 0
         for t in resp.responses:
             for p in t.partitions:
