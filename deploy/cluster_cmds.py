@@ -63,6 +63,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     describe.add_argument("topics", nargs="*")
     describe.add_argument("--under-replicated", action="store_true", help="only partitions whose ISR is short")
     describe.add_argument("--unavailable", action="store_true", help="only partitions without a leader")
+    describe.add_argument("--under-min-isr", action="store_true",
+                          help="only partitions whose ISR is smaller than min.insync.replicas (acks=all fails)")
+    describe.add_argument("--at-min-isr", action="store_true",
+                          help="only partitions whose ISR is exactly min.insync.replicas (one more loss stops acks=all)")
     describe.add_argument("--json", action="store_true")
     alter = actions.add_parser("alter", help="add partitions or change configs")
     alter.add_argument("topic")
@@ -176,7 +180,9 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
         if t.error_code != 0:
             raise AdminError(f"topic {t.name!r}", t.error_code)
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
-        configs = {c.name: c.value for c in await admin.topic_configs(t.name) if c.config_source == 1}
+        all_configs = await admin.topic_configs(t.name)
+        configs = {c.name: c.value for c in all_configs if c.config_source == 1}
+        min_isr = int(next((c.value for c in all_configs if c.name == "min.insync.replicas"), None) or 1)
         selected = []
         for p in parts:
             under = len(p.isr_nodes) < len(p.replica_nodes)
@@ -184,15 +190,19 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
                 continue
             if args.unavailable and p.leader_id != -1:
                 continue
+            if args.under_min_isr and not len(p.isr_nodes) < min_isr:
+                continue
+            if args.at_min_isr and len(p.isr_nodes) != min_isr:
+                continue
             selected.append({"partition": p.partition_index, "leader": p.leader_id,
                              "leader_epoch": p.leader_epoch, "replicas": list(p.replica_nodes),
                              "isr": list(p.isr_nodes),
                              "offline": [r for r in p.replica_nodes if r not in live]})
-        if (args.under_replicated or args.unavailable) and not selected:
+        if (args.under_replicated or args.unavailable or args.under_min_isr or args.at_min_isr) and not selected:
             continue
         rows.append({"topic": t.name, "internal": t.is_internal, "partition_count": len(parts),
                      "replication_factor": len(parts[0].replica_nodes) if parts else 0, "configs": configs,
-                     "partitions": selected})
+                     "min_insync_replicas": min_isr, "partitions": selected})
     if args.json:
         print(json.dumps(rows))
         return 0

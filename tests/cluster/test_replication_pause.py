@@ -18,7 +18,10 @@ Set-up, and why:
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,7 +47,7 @@ from tests.cluster.workload import (
     verify_replicas,
     wait_fully_replicated,
 )
-from tests.harness import ClusterProcesses
+from tests.harness import REPO, ClusterProcesses
 
 TOPIC = "ledger"
 PROBE = "probe"
@@ -221,6 +224,17 @@ class Probe:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+def described(cluster: ClusterProcesses, flag: str) -> set[int]:
+    """Partitions of TOPIC that `dcmirror topics describe FLAG --json` selects."""
+    proc = subprocess.run([sys.executable, "-m", "deploy.cli", "topics", "describe", TOPIC, flag, "--json",
+                           "--bootstrap", cluster.bootstrap_of(1)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert all(r["min_insync_replicas"] == 2 for r in rows)
+    return {p["partition"] for r in rows for p in r["partitions"]}
+
+
 def test_two_paused_followers_stop_acks_all_writes(clusters: Callable[..., ClusterProcesses]) -> None:
     """Broker 1 leads every partition; SIGSTOP follower 2: the ISRs shrink to [1, 3] and
     writes go on. SIGSTOP follower 3 too: the ISRs shrink to [1] (the controller nodes still
@@ -246,6 +260,9 @@ def test_two_paused_followers_stop_acks_all_writes(clusters: Callable[..., Clust
         # Two in-sync replicas meet min.insync.replicas=2: writes go on.
         probe.send(1)
         assert probe.error_of(1) == "ok"
+        # kafka-topics' --at-min-isr-partitions / --under-min-isr-partitions.
+        assert described(cluster, "--at-min-isr") == set(range(PARTITIONS))
+        assert described(cluster, "--under-min-isr") == set()
         acked = workload.acked_count
         workload.wait_acked(acked + 1000, timeout_s=20)
 
@@ -262,6 +279,7 @@ def test_two_paused_followers_stop_acks_all_writes(clusters: Callable[..., Clust
         time.sleep(2.0)
         probe.send(4)
         assert probe.error_of(4) == "NOT_ENOUGH_REPLICAS"
+        assert described(cluster, "--under-min-isr") == set(range(PARTITIONS))
         assert workload.acked_count == stalled, "acks=all acknowledged with an ISR of 1 < min.insync.replicas"
         assert time.monotonic() - paused_at < CONFIG["broker_session_timeout_ms"] / 1000, "paused too long"
     finally:
