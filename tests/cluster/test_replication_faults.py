@@ -25,9 +25,8 @@ from tests.cluster import (
 )
 from tests.cluster.workload import (
     ProducerWorkload,
+    check_outcome,
     fault_rng,
-    verify,
-    verify_replicas,
     wait_fully_replicated,
 )
 from tests.harness import ClusterProcesses
@@ -57,17 +56,6 @@ def leaders(cluster: ClusterProcesses) -> dict[int, PartitionView]:
 
 def led_by(cluster: ClusterProcesses, node: int) -> set[int]:
     return {i for i, p in leaders(cluster).items() if p.leader == node}
-
-
-def check_outcome(cluster: ClusterProcesses, workload: ProducerWorkload) -> None:
-    result = workload.stop()
-    wait_fully_replicated(cluster, TOPIC, PARTITIONS, RF)
-    outcome = verify(cluster.bootstrap, TOPIC, PARTITIONS, result)
-    print(f"sent {result.sent}, acknowledged {len(result.acked)}, consumed {outcome.consumed}, "
-          f"unacknowledged but written {outcome.unacknowledged_present}, delivery errors {dict(result.errors)}")
-    outcome.assert_clean()
-    assert len(result.acked) == result.sent, f"delivery errors: {dict(result.errors)}"
-    verify_replicas(cluster, TOPIC)
 
 
 @pytest.mark.slow
@@ -122,11 +110,7 @@ def test_clean_bounce_of_a_leader_five_times(clusters: Callable[..., ClusterProc
         print(f"clean bounce of broker {victim}: writes to partitions {sorted(led)} unavailable for {gap * 1000:.0f} ms")
     print(f"write unavailability per clean bounce: max {max(gaps) * 1000:.0f} ms, "
           f"median {sorted(gaps)[len(gaps) // 2] * 1000:.0f} ms (target <= 1000 ms)")
-    wait_fully_replicated(cluster, TOPIC, PARTITIONS, RF)
-    outcome = verify(cluster.bootstrap, TOPIC, PARTITIONS, result)
-    outcome.assert_clean()
-    assert len(result.acked) == result.sent, f"delivery errors: {dict(result.errors)}"
-    verify_replicas(cluster, TOPIC)
+    check_outcome(cluster, workload, RF, result)
 
 
 def active_controller_from_logs(cluster: ClusterProcesses) -> int:

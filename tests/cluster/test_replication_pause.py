@@ -42,10 +42,9 @@ from tests.cluster import (
 )
 from tests.cluster.workload import (
     ProducerWorkload,
+    check_outcome,
     read_all,
-    verify,
     verify_replicas,
-    wait_fully_replicated,
 )
 from tests.harness import REPO, ClusterProcesses
 
@@ -109,17 +108,6 @@ def registered_brokers(bootstrap: str) -> set[int]:
 
 def shrunk_to(assignment: list[list[int]], paused: set[int]) -> dict[int, tuple[int, set[int]]]:
     return {i: (r[0], set(r) - paused) for i, r in enumerate(assignment)}
-
-
-def check_outcome(cluster: ClusterProcesses, workload: ProducerWorkload) -> None:
-    result = workload.stop()
-    wait_fully_replicated(cluster, TOPIC, PARTITIONS, RF)
-    outcome = verify(cluster.bootstrap, TOPIC, PARTITIONS, result)
-    print(f"sent {result.sent}, acknowledged {len(result.acked)}, consumed {outcome.consumed}, "
-          f"unacknowledged but written {outcome.unacknowledged_present}, delivery errors {dict(result.errors)}")
-    outcome.assert_clean()
-    assert len(result.acked) == result.sent, f"delivery errors: {dict(result.errors)}"
-    verify_replicas(cluster, TOPIC)
 
 
 ISR_CHANGE = re.compile(r"broker (\d+): ISR of (\S+)-(\d+) is now \[([\d, ]*)\] \((.*)\)$", re.M)

@@ -252,3 +252,20 @@ def verify_replicas(cluster: ClusterProcesses, topic: str, timeout_s: float = 60
     wait_until(consistent, timeout_s, f"verify-replicas {topic}: consistent, lag 0", cluster, interval_s=1.0)
     assert all(r["batches_compared"] > 0 for p in last for r in p["replicas"] if p["high_watermark"] > 0)
     return last
+
+
+def check_outcome(cluster: ClusterProcesses, workload: ProducerWorkload, rf: int = 3,
+                  result: WorkloadResult | None = None) -> WorkloadResult:
+    """The end of every replication fault scenario: stop the workload (unless `result` is
+    given), wait for whole ISRs, then 0 lost, 0 duplicates, order and acknowledged offsets kept,
+    every send acknowledged, replicas byte-identical (verify-replicas)."""
+    if result is None:
+        result = workload.stop()
+    wait_fully_replicated(cluster, workload.topic, workload.partitions, rf)
+    outcome = verify(cluster.bootstrap, workload.topic, workload.partitions, result)
+    print(f"sent {result.sent}, acknowledged {len(result.acked)}, consumed {outcome.consumed}, "
+          f"unacknowledged but written {outcome.unacknowledged_present}, delivery errors {dict(result.errors)}")
+    outcome.assert_clean()
+    assert len(result.acked) == result.sent, f"delivery errors: {dict(result.errors)}"
+    verify_replicas(cluster, workload.topic)
+    return result
