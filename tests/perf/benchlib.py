@@ -524,12 +524,17 @@ def paced(rate: float, seconds: float, send: Callable[[int], None],
 
 
 def kafka_paced_latency(bootstrap: str, topic: str, rate: float, seconds: float,
-                        values: Sequence[bytes]) -> Latency:
-    """produce() at a fixed rate; latency = produce() call -> delivery callback (acks=1, linger 5ms)."""
-    p = Producer(producer_conf(bootstrap))
+                        values: Sequence[bytes], *, system: str = "dcmirror (confluent_kafka, acks=1)",
+                        flush_timeout_s: float = 60.0, **client: object) -> Latency:
+    """produce() at a fixed rate; latency = produce() call -> delivery callback (acks=1, linger
+    5ms unless `client` says otherwise). The client queue holds every record of the run: when
+    the brokers fall behind the pace, latency grows instead of produce() failing."""
+    total = int(rate * seconds)
+    p = Producer(producer_conf(bootstrap, **client, **{"queue.buffering.max.messages": max(2_000_000, total + 1)}))
     p.produce(topic, values[0])
-    p.flush(30)
-    sent_at: list[float] = [0.0] * int(rate * seconds)
+    if p.flush(30) != 0:
+        raise RuntimeError(f"warm-up record to {topic} not delivered within 30s")
+    sent_at: list[float] = [0.0] * total
     latencies: list[float] = []
     errors = [0]
     perf = time.perf_counter
@@ -552,9 +557,8 @@ def kafka_paced_latency(bootstrap: str, topic: str, rate: float, seconds: float,
         poll(min(wait, 0.001))
 
     sent, send_seconds = paced(rate, seconds, send, idle)
-    remaining = p.flush(60)
-    return Latency("dcmirror (confluent_kafka, acks=1)", rate, sent, len(latencies), send_seconds,
-                   latencies, errors[0] + remaining,
+    remaining = p.flush(flush_timeout_s)
+    return Latency(system, rate, sent, len(latencies), send_seconds, latencies, errors[0] + remaining,
                    note=f"{remaining} undelivered after flush" if remaining else "")
 
 

@@ -58,8 +58,8 @@ from tests.perf.benchlib import (
     env_float,
     env_int,
     kafka_consume,
+    kafka_paced_latency,
     measure,
-    paced,
     payloads,
     percentile,
     proc_cpu_seconds,
@@ -208,42 +208,9 @@ def measured_full_rate(pids: dict[str, int | None], bootstrap: str, topic: str, 
 
 def paced_latency(bootstrap: str, topic: str, rate: float, seconds: float, values: Sequence[bytes],
                   client: Mapping[str, object], system: str) -> Latency:
-    """benchlib.kafka_paced_latency with the given acks/idempotence (it is fixed to acks=1).
-
-    As there, the client queue holds every record of the phase: when the brokers fall behind
-    the pace, latency grows (and achieved/s drops) instead of produce() failing.
-    """
-    total = int(rate * seconds)
-    p = Producer(producer_conf(bootstrap, **client,
-                               **{"queue.buffering.max.messages": max(2_000_000, total + 1)}))
-    p.produce(topic, values[0])
-    if p.flush(30) != 0:
-        raise RuntimeError(f"warm-up record to {topic} not delivered within 30s")
-    sent_at: list[float] = [0.0] * total
-    latencies: list[float] = []
-    errors = [0]
-    perf = time.perf_counter
-
-    def delivered(i: int, err: object, msg: object) -> None:
-        if err is None:
-            latencies.append((perf() - sent_at[i]) * 1000.0)
-        else:
-            errors[0] += 1
-
-    callbacks = [functools.partial(delivered, i) for i in range(len(sent_at))]
-    produce, poll = p.produce, p.poll
-
-    def send(i: int) -> None:
-        sent_at[i] = perf()
-        produce(topic, values[i % len(values)], on_delivery=callbacks[i])
-
-    def idle(wait: float) -> None:
-        poll(min(wait, 0.001))  # serves delivery callbacks and paces
-
-    sent, send_seconds = paced(rate, seconds, send, idle)
-    remaining = p.flush(120)
-    return Latency(system, rate, sent, len(latencies), send_seconds, latencies, errors[0] + remaining,
-                   note=f"{remaining} undelivered after flush" if remaining else "")
+    """benchlib.kafka_paced_latency with the given acks/idempotence."""
+    return kafka_paced_latency(bootstrap, topic, rate, seconds, values, system=system, flush_timeout_s=120.0,
+                               **client)
 
 
 # --------------------------------------------------------------------------- checks / helpers
