@@ -16,22 +16,15 @@ from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssi
 from kio.serial import entity_reader
 
 from cluster.client.connection import BrokerConnection, connect_any
+from cluster.client.errors import KafkaError
 from cluster.protocol.errors import ErrorCode
 
 EARLIEST = -2
 LATEST = -1
 
 
-class AdminError(Exception):
-    """A Kafka error answer, with its name and what it was about."""
-
-    def __init__(self, what: str, code: int) -> None:
-        try:
-            name = ErrorCode(code).name.upper()
-        except ValueError:
-            name = str(code)
-        super().__init__(f"{what}: {name} ({code})")
-        self.code = code
+class AdminError(KafkaError):
+    """A Kafka error answer to an admin request."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ requests strictly in order, as the protocol guarantees on one connection.
 from __future__ import annotations
 
 import io
+import math
 import struct
 from typing import Any
 
@@ -38,35 +39,67 @@ class UnsupportedApi(Exception):
     pass
 
 
+class _Slot:
+    __slots__ = ("frame", "done")
+
+    def __init__(self) -> None:
+        self.frame: bytearray | None = None
+        self.done = False
+
+
 class BrokerConnection:
-    def __init__(self, host: str, port: int, *, client_id: str = "dcmirror") -> None:
+    """A connection that pipelines: up to `max_in_flight` requests are on the wire at once.
+
+    Sending is serialized by a lock; responses come back in send order, so each request
+    takes a ticket when it is sent, and whichever waiter holds the receive lock reads
+    frames and hands each to its ticket's slot (the leader/follower pattern: no background
+    task, so the connection needs no nursery). A waiter cancelled after sending leaves its
+    slot behind to be discarded, so the stream never falls out of step.
+    """
+
+    def __init__(self, host: str, port: int, *, client_id: str = "dcmirror",
+                 max_in_flight: int = 5, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max.in.flight.requests.per.connection must be at least 1, not {max_in_flight}")
         self.host = host
         self.port = port
         self.client_id = client_id
+        self._client_id_bytes = client_id.encode()
         self._stream: trio.SocketStream | None = None
-        self._decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+        self._decoder = FrameDecoder(max_response_bytes)
         self._correlation_id = 0
-        self._lock = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._recv_lock = trio.Lock()
+        self._in_flight = trio.Semaphore(max_in_flight)
+        self._slots: dict[int, _Slot] = {}
+        self._next_read = 1  # correlation id of the next response on the wire
+        self._broken: str | None = None
         self.versions: dict[int, tuple[int, int]] = {}
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def closed(self) -> bool:
+        return self._stream is None
+
     async def connect(self, timeout_s: float = 10.0) -> BrokerConnection:
         try:
             with trio.fail_after(timeout_s):
                 self._stream = await trio.open_tcp_stream(self.host, self.port)
                 await self._negotiate()
-        except (OSError, trio.TooSlowError) as exc:
+        except (OSError, trio.TooSlowError, KafkaConnectionError) as exc:
             await self.aclose()
             raise KafkaConnectionError(f"cannot reach broker {self.address}: {exc}") from None
         return self
 
     async def aclose(self) -> None:
         if self._stream is not None:
-            await self._stream.aclose()
-            self._stream = None
+            stream, self._stream = self._stream, None
+            self._broken = self._broken or "closed"
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
 
     async def _negotiate(self) -> None:
         response = await self._roundtrip(API_VERSIONS, 0, {})
@@ -81,47 +114,115 @@ class BrokerConnection:
             raise UnsupportedApi(f"broker {self.address} and this client share no version of API {api_key}")
         return min(ours, theirs[1])
 
-    async def request(self, api_key: int, body: dict[str, Any], *, timeout_s: float = 30.0) -> Any:
-        """Send one request built from `body`; returns the decoded kio response."""
+    async def request(self, api_key: int, body: dict[str, Any] | Any, *, timeout_s: float = 30.0,
+                      expect_response: bool = True) -> Any:
+        """Send one request built from `body` (a dict, or a ready kio request of the
+        negotiated version); returns the decoded kio response (None when
+        `expect_response` is false: acks=0 produce gets no answer)."""
         version = self.version_for(api_key)
         try:
             with trio.fail_after(timeout_s):
-                return await self._roundtrip(api_key, version, body)
+                return await self._roundtrip(api_key, version, body, expect_response=expect_response)
         except trio.TooSlowError:
             await self.aclose()
             raise KafkaConnectionError(f"broker {self.address} did not answer API {api_key} within {timeout_s} s") from None
 
-    async def _roundtrip(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        async with self._lock:
-            if self._stream is None:
-                raise KafkaConnectionError(f"connection to {self.address} is closed")
-            self._correlation_id += 1
-            correlation_id = self._correlation_id
-            req_cls = request_schema(api_key, version)
-            out = io.BytesIO()
-            out.write(b"\x00\x00\x00\x00")
-            out.write(_I16.pack(api_key) + _I16.pack(version) + _I32.pack(correlation_id))
-            cid = self.client_id.encode()
-            out.write(_I16.pack(len(cid)) + cid)
-            if req_cls.__flexible__:
-                out.write(b"\x00")
-            entity_writer(req_cls)(out, build(req_cls, body))
-            buf = out.getbuffer()
-            _I32.pack_into(buf, 0, len(buf) - 4)
-            del buf
-            try:
-                await self._stream.send_all(out.getvalue())
-                frame = await self._read_frame()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                await self.aclose()
-                raise KafkaConnectionError(f"connection to {self.address} broke: {exc}") from None
-            (got,) = _I32.unpack_from(frame, 0)
-            if got != correlation_id:
-                raise ProtocolError(f"broker {self.address} answered correlation id {got}, expected {correlation_id}")
-            resp_cls = response_schema(api_key, version)
-            offset = 4 + (1 if resp_cls.__flexible__ and api_key != API_VERSIONS else 0)
-            value, _ = entity_reader(resp_cls)(bytes(frame), offset)
-            return value
+    def _encode(self, api_key: int, version: int, correlation_id: int, body: dict[str, Any] | Any) -> bytes:
+        req_cls = request_schema(api_key, version)
+        out = io.BytesIO()
+        out.write(b"\x00\x00\x00\x00")
+        out.write(_I16.pack(api_key) + _I16.pack(version) + _I32.pack(correlation_id))
+        cid = self._client_id_bytes
+        out.write(_I16.pack(len(cid)) + cid)
+        if req_cls.__flexible__:
+            out.write(b"\x00")
+        entity_writer(req_cls)(out, body if isinstance(body, req_cls) else build(req_cls, body))
+        buf = out.getbuffer()
+        _I32.pack_into(buf, 0, len(buf) - 4)
+        del buf
+        return out.getvalue()
+
+    async def send(self, api_key: int, body: dict[str, Any] | Any, *,
+                   expect_response: bool = True) -> PendingResponse | None:
+        """Put one request on the wire (waiting for an in-flight slot); the answer is
+        awaited separately, so one task can keep several requests in flight in order."""
+        return await self._send(api_key, self.version_for(api_key), body, expect_response)
+
+    async def _send(self, api_key: int, version: int, body: dict[str, Any] | Any,
+                    expect_response: bool) -> PendingResponse | None:
+        await self._in_flight.acquire()
+        try:
+            async with self._send_lock:
+                if self._stream is None:
+                    raise KafkaConnectionError(f"connection to {self.address} is closed ({self._broken})")
+                self._correlation_id += 1
+                correlation_id = self._correlation_id
+                data = self._encode(api_key, version, correlation_id, body)
+                slot = _Slot()
+                if expect_response:
+                    self._slots[correlation_id] = slot
+                elif self._next_read == correlation_id:
+                    self._next_read += 1  # no answer will come; nothing earlier is outstanding
+                else:
+                    slot.done = True  # a ticket without a frame, skipped by the reader
+                    self._slots[correlation_id] = slot
+                try:
+                    with trio.CancelScope(shield=True):
+                        # A half-sent frame would desynchronize the stream: finish it.
+                        await self._stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._slots.pop(correlation_id, None)
+                    await self._fail(f"send failed: {exc}")
+                    raise KafkaConnectionError(f"connection to {self.address} broke: {exc}") from None
+        except BaseException:
+            self._in_flight.release()
+            raise
+        if not expect_response:
+            self._in_flight.release()
+            return None
+        return PendingResponse(self, api_key, version, correlation_id, slot)
+
+    async def _roundtrip(self, api_key: int, version: int, body: dict[str, Any] | Any, *,
+                         expect_response: bool = True) -> Any:
+        pending = await self._send(api_key, version, body, expect_response)
+        return None if pending is None else await pending.wait()
+
+    async def _await_frame(self, correlation_id: int, slot: _Slot) -> bytearray:
+        while not slot.done:
+            async with self._recv_lock:
+                if slot.done:
+                    break
+                if self._stream is None:
+                    raise KafkaConnectionError(f"connection to {self.address} broke ({self._broken})")
+                try:
+                    frame = await self._read_frame()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError) as exc:
+                    await self._fail(str(exc))
+                    raise KafkaConnectionError(f"connection to {self.address} broke: {exc}") from None
+                (got,) = _I32.unpack_from(frame, 0)
+                expected = self._next_read
+                while expected in self._slots and self._slots[expected].done and self._slots[expected].frame is None \
+                        and expected != correlation_id:
+                    # acks=0 requests sent out of turn get no frame: skip their tickets.
+                    self._slots.pop(expected)
+                    expected += 1
+                if got != expected:
+                    await self._fail(f"correlation id {got}, expected {expected}")
+                    raise ProtocolError(f"broker {self.address} answered correlation id {got}, expected {expected}")
+                self._next_read = expected + 1
+                owner = self._slots.get(got)
+                if owner is not None:
+                    owner.frame = frame
+                    owner.done = True
+        if slot.frame is None:
+            raise KafkaConnectionError(f"connection to {self.address} broke ({self._broken})")
+        return slot.frame
+
+    async def _fail(self, why: str) -> None:
+        self._broken = why
+        for s in self._slots.values():
+            s.done = True
+        await self.aclose()
 
     async def _read_frame(self) -> bytearray:
         assert self._stream is not None
@@ -129,10 +230,40 @@ class BrokerConnection:
             frame = self._decoder.next_frame()
             if frame is not None:
                 return frame
-            data = await self._stream.receive_some(65536)
+            data = await self._stream.receive_some(262144)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the broker")
             self._decoder.receive_data(data)
+
+
+class PendingResponse:
+    """The answer to a request already sent; `wait()` once."""
+
+    __slots__ = ("_conn", "api_key", "version", "correlation_id", "_slot")
+
+    def __init__(self, conn: BrokerConnection, api_key: int, version: int, correlation_id: int, slot: _Slot) -> None:
+        self._conn = conn
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self._slot = slot
+
+    async def wait(self, timeout_s: float | None = None) -> Any:
+        conn = self._conn
+        try:
+            with trio.fail_after(timeout_s if timeout_s is not None else math.inf):
+                frame = await conn._await_frame(self.correlation_id, self._slot)
+        except trio.TooSlowError:
+            await conn.aclose()
+            raise KafkaConnectionError(
+                f"broker {conn.address} did not answer API {self.api_key} within {timeout_s} s") from None
+        finally:
+            conn._slots.pop(self.correlation_id, None)
+            conn._in_flight.release()
+        resp_cls = response_schema(self.api_key, self.version)
+        offset = 4 + (1 if resp_cls.__flexible__ and self.api_key != API_VERSIONS else 0)
+        value, _ = entity_reader(resp_cls)(bytes(frame), offset)
+        return value
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:

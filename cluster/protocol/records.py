@@ -7,7 +7,7 @@ produce and fetch paths never call this.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import cramjam
 from crc32c import crc32c
@@ -31,8 +31,9 @@ CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """One record with its absolute offset and timestamp (a tuple: clients decode millions)."""
+
     offset: int
     timestamp: int
     key: bytes | None
@@ -102,6 +103,84 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos : pos + n], pos + n
 
 
+def decode_records(body: bytes, count: int, base_offset: int, base_timestamp: int) -> list[Record]:
+    """The `count` records of an (uncompressed) records section.
+
+    The hot loop of every consumer: one-byte varints are decoded inline, longer ones by
+    `_varint`; every length is checked against the bytes that remain.
+    """
+    records: list[Record] = []
+    append = records.append
+    new = tuple.__new__
+    size = len(body)
+    p = 0
+    try:
+        for _ in range(count):
+            b = body[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = _varint(body, p)
+            end = p + length
+            if length < 0 or end > size:
+                raise InvalidRecordBatch("record length runs past the end of the batch")
+            p += 1  # attributes
+            b = body[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = _varint(body, p)
+            b = body[p]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                off_delta, p = _varint(body, p)
+            b = body[p]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                n, p = _varint(body, p)
+            if n < 0:
+                key = None
+            else:
+                key = body[p : p + n]
+                p += n
+            b = body[p]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                n, p = _varint(body, p)
+            if n < 0:
+                value = None
+            else:
+                value = body[p : p + n]
+                p += n
+            if body[p] == 0:
+                headers: tuple[tuple[str, bytes | None], ...] = ()
+                p += 1
+            else:
+                n_headers, p = _varint(body, p)
+                if n_headers < 0 or n_headers > end - p:
+                    raise InvalidRecordBatch(f"record declares {n_headers} headers")
+                items = []
+                for _ in range(n_headers):
+                    hk, p = _bytes(body, p)
+                    hv, p = _bytes(body, p)
+                    items.append(((hk or b"").decode("utf-8", "replace"), hv))
+                headers = tuple(items)
+            if p != end:
+                raise InvalidRecordBatch("record length does not match its fields")
+            append(new(Record, (base_offset + off_delta, base_timestamp + ts_delta, key, value, headers)))
+    except IndexError:
+        raise InvalidRecordBatch("record runs past the end of the batch") from None
+    return records
+
+
 def decode_batch(batch: bytes, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     """Every record of the batch at `pos` (decompressed)."""
     header = read_header(batch, pos)
@@ -109,30 +188,7 @@ def decode_batch(batch: bytes, pos: int = 0) -> tuple[BatchHeader, list[Record]]
     if end > len(batch):
         raise InvalidRecordBatch("record batch is truncated")
     body = decompress(header.compression, bytes(batch[pos + BATCH_HEADER_SIZE : end]))
-    records: list[Record] = []
-    p = 0
-    for _ in range(header.records_count):
-        length, p = _varint(body, p)
-        record_end = p + length
-        if length < 0 or record_end > len(body):
-            raise InvalidRecordBatch("record length runs past the end of the batch")
-        p += 1  # attributes
-        ts_delta, p = _varint(body, p)
-        off_delta, p = _varint(body, p)
-        key, p = _bytes(body, p)
-        value, p = _bytes(body, p)
-        n_headers, p = _varint(body, p)
-        headers = []
-        for _ in range(n_headers):
-            hk, p = _bytes(body, p)
-            hv, p = _bytes(body, p)
-            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
-        if p != record_end:
-            raise InvalidRecordBatch("record length does not match its fields")
-        records.append(
-            Record(header.base_offset + off_delta, header.base_timestamp + ts_delta, key, value, tuple(headers))
-        )
-    return header, records
+    return header, decode_records(body, header.records_count, header.base_offset, header.base_timestamp)
 
 
 # ---- encoding ---------------------------------------------------------------------------
@@ -145,20 +201,74 @@ _COMPRESSORS = {
 }
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)  # zigzag
+def _zigzag(value: int) -> bytes:
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
     while v & ~0x7F:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
+    return bytes(out)
 
 
-def _write_bytes(out: bytearray, value: bytes | None) -> None:
-    if value is None:
-        _write_varint(out, -1)
+# Encoded varints of 0 .. 2**14-1: record lengths, deltas and sizes are almost always small.
+_VARINTS = [_zigzag(i) for i in range(1 << 14)]
+_VARINT_TABLE_SIZE = len(_VARINTS)
+_NULL = _zigzag(-1)
+
+
+def varint(value: int) -> bytes:
+    return _VARINTS[value] if 0 <= value < _VARINT_TABLE_SIZE else _zigzag(value)
+
+
+def _field(value: bytes | None) -> bytes:
+    return _NULL if value is None else varint(len(value)) + value
+
+
+def append_record(body: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers: tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]] = ()) -> int:
+    """Append one record to a records section; returns its encoded size. The producer's hot path."""
+    t = _VARINTS
+    if headers:
+        hs = b"".join(_field(k.encode()) + _field(v) for k, v in headers)
+        tail = varint(len(headers)) + hs
     else:
-        _write_varint(out, len(value))
-        out += value
+        tail = b"\x00"
+    rec = b"".join((
+        b"\x00",
+        t[timestamp_delta] if 0 <= timestamp_delta < _VARINT_TABLE_SIZE else _zigzag(timestamp_delta),
+        t[offset_delta] if offset_delta < _VARINT_TABLE_SIZE else _zigzag(offset_delta),
+        _NULL if key is None else (t[len(key)] if len(key) < _VARINT_TABLE_SIZE else _zigzag(len(key))) + key,
+        _NULL if value is None else (t[len(value)] if len(value) < _VARINT_TABLE_SIZE else _zigzag(len(value))),
+        b"" if value is None else value,
+        tail,
+    ))
+    n = len(rec)
+    prefix = t[n] if n < _VARINT_TABLE_SIZE else _zigzag(n)
+    body += prefix
+    body += rec
+    return len(prefix) + n
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    return data if codec == COMPRESSION_NONE else _COMPRESSORS[codec](data)
+
+
+_BATCH_AFTER_CRC = struct.Struct(">hiqqqhii")
+_BATCH_BEFORE_CRC = struct.Struct(">qiibI")
+
+
+def batch_from_records_section(records_section: bytes, *, count: int, base_offset: int, last_offset_delta: int,
+                               base_timestamp: int, max_timestamp: int, producer_id: int = -1,
+                               producer_epoch: int = -1, base_sequence: int = -1, partition_leader_epoch: int = -1,
+                               compression: int = COMPRESSION_NONE, attributes_extra: int = 0) -> bytes:
+    """A magic-2 batch around an encoded records section (compressed here)."""
+    payload = compress(compression, records_section)
+    attributes = (compression & COMPRESSION_MASK) | attributes_extra
+    after_crc = _BATCH_AFTER_CRC.pack(attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                                      producer_epoch, base_sequence, count) + payload
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
+    return _BATCH_BEFORE_CRC.pack(base_offset, batch_length, partition_leader_epoch, 2, crc32c(after_crc)) + after_crc
 
 
 def encode_batch(
@@ -185,27 +295,12 @@ def encode_batch(
     max_ts = max((r.timestamp for r in records), default=-1) if max_timestamp is None else max_timestamp
     body = bytearray()
     for r in records:
-        rec = bytearray(b"\x00")
-        _write_varint(rec, r.timestamp - base_ts)
-        _write_varint(rec, r.offset - base)
-        _write_bytes(rec, r.key)
-        _write_bytes(rec, r.value)
-        _write_varint(rec, len(r.headers))
-        for hk, hv in r.headers:
-            _write_bytes(rec, hk.encode())
-            _write_bytes(rec, hv)
-        _write_varint(body, len(rec))
-        body += rec
-    payload = bytes(body) if compression == COMPRESSION_NONE else _COMPRESSORS[compression](bytes(body))
+        append_record(body, r.offset - base, r.timestamp - base_ts, r.key, r.value, r.headers)
     delta = (records[-1].offset - base if records else 0) if last_offset_delta is None else last_offset_delta
-    attributes = (compression & COMPRESSION_MASK) | attributes_extra
-    after_crc = struct.pack(
-        ">hiqqqhii", attributes, delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)
-    ) + payload
-    crc = crc32c(after_crc)
-    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
-    return struct.pack(">qiibI", base, batch_length, partition_leader_epoch, 2, crc) + after_crc
-
+    return batch_from_records_section(
+        bytes(body), count=len(records), base_offset=base, last_offset_delta=delta, base_timestamp=base_ts,
+        max_timestamp=max_ts, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch, compression=compression, attributes_extra=attributes_extra)
 
 
 CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()} | {"uncompressed": COMPRESSION_NONE}

@@ -1,0 +1,230 @@
+"""What every client needs from a cluster: bootstrap, a metadata cache (brokers, partition
+leaders and leader epochs) and one pipelined connection per broker, reconnected with backoff.
+
+Producer, consumer and admin share this; it never retries requests itself (callers own
+their retry policy), but it does refresh metadata when they report a stale leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from cluster.client.config import ClientConfig
+from cluster.client.connection import BrokerConnection, KafkaConnectionError, parse_bootstrap
+from cluster.client.errors import KafkaError, KafkaTimeoutError
+from cluster.protocol.errors import ErrorCode
+
+log = logging.getLogger("dcmirror.client")
+
+METADATA = 3
+FIND_COORDINATOR = 10
+BOOTSTRAP_NODE_BASE = -1000  # bootstrap addresses before their node ids are known
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int  # -1: no leader right now
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    error_code: int
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+
+
+class ClusterMetadata:
+    """Brokers, topics and leaders as the last Metadata answer described them."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.controller_id = -1
+        self.cluster_id: str | None = None
+        self.updated_s = -1e18
+
+    def update(self, response: Any, now_s: float, *, all_topics: bool) -> None:
+        self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        self.controller_id = getattr(response, "controller_id", -1)
+        self.cluster_id = getattr(response, "cluster_id", None)
+        if all_topics:
+            self.topics = {}
+        for t in response.topics:
+            info = TopicInfo(t.name, t.error_code)
+            for p in t.partitions:
+                info.partitions[p.partition_index] = PartitionInfo(
+                    t.name, p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1),
+                    list(p.replica_nodes), list(p.isr_nodes), p.error_code)
+            self.topics[t.name] = info
+        self.updated_s = now_s
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self.topics.get(topic)
+        if info is None or info.error_code != 0 or not info.partitions:
+            return None
+        return len(info.partitions)
+
+    def leader(self, topic: str, partition: int) -> int:
+        info = self.topics.get(topic)
+        p = info.partitions.get(partition) if info else None
+        return -1 if p is None else p.leader
+
+
+class ClientCluster:
+    """Connections and metadata for one cluster, shared by a client's tasks."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.bootstrap = parse_bootstrap(config["bootstrap.servers"])
+        self.client_id: str = config["client.id"]
+        self.metadata = ClusterMetadata()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connect_locks: dict[int, trio.Lock] = {}
+        self._reconnect_after_s: dict[int, float] = {}
+        self._reconnect_backoff_s: dict[int, float] = {}
+        self._wanted_topics: set[str] = set()
+        self._all_topics = False
+        self._refresh_lock = trio.Lock()
+        self._refreshed = trio.Event()
+        self.closed = False
+
+    # ---- connections --------------------------------------------------------------
+
+    def address(self, node_id: int) -> tuple[str, int]:
+        if node_id <= BOOTSTRAP_NODE_BASE:
+            return self.bootstrap[BOOTSTRAP_NODE_BASE - node_id]
+        if node_id not in self.metadata.brokers:
+            raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+        return self.metadata.brokers[node_id]
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The connection to a broker, opened (or reopened) on demand with reconnect backoff."""
+        conn = self._connections.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connect_locks.setdefault(node_id, trio.Lock())
+        async with lock:
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            wait_s = self._reconnect_after_s.get(node_id, 0.0) - trio.current_time()
+            if wait_s > 0:
+                await trio.sleep(wait_s)
+            host, port = self.address(node_id)
+            conn = BrokerConnection(host, port, client_id=self.client_id,
+                                    max_in_flight=self.config["max.in.flight.requests.per.connection"],
+                                    max_response_bytes=self.config["receive.message.max.bytes"])
+            try:
+                await conn.connect(self.config["socket.connection.setup.timeout.ms"] / 1000)
+            except KafkaConnectionError:
+                backoff = self._reconnect_backoff_s.get(node_id, self.config["reconnect.backoff.ms"] / 1000)
+                self._reconnect_after_s[node_id] = trio.current_time() + backoff * random.uniform(0.8, 1.2)
+                self._reconnect_backoff_s[node_id] = min(2 * backoff, self.config["reconnect.backoff.max.ms"] / 1000)
+                raise
+            self._reconnect_backoff_s.pop(node_id, None)
+            self._reconnect_after_s.pop(node_id, None)
+            self._connections[node_id] = conn
+            return conn
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: a live one, else each known broker, else bootstrap."""
+        for conn in self._connections.values():
+            if not conn.closed:
+                return conn
+        candidates = list(self.metadata.brokers)
+        random.shuffle(candidates)
+        candidates += [BOOTSTRAP_NODE_BASE - i for i in range(len(self.bootstrap))]
+        errors = []
+        for node_id in candidates:
+            try:
+                return await self.connection(node_id)
+            except KafkaConnectionError as exc:
+                errors.append(str(exc))
+        raise KafkaConnectionError("no broker of the cluster is reachable: " + "; ".join(errors))
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for conn in self._connections.values():
+            await conn.aclose()
+        self._connections.clear()
+
+    # ---- metadata -----------------------------------------------------------------
+
+    def want_topics(self, topics: set[str] | None) -> None:
+        """Topics to keep metadata for (None: all topics, for pattern subscriptions)."""
+        if topics is None:
+            self._all_topics = True
+        else:
+            self._wanted_topics |= topics
+
+    async def refresh(self, topics: set[str] | None = None) -> ClusterMetadata:
+        """Ask any broker for metadata of the wanted topics (plus `topics`). Concurrent callers
+        share one request."""
+        if topics:
+            self._wanted_topics |= topics
+        if self._refresh_lock.locked():
+            event = self._refreshed
+            await event.wait()
+            return self.metadata
+        async with self._refresh_lock:
+            try:
+                conn = await self.any_connection()
+                all_topics = self._all_topics
+                names = None if all_topics else sorted(self._wanted_topics)
+                body = {"topics": None if names is None else [{"name": t} for t in names],
+                        "allow_auto_topic_creation": False,
+                        "include_cluster_authorized_operations": False,
+                        "include_topic_authorized_operations": False}
+                resp = await conn.request(METADATA, body, timeout_s=self.config["request.timeout.ms"] / 1000)
+                self.metadata.update(resp, trio.current_time(), all_topics=all_topics)
+            finally:
+                event, self._refreshed = self._refreshed, trio.Event()
+                event.set()
+        return self.metadata
+
+    def stale(self) -> bool:
+        return trio.current_time() - self.metadata.updated_s > self.config["metadata.max.age.ms"] / 1000
+
+    async def wait_for_topic(self, topic: str, timeout_s: float) -> int:
+        """Partition count of `topic`, refreshing metadata with backoff until it exists."""
+        count = self.metadata.partition_count(topic)
+        if count is not None:
+            return count
+        backoff_s = self.config["retry.backoff.ms"] / 1000
+        last_error: Exception | None = None
+        with trio.move_on_after(timeout_s):
+            while True:
+                try:
+                    meta = await self.refresh({topic})
+                    count = meta.partition_count(topic)
+                    if count is not None:
+                        return count
+                    info = meta.topics.get(topic)
+                    last_error = KafkaError(f"topic {topic!r}", info.error_code if info else
+                                            ErrorCode.unknown_topic_or_partition)
+                except KafkaConnectionError as exc:
+                    last_error = exc
+                await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
+                backoff_s = min(2 * backoff_s, self.config["retry.backoff.max.ms"] / 1000)
+        raise KafkaTimeoutError(f"topic {topic!r} unavailable after {timeout_s:g} s: {last_error}")
+
+    async def coordinator(self, group_id: str, *, key_type: int = 0) -> int:
+        """Node id of the group's coordinator (FindCoordinator); raises KafkaError."""
+        conn = await self.any_connection()
+        resp = await conn.request(FIND_COORDINATOR, {"key": group_id, "key_type": key_type},
+                                  timeout_s=self.config["request.timeout.ms"] / 1000)
+        if resp.error_code != 0:
+            raise KafkaError(f"finding the coordinator of group {group_id!r}", resp.error_code)
+        self.metadata.brokers.setdefault(resp.node_id, (resp.host, resp.port))
+        return int(resp.node_id)
