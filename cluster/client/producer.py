@@ -333,7 +333,7 @@ class Producer:
         while True:
             try:
                 conn = await self.cluster.any_connection()
-                resp = await conn.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout_ms": -1},
+                resp = await conn.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": -1},
                                           timeout_s=self.request_timeout_s)
                 if resp.error_code == 0:
                     break
@@ -407,7 +407,7 @@ class Producer:
             topics: dict[str, list[dict[str, Any]]] = {}
             for b in batches:
                 topics.setdefault(b.topic, []).append({"index": b.partition, "records": b.encode(self.compression)})
-            body = {"transactional_id": None, "acks": self.acks, "timeout_ms": int(self.request_timeout_s * 1000),
+            body = {"transactional_id": None, "acks": self.acks, "timeout": int(self.request_timeout_s * 1000),
                     "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
             try:
                 conn = await self.cluster.connection(node)

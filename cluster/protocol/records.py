@@ -120,6 +120,10 @@ def decode_records(body: bytes, count: int, base_offset: int, base_timestamp: in
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif body[p + 1] < 0x80:
+                length = (b & 0x7F) | (body[p + 1] << 7)
+                length = (length >> 1) ^ -(length & 1)
+                p += 2
             else:
                 length, p = _varint(body, p)
             end = p + length
@@ -130,18 +134,30 @@ def decode_records(body: bytes, count: int, base_offset: int, base_timestamp: in
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif body[p + 1] < 0x80:
+                ts_delta = (b & 0x7F) | (body[p + 1] << 7)
+                ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
+                p += 2
             else:
                 ts_delta, p = _varint(body, p)
             b = body[p]
             if b < 0x80:
                 off_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif body[p + 1] < 0x80:
+                off_delta = (b & 0x7F) | (body[p + 1] << 7)
+                off_delta = (off_delta >> 1) ^ -(off_delta & 1)
+                p += 2
             else:
                 off_delta, p = _varint(body, p)
             b = body[p]
             if b < 0x80:
                 n = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif body[p + 1] < 0x80:
+                n = (b & 0x7F) | (body[p + 1] << 7)
+                n = (n >> 1) ^ -(n & 1)
+                p += 2
             else:
                 n, p = _varint(body, p)
             if n < 0:
@@ -153,6 +169,10 @@ def decode_records(body: bytes, count: int, base_offset: int, base_timestamp: in
             if b < 0x80:
                 n = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif body[p + 1] < 0x80:
+                n = (b & 0x7F) | (body[p + 1] << 7)
+                n = (n >> 1) ^ -(n & 1)
+                p += 2
             else:
                 n, p = _varint(body, p)
             if n < 0:

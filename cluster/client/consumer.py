@@ -1,0 +1,688 @@
+"""The consumer: assign or subscribe (classic consumer groups, see group.py), fetch
+prefetching per broker, positions, seek, commits.
+
+    async with Consumer({"bootstrap.servers": bs, "group.id": "g", "auto.offset.reset": "earliest"}) as c:
+        c.subscribe(["pageviews"])
+        batches = await c.getmany(timeout_s=1.0)      # {(topic, partition): [Record, ...]}
+        await c.commit()
+
+One fetch task per broker keeps a Fetch in flight for the partitions that broker leads
+while the prefetch buffer (queued.max.messages.kbytes) has room, so records are decoded
+while the application works on the previous ones. Only records below the high watermark
+arrive (the broker sees to that); control batches are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import trio
+
+from cluster.client.config import consumer_config
+from cluster.client.connection import KafkaConnectionError
+from cluster.client.errors import METADATA_ERRORS, KafkaError
+from cluster.client.metadata import ClientCluster
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    CONTROL_MASK,
+    LOG_OVERHEAD,
+    InvalidRecordBatch,
+    read_header,
+    validate_batch,
+)
+from cluster.protocol.records import Record, decode_records, decompress
+
+_BASE_LEN = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+LAST_OFFSET_DELTA_OFFSET = 23
+
+__all__ = ["Consumer", "ConsumerRecord", "OffsetOutOfRange", "EARLIEST", "LATEST"]
+
+log = logging.getLogger("dcmirror.client.consumer")
+
+FETCH = 1
+LIST_OFFSETS = 2
+EARLIEST = -2
+LATEST = -1
+TopicPartition = tuple[str, int]
+RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class OffsetOutOfRange(KafkaError):
+    """A position outside the log and auto.offset.reset=none: seek somewhere valid."""
+
+
+@dataclass(slots=True)
+class PartitionPosition:
+    position: int | None = None  # next offset the application gets; None: to be looked up
+    fetch_offset: int | None = None  # next offset to fetch (ahead of position by what is buffered)
+    paused: bool = False
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    retry_after_s: float = 0.0
+    epoch: int = 0  # bumped on seek: fetch answers for an older epoch are dropped
+
+
+class Consumer:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = consumer_config(config)
+        c = self.config
+        self.group_id: str = c["group.id"]
+        self.cluster = ClientCluster(c)
+        reset = {"smallest": "earliest", "largest": "latest", "error": "none"}.get(c["auto.offset.reset"],
+                                                                                  c["auto.offset.reset"])
+        self.auto_offset_reset: str = reset
+        self.request_timeout_s = c["request.timeout.ms"] / 1000
+        self._assigned: dict[TopicPartition, PartitionPosition] = {}
+        # (partition, its seek epoch, records, bytes they hold against queued.max.messages.kbytes)
+        self._buffer: deque[tuple[TopicPartition, int, list[Record], int]] = deque()
+        self._buffered_bytes = 0
+        self._max_buffered_bytes = c["queued.max.messages.kbytes"] * 1024
+        self._errors: list[Exception] = []
+        self._changed = trio.Event()  # assignment, positions or buffer room changed
+        self._arrived = trio.Event()  # records (or an error) arrived
+        self._fetchers: set[int] = set()
+        self._rotation = 0
+        self._resolving = False
+        self._nursery: trio.Nursery | None = None
+        self._stack: AsyncExitStack | None = None
+        self.group: Any = None  # GroupMembership when subscribed
+        self._coordinator: int | None = None
+        self._pending_reset: dict[TopicPartition, str] = {}
+        self.metrics = {"records": 0, "bytes": 0, "fetches": 0}
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    async def __aenter__(self) -> Consumer:
+        self._stack = AsyncExitStack()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._nursery.start_soon(self._run_positions)
+        self._nursery.start_soon(self._run_metadata)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Commit (with enable.auto.commit), leave the group, stop fetching."""
+        if self.group is not None:
+            with trio.move_on_after(self.request_timeout_s):
+                await self.group.leave()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+        await self.cluster.aclose()
+
+    # ---- assignment ---------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (no group membership; commits still work with a group.id)."""
+        if self.group is not None:
+            raise RuntimeError("assign() after subscribe(): a consumer does one or the other")
+        self._set_assignment(list(partitions))
+
+    def subscribe(self, topics: Iterable[str] = (), *, pattern: str | None = None,
+                  on_assign: RebalanceCallback | None = None, on_revoke: RebalanceCallback | None = None) -> None:
+        """Join the consumer group for `topics` (or every topic matching `pattern`)."""
+        from cluster.client.group import GroupMembership
+
+        if not self.group_id:
+            raise ValueError("subscribe() needs a group.id")
+        if self._nursery is None:
+            raise RuntimeError("use the consumer as `async with Consumer(...)` before subscribe()")
+        if self._assigned and self.group is None:
+            raise RuntimeError("subscribe() after assign(): a consumer does one or the other")
+        regex = re.compile(pattern) if pattern is not None else None
+        if self.group is None:
+            self.group = GroupMembership(self, list(topics), regex, on_assign, on_revoke)
+            self._nursery.start_soon(self.group.run)
+        else:
+            self.group.resubscribe(list(topics), regex)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assigned)
+
+    def _set_assignment(self, partitions: list[TopicPartition],
+                        positions: Mapping[TopicPartition, int] | None = None) -> None:
+        old = self._assigned
+        self._assigned = {tp: old.get(tp) or PartitionPosition() for tp in partitions}
+        for tp, offset in (positions or {}).items():
+            if tp in self._assigned:
+                self._seek_state(self._assigned[tp], offset)
+        self._drop_buffered(lambda tp: tp not in self._assigned)
+        self.cluster.want_topics({t for t, _ in partitions})
+        self._signal_changed()
+
+    # ---- positions ----------------------------------------------------------------
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """Offset of the next record the application will get (None until looked up)."""
+        return self._state(tp).position
+
+    def highwater(self, tp: TopicPartition) -> int:
+        """The partition's high watermark as of the last fetch (-1 before any)."""
+        return self._state(tp).high_watermark
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Next getmany() starts at `offset` (EARLIEST / LATEST also accepted)."""
+        state = self._state(tp)
+        if offset in (EARLIEST, LATEST):
+            self._reset_later(tp, state, "earliest" if offset == EARLIEST else "latest")
+        else:
+            self._seek_state(state, offset)
+        self._drop_buffered(lambda t: t == tp)
+        self._signal_changed()
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp in tps or list(self._assigned):
+            self.seek(tp, EARLIEST)
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp in tps or list(self._assigned):
+            self.seek(tp, LATEST)
+
+    async def seek_to_timestamp(self, timestamps: Mapping[TopicPartition, int]) -> None:
+        """Seek each partition to its first record at or after the timestamp (ms); to the end if none."""
+        offsets = await self.offsets_for_times(timestamps)
+        for tp, offset in offsets.items():
+            self.seek(tp, LATEST if offset is None else offset)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._state(tp).paused = True
+        self._drop_buffered(lambda t: t in tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._state(tp).paused = False
+        self._signal_changed()
+
+    def _state(self, tp: TopicPartition) -> PartitionPosition:
+        state = self._assigned.get(tp)
+        if state is None:
+            raise KeyError(f"partition {tp[0]}-{tp[1]} is not assigned to this consumer")
+        return state
+
+    def _seek_state(self, state: PartitionPosition, offset: int) -> None:
+        state.position = state.fetch_offset = offset
+        state.epoch += 1
+        state.retry_after_s = 0.0
+
+    def _reset_later(self, tp: TopicPartition, state: PartitionPosition, strategy: str) -> None:
+        state.position = state.fetch_offset = None
+        state.epoch += 1
+        self._pending_reset[tp] = strategy
+
+    async def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """ListOffsets at each partition's leader: EARLIEST, LATEST or a timestamp (ms);
+        None where no record has a timestamp that late."""
+        out: dict[TopicPartition, int | None] = {}
+        todo = dict(timestamps)
+        backoff_s = self.config["retry.backoff.ms"] / 1000
+        for _attempt in range(10):
+            meta = self.cluster.metadata
+            if any(meta.leader(*tp) < 0 for tp in todo):
+                await self.cluster.refresh({t for t, _ in todo})
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in todo:
+                by_leader.setdefault(self.cluster.metadata.leader(*tp), []).append(tp)
+            retry: dict[TopicPartition, int] = {}
+            last_error: Exception | None = None
+            for leader, tps in by_leader.items():
+                if leader < 0:
+                    retry.update({tp: todo[tp] for tp in tps})
+                    continue
+                topics: dict[str, list[dict[str, Any]]] = {}
+                for t, p in tps:
+                    topics.setdefault(t, []).append({"partition_index": p, "timestamp": todo[(t, p)],
+                                                     "current_leader_epoch": -1})
+                try:
+                    conn = await self.cluster.connection(leader)
+                    resp = await conn.request(LIST_OFFSETS, {
+                        "replica_id": -1, "isolation_level": self._isolation_level(),
+                        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
+                        timeout_s=self.request_timeout_s)
+                except KafkaConnectionError as exc:
+                    last_error = exc
+                    retry.update({tp: todo[tp] for tp in tps})
+                    continue
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = (t.name, p.partition_index)
+                        if p.error_code == 0:
+                            out[tp] = None if p.offset < 0 else p.offset
+                        elif p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.offset_not_available:
+                            retry[tp] = todo[tp]
+                            last_error = KafkaError(f"listing offsets of {tp[0]}-{tp[1]}", p.error_code)
+                        else:
+                            raise KafkaError(f"listing offsets of {tp[0]}-{tp[1]}", p.error_code)
+            if not retry:
+                return out
+            todo = retry
+            await self.cluster.refresh({t for t, _ in todo})
+            await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
+            backoff_s = min(2 * backoff_s, self.config["retry.backoff.max.ms"] / 1000)
+        raise KafkaError(f"listing offsets of {sorted(todo)} failed after 10 attempts: {last_error}",
+                         getattr(last_error, "code", ErrorCode.unknown_server_error))
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        return await self.list_offsets(timestamps)
+
+    async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: o or 0 for tp, o in (await self.list_offsets({tp: EARLIEST for tp in tps})).items()}
+
+    async def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: o or 0 for tp, o in (await self.list_offsets({tp: LATEST for tp in tps})).items()}
+
+    def _isolation_level(self) -> int:
+        return 1 if self.config["isolation.level"] == "read_committed" else 0
+
+    # ---- commits ------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets` (next offsets to read), or every assigned partition's position."""
+        if not self.group_id:
+            raise ValueError("commit() needs a group.id")
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self._assigned.items() if s.position is not None}
+        from cluster.client.group import commit_offsets
+
+        await commit_offsets(self, dict(offsets))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None,
+                     on_done: Callable[[Exception | None], None] | None = None) -> None:
+        """Start a commit in the background; `on_done(error)` is told how it went."""
+        assert self._nursery is not None
+        snapshot = dict(offsets) if offsets is not None else \
+            {tp: s.position for tp, s in self._assigned.items() if s.position is not None}
+
+        async def run() -> None:
+            error: Exception | None = None
+            try:
+                await self.commit(snapshot)
+            except (KafkaError, KafkaConnectionError) as exc:
+                error = exc
+                log.warning("async commit failed: %s", exc)
+            if on_done is not None:
+                on_done(error)
+
+        self._nursery.start_soon(run)
+
+    async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        from cluster.client.group import fetch_committed
+
+        return await fetch_committed(self, list(tps))
+
+    # ---- getting records ----------------------------------------------------------
+
+    async def getmany(self, timeout_s: float = 0.0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+        """Records that arrived, per partition, in order; waits up to `timeout_s` for some."""
+        out: dict[TopicPartition, list[Record]] = {}
+        with trio.move_on_after(timeout_s):
+            while not self._buffer and not self._errors:
+                await self._arrived.wait()
+        if self._errors:
+            raise self._errors.pop(0)
+        budget = math.inf if max_records is None else max_records
+        buffer = self._buffer
+        while buffer and budget > 0:
+            tp, epoch, records, weight = buffer[0]
+            state = self._assigned.get(tp)
+            if state is None or state.epoch != epoch or state.paused or not records \
+                    or state.position is None or records[-1].offset < state.position:
+                buffer.popleft()
+                self._buffered_bytes -= weight
+                continue
+            if records[0].offset < state.position:
+                records = [r for r in records if r.offset >= state.position]
+            if len(records) > budget:
+                n = int(budget)
+                take, rest = records[:n], records[n:]
+                share = weight * n // len(records)
+                buffer[0] = (tp, epoch, rest, weight - share)
+                self._buffered_bytes -= share
+                records = take
+            else:
+                buffer.popleft()
+                self._buffered_bytes -= weight
+            out.setdefault(tp, []).extend(records)
+            state.position = records[-1].offset + 1
+            budget -= len(records)
+        if out:
+            self._signal_changed()
+        return out
+
+    async def getone(self, timeout_s: float = math.inf) -> ConsumerRecord | None:
+        """The next record (None if none came within `timeout_s`)."""
+        got = await self.getmany(timeout_s, max_records=1)
+        for (topic, partition), records in got.items():
+            r = records[0]
+            return ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers)
+        return None
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while True:
+            record = await self.getone(1.0)
+            if record is not None:
+                return record
+
+    def _drop_buffered(self, predicate: Callable[[TopicPartition], bool]) -> None:
+        kept: deque[tuple[TopicPartition, int, list[Record], int]] = deque()
+        for item in self._buffer:
+            if predicate(item[0]):
+                self._buffered_bytes -= item[3]
+            else:
+                kept.append(item)
+        self._buffer = kept
+        for tp, state in self._assigned.items():
+            if predicate(tp) and state.position is not None:
+                state.fetch_offset = state.position
+                state.epoch += 1
+
+    def _signal_changed(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+        self._ensure_fetchers()
+
+    # ---- background: positions, metadata, fetching -------------------------------
+
+    async def _run_positions(self) -> None:
+        """Find a starting offset for partitions without one: the group's committed offset,
+        else auto.offset.reset."""
+        while True:
+            missing = [tp for tp, s in self._assigned.items() if s.position is None]
+            if missing:
+                try:
+                    await self._resolve_positions(missing)
+                except (KafkaError, KafkaConnectionError) as exc:
+                    log.debug("looking up positions failed: %s", exc)
+                    await trio.sleep(self.config["retry.backoff.ms"] / 1000)
+                    continue
+                self._signal_changed()
+                continue
+            await self._changed.wait()
+
+    async def _resolve_positions(self, missing: list[TopicPartition]) -> None:
+        committed: dict[TopicPartition, int | None] = {}
+        if self.group_id:
+            need_committed = [tp for tp in missing if tp not in self._pending_reset]
+            if need_committed:
+                committed = await self.committed(need_committed)
+        resets: dict[TopicPartition, int] = {}
+        for tp in missing:
+            state = self._assigned.get(tp)
+            if state is None or state.position is not None:
+                continue
+            offset = committed.get(tp)
+            if offset is not None and tp not in self._pending_reset:
+                self._seek_state(state, offset)
+                continue
+            strategy = self._pending_reset.get(tp, self.auto_offset_reset)
+            if strategy == "none":
+                self._errors.append(OffsetOutOfRange(
+                    f"partition {tp[0]}-{tp[1]} has no committed offset and auto.offset.reset=none",
+                    ErrorCode.offset_out_of_range))
+                self._arrived.set()
+                self._arrived = trio.Event()
+                state.position = state.fetch_offset = -1  # parked until the application seeks
+                state.paused = True
+                continue
+            resets[tp] = EARLIEST if strategy == "earliest" else LATEST
+        if resets:
+            found = await self.list_offsets(resets)
+            for tp, offset in found.items():
+                state = self._assigned.get(tp)
+                if state is not None and state.position is None:
+                    self._seek_state(state, offset or 0)
+                    self._pending_reset.pop(tp, None)
+
+    async def _run_metadata(self) -> None:
+        while True:
+            with trio.move_on_after(self.config["metadata.max.age.ms"] / 1000):
+                await self._changed.wait()
+            if self.cluster.stale() or any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned):
+                try:
+                    await self.cluster.refresh()
+                except (KafkaError, KafkaConnectionError) as exc:
+                    log.debug("metadata refresh failed: %s", exc)
+                    await trio.sleep(self.config["retry.backoff.ms"] / 1000)
+                self._ensure_fetchers()
+
+    def _ensure_fetchers(self) -> None:
+        if self._nursery is None:
+            return
+        for tp in self._assigned:
+            leader = self.cluster.metadata.leader(*tp)
+            if leader >= 0 and leader not in self._fetchers:
+                self._fetchers.add(leader)
+                self._nursery.start_soon(self._run_fetcher, leader)
+
+    def _fetchable(self, node: int, now: float) -> list[tuple[TopicPartition, PartitionPosition]]:
+        meta = self.cluster.metadata
+        return [(tp, s) for tp, s in self._assigned.items()
+                if not s.paused and s.fetch_offset is not None and s.fetch_offset >= 0
+                and s.retry_after_s <= now and meta.leader(*tp) == node]
+
+    async def _run_fetcher(self, node: int) -> None:
+        """Keep a Fetch in flight to `node` while the prefetch buffer has room. The next
+        fetch goes out as soon as an answer's batch headers say where it ends, before its
+        records are decoded, so the broker works while this side decodes."""
+        pending: tuple[Any, dict[TopicPartition, tuple[int, int]]] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = await self._send_fetch(node)
+                    if pending is None:
+                        if not any(self.cluster.metadata.leader(*tp) == node for tp in self._assigned):
+                            return
+                        with trio.move_on_after(0.2):
+                            await self._changed.wait()
+                        continue
+                answer, requested = pending
+                pending = None
+                try:
+                    resp = await answer.wait(self.request_timeout_s + self.config["fetch.max.wait.ms"] / 1000)
+                except KafkaConnectionError as exc:
+                    log.debug("fetch from broker %d failed: %s", node, exc)
+                    await self._backoff_partitions(list(requested))
+                    continue
+                self.metrics["fetches"] += 1
+                decode = self._handle_fetch(resp, requested)
+                if decode:
+                    pending = await self._send_fetch(node)
+                    self._decode(decode)
+        finally:
+            self._fetchers.discard(node)
+
+    async def _send_fetch(self, node: int) -> tuple[Any, dict[TopicPartition, tuple[int, int]]] | None:
+        c = self.config
+        parts = self._fetchable(node, trio.current_time()) if self._buffered_bytes < self._max_buffered_bytes else []
+        if not parts:
+            return None
+        self._rotation = rotation = (self._rotation + 1) % len(parts)
+        parts = parts[rotation:] + parts[:rotation]  # fair share of max_bytes
+        requested = {tp: (s.fetch_offset or 0, s.epoch) for tp, s in parts}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), s in parts:
+            topics.setdefault(t, []).append({
+                "partition": p, "current_leader_epoch": -1, "fetch_offset": s.fetch_offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": c["max.partition.fetch.bytes"]})
+        body = {"replica_id": -1, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
+                "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+        try:
+            conn = await self.cluster.connection(node)
+            answer = await conn.send(FETCH, body)
+        except KafkaConnectionError as exc:
+            log.debug("fetch from broker %d failed: %s", node, exc)
+            await self._backoff_partitions(list(requested))
+            return None
+        return answer, requested
+
+    async def _backoff_partitions(self, tps: list[TopicPartition]) -> None:
+        until = trio.current_time() + self.config["retry.backoff.ms"] / 1000 * random.uniform(0.8, 1.2)
+        for tp in tps:
+            if tp in self._assigned:
+                self._assigned[tp].retry_after_s = until
+        try:
+            await self.cluster.refresh()
+        except (KafkaError, KafkaConnectionError):
+            pass
+        self._signal_changed()
+
+    def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]]
+                      ) -> list[tuple[TopicPartition, int, bytes, int]]:
+        """Errors, high watermarks and next fetch offsets (from batch headers alone); returns
+        the record data still to decode: (partition, epoch, data, first offset wanted)."""
+        decode: list[tuple[TopicPartition, int, bytes, int]] = []
+        arrived = False
+        stale_leaders = False
+        for t in resp.responses:
+            for p in t.partitions:
+                tp = (t.topic, p.partition_index)
+                state = self._assigned.get(tp)
+                asked = requested.get(tp)
+                if state is None or asked is None or (state.fetch_offset, state.epoch) != asked:
+                    continue  # revoked, paused or seeked while the fetch was out
+                if p.error_code == 0:
+                    state.high_watermark = p.high_watermark
+                    state.log_start_offset = p.log_start_offset
+                    if p.records:
+                        try:
+                            next_offset = _next_fetch_offset(p.records, asked[0])
+                        except InvalidRecordBatch as exc:
+                            self._corrupt(tp, state, asked[0], exc)
+                            arrived = True
+                            continue
+                        if next_offset > asked[0]:
+                            state.fetch_offset = next_offset
+                            decode.append((tp, state.epoch, p.records, asked[0]))
+                elif p.error_code == ErrorCode.offset_out_of_range:
+                    log.info("offset %d out of range for %s-%d (log start %d, high watermark %d); "
+                             "auto.offset.reset=%s", asked[0], tp[0], tp[1], p.log_start_offset, p.high_watermark,
+                             self.auto_offset_reset)
+                    if self.auto_offset_reset == "none":
+                        self._errors.append(OffsetOutOfRange(f"offset {asked[0]} of {tp[0]}-{tp[1]} is out of range "
+                                                             f"[{p.log_start_offset}, {p.high_watermark}]", p.error_code))
+                        state.paused = True
+                        arrived = True
+                    else:
+                        self._reset_later(tp, state, self.auto_offset_reset)
+                elif p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.not_leader_or_follower:
+                    stale_leaders = True
+                    state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
+                else:
+                    log.warning("fetching %s-%d: %s", tp[0], tp[1], KafkaError("fetch", p.error_code))
+                    state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
+        if arrived:
+            self._arrived.set()
+            self._arrived = trio.Event()
+        if stale_leaders:
+            self.cluster.metadata.updated_s = -1e18  # the metadata task refreshes
+            self._signal_changed()
+        return decode
+
+    def _corrupt(self, tp: TopicPartition, state: PartitionPosition, offset: int, exc: Exception) -> None:
+        self._errors.append(KafkaError(f"corrupt data fetched from {tp[0]}-{tp[1]} at offset {offset}: {exc}",
+                                       ErrorCode.corrupt_message))
+        state.paused = True
+
+    def _decode(self, work: list[tuple[TopicPartition, int, bytes, int]]) -> None:
+        arrived = False
+        for tp, epoch, data, from_offset in work:
+            state = self._assigned.get(tp)
+            if state is None or state.epoch != epoch:
+                continue
+            try:
+                records = self._parse(data, from_offset)
+            except InvalidRecordBatch as exc:
+                self._corrupt(tp, state, from_offset, exc)
+                arrived = True
+                continue
+            if records:
+                weight = _approx_bytes(records)
+                self._buffer.append((tp, epoch, records, weight))
+                self._buffered_bytes += weight
+                arrived = True
+        if arrived:
+            self._arrived.set()
+            self._arrived = trio.Event()
+
+    def _parse(self, data: bytes, fetch_offset: int) -> list[Record]:
+        """Records at or after `fetch_offset` from the whole batches in `data` (a partial last
+        batch is left for the next fetch; control batches are skipped)."""
+        records: list[Record] = []
+        pos = 0
+        size = len(data)
+        check_crcs = self.config["check.crcs"]
+        while pos + BATCH_HEADER_SIZE <= size:
+            header = read_header(data, pos)
+            end = pos + LOG_OVERHEAD + header.batch_length
+            if end > size:
+                break
+            if check_crcs:
+                validate_batch(data, pos, from_producer=False)
+            if header.base_offset + header.last_offset_delta >= fetch_offset and not header.attributes & CONTROL_MASK:
+                body = data[pos + BATCH_HEADER_SIZE:end]
+                if header.compression:
+                    body = decompress(header.compression, body)
+                batch = decode_records(body, header.records_count, header.base_offset, header.base_timestamp)
+                if batch and batch[0].offset < fetch_offset:
+                    batch = [r for r in batch if r.offset >= fetch_offset]
+                records.extend(batch)
+            pos = end
+        self.metrics["records"] += len(records)
+        self.metrics["bytes"] += size
+        return records
+
+
+def _next_fetch_offset(data: bytes, fetch_offset: int) -> int:
+    """Where the next fetch starts: after the last whole batch in `data` (headers only)."""
+    pos = 0
+    size = len(data)
+    next_offset = fetch_offset
+    while pos + BATCH_HEADER_SIZE <= size:
+        base_offset, batch_length = _BASE_LEN.unpack_from(data, pos)
+        if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise InvalidRecordBatch(f"batch at offset {base_offset} declares length {batch_length}")
+        end = pos + LOG_OVERHEAD + batch_length
+        if end > size:
+            break
+        (last_delta,) = _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)
+        next_offset = max(next_offset, base_offset + last_delta + 1)
+        pos = end
+    return next_offset
+
+
+def _approx_bytes(records: list[Record]) -> int:
+    """Bytes a chunk holds against queued.max.messages.kbytes (estimated from its ends)."""
+    first, last = records[0], records[-1]
+    per = (len(first.value or b"") + len(first.key or b"") + len(last.value or b"") + len(last.key or b"")) // 2 + 40
+    return per * len(records)
