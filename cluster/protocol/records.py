@@ -6,7 +6,9 @@ produce and fetch paths never call this.
 
 from __future__ import annotations
 
+import functools
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 import cramjam
@@ -103,7 +105,7 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos : pos + n], pos + n
 
 
-def decode_records(body: bytes, count: int, base_offset: int, base_timestamp: int) -> list[Record]:
+def _decode_records_py(body: bytes, count: int, base_offset: int, base_timestamp: int) -> list[Record]:
     """The `count` records of an (uncompressed) records section.
 
     The hot loop of every consumer: one-byte varints are decoded inline, longer ones by
@@ -245,8 +247,8 @@ def _field(value: bytes | None) -> bytes:
     return _NULL if value is None else varint(len(value)) + value
 
 
-def append_record(body: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
-                  value: bytes | None, headers: tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]] = ()) -> int:
+def _append_record_py(body: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
+                      value: bytes | None, headers: Headers = ()) -> int:
     """Append one record to a records section; returns its encoded size. The producer's hot path."""
     t = _VARINTS
     if headers:
@@ -268,6 +270,28 @@ def append_record(body: bytearray, offset_delta: int, timestamp_delta: int, key:
     body += prefix
     body += rec
     return len(prefix) + n
+
+
+Headers = tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]]
+
+try:
+    from cluster.protocol import _speedups  # type: ignore[attr-defined]
+except ImportError:  # no compiler when installed: the Python codec, same results
+    _speedups = None  # type: ignore[assignment]
+
+decode_records: Callable[[bytes, int, int, int], list[Record]]
+"""The `count` records of an (uncompressed) records section: decode_records(body, count, base_offset, base_timestamp)."""
+append_record: Callable[..., int]
+"""Append one record to a records section; returns its encoded size:
+append_record(body, offset_delta, timestamp_delta, key, value, headers=()). The producer's hot path."""
+if _speedups is not None:
+    _speedups.set_error_class(InvalidRecordBatch)
+    decode_records = functools.partial(_speedups.decode_records, Record)
+    append_record = _speedups.append_record
+else:
+    decode_records = _decode_records_py
+    append_record = _append_record_py
+CODEC_BACKEND = "c" if _speedups is not None else "python"
 
 
 def compress(codec: int, data: bytes) -> bytes:

@@ -1,0 +1,10 @@
+"""Build hook for the optional C record codec; everything else is in pyproject.toml.
+
+The extension is optional: without a compiler the pure-Python codec in
+cluster/protocol/records.py is used, with the same results.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("cluster.protocol._speedups", ["cluster/protocol/_speedups.c"],
+                             optional=True, extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])])
