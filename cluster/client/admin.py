@@ -9,16 +9,24 @@ partition's leader (Metadata).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.serial import entity_reader
 
-from cluster.client.connection import BrokerConnection, connect_any
+from cluster.client.config import admin_config
+from cluster.client.connection import BrokerConnection
 from cluster.client.errors import KafkaError
+from cluster.client.metadata import ClientCluster
+from cluster.client.retry import retrying
 from cluster.protocol.errors import ErrorCode
 
+T = TypeVar("T")
+# An admin asking about a topic that does not exist wants that answer now.
+ADMIN_FINAL_CODES = frozenset({ErrorCode.unknown_topic_or_partition})
 EARLIEST = -2
 LATEST = -1
 
@@ -50,45 +58,67 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
     return [(tp.topic, int(p)) for tp in value.assigned_partitions for p in tp.partitions]
 
 
+def _retried(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Retry an admin operation on unreachable brokers and retriable errors, within
+    default.api.timeout.ms (as Kafka's AdminClient bounds each call)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Admin, *args: Any, **kwargs: Any) -> T:
+        c = self.cluster.config
+        async for attempt in retrying(self.api_timeout_s, c["retry.backoff.ms"], c["retry.backoff.max.ms"],
+                                      final_codes=ADMIN_FINAL_CODES):
+            with attempt:
+                return await fn(self, *args, **kwargs)
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
 class Admin:
-    def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin") -> None:
+    def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin",
+                 config: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
-        self._bootstrap_conn: BrokerConnection | None = None
+        settings = {"bootstrap.servers": bootstrap, "client.id": client_id, **(config or {})}
+        self.api_timeout_s = settings.pop("default.api.timeout.ms", 60_000) / 1000
+        self.cluster = ClientCluster(admin_config(settings))
+        self._by_address: dict[tuple[str, int], BrokerConnection] = {}
 
     async def __aenter__(self) -> Admin:
-        self._bootstrap_conn = await connect_any(self.bootstrap, client_id=self.client_id)
-        self._connections[(self._bootstrap_conn.host, self._bootstrap_conn.port)] = self._bootstrap_conn
+        # Fail fast (with every address tried) when no broker is reachable at all.
+        await self.cluster.any_connection()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for conn in self._connections.values():
+        for conn in self._by_address.values():
             await conn.aclose()
+        await self.cluster.aclose()
 
     async def _conn(self, host: str, port: int) -> BrokerConnection:
-        conn = self._connections.get((host, port))
-        if conn is None:
+        """A connection by address (to brokers the metadata may not list, e.g. a coordinator)."""
+        for node_id, address in self.cluster.metadata.brokers.items():
+            if address == (host, port):
+                return await self.cluster.connection(node_id)
+        conn = self._by_address.get((host, port))
+        if conn is None or conn.closed:
             conn = await BrokerConnection(host, port, client_id=self.client_id).connect()
-            self._connections[(host, port)] = conn
+            self._by_address[(host, port)] = conn
         return conn
 
-    @property
-    def any(self) -> BrokerConnection:
-        assert self._bootstrap_conn is not None, "use Admin as an async context manager"
-        return self._bootstrap_conn
+    async def _any(self) -> BrokerConnection:
+        return await self.cluster.any_connection()
 
     async def coordinator(self, group_id: str) -> BrokerConnection:
-        resp = await self.any.request(10, {"key": group_id, "key_type": 0})
-        if resp.error_code != 0:
-            raise AdminError(f"finding the coordinator of group {group_id!r}", resp.error_code)
-        return await self._conn(resp.host, resp.port)
+        node = await self.cluster.coordinator(group_id)
+        return await self.cluster.connection(node)
 
+    @_retried
     async def metadata(self, topics: list[str] | None) -> Any:
         body: dict[str, Any] = {"topics": None if topics is None else [{"name": t} for t in topics],
                                 "allow_auto_topic_creation": False}
-        return await self.any.request(3, body)
+        return await (await self._any()).request(3, body)
 
+    @_retried
     async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
         """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each leader."""
         meta = await self.metadata(sorted({t for t, _ in partitions}))
@@ -117,12 +147,14 @@ class Admin:
 
     # ---- topics and cluster ----------------------------------------------------------
 
+    @_retried
     async def describe_cluster(self) -> Any:
-        resp = await self.any.request(60, {"include_cluster_authorized_operations": False})
+        resp = await (await self._any()).request(60, {"include_cluster_authorized_operations": False})
         if resp.error_code != 0:
             raise AdminError("describing the cluster", resp.error_code)
         return resp
 
+    @_retried
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None,
                            assignments: list[list[int]] | None = None, validate_only: bool = False) -> None:
@@ -132,36 +164,40 @@ class Admin:
             "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignments or [])],
             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
         }], "timeout": 30_000, "validate_only": validate_only}
-        resp = await self.any.request(19, body)
+        resp = await (await self._any()).request(19, body)
         for t in resp.topics:
             if t.error_code != 0:
                 raise AdminError(f"creating topic {name!r} ({t.error_message or ''})", t.error_code)
 
+    @_retried
     async def delete_topic(self, name: str) -> None:
-        resp = await self.any.request(20, {"topic_names": [name], "timeout": 30_000})
+        resp = await (await self._any()).request(20, {"topic_names": [name], "timeout": 30_000})
         for r in resp.responses:
             if r.error_code != 0:
                 raise AdminError(f"deleting topic {name!r}", r.error_code)
 
+    @_retried
     async def create_partitions(self, name: str, count: int) -> None:
-        resp = await self.any.request(37, {"topics": [{"name": name, "count": count, "assignments": None}],
+        resp = await (await self._any()).request(37, {"topics": [{"name": name, "count": count, "assignments": None}],
                                            "timeout": 30_000, "validate_only": False})
         for r in resp.results:
             if r.error_code != 0:
                 raise AdminError(f"adding partitions to {name!r} ({r.error_message or ''})", r.error_code)
 
+    @_retried
     async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
         configs = ([{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
                    + [{"name": k, "config_operation": 1, "value": None} for k in delete])
-        resp = await self.any.request(44, {"resources": [{"resource_type": 2, "resource_name": name,
+        resp = await (await self._any()).request(44, {"resources": [{"resource_type": 2, "resource_name": name,
                                                           "configs": configs}], "validate_only": False})
         for r in resp.responses:
             if r.error_code != 0:
                 raise AdminError(f"changing configs of {name!r} ({r.error_message or ''})", r.error_code)
 
+    @_retried
     async def topic_configs(self, name: str) -> list[Any]:
         """DescribeConfigs entries of a topic (name, value, config_source ...)."""
-        resp = await self.any.request(32, {"resources": [{"resource_type": 2, "resource_name": name,
+        resp = await (await self._any()).request(32, {"resources": [{"resource_type": 2, "resource_name": name,
                                                           "configuration_keys": None}],
                                            "include_synonyms": False, "include_documentation": False})
         (result,) = resp.results
@@ -169,6 +205,7 @@ class Admin:
             raise AdminError(f"describing configs of {name!r}", result.error_code)
         return list(result.configs)
 
+    @_retried
     async def elect_leaders(self, election_type: int = 0,
                             partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], tuple[int, str]]:
         """(error code, message) per partition; with partitions=None every partition is a candidate
@@ -179,28 +216,30 @@ class Admin:
             for t, p in partitions:
                 by_topic.setdefault(t, []).append(p)
             topic_partitions = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
-        resp = await self.any.request(43, {"election_type": election_type, "topic_partitions": topic_partitions,
+        resp = await (await self._any()).request(43, {"election_type": election_type, "topic_partitions": topic_partitions,
                                            "timeout": 30_000})
         if getattr(resp, "error_code", 0) != 0:
             raise AdminError("electing leaders", resp.error_code)
         return {(r.topic, p.partition_id): (int(p.error_code), p.error_message or "")
                 for r in resp.replica_election_results for p in r.partition_result}
 
+    @_retried
     async def alter_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], tuple[int, str]]:
         """Start (replicas) or cancel (None) reassignments; (error code, message) per partition."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), replicas in sorted(targets.items()):
             by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
-        resp = await self.any.request(45, {"timeout": 30_000, "topics": [
+        resp = await (await self._any()).request(45, {"timeout": 30_000, "topics": [
             {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
         if resp.error_code != 0:
             raise AdminError(f"reassigning partitions ({resp.error_message or ''})", resp.error_code)
         return {(t.name, p.partition_index): (int(p.error_code), p.error_message or "")
                 for t in resp.responses for p in t.partitions}
 
+    @_retried
     async def list_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
         """(replicas, adding, removing) of every partition being moved."""
-        resp = await self.any.request(46, {"timeout": 30_000, "topics": None})
+        resp = await (await self._any()).request(46, {"timeout": 30_000, "topics": None})
         if resp.error_code != 0:
             raise AdminError("listing reassignments", resp.error_code)
         return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
@@ -208,6 +247,7 @@ class Admin:
 
     # ---- groups ----------------------------------------------------------------------
 
+    @_retried
     async def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) for every group of the cluster (asks every broker)."""
         meta = await self.metadata([])
@@ -223,6 +263,7 @@ class Admin:
         return [(g.group_id, g.protocol_type, described[g.group_id].group_state if g.group_id in described else "")
                 for g in listed]
 
+    @_retried
     async def describe_groups(self, groups: list[str]) -> list[Any]:
         out = []
         for group_id in groups:
@@ -231,6 +272,7 @@ class Admin:
             out.extend(resp.groups)
         return out
 
+    @_retried
     async def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         conn = await self.coordinator(group_id)
         resp = await conn.request(9, {"group_id": group_id, "topics": None})
@@ -239,6 +281,7 @@ class Admin:
         return {(t.name, p.partition_index): p.committed_offset
                 for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
 
+    @_retried
     async def describe_group_lag(self, group_id: str) -> tuple[Any, list[PartitionLag]]:
         (group,) = await self.describe_groups([group_id])
         owners: dict[tuple[str, int], tuple[str, str, str]] = {}
@@ -254,6 +297,7 @@ class Admin:
         ]
         return group, rows
 
+    @_retried
     async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Commit as an admin (no generation): the group must have no active members."""
         conn = await self.coordinator(group_id)
@@ -269,6 +313,7 @@ class Admin:
                 if p.error_code != 0:
                     raise AdminError(f"committing {t.name}-{p.partition_index} for group {group_id!r}", p.error_code)
 
+    @_retried
     async def delete_group(self, group_id: str) -> None:
         conn = await self.coordinator(group_id)
         resp = await conn.request(42, {"groups_names": [group_id]})

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
+from tenacity import AsyncRetrying
 
 from cluster.client.assignors import (
     assignor_for,
@@ -24,6 +25,7 @@ from cluster.client.assignors import (
 )
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
+from cluster.client.retry import retrying
 from cluster.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -42,7 +44,6 @@ COORDINATOR_ERRORS = frozenset({ErrorCode.coordinator_not_available, ErrorCode.n
                                 ErrorCode.coordinator_load_in_progress})
 REJOIN_ERRORS = frozenset({ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation,
                            ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id})
-MAX_COMMIT_ATTEMPTS = 5
 
 
 class CommitFailed(KafkaError):
@@ -82,31 +83,32 @@ async def commit_offsets(consumer: Consumer, offsets: dict[TopicPartition, int])
             "member_id": group.member_id if group else "",
             "group_instance_id": (group.instance_id if group else None), "retention_time": -1,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-    backoff_s = consumer.config["retry.backoff.ms"] / 1000
-    for attempt in range(MAX_COMMIT_ATTEMPTS):
-        try:
-            conn = await _coordinator_conn(consumer)
-            resp = await conn.request(OFFSET_COMMIT, body, timeout_s=consumer.request_timeout_s)
-        except (KafkaConnectionError, KafkaError) as exc:
-            _forget_coordinator(consumer)
-            if attempt == MAX_COMMIT_ATTEMPTS - 1:
+    what = f"committing offsets of group {consumer.group_id!r}"
+    async for attempt in _retrying(consumer):
+        with attempt:
+            try:
+                conn = await _coordinator_conn(consumer)
+                resp = await conn.request(OFFSET_COMMIT, body, timeout_s=consumer.request_timeout_s)
+            except KafkaConnectionError:
+                _forget_coordinator(consumer)
                 raise
-            log.debug("commit: %s", exc)
-        else:
             codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
             if not codes:
                 return
             code = codes.pop()
-            what = f"committing offsets of group {consumer.group_id!r}"
             if code in REJOIN_ERRORS:
                 if group is not None:
                     group.request_rejoin()
                 raise CommitFailed(what + " (the group rebalanced; the new owner resumes from the last commit)", code)
-            if code not in COORDINATOR_ERRORS:
-                raise KafkaError(what, code)
-            _forget_coordinator(consumer)
-        await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-        backoff_s *= 2
+            if code in COORDINATOR_ERRORS:
+                _forget_coordinator(consumer)
+            raise KafkaError(what, code)
+
+
+def _retrying(consumer: Consumer) -> AsyncRetrying:
+    c = consumer.config
+    return retrying(consumer.request_timeout_s, c["retry.backoff.ms"], c["retry.backoff.max.ms"],
+                    final_codes=REJOIN_ERRORS)
 
 
 async def fetch_committed(consumer: Consumer, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -115,30 +117,24 @@ async def fetch_committed(consumer: Consumer, tps: list[TopicPartition]) -> dict
         topics.setdefault(t, []).append(p)
     body = {"group_id": consumer.group_id, "require_stable": False,
             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
-    backoff_s = consumer.config["retry.backoff.ms"] / 1000
-    for attempt in range(MAX_COMMIT_ATTEMPTS):
-        try:
-            conn = await _coordinator_conn(consumer)
-            resp = await conn.request(OFFSET_FETCH, body, timeout_s=consumer.request_timeout_s)
-            if resp.error_code in COORDINATOR_ERRORS:
-                raise KafkaError("OffsetFetch", resp.error_code)
-        except (KafkaConnectionError, KafkaError) as exc:
-            _forget_coordinator(consumer)
-            if attempt == MAX_COMMIT_ATTEMPTS - 1:
+    async for attempt in _retrying(consumer):
+        with attempt:
+            try:
+                conn = await _coordinator_conn(consumer)
+                resp = await conn.request(OFFSET_FETCH, body, timeout_s=consumer.request_timeout_s)
+            except KafkaConnectionError:
+                _forget_coordinator(consumer)
                 raise
-            log.debug("offset fetch: %s", exc)
-            await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-            backoff_s *= 2
-            continue
-        if resp.error_code != 0:
-            raise KafkaError(f"fetching committed offsets of group {consumer.group_id!r}", resp.error_code)
-        out: dict[TopicPartition, int | None] = {tp: None for tp in tps}
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code == 0 and p.committed_offset >= 0:
-                    out[(t.name, p.partition_index)] = p.committed_offset
-        return out
-    raise AssertionError("unreachable")
+            if resp.error_code in COORDINATOR_ERRORS:
+                _forget_coordinator(consumer)
+            if resp.error_code != 0:
+                raise KafkaError(f"fetching committed offsets of group {consumer.group_id!r}", resp.error_code)
+    out: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code == 0 and p.committed_offset >= 0:
+                out[(t.name, p.partition_index)] = p.committed_offset
+    return out
 
 
 class GroupMembership:

@@ -218,7 +218,8 @@ def decode_batch(batch: bytes, pos: int = 0) -> tuple[BatchHeader, list[Record]]
 _COMPRESSORS = {
     COMPRESSION_GZIP: lambda b: bytes(cramjam.gzip.compress(b)),
     COMPRESSION_SNAPPY: lambda b: bytes(cramjam.snappy.compress_raw(b)),
-    COMPRESSION_LZ4: lambda b: bytes(cramjam.lz4.compress(b)),
+    # level 1: LZ4 fast mode, as librdkafka (cramjam's default is about 4x slower for the same size here)
+    COMPRESSION_LZ4: lambda b: bytes(cramjam.lz4.compress(b, level=1)),
     COMPRESSION_ZSTD: lambda b: bytes(cramjam.zstd.compress(b)),
 }
 

@@ -345,15 +345,16 @@ class DeliveryErrors:
 
 
 def kafka_produce(bootstrap: str, topic: str, n: int, values: Sequence[bytes],
-                  progress_every_s: float = 10.0) -> Rate:
-    """Produce n records (cycling through values) as fast as the client allows.
+                  progress_every_s: float = 10.0, **client: object) -> Rate:
+    """Produce n records (cycling through values) as fast as the client allows; `client`
+    overrides producer_conf's settings.
 
     The clock stops when flush() returns, i.e. every record has been acknowledged.
     """
     mask = len(values) - 1
     assert len(values) & mask == 0, "len(values) must be a power of two"
     errors = DeliveryErrors()
-    p = Producer(producer_conf(bootstrap, **{"delivery.report.only.error": True, "on_delivery": errors}))
+    p = Producer(producer_conf(bootstrap, **{"delivery.report.only.error": True, "on_delivery": errors, **client}))
     # Connection + metadata for the topic before the clock starts.
     p.produce(topic, values[0])
     if p.flush(30) != 0:
