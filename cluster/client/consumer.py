@@ -76,7 +76,8 @@ class OffsetOutOfRange(KafkaError):
 class PartitionPosition:
     position: int | None = None  # next offset the application gets; None: to be looked up
     fetch_offset: int | None = None  # next offset to fetch (ahead of position by what is buffered)
-    paused: bool = False
+    paused: bool = False  # by the application (pause/resume)
+    parked: bool = False  # by an error the application must act on (seek clears it)
     high_watermark: int = -1
     log_start_offset: int = -1
     retry_after_s: float = 0.0
@@ -229,6 +230,7 @@ class Consumer:
         state.position = state.fetch_offset = offset
         state.epoch += 1
         state.retry_after_s = 0.0
+        state.parked = False
 
     def _reset_later(self, tp: TopicPartition, state: PartitionPosition, strategy: str) -> None:
         state.position = state.fetch_offset = None
@@ -350,7 +352,7 @@ class Consumer:
         while buffer and budget > 0:
             tp, epoch, records, weight = buffer[0]
             state = self._assigned.get(tp)
-            if state is None or state.epoch != epoch or state.paused or not records \
+            if state is None or state.epoch != epoch or state.paused or state.parked or not records \
                     or state.position is None or records[-1].offset < state.position:
                 buffer.popleft()
                 self._buffered_bytes -= weight
@@ -449,8 +451,8 @@ class Consumer:
                     ErrorCode.offset_out_of_range))
                 self._arrived.set()
                 self._arrived = trio.Event()
-                state.position = state.fetch_offset = -1  # parked until the application seeks
-                state.paused = True
+                state.position = state.fetch_offset = -1
+                state.parked = True  # until the application seeks
                 continue
             resets[tp] = EARLIEST if strategy == "earliest" else LATEST
         if resets:
@@ -485,7 +487,7 @@ class Consumer:
     def _fetchable(self, node: int, now: float) -> list[tuple[TopicPartition, PartitionPosition]]:
         meta = self.cluster.metadata
         return [(tp, s) for tp, s in self._assigned.items()
-                if not s.paused and s.fetch_offset is not None and s.fetch_offset >= 0
+                if not s.paused and not s.parked and s.fetch_offset is not None and s.fetch_offset >= 0
                 and s.retry_after_s <= now and meta.leader(*tp) == node]
 
     async def _run_fetcher(self, node: int) -> None:
@@ -563,6 +565,7 @@ class Consumer:
         the record data still to decode: (partition, epoch, data, first offset wanted)."""
         decode: list[tuple[TopicPartition, int, bytes, int]] = []
         arrived = False
+        reset = False
         stale_leaders = False
         for t in resp.responses:
             for p in t.partitions:
@@ -591,10 +594,11 @@ class Consumer:
                     if self.auto_offset_reset == "none":
                         self._errors.append(OffsetOutOfRange(f"offset {asked[0]} of {tp[0]}-{tp[1]} is out of range "
                                                              f"[{p.log_start_offset}, {p.high_watermark}]", p.error_code))
-                        state.paused = True
+                        state.parked = True
                         arrived = True
                     else:
                         self._reset_later(tp, state, self.auto_offset_reset)
+                        reset = True
                 elif p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.not_leader_or_follower:
                     stale_leaders = True
                     state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
@@ -606,13 +610,14 @@ class Consumer:
             self._arrived = trio.Event()
         if stale_leaders:
             self.cluster.metadata.updated_s = -1e18  # the metadata task refreshes
-            self._signal_changed()
+        if stale_leaders or reset:
+            self._signal_changed()  # wakes the metadata and positions tasks
         return decode
 
     def _corrupt(self, tp: TopicPartition, state: PartitionPosition, offset: int, exc: Exception) -> None:
         self._errors.append(KafkaError(f"corrupt data fetched from {tp[0]}-{tp[1]} at offset {offset}: {exc}",
                                        ErrorCode.corrupt_message))
-        state.paused = True
+        state.parked = True
 
     def _decode(self, work: list[tuple[TopicPartition, int, bytes, int]]) -> None:
         arrived = False

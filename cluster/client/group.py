@@ -59,7 +59,7 @@ async def _coordinator_conn(consumer: Consumer) -> Any:
     if node is None:
         node = consumer._coordinator = await consumer.cluster.coordinator(consumer.group_id)
     try:
-        return await consumer.cluster.connection(node)
+        return await consumer.cluster.connection(node, lane="group")
     except KafkaConnectionError:
         consumer._coordinator = None
         raise

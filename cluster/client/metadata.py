@@ -89,8 +89,11 @@ class ClientCluster:
         self.bootstrap = parse_bootstrap(config["bootstrap.servers"])
         self.client_id: str = config["client.id"]
         self.metadata = ClusterMetadata()
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connect_locks: dict[int, trio.Lock] = {}
+        # One connection per (broker, lane): group coordination gets its own lane so that
+        # heartbeats and commits never queue behind a long-polling Fetch (a broker answers a
+        # connection's requests in order), as the Java client keeps a coordinator connection.
+        self._connections: dict[tuple[int, str], BrokerConnection] = {}
+        self._connect_locks: dict[tuple[int, str], trio.Lock] = {}
         self._reconnect_after_s: dict[int, float] = {}
         self._reconnect_backoff_s: dict[int, float] = {}
         self._wanted_topics: set[str] = set()
@@ -108,14 +111,16 @@ class ClientCluster:
             raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
         return self.metadata.brokers[node_id]
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """The connection to a broker, opened (or reopened) on demand with reconnect backoff."""
-        conn = self._connections.get(node_id)
+    async def connection(self, node_id: int, lane: str = "data") -> BrokerConnection:
+        """The connection to a broker (per lane: "data" or "group"), opened or reopened on
+        demand with reconnect backoff."""
+        key = (node_id, lane)
+        conn = self._connections.get(key)
         if conn is not None and not conn.closed:
             return conn
-        lock = self._connect_locks.setdefault(node_id, trio.Lock())
+        lock = self._connect_locks.setdefault(key, trio.Lock())
         async with lock:
-            conn = self._connections.get(node_id)
+            conn = self._connections.get(key)
             if conn is not None and not conn.closed:
                 return conn
             wait_s = self._reconnect_after_s.get(node_id, 0.0) - trio.current_time()
@@ -134,7 +139,7 @@ class ClientCluster:
                 raise
             self._reconnect_backoff_s.pop(node_id, None)
             self._reconnect_after_s.pop(node_id, None)
-            self._connections[node_id] = conn
+            self._connections[key] = conn
             return conn
 
     async def any_connection(self) -> BrokerConnection:

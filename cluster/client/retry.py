@@ -48,5 +48,5 @@ def retrying(deadline_s: float, backoff_ms: int, backoff_max_ms: int, *,
 
     return AsyncRetrying(
         sleep=trio.sleep, stop=stop_after_delay(deadline_s), reraise=True,
-        wait=wait_exponential_jitter(initial=backoff_ms / 1000, max=backoff_max_ms / 1000, jitter=backoff_ms / 1000),
+        wait=wait_exponential_jitter(multiplier=backoff_ms / 1000, max=backoff_max_ms / 1000, jitter=backoff_ms / 1000),
         retry=retry_if_exception(retry_on), before_sleep=_log_retry)
