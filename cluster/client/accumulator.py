@@ -19,7 +19,7 @@ from typing import Any
 from cluster.protocol.records import append_record, batch_from_records_section
 
 TopicPartition = tuple[str, int]
-DeliveryCallback = Callable[[Any, "RecordMetadata | None", "Exception | None"], None]
+DeliveryCallback = Callable[["RecordMetadata | None", "Exception | None"], None]
 
 # Per-record bytes held against buffer.memory beyond the encoded record (Kafka counts the
 # batch, we count the record plus this, so many tiny records also hit the limit).
@@ -54,6 +54,7 @@ class ProducerBatch:
     base_timestamp: int = -1
     max_timestamp: int = -1
     closed: bool = False
+    done: bool = False  # acknowledged or failed for good
     # (record index, timestamp, callback or future) for records someone waits on
     waiters: list[tuple[int, int, Any]] = field(default_factory=list)
     attempts: int = 0
@@ -206,14 +207,16 @@ class RecordAccumulator:
             state.next_sequence = (state.next_sequence + batch.count) & SEQUENCE_MAX
         batch.attempts += 1
         state.in_flight.append(batch)
-        if not any(b.base_sequence >= 0 for b in state.queue):
-            state.retrying = False
+        if not state.queue or state.queue[0].base_sequence < 0:
+            state.retrying = False  # requeued batches sit at the front: none are left
         return batch
 
     # ---- outcomes -----------------------------------------------------------------
 
     def completed(self, batch: ProducerBatch) -> None:
         """The batch is acknowledged or failed for good: forget it and release its memory."""
+        assert not batch.done, "a batch completes once"
+        batch.done = True
         state = self.partitions[(batch.topic, batch.partition)]
         if batch in state.in_flight:
             state.in_flight.remove(batch)

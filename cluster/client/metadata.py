@@ -100,6 +100,7 @@ class ClientCluster:
         self._all_topics = False
         self._refresh_lock = trio.Lock()
         self._refreshed = trio.Event()
+        self._refresh_error: Exception | None = None
         self.closed = False
 
     # ---- connections --------------------------------------------------------------
@@ -181,8 +182,11 @@ class ClientCluster:
         if self._refresh_lock.locked():
             event = self._refreshed
             await event.wait()
+            if self._refresh_error is not None:
+                raise self._refresh_error  # the shared request failed: so did ours
             return self.metadata
         async with self._refresh_lock:
+            self._refresh_error = None
             try:
                 conn = await self.any_connection()
                 all_topics = self._all_topics
@@ -193,6 +197,9 @@ class ClientCluster:
                         "include_topic_authorized_operations": False}
                 resp = await conn.request(METADATA, body, timeout_s=self.config["request.timeout.ms"] / 1000)
                 self.metadata.update(resp, trio.current_time(), all_topics=all_topics)
+            except (KafkaConnectionError, KafkaError) as exc:
+                self._refresh_error = exc
+                raise
             finally:
                 event, self._refreshed = self._refreshed, trio.Event()
                 event.set()

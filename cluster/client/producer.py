@@ -55,6 +55,8 @@ log = logging.getLogger("dcmirror.client.producer")
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
 Headers = list[tuple[str, bytes | None]] | tuple[tuple[str, bytes | None], ...]
+# A record's framing in a batch and a produce request, beyond key, value and headers.
+RECORD_MAX_OVERHEAD_BYTES = 61 + 128
 
 
 class DeliveryFuture:
@@ -115,6 +117,8 @@ class Producer:
         self._need_metadata = True
         self._refreshing = False
         self._need_reset = False
+        self._initializing = False
+        self._metadata_error: Exception | None = None
         self._fatal: Exception | None = None
         self._closing = False
         self._nursery: trio.Nursery | None = None
@@ -130,16 +134,23 @@ class Producer:
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
-            if exc_type is None:
+            if exc_type is None and not self._closing:
                 await self.flush(self.delivery_timeout_s)
         finally:
             await self.close()
 
     async def close(self) -> None:
-        """Stop sending (unsent records fail with the close) and close connections."""
+        """Stop sending (records not yet sent fail with the close) and close connections."""
+        if self._closing and self._stack is None:
+            return
         self._closing = True
+        closed = KafkaError("producer closed before the record was sent", ErrorCode.unknown_server_error)
         for batch in self.accumulator.all_queued():
-            self._fail(batch, KafkaError("producer closed before the batch was sent", ErrorCode.unknown_server_error))
+            self._fail(batch, closed)
+        for held in self._unresolved.values():
+            for *_, waiter in held:
+                _notify(waiter, None, closed)
+        self._unresolved.clear()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         if self._stack is not None:
@@ -158,19 +169,37 @@ class Producer:
         """
         if self._fatal is not None or self._closing:
             raise self._fatal or RuntimeError("produce() on a closed producer")
-        if value is not None and len(value) > self.max_request_size or key is not None and len(key) > self.max_request_size:
-            raise KafkaError(f"record exceeds max.request.size {self.max_request_size}", ErrorCode.message_too_large)
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+        if headers:
+            size += sum(len(k) + (0 if v is None else len(v)) + 10 for k, v in headers)
+        if size + RECORD_MAX_OVERHEAD_BYTES > self.max_request_size:
+            raise KafkaError(f"a record of about {size + RECORD_MAX_OVERHEAD_BYTES} bytes (key, value, headers) "
+                             f"exceeds max.request.size {self.max_request_size}", ErrorCode.message_too_large)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        if self._unresolved and topic in self._unresolved:
+            # Records held for metadata go first: a later record must not overtake them.
+            self._release_unresolved(trio.current_time())
+            if topic in self._unresolved:
+                self._hold_unresolved(topic, (topic, partition, value, key, timestamp_ms, headers, on_delivery))
+                return
         if partition is None:
             if key is None and not self._random_partitions:
                 partition = self._sticky.get(topic)
             if partition is None:
                 count = self.cluster.metadata.partition_count(topic)
                 if count is None:
-                    self._hold_unresolved(topic, (topic, value, key, timestamp_ms, headers, on_delivery))
+                    self._hold_unresolved(topic, (topic, None, value, key, timestamp_ms, headers, on_delivery))
                     return
                 partition = self._choose_partition(topic, key, count)
+        else:
+            count = self.cluster.metadata.partition_count(topic)
+            if count is None:
+                self._hold_unresolved(topic, (topic, partition, value, key, timestamp_ms, headers, on_delivery))
+                return
+            if not 0 <= partition < count:
+                raise KafkaError(f"partition {partition} is not in topic {topic!r}, which has {count}",
+                                 ErrorCode.unknown_topic_or_partition)
         outcome = self.accumulator.append(topic, partition, timestamp_ms, key, value, headers, on_delivery,
                                           trio.current_time)
         if outcome:
@@ -267,14 +296,24 @@ class Producer:
         for topic in list(self._unresolved):
             count = self.cluster.metadata.partition_count(topic)
             if count is not None:
-                for topic_, value, key, ts, headers, waiter in self._unresolved.pop(topic):
-                    p = self._choose_partition(topic_, key, count)
-                    self._append_resolved(topic_, p, ts, key, value, headers, waiter, now_s)
+                for topic_, partition, value, key, ts, headers, waiter in self._unresolved.pop(topic):
+                    if partition is None:
+                        partition = self._choose_partition(topic_, key, count)
+                    elif not 0 <= partition < count:
+                        _notify(waiter, None, KafkaError(f"partition {partition} is not in topic {topic!r}, which "
+                                                         f"has {count}", ErrorCode.unknown_topic_or_partition))
+                        continue
+                    self._append_resolved(topic_, partition, ts, key, value, headers, waiter, now_s)
                 self._unresolved_since_s.pop(topic, None)
             elif now_s - self._unresolved_since_s[topic] >= self.max_block_s:
                 info = self.cluster.metadata.topics.get(topic)
-                code = info.error_code if info and info.error_code else ErrorCode.unknown_topic_or_partition
-                error = KafkaError(f"topic {topic!r} has no metadata after max.block.ms", code)
+                error: Exception
+                if info is not None or self._metadata_error is None:
+                    code = info.error_code if info and info.error_code else ErrorCode.unknown_topic_or_partition
+                    error = KafkaError(f"topic {topic!r} has no metadata after max.block.ms", code)
+                else:
+                    error = KafkaTimeoutError(f"topic {topic!r}: no metadata within max.block.ms "
+                                              f"({self.max_block_s:g} s): {self._metadata_error}")
                 for *_, waiter in self._unresolved.pop(topic):
                     _notify(waiter, None, error)
                 self._unresolved_since_s.pop(topic, None)
@@ -313,22 +352,34 @@ class Producer:
             self._release_unresolved(now)
         if self.idempotent and (acc.producer_id < 0 or self._need_reset):
             acc.paused = True
-            if acc.in_flight_count() == 0:
-                await self._init_producer_id()
+            if acc.in_flight_count() == 0 and not self._initializing:
+                # In its own task, so expiry (delivery.timeout.ms, max.block.ms) goes on meanwhile.
+                self._initializing = True
+                assert self._nursery is not None
+                self._nursery.start_soon(self._init_producer_id)
 
     async def _refresh_metadata(self) -> None:
         try:
             self.cluster.want_topics({tp[0] for tp in self.accumulator.partitions} | set(self._unresolved))
             await self.cluster.refresh()
             self._need_metadata = False
+            self._metadata_error = None
         except (KafkaConnectionError, KafkaError) as exc:
             log.debug("metadata refresh failed: %s", exc)
+            self._metadata_error = exc
             await trio.sleep(self.config["retry.backoff.ms"] / 1000)
         finally:
             self._refreshing = False
             self._flush_soon()
 
     async def _init_producer_id(self) -> None:
+        try:
+            await self._init_producer_id_until_done()
+        finally:
+            self._initializing = False
+            self._flush_soon()
+
+    async def _init_producer_id_until_done(self) -> None:
         backoff_s = self.config["retry.backoff.ms"] / 1000
         while True:
             try:
@@ -480,6 +531,8 @@ class Producer:
         self._retry_or_fail(batch, error, now, retriable=is_retriable(code))
 
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float, *, retriable: bool = True) -> None:
+        if batch.done:
+            return
         if retriable and batch.attempts <= self.config["retries"] and now - batch.created_s < self.delivery_timeout_s \
                 and not self._closing:
             self.metrics["retries"] += 1
@@ -492,6 +545,8 @@ class Producer:
         self._fail(batch, error)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, append_ms: int) -> None:
+        if batch.done:
+            return  # already failed (the producer was fenced while it was in flight)
         self.accumulator.completed(batch)
         self.metrics["records"] += batch.count
         self.metrics["batches"] += 1
@@ -503,6 +558,8 @@ class Producer:
         self._signal_progress()
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
+        if batch.done:
+            return
         self.accumulator.completed(batch)
         self.metrics["errors"] += batch.count
         log.debug("batch to %s-%d failed: %s", batch.topic, batch.partition, error)
