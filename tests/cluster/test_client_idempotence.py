@@ -5,7 +5,8 @@ while a seeded schedule kill -9's the leader of a partition and restarts it, onc
 Afterwards confluent-kafka reads every partition: exactly the values sent, each once, in
 send order, every one at the offset its RecordMetadata reported (retries that the broker had
 already written must come back as duplicates with their first offset, not as second copies).
-Replay a schedule with DCMIRROR_FAULT_SEED=<the printed seed>.
+A second test runs our group consumer through the same faults: it ends with every record of
+the log and never skips ahead. Replay a schedule with DCMIRROR_FAULT_SEED=<the printed seed>.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 import trio
 
 from cluster.client.accumulator import BufferFull, RecordMetadata
+from cluster.client.consumer import Consumer
 from cluster.client.producer import Producer
 from tests.cluster import (
     PartitionView,
@@ -176,3 +178,74 @@ def test_idempotent_producer_writes_each_record_once_across_leader_kill9(
     assert writer.reports == writer.sent, f"{writer.sent - writer.reports} records got no delivery report"
     wait_fully_replicated(cluster, TOPIC, PARTITIONS, RF)
     check_exactly_once(cluster, writer)
+
+
+class Reader:
+    """Our consumer in a group (auto commit) reading TOPIC while brokers die: every record's
+    (partition, offset, value) in delivery order."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+        self.done = trio.Event()
+
+    async def run(self, until: Callable[[], int | None]) -> None:
+        async with Consumer({"bootstrap.servers": self.bootstrap, "group.id": "client-failover",
+                             "auto.offset.reset": "earliest", "auto.commit.interval.ms": 1000,
+                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                             "request.timeout.ms": 10_000, "socket.connection.setup.timeout.ms": 3000,
+                             "reconnect.backoff.max.ms": 500, "metadata.max.age.ms": 2000}) as c:
+            c.subscribe([TOPIC])
+            while True:
+                for (_, p), records in (await c.getmany(timeout_s=0.5)).items():
+                    self.got[p].extend((r.offset, int(r.value or b"-1")) for r in records)
+                total = until()
+                if total is not None and len({(p, o) for p, rows in self.got.items() for o, _ in rows}) >= total:
+                    return
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_consumer_group_reads_everything_across_leader_kill9(clusters: Callable[..., ClusterProcesses]) -> None:
+    """Our group consumer reads while leaders (and so group coordinators) are killed: it ends
+    with every record of the log, each with the log's value, and never skips ahead — a
+    rewind after a coordinator change replays from the last commit, a gap would be loss."""
+    rng = fault_rng("client consumer failover")
+    cluster = clusters(3, min_insync_replicas=2)
+    create_topic(cluster.bootstrap, TOPIC, PARTITIONS, RF)
+    wait_until(lambda: topic_ready(cluster, TOPIC, PARTITIONS, RF), 30,
+               f"{TOPIC}: {PARTITIONS} partitions, RF {RF}, full ISRs", cluster)
+
+    async def main() -> tuple[Writer, Reader]:
+        async with Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "request.timeout.ms": 10_000,
+                             "socket.connection.setup.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}) as p:
+            writer = Writer(p)
+            reader = Reader(cluster.bootstrap)
+            finished: list[int] = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader.run, lambda: finished[0] if finished else None)
+
+                async def write_then_mark() -> None:
+                    await writer.run()
+                    finished.append(writer.sent)
+
+                nursery.start_soon(write_then_mark)
+                await bounce_leaders(cluster, writer, 2, rng)
+            return writer, reader
+
+    async def bounded() -> tuple[Writer, Reader]:
+        with trio.fail_after(200):
+            return await main()
+
+    writer, reader = trio.run(bounded)
+    wait_fully_replicated(cluster, TOPIC, PARTITIONS, RF)
+    check_exactly_once(cluster, writer)
+    log = read_all(cluster.bootstrap, TOPIC, PARTITIONS)
+    replayed = 0
+    for p, rows in reader.got.items():
+        assert dict(rows) == dict(log[p]), f"partition {p}: the consumer saw other records than the log holds"
+        assert sorted(dict(rows)) == [o for o, _ in log[p]], f"partition {p}: records missing"
+        for (prev, _), (off, _) in zip(rows, rows[1:], strict=False):
+            assert off <= prev + 1, f"partition {p}: skipped from offset {prev} to {off}"
+            replayed += off <= prev
+    print(f"consumer: {sum(map(len, reader.got.values()))} records delivered, {replayed} rewinds", flush=True)
