@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 
 from cluster.storage.config import InvalidConfig
-from deploy import cluster_cmds, groups_cmd, topology_cmd
+from deploy import cluster_cmds, groups_cmd, mirror_cmd, topology_cmd
 
 
 def _setup_logging(level: str) -> None:
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     groups_cmd.add_parser(sub)
     topology_cmd.add_parser(sub)
+    mirror_cmd.add_parser(sub)
     cluster_cmds.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")

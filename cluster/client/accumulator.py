@@ -89,6 +89,11 @@ class PartitionState:
     in_flight: list[ProducerBatch] = field(default_factory=list)
     next_sequence: int = 0
     retrying: bool = False  # a batch with a sequence went back to the queue: send one at a time
+    # A claimed partition writes as (producer id, epoch) taken over from its previous writer
+    # with the epoch bumped: the broker then refuses the previous writer (see `claim`).
+    claimed_id: int = -1
+    claimed_epoch: int = -1
+    fenced: bool = False  # someone claimed it after us: nothing more is sent
 
 
 class RecordAccumulator:
@@ -179,8 +184,10 @@ class RecordAccumulator:
             return None  # retries go one at a time, in sequence order
         if len(state.in_flight) >= self.max_in_flight:
             return None
-        if self.idempotent and batch.base_sequence < 0 and self.producer_id < 0:
+        if self.idempotent and batch.base_sequence < 0 and self.producer_id < 0 and state.claimed_id < 0:
             return None  # no producer id yet
+        if state.fenced:
+            return None
         return batch
 
     def next_deadline_s(self, now_s: float) -> float | None:
@@ -202,7 +209,10 @@ class RecordAccumulator:
             batch.closed = True
             self._open.pop(tp, None)
         if self.idempotent and batch.base_sequence < 0:
-            batch.producer_id, batch.producer_epoch = self.producer_id, self.producer_epoch
+            if state.claimed_id >= 0:
+                batch.producer_id, batch.producer_epoch = state.claimed_id, state.claimed_epoch
+            else:
+                batch.producer_id, batch.producer_epoch = self.producer_id, self.producer_epoch
             batch.base_sequence = state.next_sequence
             state.next_sequence = (state.next_sequence + batch.count) & SEQUENCE_MAX
         batch.attempts += 1
@@ -253,12 +263,27 @@ class RecordAccumulator:
     def in_flight_count(self) -> int:
         return sum(len(s.in_flight) for s in self.partitions.values())
 
+    def claim(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> None:
+        """Write `partition` as (producer_id, producer_epoch) from now on, sequences from 0:
+        with the previous writer's id and a higher epoch, the broker fences that writer."""
+        assert self.idempotent, "claims need enable.idempotence"
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            state = self.partitions[(topic, partition)] = PartitionState()
+        assert not state.in_flight and not state.queue, "claim a partition before writing to it"
+        state.claimed_id, state.claimed_epoch = producer_id, producer_epoch
+        state.next_sequence = 0
+        state.fenced = False
+
     def reset_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """A new producer id/epoch (after a sequence could not be repaired): every partition's
-        sequences restart at 0 and unacknowledged batches are renumbered when next sent."""
+        sequences restart at 0 and unacknowledged batches are renumbered when next sent
+        (a claimed partition keeps its claimed id with the epoch bumped once more)."""
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         for state in self.partitions.values():
             assert not state.in_flight, "reset the producer id only with nothing in flight"
+            if state.claimed_id >= 0 and state.next_sequence:
+                state.claimed_epoch = min(state.claimed_epoch + 1, 32767)
             state.next_sequence = 0
             state.retrying = False
             for batch in state.queue:

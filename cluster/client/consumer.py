@@ -126,15 +126,19 @@ class Consumer:
 
     async def close(self) -> None:
         """Commit (with enable.auto.commit), leave the group, stop fetching."""
-        if self.group is not None:
-            with trio.move_on_after(self.request_timeout_s):
-                await self.group.leave()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-        await self.cluster.aclose()
+        try:
+            if self.group is not None:
+                # Shielded and bounded: leaving also runs when the caller is being cancelled.
+                with trio.move_on_after(self.request_timeout_s) as scope:
+                    scope.shield = True
+                    await self.group.leave()
+        finally:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+            if self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
+            await self.cluster.aclose()
 
     # ---- assignment ---------------------------------------------------------------
 

@@ -151,12 +151,14 @@ class Producer:
             for *_, waiter in held:
                 _notify(waiter, None, closed)
         self._unresolved.clear()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-        await self.cluster.aclose()
+        try:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+        finally:
+            if self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
+            await self.cluster.aclose()
 
     # ---- producing ----------------------------------------------------------------
 
@@ -257,6 +259,21 @@ class Producer:
             self.accumulator.flushing -= 1
         if self._fatal is not None:
             raise self._fatal
+
+    def claim(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> None:
+        """Write `partition` as (producer_id, producer_epoch), sequences from 0 — taking over
+        from the writer whose id that is, with a higher epoch, fences it (see accumulator.claim).
+        Records already queued for the partition must be flushed first."""
+        self.accumulator.claim(topic, partition, producer_id, producer_epoch)
+
+    def fenced(self, topic: str, partition: int) -> bool:
+        state = self.accumulator.partitions.get((topic, partition))
+        return state is not None and state.fenced
+
+    @property
+    def producer_identity(self) -> tuple[int, int]:
+        """(producer id, epoch) of this producer's own writes (-1, -1 until InitProducerId)."""
+        return self.accumulator.producer_id, self.accumulator.producer_epoch
 
     def partitions_for(self, topic: str) -> int | None:
         return self.cluster.metadata.partition_count(topic)
@@ -515,6 +532,15 @@ class Producer:
         what = f"producing {batch.count} records to {batch.topic}-{batch.partition}" + (f" ({message})" if message else "")
         error = KafkaError(what, code)
         if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+            state = self.accumulator.partitions[(batch.topic, batch.partition)]
+            if state.claimed_id >= 0:
+                # Another writer claimed this partition after us: it alone writes it now.
+                state.fenced = True
+                fenced = ProducerFenced(what + " (the partition was claimed by another writer)", code)
+                for b in [*state.in_flight, *state.queue]:
+                    self._fail(b, fenced)
+                self._fail(batch, fenced)
+                return
             self._set_fatal(ProducerFenced(what, code))
             return
         if code in (ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id):

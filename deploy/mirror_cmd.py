@@ -1,0 +1,175 @@
+"""`dcmirror mirror`: run a topology's mirror workers.
+
+    dcmirror mirror --config FILE [--flow NAME]              every worker of the flows, each a
+                                                             supervised child process
+    dcmirror mirror --config FILE --flow NAME --worker N     one worker in this process
+    dcmirror mirror status --config FILE [--json]            what the workers last reported
+
+Each worker writes its status (per partition lag, throughput, claims, data loss) every
+second to <state dir>/<flow>/<worker>.json, the state dir being `mirror` next to the target
+cluster's data directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+log = logging.getLogger("dcmirror.mirror")
+
+STATUS_INTERVAL_S = 1.0
+RESTART_BACKOFF_S = (0.5, 10.0)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status)")
+    mirror.add_argument("action", nargs="?", choices=["run", "status"], default="run")
+    mirror.add_argument("--config", required=True, help="topology file")
+    mirror.add_argument("--flow", help="only this flow (default: every flow of the file)")
+    mirror.add_argument("--worker", type=int, help="run worker N of --flow in this process")
+    mirror.add_argument("--json", action="store_true", help="status: one JSON document")
+    mirror.set_defaults(func=cmd_mirror)
+
+
+def state_dir(topology: Any, flow: Any) -> Path:
+    return Path(topology.cluster(flow.target).data_dir).parent / "mirror" / flow.name
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from mirror.worker import flows_of
+    from topology import TopologyError, load
+
+    try:
+        topology = load(args.config)
+        flows = flows_of(topology, args.flow)
+    except (TopologyError, ValueError) as exc:
+        print(f"dcmirror mirror: {exc}", file=sys.stderr)
+        return 1
+    if args.action == "status":
+        return show_status(topology, flows, as_json=args.json)
+    if args.worker is not None:
+        if args.flow is None:
+            print("dcmirror mirror: --worker needs --flow", file=sys.stderr)
+            return 1
+        return run_worker(topology, flows[0], args.worker)
+    return supervise(args.config, flows)
+
+
+def run_worker(topology: Any, flow: Any, index: int) -> int:
+    from mirror.worker import MirrorWorker
+
+    name = f"{flow.name}-w{index}"
+    worker = MirrorWorker(topology, flow, name)
+    out = state_dir(topology, flow) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    async def report() -> None:
+        while True:
+            await trio.sleep(STATUS_INTERVAL_S)
+            try:
+                status = worker.status() | {"reported_ms": int(time.time() * 1000), "pid": os.getpid()}
+            except AssertionError:
+                continue  # not started yet
+            tmp = out.with_suffix(".tmp")
+            tmp.write_bytes(orjson.dumps(status, option=orjson.OPT_INDENT_2))
+            tmp.replace(out)
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.run)
+                nursery.start_soon(report)
+                async for signum in signals:
+                    log.info("worker %s: %s, stopping", name, signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    log.info("mirror worker %s: %s -> %s, topics /%s/%s", name, flow.source, flow.target, flow.topics,
+             f" except /{flow.exclude}/" if flow.exclude else "")
+    trio.run(main)
+    return 0
+
+
+def supervise(config: str, flows: list[Any]) -> int:
+    """Every worker as a child process, restarted with backoff when it exits; SIGTERM/SIGINT
+    stops them all."""
+    children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+    backoff: dict[tuple[str, int], float] = {}
+    next_start: dict[tuple[str, int], float] = {}
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    wanted = [(f.name, i) for f in flows for i in range(f.workers)]
+    while not stopping:
+        now = time.monotonic()
+        for key in wanted:
+            proc = children.get(key)
+            if proc is not None and proc.poll() is None:
+                continue
+            if proc is not None:
+                delay = min(backoff.get(key, RESTART_BACKOFF_S[0]) * 2, RESTART_BACKOFF_S[1])
+                backoff[key] = delay
+                next_start[key] = now + delay
+                log.warning("worker %s-w%d exited with %s; restarting in %.1f s", key[0], key[1], proc.returncode, delay)
+                children.pop(key)
+                continue
+            if now < next_start.get(key, 0.0):
+                continue
+            children[key] = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", config,
+                                              "--flow", key[0], "--worker", str(key[1])])
+        time.sleep(0.2)
+    for proc in children.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in children.values():
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return 0
+
+
+def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
+    now_ms = time.time() * 1000
+    report = []
+    for flow in flows:
+        workers = []
+        for path in sorted(state_dir(topology, flow).glob("*.json")):
+            try:
+                status = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            status["age_s"] = (now_ms - status.get("reported_ms", 0)) / 1000
+            workers.append(status)
+        live = [w for w in workers if w["age_s"] < 10]
+        report.append({"flow": flow.name, "source": flow.source, "target": flow.target, "workers": workers,
+                       "live_workers": len(live), "lag_records": sum(w.get("lag_records", 0) for w in live),
+                       "records": sum(w.get("records", 0) for w in live),
+                       "data_loss_records": sum(w.get("data_loss_records", 0) for w in workers)})
+    if as_json:
+        print(orjson.dumps(report).decode())
+        return 0
+    for f in report:
+        print(f"flow {f['flow']}: {f['source']} -> {f['target']}: {f['live_workers']} live worker(s), "
+              f"{f['records']} records mirrored, lag {f['lag_records']} records"
+              + (f", DATA LOSS {f['data_loss_records']} records" if f["data_loss_records"] else ""))
+        for w in f["workers"]:
+            parts = ", ".join(f"{p['topic']}-{p['partition']} lag {p['lag_records']}" for p in w.get("partitions", []))
+            print(f"  {w['worker']}: reported {w['age_s']:.1f} s ago, {w.get('records', 0)} records, "
+                  f"{w.get('records_per_s', 0):.0f}/s, claims {w.get('claims', 0)}; {parts or 'no partitions'}")
+    return 0

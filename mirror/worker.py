@@ -1,0 +1,405 @@
+"""One mirror worker of one flow: a member of the consumer group `dcmirror.<source>.<target>`
+on the source cluster and an idempotent producer into the target cluster.
+
+Exactly once without transactions: source partition p of topic T goes to partition p of
+the renamed target topic, and each target partition has one writer at a time. Taking a
+partition, a worker (1) claims it — its writes from now on carry the previous writer's
+producer id with a higher epoch, so the broker refuses that writer if it still lives —
+(2) writes a fence record under the claim and waits for it, so nothing the previous
+writer sent can land after it, (3) reads back from the fence to the last mirrored source
+offset and (4) resumes right after it. The target is the truth; the source group's
+committed offsets follow behind, for lag and tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import trio
+
+from cluster.client.accumulator import BufferFull
+from cluster.client.admin import Admin, AdminError
+from cluster.client.consumer import Consumer
+from cluster.client.errors import KafkaError, KafkaTimeoutError
+from cluster.client.producer import DeliveryFuture, Producer
+from cluster.protocol.errors import ErrorCode
+from mirror import provenance, tail
+from topology.model import MirrorSpec, Topology
+
+log = logging.getLogger("dcmirror.mirror")
+
+HEARTBEATS_TOPIC = "dcmirror.heartbeats"
+INTERNAL_PREFIXES = ("__", "dcmirror.")
+TopicPartition = tuple[str, int]
+
+
+def group_id(flow: MirrorSpec) -> str:
+    return f"dcmirror.{flow.source}.{flow.target}"
+
+
+@dataclass
+class PartitionMirror:
+    """Bookkeeping of one source partition this worker mirrors."""
+
+    source: TopicPartition
+    target: TopicPartition
+    next_offset: int = -1  # next source offset to mirror
+    acked_offset: int = -1  # highest source offset the target acknowledged
+    committed_offset: int = -1  # what the source group last committed (next offset)
+    pending: list[tuple[int, DeliveryFuture]] = field(default_factory=list)
+    last_timestamp_ms: int = -1  # of the last record mirrored
+    records: int = 0
+    bytes: int = 0
+    broken: str | None = None  # why it must be claimed again
+
+
+@dataclass
+class WorkerConfig:
+    topic_refresh_s: float = 5.0
+    commit_interval_s: float = 1.0
+    heartbeat_interval_s: float = 1.0
+    batch_records: int = 5000
+    producer: dict[str, Any] = field(default_factory=dict)
+    consumer: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_flow(cls, flow: MirrorSpec) -> WorkerConfig:
+        """Flow `config` keys: topic.refresh.ms, offset.commit.interval.ms, heartbeat.interval.ms,
+        and producer.* / consumer.* passed to the clients."""
+        c = cls()
+        for key, value in flow.config.items():
+            if key == "topic.refresh.ms":
+                c.topic_refresh_s = int(value) / 1000
+            elif key == "offset.commit.interval.ms":
+                c.commit_interval_s = int(value) / 1000
+            elif key == "heartbeat.interval.ms":
+                c.heartbeat_interval_s = int(value) / 1000
+            elif key.startswith("producer."):
+                c.producer[key.removeprefix("producer.")] = value
+            elif key.startswith("consumer."):
+                c.consumer[key.removeprefix("consumer.")] = value
+            else:
+                raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} (topic.refresh.ms, "
+                                 "offset.commit.interval.ms, heartbeat.interval.ms, producer.*, consumer.*)")
+        return c
+
+
+class MirrorWorker:
+    def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None) -> None:
+        self.topology = topology
+        self.flow = flow
+        self.name = name or f"{flow.name}-{socket.gethostname()}-{id(self) & 0xFFFF:x}"
+        self.source = topology.cluster(flow.source)
+        self.target = topology.cluster(flow.target)
+        self.config = WorkerConfig.from_flow(flow)
+        self.partitions: dict[TopicPartition, PartitionMirror] = {}
+        self.topics: dict[str, str] = {}  # source topic -> target topic
+        self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "skipped_cycle": 0, "data_loss_records": 0,
+                                        "claims": 0, "fenced": 0, "started_s": time.time()}
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._source_admin: Admin | None = None
+        self._target_admin: Admin | None = None
+        self._assigned = trio.Event()
+
+    # ---- setup ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        c = self.config
+        producer_config = {"bootstrap.servers": self.target.bootstrap(), "client.id": self.name, "acks": "all",
+                           "enable.idempotence": True, "linger.ms": 5, "max.block.ms": 30000, **c.producer}
+        consumer_config = {"bootstrap.servers": self.source.bootstrap(), "client.id": self.name,
+                           "group.id": group_id(self.flow), "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                           "heartbeat.interval.ms": 1000, "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
+                           **c.consumer}
+        async with Admin(self.source.bootstrap(), client_id=self.name) as sadmin, \
+                Admin(self.target.bootstrap(), client_id=self.name) as tadmin, \
+                Producer(producer_config) as producer, Consumer(consumer_config) as consumer:
+            self._source_admin, self._target_admin = sadmin, tadmin
+            self._producer, self._consumer = producer, consumer
+            await self._sync_topics()
+            consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_topics)
+                nursery.start_soon(self._commit_loop)
+                nursery.start_soon(self._heartbeat_loop)
+                await self._mirror_loop()
+
+    async def _sync_topics(self) -> bool:
+        """Source topics the flow matches → target topics with the same partition count and
+        configs (the target's replication factor); returns whether the set changed."""
+        assert self._source_admin is not None and self._target_admin is not None
+        meta = await self._source_admin.metadata(None)
+        matching = {t.name: len(t.partitions) for t in meta.topics
+                    if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name)}
+        target_meta = await self._target_admin.metadata(None)
+        target_counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
+        rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
+        mapping = {}
+        for name, count in sorted(matching.items()):
+            target_name = self.flow.target_topic(name, self.source.datacenter)
+            mapping[name] = target_name
+            have = target_counts.get(target_name)
+            if have is None:
+                configs = await self._source_topic_configs(name)
+                try:
+                    await self._target_admin.create_topic(target_name, count, rf, configs)
+                    log.info("created %s in %s: %d partitions, RF %d, configs %s", target_name, self.flow.target,
+                             count, rf, configs)
+                except AdminError as exc:
+                    if exc.code != ErrorCode.topic_already_exists:
+                        raise
+            elif have < count:
+                await self._target_admin.create_partitions(target_name, count)
+                log.info("added partitions to %s in %s: %d -> %d", target_name, self.flow.target, have, count)
+        changed = mapping != self.topics
+        self.topics = mapping
+        return changed
+
+    async def _source_topic_configs(self, topic: str) -> dict[str, str]:
+        assert self._source_admin is not None
+        out = {}
+        for entry in await self._source_admin.topic_configs(topic):
+            source = getattr(entry, "config_source", None)
+            if source == 1 and entry.value is not None:  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
+                out[entry.name] = entry.value
+        return out
+
+    async def _watch_topics(self) -> None:
+        while True:
+            await trio.sleep(self.config.topic_refresh_s)
+            try:
+                if await self._sync_topics():
+                    log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
+                    assert self._consumer is not None
+                    self._consumer.subscribe(sorted(self.topics))
+            except (KafkaError, OSError) as exc:
+                log.warning("topic refresh failed: %s", exc)
+
+    # ---- taking and giving up partitions -------------------------------------------
+
+    async def _on_assign(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            topic, p = tp
+            if topic not in self.topics:
+                await self._sync_topics()
+            self.partitions[tp] = PartitionMirror(tp, (self.topics[topic], p))
+            await self._claim(self.partitions[tp])
+        self._assigned.set()
+
+    async def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        assert self._producer is not None
+        try:
+            await self._producer.flush(30)
+        except (KafkaTimeoutError, KafkaError) as exc:
+            log.warning("flush before revocation: %s", exc)
+        self._settle()
+        await self._commit()
+        for tp in tps:
+            self.partitions.pop(tp, None)
+
+    async def _claim(self, pm: PartitionMirror) -> None:
+        """Fence the previous writer of the target partition, then resume after the last
+        source offset the target holds."""
+        assert self._producer is not None and self._consumer is not None
+        producer, consumer = self._producer, self._consumer
+        topic, p = pm.target
+        cluster = producer.cluster
+        await producer.flush(30)
+        await cluster.wait_for_topic(topic, 30)
+        writer = await tail.last_writer(cluster, topic, p)
+        if writer is not None:
+            producer.claim(topic, p, writer[0], min(writer[1] + 1, 32767))
+        fence = await producer.send_and_wait(topic, None, None, partition=p,
+                                             headers=[(provenance.FENCE, self.name.encode())])
+        last = await tail.last_mirrored(cluster, topic, p, fence.offset, self.flow.source, pm.source[1])
+        start, _ = await tail.offsets(self._source_cluster_client(), pm.source[0], pm.source[1])
+        resume = start if last is None else last + 1
+        if resume < start:
+            lost = start - resume
+            self.metrics["data_loss_records"] += lost
+            log.error("DATA LOSS: %s-%d offsets %d..%d were deleted by retention at the source before they were "
+                      "mirrored (%d records); resuming at %d", pm.source[0], pm.source[1], resume, start - 1, lost,
+                      start)
+            resume = start
+        pm.next_offset = resume
+        pm.acked_offset = resume - 1
+        pm.broken = None
+        consumer.seek(pm.source, resume)
+        self.metrics["claims"] += 1
+        log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d", self.name,
+                 pm.source[0], pm.source[1], topic, p, fence.offset,
+                 f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume)
+
+    def _source_cluster_client(self) -> Any:
+        assert self._consumer is not None
+        return self._consumer.cluster
+
+    # ---- mirroring ------------------------------------------------------------------
+
+    async def _mirror_loop(self) -> None:
+        assert self._consumer is not None and self._producer is not None
+        consumer, producer = self._consumer, self._producer
+        target_cluster = self.flow.target
+        source_cluster = self.flow.source
+        while True:
+            for broken in [pm for pm in self.partitions.values() if pm.broken]:
+                log.warning("re-claiming %s-%d: %s", broken.source[0], broken.source[1], broken.broken)
+                try:
+                    await self._claim(broken)
+                except (KafkaError, KafkaTimeoutError, OSError) as exc:
+                    log.warning("claim failed: %s", exc)
+                    await trio.sleep(1)
+            batches = await consumer.getmany(timeout_s=0.5, max_records=self.config.batch_records)
+            for tp, records in batches.items():
+                pm = self.partitions.get(tp)
+                if pm is None or pm.broken or pm.next_offset < 0:
+                    continue  # not (yet) ours: claimed first, then sought
+                if records[0].offset > pm.next_offset:
+                    await self._check_gap(pm, records[0].offset)
+                ttopic, tpart = pm.target
+                future: DeliveryFuture | None = None
+                for r in records:
+                    if r.offset < pm.next_offset:
+                        continue
+                    if provenance.passed_through(r.headers, target_cluster):
+                        self.metrics["skipped_cycle"] += 1
+                        pm.next_offset = r.offset + 1
+                        continue
+                    headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], r.offset)
+                    try:
+                        future = DeliveryFuture()
+                        producer.produce(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
+                                         headers=headers, on_delivery=future)
+                    except BufferFull:
+                        future = await producer.send(ttopic, r.value, r.key, partition=tpart,
+                                                     timestamp_ms=r.timestamp, headers=headers)
+                    pm.next_offset = r.offset + 1
+                    pm.records += 1
+                    pm.bytes += len(r.value or b"")
+                    pm.last_timestamp_ms = r.timestamp
+                if future is not None:
+                    pm.pending.append((pm.next_offset - 1, future))
+                    self.metrics["records"] = sum(x.records for x in self.partitions.values())
+            self._settle()
+
+    def _settle(self) -> None:
+        """Move acknowledged positions forward; a failed delivery breaks the partition (it is
+        claimed again: the target says where to resume)."""
+        for pm in self.partitions.values():
+            while pm.pending and pm.pending[0][1].done:
+                offset, future = pm.pending.pop(0)
+                if future.error is not None:
+                    pm.broken = f"delivery failed: {future.error}"
+                    pm.pending.clear()
+                    if isinstance(future.error, KafkaError) and future.error.code in (
+                            ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+                        self.metrics["fenced"] += 1
+                    break
+                pm.acked_offset = max(pm.acked_offset, offset)
+
+    async def _check_gap(self, pm: PartitionMirror, first: int) -> None:
+        """Records skipped between the expected offset and `first`: compaction leaves such gaps
+        legitimately; below the source's log start they were deleted before being mirrored."""
+        start, _ = await tail.offsets(self._source_cluster_client(), *pm.source)
+        if pm.next_offset < start:
+            lost = min(start, first) - pm.next_offset
+            self.metrics["data_loss_records"] += lost
+            log.error("DATA LOSS: %s-%d offsets %d..%d were deleted at the source before they were mirrored "
+                      "(%d records)", pm.source[0], pm.source[1], pm.next_offset, min(start, first) - 1, lost)
+
+    # ---- offsets, heartbeats, metrics ----------------------------------------------
+
+    async def _commit(self) -> None:
+        assert self._consumer is not None
+        offsets = {tp: pm.acked_offset + 1 for tp, pm in self.partitions.items()
+                   if pm.acked_offset + 1 > pm.committed_offset and pm.acked_offset >= 0}
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except (KafkaError, OSError) as exc:
+            log.info("committing source offsets: %s", exc)
+            return
+        for tp, offset in offsets.items():
+            if tp in self.partitions:
+                self.partitions[tp].committed_offset = offset
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.commit_interval_s)
+            self._settle()
+            await self._commit()
+
+    async def _heartbeat_loop(self) -> None:
+        """A heartbeat per flow into the target's dcmirror.heartbeats topic (key = flow name), so
+        the aggregate side can tell a quiet source from a broken flow."""
+        assert self._producer is not None and self._target_admin is not None
+        try:
+            await self._target_admin.create_topic(HEARTBEATS_TOPIC, 1, min(3, len(self.target.brokers)),
+                                                  {"cleanup.policy": "compact,delete", "retention.ms": "86400000"})
+        except AdminError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                log.warning("creating %s: %s", HEARTBEATS_TOPIC, exc)
+        while True:
+            beat = {"flow": self.flow.name, "source": self.flow.source, "target": self.flow.target,
+                    "worker": self.name, "timestamp_ms": int(time.time() * 1000), "lag_records": self.lag_records()}
+            try:
+                self._producer.produce(HEARTBEATS_TOPIC, orjson.dumps(beat), f"{self.flow.name}/{self.name}".encode(),
+                                       headers=[(provenance.HEARTBEAT, b"1")])
+            except (BufferFull, KafkaError):
+                pass
+            await trio.sleep(self.config.heartbeat_interval_s)
+
+    def lag_records(self) -> int:
+        assert self._consumer is not None
+        total = 0
+        for tp, pm in self.partitions.items():
+            try:
+                hw = self._consumer.highwater(tp)
+            except KeyError:
+                continue
+            if hw >= 0:
+                total += max(0, hw - (pm.acked_offset + 1))
+        return total
+
+    def status(self) -> dict[str, Any]:
+        """Metrics per flow and partition (lag in records and seconds, record age, throughput)."""
+        now_ms = time.time() * 1000
+        parts = []
+        for tp, pm in sorted(self.partitions.items()):
+            hw = self._consumer.highwater(tp) if self._consumer and tp in self._consumer.assignment() else -1
+            lag = max(0, hw - (pm.acked_offset + 1)) if hw >= 0 else None
+            parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
+                          "next_offset": pm.next_offset, "acked_offset": pm.acked_offset, "high_watermark": hw,
+                          "lag_records": lag, "records": pm.records, "bytes": pm.bytes,
+                          "record_age_s": None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000,
+                          "lag_s": 0.0 if lag == 0 else (None if pm.last_timestamp_ms < 0
+                                                          else (now_ms - pm.last_timestamp_ms) / 1000)})
+        uptime = max(1e-9, time.time() - self.metrics["started_s"])
+        return {"flow": self.flow.name, "worker": self.name, "source": self.flow.source, "target": self.flow.target,
+                "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_s"},
+                "records_per_s": self.metrics["records"] / uptime, "lag_records": sum(p["lag_records"] or 0 for p in parts),
+                "partitions": parts}
+
+
+def flows_of(topology: Topology, name: str | None) -> list[MirrorSpec]:
+    if name is None:
+        return list(topology.mirrors)
+    for flow in topology.mirrors:
+        if flow.name == name:
+            return [flow]
+    names = ", ".join(f.name for f in topology.mirrors) or "(none)"
+    raise ValueError(f"no mirror flow {name!r} in the topology; flows: {names}")
+
+
+def as_mapping(status: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(status)
