@@ -1,19 +1,50 @@
-"""`dcmirror topology check FILE`: validate a topology file and summarize it."""
+"""`dcmirror topology check|plan|apply FILE`: validate a topology file and summarize it;
+show (plan) or make (apply) the difference between its topics and the live clusters.
+
+The work is in topology.plan (the diff) and topology.apply (talking to the clusters).
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import sys
 
+import trio
+
 from topology import ClusterSpec, Topology, TopologyError, load
+from topology.apply import (
+    DEFAULT_TIMEOUT_S,
+    apply_exit_code,
+    apply_topology,
+    format_apply,
+    plan_topology,
+)
+from topology.plan import format_plan, plan_document, plan_exit_code
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    topo = sub.add_parser("topology", help="validate a topology file")
+    topo = sub.add_parser("topology", help="validate a topology file, plan or apply its topics")
     actions = topo.add_subparsers(dest="topology_action", required=True)
     check = actions.add_parser("check", help="validate a topology file and print what it describes")
     check.add_argument("file", help="topology file (TOML)")
     check.set_defaults(func=cmd_check)
+
+    plan = actions.add_parser(
+        "plan", help="show what apply would change in the clusters (exit 0: nothing, 2: changes, 1: problems)")
+    apply = actions.add_parser(
+        "apply", help="create topics, add partitions, set configs as the file says (never deletes)")
+    for p in (plan, apply):
+        p.add_argument("file", help="topology file (TOML)")
+        p.add_argument("--cluster", action="append", metavar="NAME",
+                       help="only this cluster (repeatable; default: every cluster the file declares topics for)")
+        p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                       help="bound on reaching and reading each cluster, on each change, and on waiting "
+                            f"for every broker to show the changes (default {DEFAULT_TIMEOUT_S:g})")
+    plan.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    plan.set_defaults(func=cmd_plan)
+    apply.set_defaults(func=cmd_apply)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -24,6 +55,41 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     print(summary(topology))
     return 0
+
+
+def _load(args: argparse.Namespace) -> Topology | None:
+    if args.timeout <= 0:
+        print(f"dcmirror topology {args.topology_action}: --timeout must be positive, not {args.timeout:g}",
+              file=sys.stderr)
+        return None
+    try:
+        topology = load(args.file)
+        for name in args.cluster or []:
+            topology.cluster(name)  # unknown names raise
+    except (TopologyError, OSError) as exc:
+        print(f"dcmirror topology {args.topology_action}: {exc}", file=sys.stderr)
+        return None
+    return topology
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Exit 0: nothing to change, 2: changes to apply, 1: problems or errors."""
+    topology = _load(args)
+    if topology is None:
+        return 1
+    plans = trio.run(functools.partial(plan_topology, topology, args.cluster, timeout_s=args.timeout))
+    print(json.dumps(plan_document(plans, topology), indent=2) if args.json else format_plan(plans, topology))
+    return plan_exit_code([c for p in plans for c in p.changes])
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    """Exit 0 when every cluster now holds what the file says, else 1."""
+    topology = _load(args)
+    if topology is None:
+        return 1
+    results = trio.run(functools.partial(apply_topology, topology, args.cluster, timeout_s=args.timeout))
+    print(format_apply(results, topology))
+    return apply_exit_code(results)
 
 
 def _table(rows: list[list[str]]) -> list[str]:
