@@ -33,11 +33,18 @@ RESTART_BACKOFF_S = (0.5, 10.0)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status)")
-    mirror.add_argument("action", nargs="?", choices=["run", "status"], default="run")
+    mirror.add_argument("action", nargs="?", choices=["run", "status", "translate"], default="run")
     mirror.add_argument("--config", required=True, help="topology file")
     mirror.add_argument("--flow", help="only this flow (default: every flow of the file)")
     mirror.add_argument("--worker", type=int, help="run worker N of --flow in this process")
-    mirror.add_argument("--json", action="store_true", help="status: one JSON document")
+    mirror.add_argument("--json", action="store_true", help="status, translate: one JSON document")
+    mirror.add_argument("--group", help="translate: the source consumer group to move to the target")
+    mirror.add_argument("--live", action="store_true",
+                        help="translate: compute from the source's committed offsets now (the source must be up) "
+                             "instead of reading the workers' checkpoints")
+    mirror.add_argument("--apply", action="store_true",
+                        help="translate: commit the translated offsets for the group in the target "
+                             "(the group must have no active members there)")
     mirror.set_defaults(func=cmd_mirror)
 
 
@@ -57,6 +64,11 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         return 1
     if args.action == "status":
         return show_status(topology, flows, as_json=args.json)
+    if args.action == "translate":
+        if not args.group:
+            print("dcmirror mirror translate: --group is required", file=sys.stderr)
+            return 1
+        return trio.run(translate_group, topology, flows, args.group, args.live, args.apply, args.json)
     if args.worker is not None:
         if args.flow is None:
             print("dcmirror mirror: --worker needs --flow", file=sys.stderr)
@@ -173,3 +185,78 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
             print(f"  {w['worker']}: reported {w['age_s']:.1f} s ago, {w.get('records', 0)} records, "
                   f"{w.get('records_per_s', 0):.0f}/s, claims {w.get('claims', 0)}; {parts or 'no partitions'}")
     return 0
+
+
+async def translate_group(topology: Any, flows: list[Any], group: str, live: bool, apply: bool, as_json: bool) -> int:
+    """The group's offsets translated into each flow's target: from the checkpoints the workers
+    wrote (works with the source down), or --live from the source's committed offsets."""
+    from cluster.client.admin import Admin, AdminError
+    from cluster.client.config import admin_config
+    from cluster.client.consumer import Consumer
+    from cluster.client.errors import KafkaError
+    from cluster.client.metadata import ClientCluster
+    from mirror import checkpoints
+
+    rows: list[dict[str, Any]] = []
+    status = 0
+    for flow in flows:
+        target = topology.cluster(flow.target)
+        found: dict[tuple[str, int], checkpoints.Checkpoint] = {}
+        try:
+            if live:
+                source = topology.cluster(flow.source)
+                async with Admin(source.bootstrap()) as sadmin:
+                    committed = await sadmin.committed_offsets(group)
+                tcluster = ClientCluster(admin_config({"bootstrap.servers": target.bootstrap()}))
+                try:
+                    for (topic, p), offset in sorted(committed.items()):
+                        if not flow.matches(topic):
+                            continue
+                        ttopic = flow.target_topic(topic, source.datacenter)
+                        t = await checkpoints.translate(tcluster, ttopic, p, flow.source, p, offset)
+                        if t is not None:
+                            found[(topic, p)] = checkpoints.Checkpoint(group, flow.source, topic, p, offset, ttopic,
+                                                                       t, int(time.time() * 1000))
+                        else:
+                            print(f"{flow.name}: {topic}-{p} committed at {offset} is not mirrored that far yet",
+                                  file=sys.stderr)
+                            status = 1
+                finally:
+                    await tcluster.aclose()
+            else:
+                async with Consumer({"bootstrap.servers": target.bootstrap(), "auto.offset.reset": "earliest"}) as c:
+                    ends = await c.end_offsets([(checkpoints.CHECKPOINTS_TOPIC, 0)])
+                    end = ends[(checkpoints.CHECKPOINTS_TOPIC, 0)]
+                    c.assign([(checkpoints.CHECKPOINTS_TOPIC, 0)])
+                    c.seek((checkpoints.CHECKPOINTS_TOPIC, 0), 0)
+                    while (c.position((checkpoints.CHECKPOINTS_TOPIC, 0)) or 0) < end:
+                        for records in (await c.getmany(timeout_s=5.0)).values():
+                            for record in records:
+                                if record.value is None:
+                                    continue
+                                cp = checkpoints.Checkpoint.parse(record.value)
+                                if cp.group == group and cp.source == flow.source:
+                                    found[(cp.topic, cp.partition)] = cp
+        except (KafkaError, AdminError, OSError) as exc:
+            print(f"dcmirror mirror translate: flow {flow.name}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        offsets = {(cp.target_topic, cp.partition): cp.target_offset for cp in found.values()}
+        for cp in sorted(found.values(), key=lambda c: (c.topic, c.partition)):
+            rows.append({"flow": flow.name, **cp.__dict__})
+        if apply and offsets:
+            try:
+                async with Admin(target.bootstrap()) as tadmin:
+                    await tadmin.commit_offsets(group, offsets)
+            except (KafkaError, AdminError, OSError) as exc:
+                print(f"dcmirror mirror translate: committing in {flow.target}: {exc}", file=sys.stderr)
+                status = 1
+    if as_json:
+        print(orjson.dumps(rows).decode())
+    else:
+        for row in rows:
+            print(f"{row['flow']}: {row['group']} {row['topic']}-{row['partition']} @ {row['source_offset']} -> "
+                  f"{row['target_topic']}-{row['partition']} @ {row['target_offset']}")
+        if apply:
+            print(f"committed {len(rows)} offsets for group {group!r} in the target cluster(s)")
+    return status

@@ -14,6 +14,7 @@ committed offsets follow behind, for lag and tools.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -29,7 +30,7 @@ from cluster.client.consumer import Consumer
 from cluster.client.errors import KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer
 from cluster.protocol.errors import ErrorCode
-from mirror import provenance, tail
+from mirror import checkpoints, provenance, tail
 from topology.model import MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror")
@@ -64,6 +65,7 @@ class WorkerConfig:
     topic_refresh_s: float = 5.0
     commit_interval_s: float = 1.0
     heartbeat_interval_s: float = 1.0
+    checkpoint_interval_s: float = 5.0
     batch_records: int = 5000
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
@@ -80,13 +82,16 @@ class WorkerConfig:
                 c.commit_interval_s = int(value) / 1000
             elif key == "heartbeat.interval.ms":
                 c.heartbeat_interval_s = int(value) / 1000
+            elif key == "checkpoint.interval.ms":
+                c.checkpoint_interval_s = int(value) / 1000
             elif key.startswith("producer."):
                 c.producer[key.removeprefix("producer.")] = value
             elif key.startswith("consumer."):
                 c.consumer[key.removeprefix("consumer.")] = value
             else:
                 raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} (topic.refresh.ms, "
-                                 "offset.commit.interval.ms, heartbeat.interval.ms, producer.*, consumer.*)")
+                                 "offset.commit.interval.ms, heartbeat.interval.ms, checkpoint.interval.ms, "
+                                 "producer.*, consumer.*)")
         return c
 
 
@@ -107,6 +112,7 @@ class MirrorWorker:
         self._source_admin: Admin | None = None
         self._target_admin: Admin | None = None
         self._assigned = trio.Event()
+        self._totals: dict[TopicPartition, tuple[int, int]] = {}  # records, bytes of partitions given up
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -131,6 +137,7 @@ class MirrorWorker:
                 nursery.start_soon(self._watch_topics)
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._heartbeat_loop)
+                nursery.start_soon(self._checkpoint_loop)
                 await self._mirror_loop()
 
     async def _sync_topics(self) -> bool:
@@ -191,8 +198,11 @@ class MirrorWorker:
             topic, p = tp
             if topic not in self.topics:
                 await self._sync_topics()
-            self.partitions[tp] = PartitionMirror(tp, (self.topics[topic], p))
-            await self._claim(self.partitions[tp])
+            pm = self.partitions[tp] = PartitionMirror(tp, (self.topics[topic], p))
+            previous = self._totals.get(tp)
+            if previous is not None:
+                pm.records, pm.bytes = previous
+            await self._claim(pm)
         self._assigned.set()
 
     async def _on_revoke(self, tps: list[TopicPartition]) -> None:
@@ -204,7 +214,9 @@ class MirrorWorker:
         self._settle()
         await self._commit()
         for tp in tps:
-            self.partitions.pop(tp, None)
+            pm = self.partitions.pop(tp, None)
+            if pm is not None:
+                self._totals[tp] = (pm.records, pm.bytes)
 
     async def _claim(self, pm: PartitionMirror) -> None:
         """Fence the previous writer of the target partition, then resume after the last
@@ -212,7 +224,8 @@ class MirrorWorker:
         assert self._producer is not None and self._consumer is not None
         producer, consumer = self._producer, self._consumer
         topic, p = pm.target
-        cluster = producer.cluster
+        assert self._target_admin is not None
+        cluster = self._target_admin.cluster
         await producer.flush(30)
         await cluster.wait_for_topic(topic, 30)
         writer = await tail.last_writer(cluster, topic, p)
@@ -240,8 +253,10 @@ class MirrorWorker:
                  f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume)
 
     def _source_cluster_client(self) -> Any:
-        assert self._consumer is not None
-        return self._consumer.cluster
+        # The admin's connections: the consumer's carry long-polling Fetches, which a request
+        # would queue behind (a broker answers one connection's requests in order).
+        assert self._source_admin is not None
+        return self._source_admin.cluster
 
     # ---- mirroring ------------------------------------------------------------------
 
@@ -288,7 +303,8 @@ class MirrorWorker:
                     pm.last_timestamp_ms = r.timestamp
                 if future is not None:
                     pm.pending.append((pm.next_offset - 1, future))
-                    self.metrics["records"] = sum(x.records for x in self.partitions.values())
+                    self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
+                        n for tp, (n, _) in self._totals.items() if tp not in self.partitions)
             self._settle()
 
     def _settle(self) -> None:
@@ -358,6 +374,42 @@ class MirrorWorker:
             except (BufferFull, KafkaError):
                 pass
             await trio.sleep(self.config.heartbeat_interval_s)
+
+    async def _checkpoint_loop(self) -> None:
+        """Translate the committed offsets of the source's consumer groups (the flow's `groups`
+        regex; default every group but internal ones) for the partitions this worker owns, and
+        write them as checkpoints into the target."""
+        assert self._source_admin is not None and self._target_admin is not None and self._producer is not None
+        pattern = re.compile(self.flow.groups or ".*")
+        try:
+            await self._target_admin.create_topic(checkpoints.CHECKPOINTS_TOPIC, 1, min(3, len(self.target.brokers)),
+                                                  {"cleanup.policy": "compact"})
+        except AdminError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                log.warning("creating %s: %s", checkpoints.CHECKPOINTS_TOPIC, exc)
+        written: dict[tuple[str, TopicPartition], int] = {}
+        while True:
+            await trio.sleep(self.config.checkpoint_interval_s)
+            try:
+                groups = [g for g, _, _ in await self._source_admin.list_groups()
+                          if not g.startswith(INTERNAL_PREFIXES) and pattern.fullmatch(g)]
+                for group in groups:
+                    committed = await self._source_admin.committed_offsets(group)
+                    for tp, offset in committed.items():
+                        pm = self.partitions.get(tp)
+                        if pm is None or written.get((group, tp)) == offset:
+                            continue
+                        target_offset = await checkpoints.translate(self._target_admin.cluster, pm.target[0], pm.target[1],
+                                                                    self.flow.source, tp[1], offset)
+                        if target_offset is None:
+                            continue  # the mirror has not copied that far yet
+                        cp = checkpoints.Checkpoint(group, self.flow.source, tp[0], tp[1], offset, pm.target[0],
+                                                    target_offset, int(time.time() * 1000))
+                        self._producer.produce(checkpoints.CHECKPOINTS_TOPIC, cp.value(), cp.key)
+                        written[(group, tp)] = offset
+                        self.metrics["checkpoints"] = self.metrics.get("checkpoints", 0) + 1
+            except (KafkaError, OSError, BufferFull) as exc:
+                log.info("checkpoints: %s", exc)
 
     def lag_records(self) -> int:
         assert self._consumer is not None
