@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import trio
 
+from cluster.admin_http import prometheus_text
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
 from cluster.client.consumer import Consumer
@@ -66,6 +67,7 @@ class WorkerConfig:
     commit_interval_s: float = 1.0
     heartbeat_interval_s: float = 1.0
     checkpoint_interval_s: float = 5.0
+    http_port_base: int = 0  # worker N serves /metrics and /v1/status on base + N (0: off)
     batch_records: int = 5000
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +86,8 @@ class WorkerConfig:
                 c.heartbeat_interval_s = int(value) / 1000
             elif key == "checkpoint.interval.ms":
                 c.checkpoint_interval_s = int(value) / 1000
+            elif key == "http.port.base":
+                c.http_port_base = int(value)
             elif key.startswith("producer."):
                 c.producer[key.removeprefix("producer.")] = value
             elif key.startswith("consumer."):
@@ -91,7 +95,7 @@ class WorkerConfig:
             else:
                 raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} (topic.refresh.ms, "
                                  "offset.commit.interval.ms, heartbeat.interval.ms, checkpoint.interval.ms, "
-                                 "producer.*, consumer.*)")
+                                 "http.port.base, producer.*, consumer.*)")
         return c
 
 
@@ -441,6 +445,44 @@ class MirrorWorker:
                 "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_s"},
                 "records_per_s": self.metrics["records"] / uptime, "lag_records": sum(p["lag_records"] or 0 for p in parts),
                 "partitions": parts}
+
+
+    def prometheus(self) -> bytes:
+        """Prometheus text: throughput, lag, record age, claims, data loss, per flow and partition."""
+        st = self.status()
+        base = {"flow": self.flow.name, "worker": self.name}
+        parts = st["partitions"]
+
+        def per_partition(key: str) -> list[tuple[dict[str, str], float]]:
+            return [(base | {"topic": p["topic"], "partition": str(p["partition"])}, float(p[key]))
+                    for p in parts if p[key] is not None]
+
+        return prometheus_text({
+            "dcmirror_mirror_records_total": ("counter", "Records mirrored", [(base, st["records"])]),
+            "dcmirror_mirror_partition_records_total": ("counter", "Records mirrored per source partition",
+                                                        per_partition("records")),
+            "dcmirror_mirror_partition_bytes_total": ("counter", "Value bytes mirrored per source partition",
+                                                      per_partition("bytes")),
+            "dcmirror_mirror_lag_records": ("gauge", "Source records not yet acknowledged by the target",
+                                            per_partition("lag_records")),
+            "dcmirror_mirror_lag_seconds": ("gauge", "Age of the oldest unmirrored data (0 when caught up)",
+                                            per_partition("lag_s")),
+            "dcmirror_mirror_record_age_seconds": ("gauge", "Age of the last mirrored record",
+                                                   per_partition("record_age_s")),
+            "dcmirror_mirror_claims_total": ("counter", "Partitions taken over (fenced and resumed)",
+                                             [(base, st["claims"])]),
+            "dcmirror_mirror_fenced_total": ("counter", "Deliveries refused because another worker claimed "
+                                             "the partition", [(base, st["fenced"])]),
+            "dcmirror_mirror_skipped_cycle_total": ("counter", "Records not mirrored back into a cluster they "
+                                                    "came from", [(base, st["skipped_cycle"])]),
+            "dcmirror_mirror_data_loss_records_total": ("counter", "Source records deleted before they were "
+                                                        "mirrored", [(base, st["data_loss_records"])]),
+        })
+
+    def routes(self) -> dict[str, Any]:
+        return {"/healthz": lambda: ("text/plain", b"ok\n"),
+                "/metrics": lambda: ("text/plain; version=0.0.4", self.prometheus()),
+                "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
 
 
 def flows_of(topology: Topology, name: str | None) -> list[MirrorSpec]:

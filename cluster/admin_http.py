@@ -1,0 +1,89 @@
+"""A small admin HTTP server (h11 over trio) for /healthz, /metrics (Prometheus text) and
+JSON status pages of brokers and mirror workers. GET only; bounded request size; one
+request per connection is enough for scrapers and curl."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import h11
+import trio
+
+log = logging.getLogger("dcmirror.http")
+
+MAX_REQUEST_BYTES = 16 << 10
+REQUEST_TIMEOUT_S = 10.0
+Route = Callable[[], tuple[str, bytes]]  # -> (content type, body)
+
+
+def prometheus_text(metrics: Mapping[str, tuple[str, str, list[tuple[dict[str, str], float]]]]) -> bytes:
+    """Prometheus exposition text: {name: (type, help, [(labels, value), ...])}."""
+    lines = []
+    for name, (kind, help_text, samples) in metrics.items():
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            if labels:
+                inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                lines.append(f"{name}{{{inner}}} {_number(value)}")
+            else:
+                lines.append(f"{name} {_number(value)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+async def _handle(stream: Any, routes: Mapping[str, Route]) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    try:
+        with trio.move_on_after(REQUEST_TIMEOUT_S):
+            request: Any = None
+            while request is None:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await stream.receive_some(4096)
+                    conn.receive_data(bytes(data))
+                    if not data:
+                        return
+                elif isinstance(event, h11.Request):
+                    request = event
+                else:
+                    return
+            target = request.target.decode("ascii", "replace").split("?", 1)[0]
+            route = routes.get(target)
+            if request.method != b"GET":
+                status, ctype, body = 405, "text/plain", b"GET only\n"
+            elif route is None:
+                status, ctype, body = 404, "text/plain", ("not found; try " + ", ".join(routes) + "\n").encode()
+            else:
+                try:
+                    ctype, body = route()
+                    status = 200
+                except Exception as exc:  # noqa: BLE001 - a broken page must not take the server down
+                    log.exception("admin HTTP %s failed", target)
+                    status, ctype, body = 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode()
+            headers = [("content-type", ctype), ("content-length", str(len(body))), ("connection", "close")]
+            await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+            await stream.send_all(conn.send(h11.Data(data=body)) or b"")
+            await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+    except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await stream.aclose()
+
+
+async def serve(host: str, port: int, routes: Mapping[str, Route], *,
+                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve `routes` on host:port until cancelled."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    log.info("admin HTTP on %s:%d (%s)", host, port, ", ".join(routes))
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(lambda s: _handle(s, routes), listeners)
