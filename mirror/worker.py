@@ -269,6 +269,7 @@ class MirrorWorker:
         consumer, producer = self._consumer, self._producer
         target_cluster = self.flow.target
         source_cluster = self.flow.source
+        source_bytes = source_cluster.encode()
         while True:
             for broken in [pm for pm in self.partitions.values() if pm.broken]:
                 log.warning("re-claiming %s-%d: %s", broken.source[0], broken.source[1], broken.broken)
@@ -286,25 +287,39 @@ class MirrorWorker:
                     await self._check_gap(pm, records[0].offset)
                 ttopic, tpart = pm.target
                 future: DeliveryFuture | None = None
-                for r in records:
-                    if r.offset < pm.next_offset:
+                # Provenance of records without headers of their own: only the offset varies.
+                prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % tp[1]))
+                suffix = ((provenance.PATH, source_bytes),)
+                produce = producer.produce
+                last = len(records) - 1
+                count = nbytes = 0
+                for i, r in enumerate(records):
+                    offset = r.offset
+                    if offset < pm.next_offset:
                         continue
-                    if provenance.passed_through(r.headers, target_cluster):
-                        self.metrics["skipped_cycle"] += 1
-                        pm.next_offset = r.offset + 1
-                        continue
-                    headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], r.offset)
+                    if r.headers:
+                        if provenance.passed_through(r.headers, target_cluster):
+                            self.metrics["skipped_cycle"] += 1
+                            pm.next_offset = offset + 1
+                            continue
+                        headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], offset)
+                    else:
+                        headers = prefix + ((provenance.SOURCE_OFFSET, b"%d" % offset),) + suffix
+                    waiter = future = DeliveryFuture() if i == last else None
                     try:
-                        future = DeliveryFuture()
-                        producer.produce(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
-                                         headers=headers, on_delivery=future)
+                        produce(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp, headers=headers,
+                                on_delivery=waiter)
                     except BufferFull:
-                        future = await producer.send(ttopic, r.value, r.key, partition=tpart,
-                                                     timestamp_ms=r.timestamp, headers=headers)
-                    pm.next_offset = r.offset + 1
-                    pm.records += 1
-                    pm.bytes += len(r.value or b"")
+                        f = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
+                                                headers=headers)
+                        if i == last:
+                            future = f
+                    pm.next_offset = offset + 1
+                    count += 1
+                    nbytes += len(r.value) if r.value is not None else 0
                     pm.last_timestamp_ms = r.timestamp
+                pm.records += count
+                pm.bytes += nbytes
                 if future is not None:
                     pm.pending.append((pm.next_offset - 1, future))
                     self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
