@@ -290,10 +290,9 @@ class MirrorWorker:
                 # Provenance of records without headers of their own: only the offset varies.
                 prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % tp[1]))
                 suffix = ((provenance.PATH, source_bytes),)
-                produce = producer.produce
-                last = len(records) - 1
-                count = nbytes = 0
-                for i, r in enumerate(records):
+                out: list[tuple[bytes | None, bytes | None, int, provenance.Headers]] = []
+                nbytes = 0
+                for r in records:
                     offset = r.offset
                     if offset < pm.next_offset:
                         continue
@@ -305,19 +304,23 @@ class MirrorWorker:
                         headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], offset)
                     else:
                         headers = prefix + ((provenance.SOURCE_OFFSET, b"%d" % offset),) + suffix
-                    waiter = future = DeliveryFuture() if i == last else None
-                    try:
-                        produce(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp, headers=headers,
-                                on_delivery=waiter)
-                    except BufferFull:
-                        f = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
-                                                headers=headers)
-                        if i == last:
-                            future = f
+                    out.append((r.key, r.value, r.timestamp, headers))
                     pm.next_offset = offset + 1
-                    count += 1
                     nbytes += len(r.value) if r.value is not None else 0
                     pm.last_timestamp_ms = r.timestamp
+                count = len(out)
+                if out:
+                    future = DeliveryFuture()
+                    done = producer.produce_batch(ttopic, tpart, out, on_delivery=future)
+                    while done < len(out):  # buffer.memory is full: wait for room, record by record
+                        key, value, ts, headers = out[done]
+                        f = await producer.send(ttopic, value, key, partition=tpart, timestamp_ms=ts, headers=headers)
+                        done += 1
+                        if done == len(out):
+                            future = f
+                        else:
+                            rest = producer.produce_batch(ttopic, tpart, out[done:], on_delivery=future)
+                            done += rest
                 pm.records += count
                 pm.bytes += nbytes
                 if future is not None:

@@ -19,7 +19,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -209,6 +209,39 @@ class Producer:
                 del self._sticky[topic]  # sticky partitioning: the next batch goes elsewhere
             if not self._wakeup.is_set():
                 self._wakeup.set()
+
+    def produce_batch(self, topic: str, partition: int,
+                      records: Sequence[tuple[bytes | None, bytes | None, int, Headers]],
+                      on_delivery: DeliveryCallback | DeliveryFuture | None = None) -> int:
+        """Queue (key, value, timestamp_ms, headers) records for one known partition in one call
+        (the mirror's path: no per-record partitioning or metadata checks); `on_delivery` reports
+        the last one. Returns how many were queued before buffer.memory filled (the rest are the
+        caller's to retry, e.g. with send())."""
+        if self._fatal is not None or self._closing:
+            raise self._fatal or RuntimeError("produce_batch() on a closed producer")
+        count = self.cluster.metadata.partition_count(topic)
+        if count is None or not 0 <= partition < count:
+            raise KafkaError(f"partition {partition} of topic {topic!r} is not known", ErrorCode.unknown_topic_or_partition)
+        append = self.accumulator.append
+        clock = trio.current_time
+        limit = self.max_request_size - RECORD_MAX_OVERHEAD_BYTES
+        last = len(records) - 1
+        outcome = 0
+        for i, (key, value, timestamp_ms, headers) in enumerate(records):
+            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if size > limit:
+                raise KafkaError(f"a record of {size} bytes exceeds max.request.size {self.max_request_size}",
+                                 ErrorCode.message_too_large)
+            try:
+                outcome |= append(topic, partition, timestamp_ms, key, value, headers,
+                                  on_delivery if i == last else None, clock)
+            except BufferFull:
+                if outcome and not self._wakeup.is_set():
+                    self._wakeup.set()
+                return i
+        if outcome and not self._wakeup.is_set():
+            self._wakeup.set()
+        return len(records)
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                    partition: int | None = None, timestamp_ms: int | None = None,
