@@ -32,7 +32,7 @@ from cluster.client.errors import KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer
 from cluster.protocol.errors import ErrorCode
 from mirror import checkpoints, provenance, tail
-from topology.model import MirrorSpec, Topology
+from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror")
 
@@ -93,9 +93,8 @@ class WorkerConfig:
             elif key.startswith("consumer."):
                 c.consumer[key.removeprefix("consumer.")] = value
             else:
-                raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} (topic.refresh.ms, "
-                                 "offset.commit.interval.ms, heartbeat.interval.ms, checkpoint.interval.ms, "
-                                 "http.port.base, producer.*, consumer.*)")
+                raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} ("
+                                 + ", ".join(MIRROR_CONFIG_KEYS) + ", producer.*, consumer.*)")
         return c
 
 

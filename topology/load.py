@@ -24,6 +24,8 @@ from topology._lines import KeyPath, line_index, line_of
 from topology.errors import TopologyError
 from topology.model import (
     DEFAULT_RENAME,
+    MIRROR_CONFIG_KEYS,
+    MIRROR_CONFIG_PREFIXES,
     RENAME_PLACEHOLDERS,
     ClusterSpec,
     Defaults,
@@ -462,6 +464,15 @@ class _Loader:
             workers = self.integer(table, path, "workers", 1, 1, MAX_WORKERS)
             groups = self.regex(table, path, "groups", None)
             config = self.config(table, path)
+            for key, value in config.items():
+                if key in MIRROR_CONFIG_KEYS:
+                    if not value.isdigit():
+                        self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
+                elif not key.startswith(MIRROR_CONFIG_PREFIXES):
+                    close = difflib.get_close_matches(key, MIRROR_CONFIG_KEYS, n=1)
+                    self.fail(path + ("config", key),
+                              f"unknown mirror config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + "; known: " + ", ".join(MIRROR_CONFIG_KEYS) + ", producer.*, consumer.*")
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
                                       groups=groups, config=config))

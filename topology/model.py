@@ -9,6 +9,11 @@ from pathlib import Path
 from topology.errors import TopologyError
 
 DEFAULT_RENAME = "{source}.{topic}"
+# A mirror flow's `config` keys (mirror/worker.py reads them); client settings go through
+# the producer. and consumer. prefixes with the Kafka client names.
+MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
+                      "checkpoint.interval.ms", "http.port.base")
+MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.")
 RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
 
 

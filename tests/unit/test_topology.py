@@ -658,12 +658,12 @@ def mirror(source: str, target: str, topics: str = ".*", **extra: str | int) -> 
 def test_mirror_defaults_and_options() -> None:
     text = THREE_CLUSTERS + mirror("east", "aggregate") + mirror(
         "west", "aggregate", "a.*", name="w", exclude="a-internal", rename="{source_dc}.{source}.{topic}",
-        workers=4, groups="app-.*") + '\n[mirrors.config]\n"batch.size" = 100\n'
+        workers=4, groups="app-.*") + '\n[mirrors.config]\n"producer.batch.size" = 100\n'
     topo = ok(text)
     assert topo.mirrors == (
         MirrorSpec("east-to-aggregate", "east", "aggregate", ".*", None, "{source}.{topic}", 1, None, {}),
         MirrorSpec("w", "west", "aggregate", "a.*", "a-internal", "{source_dc}.{source}.{topic}", 4, "app-.*",
-                   {"batch.size": "100"}),
+                   {"producer.batch.size": "100"}),
     )
 
 
@@ -940,3 +940,30 @@ def test_topology_check_requires_a_file(capsys: pytest.CaptureFixture[str]) -> N
         run_cli(["topology", "check"])
     assert info.value.code == 2
     assert "the following arguments are required: file" in capsys.readouterr().err
+
+
+def test_mirror_config_keys_are_checked_with_file_line_and_suggestion() -> None:
+    text = """
+[clusters.east]
+datacenter = "east"
+brokers = ["127.0.0.1:19092"]
+[clusters.aggregate]
+datacenter = "central"
+brokers = ["127.0.0.1:39092"]
+[[mirrors]]
+source = "east"
+target = "aggregate"
+topics = "pageviews"
+config = { "topic.refresh.msx" = "1000" }
+"""
+    import pytest
+
+    from topology import TopologyError, loads
+
+    with pytest.raises(TopologyError, match=r":12: .*unknown mirror config 'topic.refresh.msx' [(]did you mean 'topic.refresh.ms'[?][)]"):
+        loads(text, path=None)
+    with pytest.raises(TopologyError, match="takes a whole number"):
+        loads(text.replace('"topic.refresh.msx" = "1000"', '"topic.refresh.ms" = "soon"'), path=None)
+    ok = loads(text.replace('"topic.refresh.msx" = "1000"', '"topic.refresh.ms" = 1000, "producer.linger.ms" = 10'),
+               path=None)
+    assert ok.mirrors[0].config == {"topic.refresh.ms": "1000", "producer.linger.ms": "10"}
