@@ -197,6 +197,9 @@ class MirrorWorker:
     # ---- taking and giving up partitions -------------------------------------------
 
     async def _on_assign(self, tps: list[TopicPartition]) -> None:
+        assert self._consumer is not None
+        # Nothing is fetched before a partition is claimed and sought: it would be read twice.
+        self._consumer.pause(*tps)
         for tp in tps:
             topic, p = tp
             if topic not in self.topics:
@@ -250,6 +253,7 @@ class MirrorWorker:
         pm.acked_offset = resume - 1
         pm.broken = None
         consumer.seek(pm.source, resume)
+        consumer.resume(pm.source)
         self.metrics["claims"] += 1
         log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d", self.name,
                  pm.source[0], pm.source[1], topic, p, fence.offset,
