@@ -28,7 +28,7 @@ from cluster.admin_http import prometheus_text
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
 from cluster.client.consumer import Consumer
-from cluster.client.errors import KafkaError, KafkaTimeoutError
+from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer
 from cluster.protocol.errors import ErrorCode
 from mirror import checkpoints, provenance, tail
@@ -37,6 +37,8 @@ from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 log = logging.getLogger("dcmirror.mirror")
 
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
+# Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
+RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 INTERNAL_PREFIXES = ("__", "dcmirror.")
 TopicPartition = tuple[str, int]
 
@@ -191,7 +193,7 @@ class MirrorWorker:
                     log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
                     assert self._consumer is not None
                     self._consumer.subscribe(sorted(self.topics))
-            except (KafkaError, OSError) as exc:
+            except RETRIABLE as exc:
                 log.warning("topic refresh failed: %s", exc)
 
     # ---- taking and giving up partitions -------------------------------------------
@@ -208,14 +210,17 @@ class MirrorWorker:
             previous = self._totals.get(tp)
             if previous is not None:
                 pm.records, pm.bytes = previous
-            await self._claim(pm)
+            try:
+                await self._claim(pm)
+            except RETRIABLE as exc:
+                pm.broken = f"claim failed: {exc}"  # the mirror loop claims it again, with backoff
         self._assigned.set()
 
     async def _on_revoke(self, tps: list[TopicPartition]) -> None:
         assert self._producer is not None
         try:
             await self._producer.flush(30)
-        except (KafkaTimeoutError, KafkaError) as exc:
+        except RETRIABLE as exc:
             log.warning("flush before revocation: %s", exc)
         self._settle()
         await self._commit()
@@ -278,8 +283,9 @@ class MirrorWorker:
                 log.warning("re-claiming %s-%d: %s", broken.source[0], broken.source[1], broken.broken)
                 try:
                     await self._claim(broken)
-                except (KafkaError, KafkaTimeoutError, OSError) as exc:
-                    log.warning("claim failed: %s", exc)
+                except RETRIABLE as exc:
+                    broken.broken = f"claim failed: {exc}"
+                    log.warning("claiming %s-%d failed: %s", broken.source[0], broken.source[1], exc)
                     await trio.sleep(1)
             batches = await consumer.getmany(timeout_s=0.5, max_records=self.config.batch_records)
             for tp, records in batches.items():
@@ -287,7 +293,10 @@ class MirrorWorker:
                 if pm is None or pm.broken or pm.next_offset < 0:
                     continue  # not (yet) ours: claimed first, then sought
                 if records[0].offset > pm.next_offset:
-                    await self._check_gap(pm, records[0].offset)
+                    try:
+                        await self._check_gap(pm, records[0].offset)
+                    except RETRIABLE as exc:
+                        log.warning("checking a gap in %s-%d: %s", tp[0], tp[1], exc)
                 ttopic, tpart = pm.target
                 future: DeliveryFuture | None = None
                 # Provenance of records without headers of their own: only the offset varies.
@@ -314,7 +323,11 @@ class MirrorWorker:
                 count = len(out)
                 if out:
                     future = DeliveryFuture()
-                    done = producer.produce_batch(ttopic, tpart, out, on_delivery=future)
+                    try:
+                        done = producer.produce_batch(ttopic, tpart, out, on_delivery=future)
+                    except KafkaError as exc:  # e.g. the target lost the partition's metadata
+                        pm.broken = f"producing: {exc}"
+                        continue
                     while done < len(out):  # buffer.memory is full: wait for room, record by record
                         key, value, ts, headers = out[done]
                         f = await producer.send(ttopic, value, key, partition=tpart, timestamp_ms=ts, headers=headers)
@@ -367,7 +380,7 @@ class MirrorWorker:
             return
         try:
             await self._consumer.commit(offsets)
-        except (KafkaError, OSError) as exc:
+        except RETRIABLE as exc:
             log.info("committing source offsets: %s", exc)
             return
         for tp, offset in offsets.items():
@@ -433,7 +446,7 @@ class MirrorWorker:
                         self._producer.produce(checkpoints.CHECKPOINTS_TOPIC, cp.value(), cp.key)
                         written[(group, tp)] = offset
                         self.metrics["checkpoints"] = self.metrics.get("checkpoints", 0) + 1
-            except (KafkaError, OSError, BufferFull) as exc:
+            except (*RETRIABLE, BufferFull) as exc:
                 log.info("checkpoints: %s", exc)
 
     def lag_records(self) -> int:
