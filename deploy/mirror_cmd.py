@@ -106,7 +106,9 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
 
                     nursery.start_soon(serve, "127.0.0.1", worker.config.http_port_base + index, worker.routes())
                 async for signum in signals:
-                    log.info("worker %s: %s, stopping", name, signal.Signals(signum).name)
+                    log.info("worker %s: %s, handing its partitions over", name, signal.Signals(signum).name)
+                    with trio.move_on_after(90):
+                        await worker.stop()
                     nursery.cancel_scope.cancel()
                     break
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.client.errors import KafkaError
+import trio
+
+from cluster.client.connection import KafkaConnectionError
+from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
@@ -32,15 +35,45 @@ class Batch:
     records: list[Record]
 
 
+LEADER_ATTEMPTS = 5
+
+
 async def _leader_request(cluster: ClientCluster, topic: str, partition: int, api_key: int, body: dict[str, Any]) -> Any:
-    leader = cluster.metadata.leader(topic, partition)
-    if leader < 0:
-        await cluster.refresh({topic})
+    """The request answered by the partition's current leader: on a moved leader (its error
+    in the answer) or a dead connection the metadata is refreshed and the request retried."""
+    for attempt in range(LEADER_ATTEMPTS):
         leader = cluster.metadata.leader(topic, partition)
-        if leader < 0:
-            raise KafkaError(f"{topic}-{partition} has no leader", 5)
-    conn = await cluster.connection(leader)
-    return await conn.request(api_key, body)
+        if leader < 0 or attempt:
+            await cluster.refresh({topic})
+            leader = cluster.metadata.leader(topic, partition)
+            if leader < 0:
+                if attempt == LEADER_ATTEMPTS - 1:
+                    raise KafkaError(f"{topic}-{partition} has no leader", 5)
+                await trio.sleep(0.2 * (attempt + 1))
+                continue
+        try:
+            conn = await cluster.connection(leader)
+            resp = await conn.request(api_key, body)
+        except KafkaConnectionError:
+            if attempt == LEADER_ATTEMPTS - 1:
+                raise
+            await trio.sleep(0.2 * (attempt + 1))
+            continue
+        code = _partition_error(api_key, resp)
+        if code in METADATA_ERRORS and attempt < LEADER_ATTEMPTS - 1:
+            await trio.sleep(0.1 * (attempt + 1))
+            continue
+        return resp
+    raise AssertionError("unreachable")
+
+
+def _partition_error(api_key: int, resp: Any) -> int:
+    try:
+        if api_key == LIST_OFFSETS:
+            return int(resp.topics[0].partitions[0].error_code)
+        return int(resp.responses[0].partitions[0].error_code)
+    except (IndexError, AttributeError):
+        return 0
 
 
 async def offsets(cluster: ClientCluster, topic: str, partition: int) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
 from cluster.client.consumer import Consumer
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from cluster.client.producer import DeliveryFuture, Producer
+from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.protocol.errors import ErrorCode
 from mirror import checkpoints, provenance, tail
 from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
@@ -117,6 +117,8 @@ class MirrorWorker:
         self._source_admin: Admin | None = None
         self._target_admin: Admin | None = None
         self._assigned = trio.Event()
+        self._stopping = trio.Event()
+        self._stopped = trio.Event()
         self._totals: dict[TopicPartition, tuple[int, int]] = {}  # records, bytes of partitions given up
 
     # ---- setup ----------------------------------------------------------------------
@@ -139,11 +141,30 @@ class MirrorWorker:
             consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             task_status.started()
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stop_when_asked, consumer, nursery)
                 nursery.start_soon(self._watch_topics)
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._checkpoint_loop)
                 await self._mirror_loop()
+
+    async def stop(self) -> None:
+        """Hand the partitions over cleanly: leave the group (flush, commit) while the producer
+        still runs, then stop."""
+        self._stopping.set()
+        await self._stopped.wait()
+
+    async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
+        await self._stopping.wait()
+        try:
+            with trio.move_on_after(60):
+                if consumer.group is not None:
+                    # Leave (-> on_revoke: flush, commit) from here; the consumer itself is closed by
+                    # the task that opened it (its nursery belongs to that task).
+                    await consumer.group.leave()
+        finally:
+            self._stopped.set()
+            nursery.cancel_scope.cancel()
 
     async def _sync_topics(self) -> bool:
         """Source topics the flow matches → target topics with the same partition count and
@@ -151,7 +172,8 @@ class MirrorWorker:
         assert self._source_admin is not None and self._target_admin is not None
         meta = await self._source_admin.metadata(None)
         matching = {t.name: len(t.partitions) for t in meta.topics
-                    if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name)}
+                    if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name)
+                    and not self._is_copy_from_target(t.name)}
         target_meta = await self._target_admin.metadata(None)
         target_counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
         rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
@@ -175,6 +197,21 @@ class MirrorWorker:
         changed = mapping != self.topics
         self.topics = mapping
         return changed
+
+    def _is_copy_from_target(self, topic: str) -> bool:
+        """Whether `topic` is what a flow from our target into our source names its copies:
+        its records all passed through the target, so mirroring it back would only grow a
+        chain of empty topics (east.west.east...)."""
+        for other in self.topology.mirrors:
+            if other.source == self.flow.target and other.target == self.flow.source:
+                dc = self.topology.cluster(other.source).datacenter
+                pattern = re.escape(other.rename)
+                for name, value in (("source", other.source), ("target", other.target), ("source_dc", dc)):
+                    pattern = pattern.replace(re.escape("{" + name + "}"), re.escape(value))
+                pattern = pattern.replace(re.escape("{topic}"), ".+")
+                if re.fullmatch(pattern, topic):
+                    return True
+        return False
 
     async def _source_topic_configs(self, topic: str) -> dict[str, str]:
         assert self._source_admin is not None
@@ -239,6 +276,11 @@ class MirrorWorker:
         cluster = self._target_admin.cluster
         await producer.flush(30)
         await cluster.wait_for_topic(topic, 30)
+        with trio.fail_after(30):
+            while (producer.partitions_for(topic) or 0) <= p:  # e.g. partitions just added
+                await producer.cluster.refresh({topic})
+                if (producer.partitions_for(topic) or 0) <= p:
+                    await trio.sleep(0.2)
         writer = await tail.last_writer(cluster, topic, p)
         if writer is not None:
             producer.claim(topic, p, writer[0], min(writer[1] + 1, 32767))
@@ -309,7 +351,8 @@ class MirrorWorker:
                     if offset < pm.next_offset:
                         continue
                     if r.headers:
-                        if provenance.passed_through(r.headers, target_cluster):
+                        if provenance.passed_through(r.headers, target_cluster) or provenance.is_fence(r):
+                            # Back where it came from, or another flow's fence: not data to copy.
                             self.metrics["skipped_cycle"] += 1
                             pm.next_offset = offset + 1
                             continue
@@ -339,6 +382,10 @@ class MirrorWorker:
                             done += rest
                 pm.records += count
                 pm.bytes += nbytes
+                if future is None and pm.next_offset > 0:
+                    # Only skipped records: they count as done once everything before them is.
+                    future = DeliveryFuture()
+                    future._resolve(RecordMetadata(ttopic, tpart, -1, -1), None)
                 if future is not None:
                     pm.pending.append((pm.next_offset - 1, future))
                     self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
