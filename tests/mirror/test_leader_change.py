@@ -24,9 +24,7 @@ RF = 3
 
 
 class Stalled(AssertionError):
-    """The mirror did not catch up after the leader changes: the known bug."""
-
-
+    """The mirror did not catch up after the leader changes (claims asking the old leader)."""
 
 
 def kill_leader(lab: MirrorLab, cluster: str, topic: str, partition: int) -> int:

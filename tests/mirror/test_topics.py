@@ -93,8 +93,6 @@ def test_new_matching_topic_is_mirrored_with_its_configs_and_excluded_topics_nev
     assert "exited with" not in lab.mirror_log(), "a worker exited:\n" + lab.mirror_log_tail()
 
 
-
-
 @pytest.mark.timeout(240)
 def test_partitions_added_at_the_source_appear_in_the_target_and_are_mirrored(
         mirror_lab: Callable[..., MirrorLab]) -> None:

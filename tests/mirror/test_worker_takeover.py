@@ -131,16 +131,15 @@ def test_worker_killed_9_partitions_taken_over_after_session_timeout(
 
 
 class SlowHandover(AssertionError):
-    """The SIGTERM'd worker did not leave the group at once."""
-
-
+    """The SIGTERM'd worker did not leave the group at once (it once flushed a producer whose
+    tasks were already cancelled: ~30 s, then no LeaveGroup at all)."""
 
 
 @pytest.mark.timeout(240)
 def test_worker_stopped_with_sigterm_hands_over_at_once(mirror_lab: Callable[..., MirrorLab]) -> None:
     """Exactly once across the handover (a plain failure if not); the handover is prompt:
     the worker exits within 10 s and the survivor owns everything well before the session
-    timeout (SlowHandover if not, the known bug), also when the worker has records in flight
+    timeout (SlowHandover if not), also when the worker has records in flight
     to a target that answers only a second later."""
     session_timeout_s = 15.0
     lab, writer = start(mirror_lab, int(session_timeout_s * 1000))
