@@ -86,12 +86,7 @@ async def commit_offsets(consumer: Consumer, offsets: dict[TopicPartition, int])
     what = f"committing offsets of group {consumer.group_id!r}"
     async for attempt in _retrying(consumer):
         with attempt:
-            try:
-                conn = await _coordinator_conn(consumer)
-                resp = await conn.request(OFFSET_COMMIT, body, timeout_s=consumer.request_timeout_s)
-            except KafkaConnectionError:
-                _forget_coordinator(consumer)
-                raise
+            resp = await _coordinator_request(consumer, OFFSET_COMMIT, body)
             codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
             if not codes:
                 return
@@ -103,6 +98,16 @@ async def commit_offsets(consumer: Consumer, offsets: dict[TopicPartition, int])
             if code in COORDINATOR_ERRORS:
                 _forget_coordinator(consumer)
             raise KafkaError(what, code)
+
+
+async def _coordinator_request(consumer: Consumer, api_key: int, body: dict[str, Any]) -> Any:
+    """One request to the group coordinator; a broken connection forgets the coordinator."""
+    try:
+        conn = await _coordinator_conn(consumer)
+        return await conn.request(api_key, body, timeout_s=consumer.request_timeout_s)
+    except KafkaConnectionError:
+        _forget_coordinator(consumer)
+        raise
 
 
 def _retrying(consumer: Consumer) -> AsyncRetrying:
@@ -119,12 +124,7 @@ async def fetch_committed(consumer: Consumer, tps: list[TopicPartition]) -> dict
             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
     async for attempt in _retrying(consumer):
         with attempt:
-            try:
-                conn = await _coordinator_conn(consumer)
-                resp = await conn.request(OFFSET_FETCH, body, timeout_s=consumer.request_timeout_s)
-            except KafkaConnectionError:
-                _forget_coordinator(consumer)
-                raise
+            resp = await _coordinator_request(consumer, OFFSET_FETCH, body)
             if resp.error_code in COORDINATOR_ERRORS:
                 _forget_coordinator(consumer)
             if resp.error_code != 0:
