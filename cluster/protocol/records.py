@@ -106,100 +106,34 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 
 
 def _decode_records_py(body: bytes, count: int, base_offset: int, base_timestamp: int) -> list[Record]:
-    """The `count` records of an (uncompressed) records section.
-
-    The hot loop of every consumer: one-byte varints are decoded inline, longer ones by
-    `_varint`; every length is checked against the bytes that remain.
-    """
+    """The reference decoder (and the fallback without the C codec): the `count` records of
+    an uncompressed records section; every length is checked against the bytes that remain."""
     records: list[Record] = []
-    append = records.append
-    new = tuple.__new__
     size = len(body)
     p = 0
-    try:
-        for _ in range(count):
-            b = body[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif body[p + 1] < 0x80:
-                length = (b & 0x7F) | (body[p + 1] << 7)
-                length = (length >> 1) ^ -(length & 1)
-                p += 2
-            else:
-                length, p = _varint(body, p)
-            end = p + length
-            if length < 0 or end > size:
-                raise InvalidRecordBatch("record length runs past the end of the batch")
-            p += 1  # attributes
-            b = body[p]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif body[p + 1] < 0x80:
-                ts_delta = (b & 0x7F) | (body[p + 1] << 7)
-                ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
-                p += 2
-            else:
-                ts_delta, p = _varint(body, p)
-            b = body[p]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif body[p + 1] < 0x80:
-                off_delta = (b & 0x7F) | (body[p + 1] << 7)
-                off_delta = (off_delta >> 1) ^ -(off_delta & 1)
-                p += 2
-            else:
-                off_delta, p = _varint(body, p)
-            b = body[p]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif body[p + 1] < 0x80:
-                n = (b & 0x7F) | (body[p + 1] << 7)
-                n = (n >> 1) ^ -(n & 1)
-                p += 2
-            else:
-                n, p = _varint(body, p)
-            if n < 0:
-                key = None
-            else:
-                key = body[p : p + n]
-                p += n
-            b = body[p]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif body[p + 1] < 0x80:
-                n = (b & 0x7F) | (body[p + 1] << 7)
-                n = (n >> 1) ^ -(n & 1)
-                p += 2
-            else:
-                n, p = _varint(body, p)
-            if n < 0:
-                value = None
-            else:
-                value = body[p : p + n]
-                p += n
-            if body[p] == 0:
-                headers: tuple[tuple[str, bytes | None], ...] = ()
-                p += 1
-            else:
-                n_headers, p = _varint(body, p)
-                if n_headers < 0 or n_headers > end - p:
-                    raise InvalidRecordBatch(f"record declares {n_headers} headers")
-                items = []
-                for _ in range(n_headers):
-                    hk, p = _bytes(body, p)
-                    hv, p = _bytes(body, p)
-                    items.append(((hk or b"").decode("utf-8", "replace"), hv))
-                headers = tuple(items)
-            if p != end:
-                raise InvalidRecordBatch("record length does not match its fields")
-            append(new(Record, (base_offset + off_delta, base_timestamp + ts_delta, key, value, headers)))
-    except IndexError:
-        raise InvalidRecordBatch("record runs past the end of the batch") from None
+    for _ in range(count):
+        length, p = _varint(body, p)
+        end = p + length
+        if length < 0 or end > size:
+            raise InvalidRecordBatch("record length runs past the end of the batch")
+        if p >= end:
+            raise InvalidRecordBatch("record is empty")
+        p += 1  # attributes
+        ts_delta, p = _varint(body, p)
+        off_delta, p = _varint(body, p)
+        key, p = _bytes(body, p)
+        value, p = _bytes(body, p)
+        n_headers, p = _varint(body, p)
+        if n_headers < 0 or n_headers > end - p:
+            raise InvalidRecordBatch(f"record declares {n_headers} headers")
+        headers = []
+        for _ in range(n_headers):
+            hk, p = _bytes(body, p)
+            hv, p = _bytes(body, p)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        if p != end:
+            raise InvalidRecordBatch("record length does not match its fields")
+        records.append(Record(base_offset + off_delta, base_timestamp + ts_delta, key, value, tuple(headers)))
     return records
 
 
