@@ -29,6 +29,7 @@ log = logging.getLogger("dcmirror.mirror")
 
 STATUS_INTERVAL_S = 1.0
 RESTART_BACKOFF_S = (0.5, 10.0)
+HEALTHY_RUN_S = 60.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -124,6 +125,7 @@ def supervise(config: str, flows: list[Any]) -> int:
     children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
     backoff: dict[tuple[str, int], float] = {}
     next_start: dict[tuple[str, int], float] = {}
+    started_at: dict[tuple[str, int], float] = {}
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -140,7 +142,9 @@ def supervise(config: str, flows: list[Any]) -> int:
             if proc is not None and proc.poll() is None:
                 continue
             if proc is not None:
-                delay = min(backoff.get(key, RESTART_BACKOFF_S[0]) * 2, RESTART_BACKOFF_S[1])
+                healthy = now - started_at.get(key, now) >= HEALTHY_RUN_S  # a long run resets the backoff
+                delay = RESTART_BACKOFF_S[0] if healthy else min(backoff.get(key, RESTART_BACKOFF_S[0]) * 2,
+                                                                 RESTART_BACKOFF_S[1])
                 backoff[key] = delay
                 next_start[key] = now + delay
                 log.warning("worker %s-w%d exited with %s; restarting in %.1f s", key[0], key[1], proc.returncode, delay)
@@ -148,6 +152,7 @@ def supervise(config: str, flows: list[Any]) -> int:
                 continue
             if now < next_start.get(key, 0.0):
                 continue
+            started_at[key] = now
             children[key] = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", config,
                                               "--flow", key[0], "--worker", str(key[1])])
         time.sleep(0.2)
