@@ -12,7 +12,16 @@ from pathlib import Path
 import trio
 
 from cluster.storage.config import InvalidConfig
-from deploy import cluster_cmds, groups_cmd, mirror_cmd, topology_cmd
+from deploy import (
+    cluster_cmds,
+    groups_cmd,
+    load_cmd,
+    mirror_cmd,
+    perf_cmd,
+    render_cmd,
+    topology_cmd,
+    up_cmd,
+)
 
 
 def _setup_logging(level: str) -> None:
@@ -113,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     topology_cmd.add_parser(sub)
     mirror_cmd.add_parser(sub)
     cluster_cmds.add_parsers(sub)
+    load_cmd.add_parser(sub)      # load, warehouse
+    up_cmd.add_parser(sub)        # up, status
+    perf_cmd.add_parser(sub)      # perf produce|consume
+    render_cmd.add_parser(sub)    # deploy render
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=100_000, help="records to produce")

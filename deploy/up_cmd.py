@@ -1,0 +1,9 @@
+"""`dcmirror up` and `dcmirror status`: run a whole topology; one screen of its state."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Registered by deploy.cli; filled in by the owner of this module."""
