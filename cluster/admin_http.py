@@ -15,21 +15,28 @@ log = logging.getLogger("dcmirror.http")
 
 MAX_REQUEST_BYTES = 16 << 10
 REQUEST_TIMEOUT_S = 10.0
-Route = Callable[[], tuple[str, bytes]]  # -> (content type, body)
+# -> (content type, body) answered with 200, or (status, content type, body)
+Route = Callable[[], tuple[str, bytes] | tuple[int, str, bytes]]
+# (labels, value), or (suffix, labels, value) for a histogram's _bucket/_sum/_count lines
+Sample = tuple[dict[str, str], float] | tuple[str, dict[str, str], float]
 
 
-def prometheus_text(metrics: Mapping[str, tuple[str, str, list[tuple[dict[str, str], float]]]]) -> bytes:
+def prometheus_text(metrics: Mapping[str, tuple[str, str, list[Sample]]]) -> bytes:
     """Prometheus exposition text: {name: (type, help, [(labels, value), ...])}."""
     lines = []
     for name, (kind, help_text, samples) in metrics.items():
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
+        for sample in samples:
+            if len(sample) == 3:
+                suffix, labels, value = sample
+            else:
+                suffix, (labels, value) = "", sample
             if labels:
                 inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-                lines.append(f"{name}{{{inner}}} {_number(value)}")
+                lines.append(f"{name}{suffix}{{{inner}}} {_number(value)}")
             else:
-                lines.append(f"{name} {_number(value)}")
+                lines.append(f"{name}{suffix} {_number(value)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -65,8 +72,11 @@ async def _handle(stream: Any, routes: Mapping[str, Route]) -> None:
                 status, ctype, body = 404, "text/plain", ("not found; try " + ", ".join(routes) + "\n").encode()
             else:
                 try:
-                    ctype, body = route()
-                    status = 200
+                    answer = route()
+                    if len(answer) == 3:
+                        status, ctype, body = answer
+                    else:
+                        status, (ctype, body) = 200, answer
                 except Exception as exc:  # noqa: BLE001 - a broken page must not take the server down
                     log.exception("admin HTTP %s failed", target)
                     status, ctype, body = 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode()

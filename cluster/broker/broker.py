@@ -22,6 +22,7 @@ import trio
 from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig, render_config_value
 from cluster.broker.group_service import GroupService
+from cluster.broker.metrics import BrokerMetrics, batch_record_count
 from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.topics import (
     InvalidTopic,
@@ -203,6 +204,7 @@ class Broker:
         self.logs = LogManager(data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.waiters = AppendWaiters()
+        self.metrics = BrokerMetrics(list(SUPPORTED_APIS))
         self.metadata = build_metadata_service(
             self.node_id, membership.voters, data_dir / METADATA_LOG_DIR, config,
             observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
@@ -559,6 +561,9 @@ class Broker:
         if not result.duplicate:
             part.advance_high_watermark(self.node_id)
             self.waiters.notify((topic, index))
+            counters = self.metrics.topic(topic)
+            counters.records_in += result.record_count
+            counters.bytes_in += len(records)
         return {
             "index": index,
             "error_code": ErrorCode.none,
@@ -591,6 +596,9 @@ class Broker:
             else:
                 parts = [self.append(t.name, p.index, p.records, min_isr_checked=req.acks == -1)
                          for p in t.partition_data]
+                failed = sum(p["error_code"] != ErrorCode.none for p in parts)
+                if failed:
+                    self.metrics.topic(t.name).produce_errors += failed
             responses.append({"name": t.name, "partition_responses": parts})
         if req.acks == 0:
             return None
@@ -701,6 +709,15 @@ class Broker:
                     await event.wait()
             finally:
                 self.waiters.unregister(keys, event)
+        if req.replica_id >= 0:
+            self.metrics.replication_bytes_out += total
+        elif total and req.replica_id != DEBUGGING_REPLICA_ID:
+            for topic, resp in answers:
+                data = resp["records"]
+                if data:
+                    counters = self.metrics.topic(topic)
+                    counters.bytes_out += len(data)
+                    counters.records_out += batch_record_count(data)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for topic, resp in answers:
             if session is None or session.include((topic, resp["partition_index"]), resp, full):
@@ -744,6 +761,7 @@ class Broker:
         await self._alter_isr(part, [*part.isr, replica_id], f"expand with {replica_id}")
 
     async def _alter_isr(self, part: Partition, isr: list[int], what: str) -> None:
+        shrink = len(isr) < len(part.isr)
         try:
             result = await self.call_controller("alter_partition", {
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "topic_id": part.topic_id,
@@ -751,6 +769,10 @@ class Broker:
                 "partition_epoch": part.partition_epoch, "isr": isr,
             }, timeout_s=10.0)
             if result["error_code"] == ErrorCode.none:
+                if shrink:
+                    self.metrics.isr_shrinks += 1
+                else:
+                    self.metrics.isr_expands += 1
                 log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index, isr, what)
             else:
                 part.isr_retry_at_ms = now_ms() + ISR_CHANGE_RETRY_BACKOFF_MS

@@ -66,6 +66,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Incremental fetch sessions a leader keeps for its followers", 0),
         ConfigDef("replica.high.watermark.checkpoint.interval.ms", int, 5000, None,
                   "How often high watermarks are written to replication-offset-checkpoint", 1),
+        ConfigDef("admin.http.listener", str, "", None,
+                  "HOST:PORT of the admin HTTP server (/healthz, /metrics, /v1/cluster); empty: off"),
+        ConfigDef("admin.http.port.offset", int, 0, None,
+                  "Serve admin HTTP on the Kafka listener's host at its port + this (0: off); "
+                  "one setting for every broker of a topology cluster", 0),
         ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
     )
 }

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import trio
 
+from cluster import admin_http
+from cluster.broker import metrics
 from cluster.broker.broker import SUPPORTED_APIS, Broker, ClusterMembership, RequestContext
 from cluster.broker.clock import now_ms
 from cluster.broker.config import BrokerConfig
@@ -57,7 +59,16 @@ class BrokerServer:
     # ---- dispatch ------------------------------------------------------------------------
 
     async def dispatch(self, frame: bytearray, client_host: str = "") -> bytes | None:
-        """Answer one request frame; None means no response (acks=0 produce)."""
+        """Answer one request frame; None means no response (acks=0 produce). Its time from
+        here to the answer goes into the API's latency histogram."""
+        start = time.perf_counter()
+        try:
+            return await self._dispatch(frame, client_host)
+        finally:
+            if len(frame) >= 2:
+                self.broker.metrics.observe_request((frame[0] << 8) | frame[1], time.perf_counter() - start)
+
+    async def _dispatch(self, frame: bytearray, client_host: str) -> bytes | None:
         api_key, version, correlation_id = peek_api(frame)
         if api_key in INTERNAL_API_KEYS and version != 0:
             raise CloseConnection(f"internal API {api_key} v{version} does not exist")
@@ -247,16 +258,33 @@ class BrokerServer:
             task_status.started()
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
+def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9092")
+        raise ValueError(f"{what} {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9092")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def admin_http_address(config: BrokerConfig, host: str, port: int) -> tuple[str, int] | None:
+    """Where the admin HTTP server listens: admin.http.listener, or the Kafka listener's host
+    at its port + admin.http.port.offset (one setting for every broker of a cluster); None: off."""
+    listener = str(config["admin.http.listener"])
+    offset = int(config["admin.http.port.offset"])
+    if listener and offset:
+        raise ValueError("set admin.http.listener or admin.http.port.offset, not both")
+    if listener:
+        return parse_listen(listener, "admin.http.listener")
+    if offset:
+        if port + offset > 65535:
+            raise ValueError(f"admin.http.port.offset={offset}: Kafka port {port} + {offset} is above 65535")
+        return host, port + offset
+    return None
 
 
 async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig,
                                 membership: ClusterMembership | None = None) -> None:
     host, port = parse_listen(listen)
+    http = admin_http_address(config, host, port)
     advertised = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
     broker = Broker(data_dir, config, advertised, port, membership)
     start = time.monotonic()
@@ -265,6 +293,8 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.run)
+                if http is not None:
+                    await nursery.start(admin_http.serve, http[0], http[1], metrics.routes(broker))
                 await nursery.start(broker.start)
 
                 async def report_ready() -> None:
