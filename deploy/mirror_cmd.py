@@ -13,10 +13,10 @@ cluster's data directory.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,8 +28,7 @@ import trio
 log = logging.getLogger("dcmirror.mirror")
 
 STATUS_INTERVAL_S = 1.0
-RESTART_BACKOFF_S = (0.5, 10.0)
-HEALTHY_RUN_S = 60.0
+WORKER_STOP_TIMEOUT_S = 30.0  # then SIGKILL (a worker hands its partitions over on SIGTERM)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -122,52 +121,21 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
 def supervise(config: str, flows: list[Any]) -> int:
     """Every worker as a child process, restarted with backoff when it exits; SIGTERM/SIGINT
     stops them all."""
-    children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
-    backoff: dict[tuple[str, int], float] = {}
-    next_start: dict[tuple[str, int], float] = {}
-    started_at: dict[tuple[str, int], float] = {}
-    stopping = False
+    from deploy.processes import ChildSpec, run_until_signalled
 
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    wanted = [(f.name, i) for f in flows for i in range(f.workers)]
-    while not stopping:
-        now = time.monotonic()
-        for key in wanted:
-            proc = children.get(key)
-            if proc is not None and proc.poll() is None:
-                continue
-            if proc is not None:
-                healthy = now - started_at.get(key, now) >= HEALTHY_RUN_S  # a long run resets the backoff
-                delay = RESTART_BACKOFF_S[0] if healthy else min(backoff.get(key, RESTART_BACKOFF_S[0]) * 2,
-                                                                 RESTART_BACKOFF_S[1])
-                backoff[key] = delay
-                next_start[key] = now + delay
-                log.warning("worker %s-w%d exited with %s; restarting in %.1f s", key[0], key[1], proc.returncode, delay)
-                children.pop(key)
-                continue
-            if now < next_start.get(key, 0.0):
-                continue
-            started_at[key] = now
-            children[key] = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", config,
-                                              "--flow", key[0], "--worker", str(key[1])])
-        time.sleep(0.2)
-    for proc in children.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in children.values():
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return 0
+    specs = [ChildSpec(f"{f.name}-w{i}", worker_argv(config, f.name, i)) for f in flows for i in range(f.workers)]
+    return trio.run(functools.partial(run_until_signalled, specs, stop_timeout_s=WORKER_STOP_TIMEOUT_S))
 
 
-def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
+def worker_argv(config: str, flow: str, index: int) -> list[str]:
+    return [sys.executable, "-m", "deploy.cli", "mirror", "--config", config, "--flow", flow, "--worker", str(index)]
+
+
+LIVE_WORKER_AGE_S = 10.0  # a status file older than this is from a worker that is gone
+
+
+def flow_reports(topology: Any, flows: list[Any]) -> list[dict[str, Any]]:
+    """Per flow: what its workers last reported in their status files (live ones counted)."""
     now_ms = time.time() * 1000
     report = []
     for flow in flows:
@@ -179,11 +147,16 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
                 continue
             status["age_s"] = (now_ms - status.get("reported_ms", 0)) / 1000
             workers.append(status)
-        live = [w for w in workers if w["age_s"] < 10]
+        live = [w for w in workers if w["age_s"] < LIVE_WORKER_AGE_S]
         report.append({"flow": flow.name, "source": flow.source, "target": flow.target, "workers": workers,
                        "live_workers": len(live), "lag_records": sum(w.get("lag_records", 0) for w in live),
                        "records": sum(w.get("records", 0) for w in live),
                        "data_loss_records": sum(w.get("data_loss_records", 0) for w in workers)})
+    return report
+
+
+def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
+    report = flow_reports(topology, flows)
     if as_json:
         print(orjson.dumps(report).decode())
         return 0

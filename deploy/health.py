@@ -1,0 +1,189 @@
+"""How healthy a topology cluster is, over the Kafka protocol.
+
+``observe_cluster`` (trio) asks every broker of a cluster, each on its own connection and
+within a bound, DescribeCluster (which brokers the controller has registered, unfenced, and
+who the controller is) and Metadata (partitions with leader, replicas and ISR).
+``assess`` (pure) turns those answers into a :class:`ClusterHealth`: brokers up and
+registered, the controller, offline and under-replicated partitions, what is wrong, and
+whether the cluster is ready (what ``dcmirror up`` waits for).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
+from cluster.client.errors import KafkaError, error_name
+from topology.model import ClusterSpec
+
+METADATA = 3
+DESCRIBE_CLUSTER = 60
+LISTED_MAX = 5  # partitions named in a problem line; the rest are counted
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    internal: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    """One broker's answer (or why there was none)."""
+
+    node_id: int
+    address: str
+    error: str | None = None
+    controller_id: int | None = None
+    registered: tuple[int, ...] = ()
+    """The brokers it lists as registered and unfenced."""
+    partitions: tuple[PartitionView, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    name: str
+    datacenter: str
+    broker_ids: tuple[int, ...]
+    up: tuple[int, ...]
+    """Brokers that answered."""
+    registered: tuple[int, ...]
+    """Brokers the controller's view lists as registered (unfenced)."""
+    controller_id: int | None
+    topics: int
+    partitions: int
+    """Of the topics (internal ones left out; offline and under-replicated count them too)."""
+    offline: tuple[str, ...]
+    under_replicated: tuple[str, ...]
+    problems: tuple[str, ...]
+    waiting: tuple[str, ...] = field(default=())
+    """Why the cluster is not ready yet (empty: ready)."""
+
+    @property
+    def ready(self) -> bool:
+        return not self.waiting
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def document(self) -> dict[str, Any]:
+        return {"cluster": self.name, "datacenter": self.datacenter, "brokers": list(self.broker_ids),
+                "brokers_up": list(self.up), "brokers_registered": list(self.registered),
+                "controller": self.controller_id, "topics": self.topics, "partitions": self.partitions,
+                "offline_partitions": list(self.offline), "under_replicated_partitions": list(self.under_replicated),
+                "healthy": self.healthy, "ready": self.ready, "problems": list(self.problems)}
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:LISTED_MAX])
+    return shown + (f" and {len(names) - LISTED_MAX} more" if len(names) > LISTED_MAX else "")
+
+
+def assess(spec: ClusterSpec, views: Sequence[BrokerView]) -> ClusterHealth:
+    """The cluster's health from its brokers' answers (one view per broker of ``spec``)."""
+    ids = tuple(a.node_id for a in spec.brokers)
+    answered = [v for v in views if v.error is None]
+    problems: list[str] = []
+    waiting: list[str] = []
+    for v in views:
+        if v.error is not None:
+            problems.append(f"broker {v.node_id} ({v.address}) does not answer: {v.error}")
+            waiting.append(f"broker {v.node_id} does not answer yet")
+    # The controller the answering brokers name most often; its own view of the brokers
+    # counts (it registers them), else the most common view.
+    votes = Counter(v.controller_id for v in answered if v.controller_id is not None and v.controller_id >= 0)
+    controller_id = votes.most_common(1)[0][0] if votes else None
+    by_id = {v.node_id: v for v in answered}
+    reference = by_id.get(controller_id) if controller_id is not None else None
+    if reference is None and answered:
+        common = Counter(v.registered for v in answered).most_common(1)[0][0]
+        reference = next(v for v in answered if v.registered == common)
+    registered = tuple(sorted(set(reference.registered) & set(ids))) if reference is not None else ()
+    if answered and controller_id is None:
+        problems.append("no controller: no broker names one")
+        waiting.append("no controller yet")
+    for node_id in ids:
+        if node_id in by_id and node_id not in registered:
+            problems.append(f"broker {node_id} answers but is not registered with the controller (fenced)")
+    for v in answered:
+        missing = sorted(set(ids) - set(v.registered))
+        if missing:
+            waiting.append(f"broker {v.node_id} sees broker(s) {', '.join(map(str, missing))} not registered yet")
+    partitions = reference.partitions if reference is not None and reference.partitions is not None else ()
+    offline = tuple(p.name for p in partitions if p.leader < 0)
+    under = tuple(p.name for p in partitions if len(p.isr) < len(p.replicas))
+    if offline:
+        problems.append(f"{len(offline)} offline partition(s) (no leader): {_listed(offline)}")
+    if under:
+        problems.append(f"{len(under)} under-replicated partition(s) (ISR short of the replicas): {_listed(under)}")
+    if not answered:
+        problems.append("no broker answers")
+    topics = len({p.topic for p in partitions if not p.internal})
+    user_partitions = sum(not p.internal for p in partitions)
+    return ClusterHealth(spec.name, spec.datacenter, ids, tuple(v.node_id for v in answered), registered,
+                         controller_id, topics, user_partitions, offline, under, tuple(problems), tuple(waiting))
+
+
+async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_partitions: bool) -> BrokerView:
+    address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    conn = BrokerConnection(host, port, client_id="dcmirror-status")
+    try:
+        with trio.fail_after(timeout_s):
+            await conn.connect(timeout_s)
+            cluster = await conn.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
+                                         timeout_s=timeout_s)
+            if cluster.error_code != 0:
+                return BrokerView(node_id, address, f"DescribeCluster answered {error_name(cluster.error_code)}")
+            partitions = None
+            if with_partitions:
+                meta = await conn.request(METADATA, {"topics": None, "allow_auto_topic_creation": False,
+                                                     "include_cluster_authorized_operations": False,
+                                                     "include_topic_authorized_operations": False},
+                                          timeout_s=timeout_s)
+                partitions = tuple(
+                    PartitionView(t.name, p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes),
+                                  bool(t.is_internal))
+                    for t in sorted(meta.topics, key=lambda t: t.name) if t.error_code == 0
+                    for p in sorted(t.partitions, key=lambda p: p.partition_index))
+            return BrokerView(node_id, address, None, cluster.controller_id,
+                              tuple(sorted(b.broker_id for b in cluster.brokers)), partitions)
+    except trio.TooSlowError:
+        return BrokerView(node_id, address, f"no answer within {timeout_s:g} s")
+    except (KafkaConnectionError, UnsupportedApi, KafkaError, OSError) as exc:
+        return BrokerView(node_id, address, str(exc) or type(exc).__name__)
+    finally:
+        with trio.CancelScope(shield=True):
+            await conn.aclose()
+
+
+async def observe_cluster(spec: ClusterSpec, timeout_s: float = 5.0, *,
+                          with_partitions: bool = True) -> list[BrokerView]:
+    """Every broker of ``spec`` asked at once, each within ``timeout_s``."""
+    views: list[BrokerView | None] = [None] * len(spec.brokers)
+
+    async def run(i: int) -> None:
+        a = spec.brokers[i]
+        views[i] = await _probe(a.node_id, a.host, a.port, timeout_s, with_partitions)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(spec.brokers)):
+            nursery.start_soon(run, i)
+    return [v for v in views if v is not None]
+
+
+async def cluster_health(spec: ClusterSpec, timeout_s: float = 5.0, *, with_partitions: bool = True) -> ClusterHealth:
+    return assess(spec, await observe_cluster(spec, timeout_s, with_partitions=with_partitions))
