@@ -5,7 +5,7 @@ request per connection is enough for scrapers and curl."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import h11
@@ -21,7 +21,7 @@ Route = Callable[[], tuple[str, bytes] | tuple[int, str, bytes]]
 Sample = tuple[dict[str, str], float] | tuple[str, dict[str, str], float]
 
 
-def prometheus_text(metrics: Mapping[str, tuple[str, str, list[Sample]]]) -> bytes:
+def prometheus_text(metrics: Mapping[str, tuple[str, str, Sequence[Sample]]]) -> bytes:
     """Prometheus exposition text: {name: (type, help, [(labels, value), ...])}."""
     lines = []
     for name, (kind, help_text, samples) in metrics.items():

@@ -560,10 +560,21 @@ class MirrorWorker:
                                                         "mirrored", [(base, st["data_loss_records"])]),
         })
 
+    def cluster_view(self) -> dict[str, Any]:
+        """/v1/cluster: which clusters this worker connects, and how far behind it is."""
+        st = self.status()
+        return {"flow": self.flow.name, "worker": self.name, "group": group_id(self.flow),
+                "source": {"cluster": self.source.name, "datacenter": self.source.datacenter,
+                           "bootstrap": self.source.bootstrap()},
+                "target": {"cluster": self.target.name, "datacenter": self.target.datacenter,
+                           "bootstrap": self.target.bootstrap()},
+                "partitions": len(st["partitions"]), "lag_records": st["lag_records"]}
+
     def routes(self) -> dict[str, Any]:
         return {"/healthz": lambda: ("text/plain", b"ok\n"),
                 "/metrics": lambda: ("text/plain; version=0.0.4", self.prometheus()),
-                "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
+                "/v1/status": lambda: ("application/json", orjson.dumps(self.status())),
+                "/v1/cluster": lambda: ("application/json", orjson.dumps(self.cluster_view()))}
 
 
 def flows_of(topology: Topology, name: str | None) -> list[MirrorSpec]:

@@ -1,0 +1,332 @@
+"""Kubernetes manifests for a topology.
+
+Per cluster: a headless Service `NAME-svc` and a StatefulSet `NAME` (replicas = brokers;
+pod `NAME-i` is node i+1), plus `NAME-controller` for dedicated controllers and a
+PodDisruptionBudget; per mirror flow a Deployment `mirror-FLOW` (replicas = workers); for
+the warehouse a CronJob `dcmirror-load` running spark-submit and a PersistentVolumeClaim;
+and the ConfigMap `dcmirror-topology` every pod mounts at /etc/dcmirror.
+
+Addresses: the topology's loopback addresses mean nothing inside Kubernetes, so the
+ConfigMap holds a copy of the topology in which node i of cluster NAME is
+`NAME-(i-1).NAME-svc.NAMESPACE.svc.CLUSTER_DOMAIN:9092` — the stable DNS name the
+StatefulSet gives its pod. The Service publishes addresses of pods that are not ready yet
+(the quorum must form before any broker is ready), brokers serve admin HTTP on 0.0.0.0:9644
+(admin.http.listener) for the readiness probe on /healthz, and data directories sit on each
+pod's volume at /var/lib/dcmirror.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.broker.config import BrokerConfig
+from deploy.render.toml_out import dump_topology
+from topology.model import ClusterSpec, NodeAddress, Topology
+
+CONFIG_MAP = "dcmirror-topology"
+CONFIG_DIR = "/etc/dcmirror"
+TOPOLOGY_FILE = f"{CONFIG_DIR}/topology.toml"
+DATA_DIR = "/var/lib/dcmirror"
+WAREHOUSE_DIR = f"{DATA_DIR}/warehouse"
+WAREHOUSE_CLAIM = "dcmirror-warehouse"
+LOAD_JOB = "dcmirror-load"
+# A StatefulSet's pods carry a controller-revision-hash label of <name>-<pod>-<hash>; Kubernetes
+# advises names of at most 52 characters.
+MAX_STATEFULSET_NAME = 52
+MAX_NAME = 63
+MIRROR_STOP_S = 100
+STOP_MARGIN_S = 20
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+class RenderError(ValueError):
+    """The topology cannot be rendered as asked (names Kubernetes refuses, ...)."""
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    namespace: str = "dcmirror"
+    image: str = "dcmirror:latest"
+    cluster_domain: str = "cluster.local"
+    storage: str = "10Gi"
+    warehouse_storage: str = "50Gi"
+    kafka_port: int = 9092
+    http_port: int = 9644
+    # The warehouse load as a spark-submit application (spark_aggregate's entry script in
+    # the image); `dcmirror load --config FILE` runs the same job without spark-submit.
+    load_app: str = "/opt/dcmirror/spark_aggregate/load.py"
+    spark_submit: str = "spark-submit"
+
+
+def k8s_name(name: str, what: str, max_len: int = MAX_NAME) -> str:
+    """`name` as a DNS label (lowercase, '.' and '_' turned into '-'); refuses what stays invalid."""
+    out = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", name.lower())).strip("-")
+    if not _DNS_LABEL.fullmatch(out) or len(out) > max_len:
+        raise RenderError(f"{what} {name!r} gives the Kubernetes name {out!r}, which must start with a letter "
+                          f"and have at most {max_len} lowercase letters, digits and '-'; rename it")
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterNames:
+    statefulset: str
+    controllers: str
+    service: str
+
+
+def cluster_names(topology: Topology) -> dict[str, ClusterNames]:
+    names: dict[str, ClusterNames] = {}
+    seen: dict[str, str] = {}
+    for name in topology.clusters:
+        base = k8s_name(name, "cluster name", MAX_STATEFULSET_NAME - len("-controller"))
+        if base in seen:
+            raise RenderError(f"clusters {seen[base]!r} and {name!r} both become {base!r} in Kubernetes; "
+                              "rename one")
+        seen[base] = name
+        names[name] = ClusterNames(base, f"{base}-controller", f"{base}-svc")
+    return names
+
+
+def pod_address(names: ClusterNames, spec: ClusterSpec, node: NodeAddress, o: KubernetesOptions) -> str:
+    if node in spec.controllers:
+        pod = f"{names.controllers}-{node.node_id - len(spec.brokers) - 1}"
+    else:
+        pod = f"{names.statefulset}-{node.node_id - 1}"
+    return f"{pod}.{names.service}.{o.namespace}.svc.{o.cluster_domain}"
+
+
+def cluster_topology(topology: Topology, o: KubernetesOptions) -> Topology:
+    """The topology as the pods see it: DNS names of the StatefulSets' pods, data on the pods'
+    volumes, admin HTTP on every broker, the warehouse on its volume."""
+    names = cluster_names(topology)
+    clusters = {}
+    for name, spec in topology.clusters.items():
+        def moved(nodes: tuple[NodeAddress, ...], spec: ClusterSpec = spec, n: ClusterNames = names[name]
+                  ) -> tuple[NodeAddress, ...]:
+            return tuple(NodeAddress(a.node_id, pod_address(n, spec, a, o), o.kafka_port) for a in nodes)
+
+        config = {k: v for k, v in spec.config.items() if k != "admin.http.port.offset"}
+        config["admin.http.listener"] = f"0.0.0.0:{o.http_port}"
+        clusters[name] = dataclasses.replace(spec, brokers=moved(spec.brokers), controllers=moved(spec.controllers),
+                                             data_dir=Path(DATA_DIR) / name, config=config)
+    warehouse = topology.warehouse
+    if warehouse is not None:
+        warehouse = dataclasses.replace(warehouse, path=Path(WAREHOUSE_DIR))
+    return dataclasses.replace(topology, clusters=clusters, warehouse=warehouse)
+
+
+def cron_schedule(interval_ms: int | None) -> str:
+    """A cron schedule for load.interval.ms (None: hourly). Cron counts whole minutes; an
+    interval that does not divide an hour or a day is rounded to one that does."""
+    if interval_ms is None:
+        return "0 * * * *"
+    minutes = max(1, round(interval_ms / 60_000))
+    if minutes < 60:
+        step = min((d for d in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30) if d >= minutes), default=30)
+        return "* * * * *" if step == 1 else f"*/{step} * * * *"
+    hours = max(1, round(minutes / 60))
+    if hours < 24:
+        step = min((d for d in (1, 2, 3, 4, 6, 8, 12) if d >= hours), default=12)
+        return f"0 */{step} * * *" if step > 1 else "0 * * * *"
+    return "0 0 * * *"
+
+
+def _labels(component: str, instance: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "dcmirror", "app.kubernetes.io/component": component,
+            "app.kubernetes.io/instance": instance}
+
+
+def _meta(name: str, o: KubernetesOptions, labels: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": o.namespace, "labels": labels}
+
+
+def _security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+
+
+def _topology_volume() -> dict[str, Any]:
+    return {"name": "topology", "configMap": {"name": CONFIG_MAP}}
+
+
+def _topology_mount() -> dict[str, Any]:
+    return {"name": "topology", "mountPath": CONFIG_DIR, "readOnly": True}
+
+
+def _node_statefulset(name: str, cluster: str, names: ClusterNames, replicas: int, first_node: int,
+                      component: str, stop_s: int, checksum: str, o: KubernetesOptions) -> dict[str, Any]:
+    # The Service selects a cluster's brokers and controllers by dcmirror/cluster.
+    labels = _labels(component, names.statefulset) | {"dcmirror/cluster": names.statefulset}
+    # The pod's ordinal is the end of its hostname (NAME-0, NAME-1, ...).
+    command = (f"exec dcmirror broker --config {TOPOLOGY_FILE} --cluster {cluster} "
+               f"--node $(( ${{HOSTNAME##*-}} + {first_node} ))")
+    container: dict[str, Any] = {
+        "name": component,
+        "image": o.image,
+        "command": ["sh", "-c", command],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "ports": [{"name": "kafka", "containerPort": o.kafka_port}],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, _topology_mount()],
+        # The listener opens before the logs load: a long recovery is not a dead broker.
+        "livenessProbe": {"tcpSocket": {"port": "kafka"}, "initialDelaySeconds": 30, "periodSeconds": 10,
+                          "failureThreshold": 6},
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+    }
+    if component == "broker":
+        container["ports"].append({"name": "http", "containerPort": o.http_port})
+        container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5,
+                                       "failureThreshold": 3}
+    else:
+        container["readinessProbe"] = {"tcpSocket": {"port": "kafka"}, "periodSeconds": 5}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, o, labels),
+        "spec": {
+            "serviceName": names.service,
+            "replicas": replicas,
+            # All at once: no broker is ready before a majority of the quorum runs.
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"dcmirror/topology-sha256": checksum}},
+                "spec": {
+                    # SIGTERM is a controlled shutdown (leadership moves away first).
+                    "terminationGracePeriodSeconds": stop_s,
+                    "securityContext": _security(),
+                    "containers": [container],
+                    "volumes": [_topology_volume()],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": o.storage}}},
+            }],
+        },
+    }
+
+
+def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str, Any]]:
+    """File name -> one Kubernetes object."""
+    from deploy.render.systemd import load_interval_ms
+
+    o = options
+    names = cluster_names(topology)
+    inside = cluster_topology(topology, o)
+    text = dump_topology(inside, "dcmirror topology as the Kubernetes pods see it (rendered by "
+                                 "`dcmirror deploy render --format kubernetes`)")
+    checksum = hashlib.sha256(text.encode()).hexdigest()
+    objects: dict[str, dict[str, Any]] = {
+        f"configmap-{CONFIG_MAP}.yaml": {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(CONFIG_MAP, o, _labels("config", "topology")),
+            "data": {"topology.toml": text},
+        },
+    }
+    for cluster, spec in topology.clusters.items():
+        n = names[cluster]
+        stop_s = int(BrokerConfig.from_overrides(spec.config)["controlled.shutdown.timeout.ms"]) // 1000 + STOP_MARGIN_S
+        selector = {"app.kubernetes.io/name": "dcmirror", "dcmirror/cluster": n.statefulset}
+        objects[f"service-{n.service}.yaml"] = {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(n.service, o, _labels("cluster", n.statefulset)),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": selector,
+                "ports": [{"name": "kafka", "port": o.kafka_port, "targetPort": "kafka"},
+                          {"name": "http", "port": o.http_port, "targetPort": o.http_port}],
+            },
+        }
+        objects[f"statefulset-{n.statefulset}.yaml"] = _node_statefulset(
+            n.statefulset, cluster, n, len(spec.brokers), 1, "broker", stop_s, checksum, o)
+        if spec.controllers:
+            objects[f"statefulset-{n.controllers}.yaml"] = _node_statefulset(
+                n.controllers, cluster, n, len(spec.controllers), len(spec.brokers) + 1, "controller", stop_s,
+                checksum, o)
+        objects[f"poddisruptionbudget-{n.statefulset}.yaml"] = {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _meta(n.statefulset, o, _labels("cluster", n.statefulset)),
+            # One node of a cluster down at a time keeps a 3-voter quorum and min.insync.replicas=2.
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+        }
+    seen: dict[str, str] = {}
+    for flow in topology.mirrors:
+        name = "mirror-" + k8s_name(flow.name, "mirror flow name", MAX_NAME - len("mirror-"))
+        if name in seen:
+            raise RenderError(f"flows {seen[name]!r} and {flow.name!r} both become {name!r} in Kubernetes; rename one")
+        seen[name] = flow.name
+        labels = _labels("mirror", name)
+        objects[f"deployment-{name}.yaml"] = {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": _meta(name, o, labels),
+            "spec": {
+                "replicas": flow.workers,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels, "annotations": {"dcmirror/topology-sha256": checksum}},
+                    "spec": {
+                        # SIGTERM hands the worker's partitions over (up to 90 s).
+                        "terminationGracePeriodSeconds": MIRROR_STOP_S,
+                        "securityContext": _security(),
+                        "containers": [{
+                            "name": "mirror",
+                            "image": o.image,
+                            # Every pod is worker 0 of the flow: pods share nothing but the
+                            # consumer group, which splits the partitions among them.
+                            "command": ["dcmirror", "mirror", "--config", TOPOLOGY_FILE, "--flow", flow.name,
+                                        "--worker", "0"],
+                            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                            "volumeMounts": [{"name": "state", "mountPath": DATA_DIR}, _topology_mount()],
+                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+                        }],
+                        "volumes": [{"name": "state", "emptyDir": {}}, _topology_volume()],
+                    },
+                },
+            },
+        }
+    interval = load_interval_ms(topology)
+    if topology.warehouse is not None and interval != 0:
+        master = topology.warehouse.config.get("spark.master", "local[2]")
+        labels = _labels("load", LOAD_JOB)
+        objects[f"persistentvolumeclaim-{WAREHOUSE_CLAIM}.yaml"] = {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": _meta(WAREHOUSE_CLAIM, o, labels),
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": o.warehouse_storage}}},
+        }
+        objects[f"cronjob-{LOAD_JOB}.yaml"] = {
+            "apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": _meta(LOAD_JOB, o, labels),
+            "spec": {
+                "schedule": cron_schedule(interval),
+                # Loads never overlap (one writer of the ledger and the metastore at a time).
+                "concurrencyPolicy": "Forbid",
+                "successfulJobsHistoryLimit": 3,
+                "failedJobsHistoryLimit": 3,
+                "jobTemplate": {"spec": {"backoffLimit": 2, "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "securityContext": _security(),
+                        "containers": [{
+                            "name": "load",
+                            "image": o.image,
+                            "command": [o.spark_submit, "--master", master, "--name", LOAD_JOB, o.load_app,
+                                        "--config", TOPOLOGY_FILE],
+                            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                            "volumeMounts": [{"name": "warehouse", "mountPath": WAREHOUSE_DIR}, _topology_mount()],
+                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                        }],
+                        "volumes": [{"name": "warehouse", "persistentVolumeClaim": {"claimName": WAREHOUSE_CLAIM}},
+                                    _topology_volume()],
+                    },
+                }}},
+            },
+        }
+    return objects
+

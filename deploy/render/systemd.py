@@ -1,0 +1,192 @@
+"""systemd units for hosts running a topology's processes.
+
+    systemd/dcmirror-broker@.service   one broker (or dedicated controller) per instance
+    systemd/dcmirror-mirror@.service   one mirror worker per instance
+    systemd/dcmirror-load.service      one warehouse load (oneshot)
+    systemd/dcmirror-load.timer        runs it every load.interval.ms (default hourly)
+    systemd/dcmirror.target            stops or restarts everything of this host at once
+    etc/dcmirror/topology.toml         the topology, data paths under --data-root
+    etc/dcmirror/broker/CLUSTER-NODE.env, etc/dcmirror/mirror/FLOW-WORKER.env
+
+Instance names are `CLUSTER-NODE` (`dcmirror-broker@east-1`) and `FLOW-WORKER`
+(`dcmirror-mirror@east-to-aggregate-0`); the instance's environment file says which cluster
+and node (flow and worker) it is, as cluster and flow names may hold '-' themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from cluster.broker.config import BrokerConfig
+from topology.model import Topology
+
+BROKER_UNIT = "dcmirror-broker@.service"
+MIRROR_UNIT = "dcmirror-mirror@.service"
+LOAD_SERVICE = "dcmirror-load.service"
+LOAD_TIMER = "dcmirror-load.timer"
+TARGET = "dcmirror.target"
+# A mirror worker hands its partitions over for up to 90 s on SIGTERM (deploy/mirror_cmd.py).
+MIRROR_STOP_S = 100
+STOP_MARGIN_S = 20
+
+
+@dataclass(frozen=True)
+class SystemdOptions:
+    bin: str = "/usr/local/bin/dcmirror"
+    etc_dir: str = "/etc/dcmirror"
+    data_root: str = "/var/lib/dcmirror"
+    user: str = "dcmirror"
+
+    @property
+    def topology_path(self) -> str:
+        return str(PurePosixPath(self.etc_dir) / "topology.toml")
+
+
+def host_topology(topology: Topology, data_root: str) -> Topology:
+    """The topology with data directories and the warehouse that lay beside the file (relative
+    paths in it) moved under `data_root`; absolute paths elsewhere stay."""
+    base = topology.path.parent.absolute() if topology.path is not None else Path.cwd()
+    root = Path(data_root)
+
+    def moved(path: Path) -> Path:
+        return root / path.relative_to(base) if path.is_relative_to(base) else path
+
+    clusters = {name: dataclasses.replace(c, data_dir=moved(c.data_dir)) for name, c in topology.clusters.items()}
+    warehouse = topology.warehouse
+    if warehouse is not None:
+        warehouse = dataclasses.replace(warehouse, path=moved(warehouse.path))
+    return dataclasses.replace(topology, clusters=clusters, warehouse=warehouse)
+
+
+def broker_instances(topology: Topology) -> list[tuple[str, str, int, str]]:
+    """(instance, cluster, node id, address) of every broker and dedicated controller."""
+    return [(f"{name}-{node.node_id}", name, node.node_id, str(node))
+            for name, c in topology.clusters.items() for node in c.nodes]
+
+
+def mirror_instances(topology: Topology) -> list[tuple[str, str, int]]:
+    """(instance, flow, worker index) of every mirror worker."""
+    return [(f"{flow.name}-{i}", flow.name, i) for flow in topology.mirrors for i in range(flow.workers)]
+
+
+def load_interval_ms(topology: Topology) -> int | None:
+    """The warehouse's load.interval.ms (0: no timer), None when it is not set (hourly)."""
+    if topology.warehouse is None:
+        return 0
+    raw = topology.warehouse.config.get("load.interval.ms")
+    if raw is None:
+        return None
+    try:
+        interval = int(raw)
+    except ValueError:
+        raise ValueError(f"warehouse config load.interval.ms={raw!r} is not a whole number of milliseconds") from None
+    if interval < 0:
+        raise ValueError(f"warehouse config load.interval.ms={interval} is negative")
+    return interval
+
+
+def _unit(sections: list[tuple[str, list[tuple[str, str]]]]) -> str:
+    out = []
+    for name, entries in sections:
+        out.append(f"[{name}]")
+        out += [f"{k}={v}" for k, v in entries]
+        out.append("")
+    return "\n".join(out)
+
+
+def render(topology: Topology, options: SystemdOptions) -> dict[str, str]:
+    """Relative path -> file text."""
+    o = options
+    files: dict[str, str] = {}
+    stop_s = max((int(BrokerConfig.from_overrides(c.config)["controlled.shutdown.timeout.ms"]) // 1000
+                  for c in topology.clusters.values()), default=10) + STOP_MARGIN_S
+    service_common = [("User", o.user), ("Group", o.user), ("Environment", "PYTHONUNBUFFERED=1"),
+                      ("StateDirectory", "dcmirror"), ("LimitNOFILE", "100000")]
+    files[f"systemd/{BROKER_UNIT}"] = _unit([
+        ("Unit", [("Description", "dcmirror broker %i"),
+                  ("Documentation", f"file:{o.etc_dir}/broker/%i.env"),
+                  ("After", "network-online.target"), ("Wants", "network-online.target"), ("PartOf", TARGET)]),
+        ("Service", [("Type", "simple"), ("EnvironmentFile", f"{o.etc_dir}/broker/%i.env"),
+                     ("ExecStart", f"{o.bin} broker --config {o.topology_path} "
+                                   "--cluster ${DCMIRROR_CLUSTER} --node ${DCMIRROR_NODE}"),
+                     # SIGTERM is a controlled shutdown: leadership moves away first.
+                     ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(stop_s)),
+                     ("Restart", "on-failure"), ("RestartSec", "5"), *service_common]),
+        ("Install", [("WantedBy", TARGET)]),
+    ])
+    files[f"systemd/{MIRROR_UNIT}"] = _unit([
+        ("Unit", [("Description", "dcmirror mirror worker %i"),
+                  ("Documentation", f"file:{o.etc_dir}/mirror/%i.env"),
+                  ("After", "network-online.target"), ("Wants", "network-online.target"), ("PartOf", TARGET)]),
+        ("Service", [("Type", "simple"), ("EnvironmentFile", f"{o.etc_dir}/mirror/%i.env"),
+                     ("ExecStart", f"{o.bin} mirror --config {o.topology_path} "
+                                   "--flow ${DCMIRROR_FLOW} --worker ${DCMIRROR_WORKER}"),
+                     # SIGTERM hands the worker's partitions over to the others.
+                     ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(MIRROR_STOP_S)),
+                     ("Restart", "always"), ("RestartSec", "5"), *service_common]),
+        ("Install", [("WantedBy", TARGET)]),
+    ])
+    files[f"systemd/{TARGET}"] = _unit([
+        ("Unit", [("Description", "dcmirror: the brokers, mirror workers and loads of this host"),
+                  ("Wants", "network-online.target"), ("After", "network-online.target")]),
+        ("Install", [("WantedBy", "multi-user.target")]),
+    ])
+    interval = load_interval_ms(topology)
+    if topology.warehouse is not None:
+        files[f"systemd/{LOAD_SERVICE}"] = _unit([
+            ("Unit", [("Description", "dcmirror warehouse load"), ("After", "network-online.target"),
+                      ("Wants", "network-online.target")]),
+            ("Service", [("Type", "oneshot"), ("ExecStart", f"{o.bin} load --config {o.topology_path}"),
+                         *service_common]),
+        ])
+    if interval is None or interval > 0:
+        if interval is None:
+            timer = [("OnCalendar", "hourly"), ("Persistent", "true")]
+        else:
+            seconds = f"{max(1, interval // 1000)}s"
+            timer = [("OnBootSec", seconds), ("OnUnitActiveSec", seconds), ("AccuracySec", "1s")]
+        files[f"systemd/{LOAD_TIMER}"] = _unit([
+            ("Unit", [("Description", "dcmirror warehouse load, "
+                                      + ("hourly" if interval is None else f"every {interval} ms")),
+                      ("PartOf", TARGET)]),
+            ("Timer", [*timer, ("Unit", LOAD_SERVICE)]),
+            ("Install", [("WantedBy", TARGET)]),
+        ])
+    for instance, cluster, node, address in broker_instances(topology):
+        role = "dedicated controller" if topology.cluster(cluster).is_controller(node) else "broker"
+        files[f"etc/dcmirror/broker/{instance}.env"] = (
+            f"# dcmirror-broker@{instance}: {role} {node} of cluster {cluster} ({address})\n"
+            f"DCMIRROR_CLUSTER={cluster}\nDCMIRROR_NODE={node}\n")
+    for instance, flow, worker in mirror_instances(topology):
+        files[f"etc/dcmirror/mirror/{instance}.env"] = (
+            f"# dcmirror-mirror@{instance}: worker {worker} of flow {flow}\n"
+            f"DCMIRROR_FLOW={flow}\nDCMIRROR_WORKER={worker}\n")
+    files["README.txt"] = _readme(topology, o, interval)
+    return files
+
+
+def _readme(topology: Topology, o: SystemdOptions, interval: int | None) -> str:
+    lines = [
+        "dcmirror systemd units, rendered by `dcmirror deploy render --format systemd`.",
+        "",
+        "Install on every host (as root):",
+        f"  cp -r etc/dcmirror/. {o.etc_dir}/ && cp systemd/* /etc/systemd/system/ && systemctl daemon-reload",
+        f"  useradd --system --home-dir {o.data_root} {o.user}   # once; data lives under {o.data_root}",
+        "",
+        f"  systemctl enable {TARGET}   # starts the enabled instances below at boot",
+        "",
+        "Then enable the instances that run on that host:",
+    ]
+    for instance, cluster, node, address in broker_instances(topology):
+        lines.append(f"  systemctl enable --now dcmirror-broker@{instance}   # {cluster} node {node}, {address}")
+    for instance, flow, worker in mirror_instances(topology):
+        lines.append(f"  systemctl enable --now dcmirror-mirror@{instance}   # flow {flow}, worker {worker}")
+    if topology.warehouse is not None:
+        if interval == 0:
+            lines.append("  (load.interval.ms = 0: no timer; run `systemctl start dcmirror-load` by hand)")
+        else:
+            lines.append(f"  systemctl enable --now {LOAD_TIMER}   # on one host only")
+    lines += ["", f"`systemctl stop {TARGET}` stops everything of a host (brokers with a controlled shutdown)."]
+    return "\n".join(lines) + "\n"

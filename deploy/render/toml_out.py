@@ -1,0 +1,77 @@
+"""A Topology back to TOML text that `topology.loads` reads into an equal Topology.
+
+Field names are the file's keys (DESIGN.md "Topology file"), so every spec dataclass is
+written field by field; values that equal the field's default are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from topology.model import NodeAddress, Topology
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else string(name)
+
+
+def string(text: str) -> str:
+    # JSON's escapes are TOML's; TOML also forbids a literal DEL in basic strings.
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return string(v)
+    if isinstance(v, (Path, NodeAddress)):
+        return string(str(v))
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{key(str(k))} = {value(x)}" for k, x in v.items()) + " }" if v else "{}"
+    raise TypeError(f"cannot write {type(v).__name__} {v!r} as TOML")
+
+
+def _fields(spec: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    lines = []
+    for f in dataclasses.fields(spec):
+        if f.name in skip:
+            continue
+        v = getattr(spec, f.name)
+        if v is None or v == {} or v == ():
+            continue
+        if f.default is not dataclasses.MISSING and v == f.default:
+            continue
+        lines.append(f"{key(f.name)} = {value(v)}")
+    return lines
+
+
+def dump_topology(topology: Topology, header: str = "") -> str:
+    """TOML for `topology` (absolute paths, defaults applied), with `header` as comment lines."""
+    out = [f"# {line}".rstrip() for line in header.splitlines()]
+    if out:
+        out.append("")
+    for name, cluster in topology.clusters.items():
+        out += [f"[clusters.{key(name)}]", *_fields(cluster, skip=("name",)), ""]
+    defaults = _fields(topology.defaults)
+    if defaults:
+        out += ["[defaults]", *defaults, ""]
+    for topic in topology.topics:
+        out += ["[[topics]]", *_fields(topic), ""]
+    for flow in topology.mirrors:
+        out += ["[[mirrors]]", f"name = {string(flow.name)}", *_fields(flow, skip=("name",)), ""]
+    if topology.warehouse is not None:
+        out += ["[warehouse]", *_fields(topology.warehouse), ""]
+    return "\n".join(out)
