@@ -341,45 +341,49 @@ class MirrorWorker:
                         log.warning("checking a gap in %s-%d: %s", tp[0], tp[1], exc)
                 ttopic, tpart = pm.target
                 future: DeliveryFuture | None = None
-                # Provenance of records without headers of their own: only the offset varies.
+                # Provenance of records without headers of their own (nearly all): only the
+                # offset varies, so the producer adds it in C (produce_tagged).
                 prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % tp[1]))
                 suffix = ((provenance.PATH, source_bytes),)
-                out: list[tuple[bytes | None, bytes | None, int, provenance.Headers]] = []
-                nbytes = 0
-                for r in records:
-                    offset = r.offset
-                    if offset < pm.next_offset:
-                        continue
-                    if r.headers:
-                        if provenance.passed_through(r.headers, target_cluster) or provenance.is_fence(r):
+                i, n = 0, len(records)
+                while i < n and records[i].offset < pm.next_offset:
+                    i += 1
+                first = i
+                count = nbytes = 0
+                try:
+                    while i < n:
+                        r = records[i]
+                        if not r.headers:
+                            f = DeliveryFuture()
+                            end, vbytes = producer.produce_tagged(ttopic, tpart, records, i, prefix,
+                                                                  provenance.SOURCE_OFFSET, suffix, on_delivery=f)
+                            if end > i:
+                                future = f
+                                nbytes += vbytes
+                                count += end - i
+                                i = end
+                                continue
+                            headers: provenance.Headers = prefix + (
+                                (provenance.SOURCE_OFFSET, b"%d" % r.offset),) + suffix
+                        elif provenance.passed_through(r.headers, target_cluster) or provenance.is_fence(r):
                             # Back where it came from, or another flow's fence: not data to copy.
                             self.metrics["skipped_cycle"] += 1
-                            pm.next_offset = offset + 1
+                            i += 1
                             continue
-                        headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], offset)
-                    else:
-                        headers = prefix + ((provenance.SOURCE_OFFSET, b"%d" % offset),) + suffix
-                    out.append((r.key, r.value, r.timestamp, headers))
-                    pm.next_offset = offset + 1
-                    nbytes += len(r.value) if r.value is not None else 0
-                    pm.last_timestamp_ms = r.timestamp
-                count = len(out)
-                if out:
-                    future = DeliveryFuture()
-                    try:
-                        done = producer.produce_batch(ttopic, tpart, out, on_delivery=future)
-                    except KafkaError as exc:  # e.g. the target lost the partition's metadata
-                        pm.broken = f"producing: {exc}"
-                        continue
-                    while done < len(out):  # buffer.memory is full: wait for room, record by record
-                        key, value, ts, headers = out[done]
-                        f = await producer.send(ttopic, value, key, partition=tpart, timestamp_ms=ts, headers=headers)
-                        done += 1
-                        if done == len(out):
-                            future = f
                         else:
-                            rest = producer.produce_batch(ttopic, tpart, out[done:], on_delivery=future)
-                            done += rest
+                            headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], r.offset)
+                        # A record with headers of its own, or buffer.memory is full (send waits for room).
+                        future = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
+                                                     headers=headers)
+                        nbytes += len(r.value) if r.value is not None else 0
+                        count += 1
+                        i += 1
+                except KafkaError as exc:  # e.g. the target lost the partition's metadata
+                    pm.broken = f"producing: {exc}"
+                    continue
+                if i > first:
+                    pm.next_offset = records[i - 1].offset + 1
+                    pm.last_timestamp_ms = records[i - 1].timestamp
                 pm.records += count
                 pm.bytes += nbytes
                 if future is None and pm.next_offset > 0:
@@ -391,6 +395,9 @@ class MirrorWorker:
                     self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
                         n for tp, (n, _) in self._totals.items() if tp not in self.partitions)
             self._settle()
+            # getmany() returns at once while records are buffered: without this the loop would
+            # run until buffer.memory filled before the sender and the fetcher got a turn.
+            await trio.lowlevel.checkpoint()
 
     def _settle(self) -> None:
         """Move acknowledged positions forward; a failed delivery breaks the partition (it is

@@ -12,11 +12,16 @@ broker always sees sequences in order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.protocol.records import append_record, batch_from_records_section
+from cluster.protocol.records import (
+    Record,
+    append_record,
+    append_tagged,
+    batch_from_records_section,
+)
 
 TopicPartition = tuple[str, int]
 DeliveryCallback = Callable[["RecordMetadata | None", "Exception | None"], None]
@@ -157,6 +162,51 @@ class RecordAccumulator:
             return BATCH_FULL
         self._open[(topic, partition)] = batch
         return outcome or NEW_BATCH
+
+    def append_tagged(self, topic: str, partition: int, records: Sequence[Record], start: int,
+                      prefix: tuple[tuple[str, bytes], ...], offset_key: str, suffix: tuple[tuple[str, bytes], ...],
+                      max_record_bytes: int, waiter: Any, now_s: Callable[[], float] | float) -> tuple[int, int, int]:
+        """Add `records[start:]` to one partition, each with headers prefix + (offset_key, its
+        offset) + suffix (the mirror's provenance; `append_tagged` in records.py), in C when
+        built, until a record has headers of its own or a key and value longer than
+        `max_record_bytes`, or buffer.memory is full. `waiter` is told about the last record
+        added.
+
+        Returns (next index, outcome as from append(), value bytes added)."""
+        tp = (topic, partition)
+        i, n = start, len(records)
+        outcome = value_bytes = 0
+        last: ProducerBatch | None = None
+        while i < n and self.buffered_bytes < self.buffer_memory:
+            batch = self._open.get(tp)
+            if batch is None:
+                r = records[i]
+                if r.headers or (len(r.key) if r.key is not None else 0) + (
+                        len(r.value) if r.value is not None else 0) > max_record_bytes:
+                    break
+                batch = self._new_batch(topic, partition, now_s() if callable(now_s) else now_s)
+                batch.base_timestamp = batch.max_timestamp = records[i].timestamp
+                self._open[tp] = batch
+                outcome |= NEW_BATCH
+            i, added, nbytes, max_ts, vbytes, full = append_tagged(
+                batch.body, records, i, batch.count, batch.base_timestamp, self.batch_size, prefix, offset_key, suffix,
+                max_record_bytes)
+            if added:
+                batch.count += added
+                self.buffered_bytes += nbytes + RECORD_OVERHEAD_BYTES * added
+                if max_ts > batch.max_timestamp:
+                    batch.max_timestamp = max_ts
+                value_bytes += vbytes
+                last = batch
+            if full or len(batch.body) >= self.batch_size:
+                batch.closed = True
+                del self._open[tp]
+                outcome |= BATCH_FULL
+            else:
+                break  # the end, or a record with headers of its own
+        if waiter is not None and last is not None:
+            last.waiters.append((last.count - 1, records[i - 1].timestamp, waiter))
+        return i, outcome, value_bytes
 
     def _new_batch(self, topic: str, partition: int, now_s: float) -> ProducerBatch:
         state = self.partitions.get((topic, partition))

@@ -46,7 +46,7 @@ from cluster.client.errors import (
 from cluster.client.metadata import ClientCluster
 from cluster.client.partitioner import partition_for_key
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.records import CODEC_IDS
+from cluster.protocol.records import CODEC_IDS, Record
 
 __all__ = ["Producer", "RecordMetadata", "DeliveryFuture", "BufferFull"]
 
@@ -210,38 +210,25 @@ class Producer:
             if not self._wakeup.is_set():
                 self._wakeup.set()
 
-    def produce_batch(self, topic: str, partition: int,
-                      records: Sequence[tuple[bytes | None, bytes | None, int, Headers]],
-                      on_delivery: DeliveryCallback | DeliveryFuture | None = None) -> int:
-        """Queue (key, value, timestamp_ms, headers) records for one known partition in one call
-        (the mirror's path: no per-record partitioning or metadata checks); `on_delivery` reports
-        the last one. Returns how many were queued before buffer.memory filled (the rest are the
-        caller's to retry, e.g. with send())."""
+    def produce_tagged(self, topic: str, partition: int, records: Sequence[Record], start: int,
+                       prefix: tuple[tuple[str, bytes], ...], offset_key: str, suffix: tuple[tuple[str, bytes], ...],
+                       on_delivery: DeliveryCallback | DeliveryFuture | None = None) -> tuple[int, int]:
+        """Queue fetched `records[start:]` for one known partition, each with headers
+        prefix + ((offset_key, b"<its offset>"),) + suffix (the mirror's hot path, in C when
+        built), stopping at a record with headers of its own or too large for max.request.size
+        (send() such a record: it adds the headers, or raises), or when buffer.memory is full.
+        `on_delivery` reports the last record queued. Returns (next index, value bytes queued)."""
         if self._fatal is not None or self._closing:
-            raise self._fatal or RuntimeError("produce_batch() on a closed producer")
+            raise self._fatal or RuntimeError("produce_tagged() on a closed producer")
         count = self.cluster.metadata.partition_count(topic)
         if count is None or not 0 <= partition < count:
             raise KafkaError(f"partition {partition} of topic {topic!r} is not known", ErrorCode.unknown_topic_or_partition)
-        append = self.accumulator.append
-        clock = trio.current_time
-        limit = self.max_request_size - RECORD_MAX_OVERHEAD_BYTES
-        last = len(records) - 1
-        outcome = 0
-        for i, (key, value, timestamp_ms, headers) in enumerate(records):
-            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            if size > limit:
-                raise KafkaError(f"a record of {size} bytes exceeds max.request.size {self.max_request_size}",
-                                 ErrorCode.message_too_large)
-            try:
-                outcome |= append(topic, partition, timestamp_ms, key, value, headers,
-                                  on_delivery if i == last else None, clock)
-            except BufferFull:
-                if outcome and not self._wakeup.is_set():
-                    self._wakeup.set()
-                return i
+        end, outcome, value_bytes = self.accumulator.append_tagged(
+            topic, partition, records, start, prefix, offset_key, suffix,
+            self.max_request_size - RECORD_MAX_OVERHEAD_BYTES, on_delivery, trio.current_time)
         if outcome and not self._wakeup.is_set():
             self._wakeup.set()
-        return len(records)
+        return end, value_bytes
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                    partition: int | None = None, timestamp_ms: int | None = None,

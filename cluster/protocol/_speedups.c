@@ -260,6 +260,143 @@ done:
     return result;
 }
 
+/* pre-encoded headers: each varint(key length) key field(value); returns 0 or -1 */
+static int encode_headers(PyObject *headers, PyObject **out, Py_ssize_t *count) {
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), size = 0;
+    PyObject *keys = PyList_New(n);
+    if (!keys) { Py_DECREF(seq); return -1; }
+    for (Py_ssize_t h = 0; h < n; h++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, h);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "tag headers must be (str, bytes) tuples");
+            goto error;
+        }
+        PyObject *k = PyUnicode_AsUTF8String(PyTuple_GET_ITEM(pair, 0));
+        if (!k) goto error;
+        PyList_SET_ITEM(keys, h, k);
+        Py_ssize_t vlen = PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 1));
+        size += varint_size(PyBytes_GET_SIZE(k)) + PyBytes_GET_SIZE(k) + varint_size(vlen) + vlen;
+    }
+    *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!*out) goto error;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(*out);
+    for (Py_ssize_t h = 0; h < n; h++) {
+        PyObject *k = PyList_GET_ITEM(keys, h), *v = PyTuple_GET_ITEM(PySequence_Fast_GET_ITEM(seq, h), 1);
+        p += put_varint(p, PyBytes_GET_SIZE(k));
+        memcpy(p, PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k));
+        p += PyBytes_GET_SIZE(k);
+        p += put_varint(p, PyBytes_GET_SIZE(v));
+        memcpy(p, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
+        p += PyBytes_GET_SIZE(v);
+    }
+    *count = n;
+    Py_DECREF(keys);
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(keys);
+    Py_DECREF(seq);
+    return -1;
+}
+
+/* The mirror's hot loop: see _append_tagged_py in records.py (the reference). */
+static PyObject *append_tagged(PyObject *self, PyObject *args) {
+    PyObject *body, *records, *prefix_obj, *suffix_obj, *offset_key_obj;
+    Py_ssize_t start;
+    long long offset_delta, base_timestamp, batch_size, max_record_bytes;
+    if (!PyArg_ParseTuple(args, "O!OnLLLOUOL", &PyByteArray_Type, &body, &records, &start, &offset_delta,
+                          &base_timestamp, &batch_size, &prefix_obj, &offset_key_obj, &suffix_obj, &max_record_bytes))
+        return NULL;
+    PyObject *seq = PySequence_Fast(records, "records must be a sequence");
+    if (!seq) return NULL;
+    PyObject *prefix = NULL, *suffix = NULL, *offset_key = NULL, *result = NULL;
+    Py_ssize_t nprefix = 0, nsuffix = 0;
+    if (encode_headers(prefix_obj, &prefix, &nprefix) < 0 || encode_headers(suffix_obj, &suffix, &nsuffix) < 0)
+        goto done;
+    offset_key = PyUnicode_AsUTF8String(offset_key_obj);
+    if (!offset_key) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = start, appended = 0, nbytes = 0, value_bytes = 0;
+    long long max_ts = -1;
+    int full = 0;
+    Py_ssize_t klen = PyBytes_GET_SIZE(offset_key);
+    Py_ssize_t fixed = PyBytes_GET_SIZE(prefix) + PyBytes_GET_SIZE(suffix) + varint_size(klen) + klen +
+                       varint_size(nprefix + nsuffix + 1);
+    if (start < 0) start = i = 0;
+    for (; i < n; i++) {
+        PyObject *rec = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 5) {
+            PyErr_SetString(PyExc_TypeError, "records must be (offset, timestamp, key, value, headers) tuples");
+            goto done;
+        }
+        PyObject *headers = PyTuple_GET_ITEM(rec, 4);
+        int has = PyObject_IsTrue(headers);
+        if (has < 0) goto done;
+        if (has) break;
+        long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 0));
+        long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 1));
+        if (PyErr_Occurred()) goto done;
+        Py_buffer key, value;
+        if (field_of(PyTuple_GET_ITEM(rec, 2), &key, "key") < 0) goto done;
+        if (field_of(PyTuple_GET_ITEM(rec, 3), &value, "value") < 0) { if (key.obj) PyBuffer_Release(&key); goto done; }
+        if ((key.len > 0 ? key.len : 0) + (value.len > 0 ? value.len : 0) > max_record_bytes) {
+            if (key.obj) PyBuffer_Release(&key);
+            if (value.obj) PyBuffer_Release(&value);
+            break; /* the caller's slow path reports it */
+        }
+        char digits[24];
+        int dlen = snprintf(digits, sizeof digits, "%lld", offset);
+        long long delta = offset_delta + appended;
+        Py_ssize_t size = 1 + varint_size(timestamp - base_timestamp) + varint_size(delta) + field_size(&key) +
+                          field_size(&value) + fixed + varint_size(dlen) + dlen;
+        Py_ssize_t total = varint_size(size) + size;
+        Py_ssize_t old = PyByteArray_GET_SIZE(body);
+        if (delta > 0 && (old >= batch_size || old + total > batch_size)) {
+            full = 1;
+            if (key.obj) PyBuffer_Release(&key);
+            if (value.obj) PyBuffer_Release(&value);
+            break;
+        }
+        if (PyByteArray_Resize(body, old + total) < 0) {
+            if (key.obj) PyBuffer_Release(&key);
+            if (value.obj) PyBuffer_Release(&value);
+            goto done;
+        }
+        unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(body) + old;
+        out += put_varint(out, size);
+        *out++ = 0; /* attributes */
+        out += put_varint(out, timestamp - base_timestamp);
+        out += put_varint(out, delta);
+        out = put_field(out, &key);
+        out = put_field(out, &value);
+        out += put_varint(out, nprefix + nsuffix + 1);
+        memcpy(out, PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix));
+        out += PyBytes_GET_SIZE(prefix);
+        out += put_varint(out, klen);
+        memcpy(out, PyBytes_AS_STRING(offset_key), (size_t)klen);
+        out += klen;
+        out += put_varint(out, dlen);
+        memcpy(out, digits, (size_t)dlen);
+        out += dlen;
+        memcpy(out, PyBytes_AS_STRING(suffix), (size_t)PyBytes_GET_SIZE(suffix));
+        if (value.len > 0) value_bytes += value.len;
+        if (key.obj) PyBuffer_Release(&key);
+        if (value.obj) PyBuffer_Release(&value);
+        appended++;
+        nbytes += total;
+        if (timestamp > max_ts) max_ts = timestamp;
+    }
+    result = Py_BuildValue("(nnnLnO)", i, appended, nbytes, max_ts, value_bytes, full ? Py_True : Py_False);
+done:
+    Py_XDECREF(prefix);
+    Py_XDECREF(suffix);
+    Py_XDECREF(offset_key);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyObject *set_error_class(PyObject *self, PyObject *cls) {
     Py_XINCREF(cls);
     Py_XSETREF(InvalidRecordBatch, cls);
@@ -271,6 +408,10 @@ static PyMethodDef methods[] = {
      "decode_records(record_type, body, count, base_offset, base_timestamp) -> list of records"},
     {"append_record", append_record, METH_VARARGS,
      "append_record(body, offset_delta, timestamp_delta, key, value, headers=()) -> bytes appended"},
+    {"append_tagged", append_tagged, METH_VARARGS,
+     "append_tagged(body, records, start, offset_delta, base_timestamp, batch_size, prefix, offset_key, suffix, "
+     "max_record_bytes)"
+     " -> (next index, appended, bytes, max timestamp, value bytes, full)"},
     {"set_error_class", set_error_class, METH_O, "the exception raised for malformed records"},
     {NULL, NULL, 0, NULL},
 };

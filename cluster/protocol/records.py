@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import cramjam
@@ -209,6 +209,43 @@ def _append_record_py(body: bytearray, offset_delta: int, timestamp_delta: int, 
 
 Headers = tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]]
 
+
+def _append_tagged_py(body: bytearray, records: Sequence[Record], start: int, offset_delta: int,
+                      base_timestamp: int, batch_size: int, prefix: Headers, offset_key: str,
+                      suffix: Headers, max_record_bytes: int) -> tuple[int, int, int, int, int, bool]:
+    """Append `records[start:]` (decoded records, e.g. fetched from another cluster) to a
+    records section whose next offset delta is `offset_delta`, each with headers
+    ``prefix + ((offset_key, b"<its offset>"),) + suffix`` — the mirror's provenance — until
+    a record has headers of its own or a key and value longer than `max_record_bytes` (the
+    caller decides about those) or the section would pass `batch_size` bytes (a section
+    holding no record yet takes one of any size).
+
+    Returns (next index, records appended, bytes appended, max timestamp or -1, value bytes
+    appended, full) where `full` says the section has no room for records[next index]."""
+    i, n = start, len(records)
+    appended = nbytes = value_bytes = 0
+    max_ts = -1
+    while i < n:
+        offset, timestamp, key, value, headers = records[i]
+        if headers or (len(key) if key is not None else 0) + (len(value) if value is not None else 0) > max_record_bytes:
+            break
+        if offset_delta + appended and len(body) >= batch_size:
+            return i, appended, nbytes, max_ts, value_bytes, True
+        size = _append_record_py(body, offset_delta + appended, timestamp - base_timestamp, key, value,
+                                 (*prefix, (offset_key, b"%d" % offset), *suffix))
+        if offset_delta + appended and len(body) > batch_size:
+            del body[-size:]
+            return i, appended, nbytes, max_ts, value_bytes, True
+        appended += 1
+        nbytes += size
+        if timestamp > max_ts:
+            max_ts = timestamp
+        if value is not None:
+            value_bytes += len(value)
+        i += 1
+    return i, appended, nbytes, max_ts, value_bytes, False
+
+
 try:
     from cluster.protocol import _speedups  # type: ignore[attr-defined]
 except ImportError:  # no compiler when installed: the Python codec, same results
@@ -216,6 +253,8 @@ except ImportError:  # no compiler when installed: the Python codec, same result
 
 decode_records: Callable[[bytes, int, int, int], list[Record]]
 """The `count` records of an (uncompressed) records section: decode_records(body, count, base_offset, base_timestamp)."""
+append_tagged: Callable[..., tuple[int, int, int, int, int, bool]]
+"""Append records with provenance-style headers in one call (see _append_tagged_py)."""
 append_record: Callable[..., int]
 """Append one record to a records section; returns its encoded size:
 append_record(body, offset_delta, timestamp_delta, key, value, headers=()). The producer's hot path."""
@@ -223,9 +262,11 @@ if _speedups is not None:
     _speedups.set_error_class(InvalidRecordBatch)
     decode_records = functools.partial(_speedups.decode_records, Record)
     append_record = _speedups.append_record
+    append_tagged = _speedups.append_tagged
 else:
     decode_records = _decode_records_py
     append_record = _append_record_py
+    append_tagged = _append_tagged_py
 CODEC_BACKEND = "c" if _speedups is not None else "python"
 
 

@@ -71,3 +71,37 @@ def test_bad_argument_types_get_clear_errors() -> None:
         records.append_record(bytearray(), 0, 0, None, "text")
     with pytest.raises(TypeError, match=r"\(str, bytes or None\) pairs"):
         records.append_record(bytearray(), 0, 0, None, b"v", [(b"bytes-key", b"v")])
+
+
+tag_pairs = st.lists(st.tuples(st.text(max_size=12), st.binary(max_size=12)), max_size=3).map(tuple)
+fetched = st.tuples(st.integers(0, 2**40), st.integers(-(2**40), 2**40), blobs, blobs,
+                    st.one_of(st.just(()), st.lists(st.tuples(st.text(max_size=5), blobs), min_size=1,
+                                                    max_size=2).map(tuple)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(fetched, max_size=30), st.integers(0, 5), st.integers(0, 3), st.integers(-(2**40), 2**40),
+       st.integers(0, 3000), tag_pairs, st.text(max_size=20), tag_pairs, st.integers(0, 400))
+def test_append_tagged_c_and_python_agree(recs, start, offset_delta, base_ts, batch_size, prefix, offset_key,
+                                          suffix, max_record_bytes) -> None:  # type: ignore[no-untyped-def]
+    """The mirror's tagging loop: identical bytes and stopping points, and what it wrote decodes
+    to the records with the tags (own offset included) appended."""
+    rs = [records.Record(*r) for r in recs]
+    c_body, py_body = bytearray(b"x" * offset_delta), bytearray(b"x" * offset_delta)
+    args = (rs, start, offset_delta, base_ts, batch_size, prefix, offset_key, suffix, max_record_bytes)
+    got = _speedups.append_tagged(c_body, *args)
+    assert got == records._append_tagged_py(py_body, *args)
+    assert c_body == py_body
+    end, appended, nbytes, max_ts, value_bytes, full = got
+    written = rs[min(start, len(rs)):end]
+    assert appended == len(written) and nbytes == len(c_body) - offset_delta
+    assert value_bytes == sum(len(r.value or b"") for r in written)
+    assert max_ts == max([-1, *(r.timestamp for r in written)])  # -1: none (Kafka's "no timestamp")
+    assert all(not r.headers for r in written)
+    if end < len(rs) and not full:  # stopped at a record it leaves to the caller
+        r = rs[end]
+        assert r.headers or len(r.key or b"") + len(r.value or b"") > max_record_bytes
+    decoded = records.decode_records(bytes(c_body[offset_delta:]), appended, 7, base_ts)
+    assert [(d.timestamp, d.key, d.value, d.headers) for d in decoded] == [
+        (r.timestamp, r.key, r.value, (*prefix, (offset_key, b"%d" % r.offset), *suffix)) for r in written]
+    assert [d.offset for d in decoded] == [7 + offset_delta + k for k in range(appended)]
