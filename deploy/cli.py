@@ -22,6 +22,7 @@ from deploy import (
     topology_cmd,
     up_cmd,
 )
+from deploy.demo import DEFAULT_RECORDS as DEMO_RECORDS
 
 
 def _setup_logging(level: str) -> None:
@@ -100,7 +101,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from deploy.demo import run_demo
 
-    return run_demo(records=args.records)
+    return run_demo(records=args.records, keep=args.keep, as_json=args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     render_cmd.add_parser(sub)    # deploy render
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
-    demo.add_argument("--records", type=int, default=100_000, help="records to produce")
+    demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")
+    demo.add_argument("--keep", action="store_true", help="keep the data directory (logs, data, warehouse) afterwards")
+    demo.add_argument("--json", action="store_true", help="end with the summary as one JSON line")
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -1,132 +1,553 @@
-"""`dcmirror demo`: for now a standalone broker with a real Kafka client doing a round trip.
+"""`dcmirror demo`: the embedded default topology end to end, in a temporary directory.
 
-The full multi-datacenter demo (mirrors, warehouse load) replaces this as those parts land.
+1. a copy of topology/default.toml with free ports (datacenters east and west, 3 brokers
+   each, a 3-broker aggregate in central; data and warehouse in the temporary directory),
+   run by `dcmirror up` (brokers, topics, mirror workers);
+2. a traffic generator (the project's own producer) writing pageview and click events —
+   JSON with user, url and ts, keyed by user — into east and west;
+3. waits until the mirror has copied every source partition (lag 0 everywhere);
+4. `dcmirror load`: the aggregate's topics into the warehouse tables;
+5. counts records per datacenter and topic in the sources, the aggregate and the warehouse,
+   runs one example query, prints a summary and stops everything.
+
+Exit 0 only if the counts match everywhere (no record lost or doubled on the way).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-TOPIC = "pageviews"
-PARTITIONS = 6
+import trio
 
+from topology import Topology, default_topology_text, load
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"broker did not listen on port {port} within {timeout_s} s")
+DEFAULT_RECORDS = 60_000
+TOPICS = ("pageviews", "clicks")
+CLICK_SHARE = 0.3  # of each datacenter's events
+USERS = 5_000
+PAGES = 200
+UP_READY_TIMEOUT_S = 180.0
+MIRROR_TIMEOUT_S = 180.0
+LOAD_TIMEOUT_S = 600.0
+SQL_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 90.0
+PROGRESS_INTERVAL_S = 2.0
+ADDRESS = re.compile(r'"127\.0\.0\.1:(\d+)"')
 
 
-def run_demo(records: int = 100_000) -> int:
+class DemoFailed(Exception):
+    """A step of the demo failed; the message says which and why."""
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def step(number: int, text: str) -> None:
+    say(f"\n== {number}/6 {text}")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
     try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        print("dcmirror demo uses confluent-kafka as its client: pip install 'dcmirror[test]' (make demo does)",
-              file=sys.stderr)
-        return 2
-
-    workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
-    port = _free_port()
-    bootstrap = f"127.0.0.1:{port}"
-    log_path = workdir / "broker.log"
-    print(f"== dcmirror demo: standalone broker on {bootstrap}, data in {workdir / 'data'}")
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(workdir / "data"), "--listen", bootstrap],
-            stdout=log_file, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-    try:
-        _wait_listening(port, proc, 30)
-        # Clients live in their own frame so they are gone before the broker stops.
-        return _workload(bootstrap, records)
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [int(s.getsockname()[1]) for s in sockets]
     finally:
-        proc.send_signal(signal.SIGTERM)
+        for s in sockets:
+            s.close()
+
+
+def demo_topology_text(text: str) -> str:
+    """The default topology with every loopback address moved to a free port (data dirs
+    and the warehouse path are relative, so they land beside the file)."""
+    ports = sorted({int(m) for m in ADDRESS.findall(text)})
+    mapping = dict(zip(ports, free_ports(len(ports)), strict=True))
+    return ADDRESS.sub(lambda m: f'"127.0.0.1:{mapping[int(m.group(1))]}"', text)
+
+
+def table_name(topic: str) -> str:
+    """The warehouse table of an aggregate topic (non-alphanumerics become '_')."""
+    return "dcmirror." + re.sub(r"[^0-9A-Za-z]", "_", topic)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One source topic of one datacenter and where it lands."""
+
+    cluster: str
+    datacenter: str
+    topic: str
+    target_cluster: str
+    target_topic: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.datacenter}/{self.topic}"
+
+
+def streams_of(topology: Topology) -> list[Stream]:
+    out = []
+    for flow in topology.mirrors:
+        source = topology.cluster(flow.source)
+        for t in topology.topics_of(source.name):
+            if flow.matches(t.name):
+                out.append(Stream(source.name, source.datacenter, t.name, flow.target,
+                                  flow.target_topic(t.name, source.datacenter)))
+    return out
+
+
+# ---- `dcmirror up` as a child process ---------------------------------------------------------
+
+
+class UpProcess:
+    """`dcmirror up --config FILE`; its lines are echoed (indented) and watched for readiness."""
+
+    def __init__(self, config: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        self.ready = threading.Event()
+        self.lines: list[str] = []
+        self.echo = True
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "deploy.cli", "up", "--config", str(config), "--timeout", str(UP_READY_TIMEOUT_S)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        self._reader = threading.Thread(target=self._read, name="dcmirror-up-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log_path, "ab") as log:
+            for raw in self.proc.stdout:
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip()
+                self.lines.append(line)
+                if self.echo:
+                    say(f"   up | {line}")
+                if "dcmirror up: ready" in line:
+                    self.ready.set()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready.wait(0.2):
+            if self.proc.poll() is not None:
+                raise DemoFailed(f"dcmirror up exited ({self.proc.returncode}) before it was ready; "
+                                 f"its output is in {self.log_path}")
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"dcmirror up was not ready within {timeout_s:g} s; see {self.log_path}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            code = self.proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        print(f"broker stopped (exit {proc.returncode}); its log: {log_path}")
-        if proc.returncode == 0:
-            shutil.rmtree(workdir / "data", ignore_errors=True)
+            say(f"dcmirror up did not stop within {STOP_TIMEOUT_S:g} s: SIGKILL")
+            self.proc.kill()
+            code = self.proc.wait()
+        self._reader.join(10)
+        return code
 
 
-def _workload(bootstrap: str, records: int) -> int:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+# ---- traffic ---------------------------------------------------------------------------------
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(timeout=10)
-    print(f"created topic {TOPIC} with {PARTITIONS} partitions (Kafka CreateTopics via librdkafka)")
 
-    delivered = 0
-    failed = 0
+@dataclass
+class Traffic:
+    acked: dict[tuple[str, str], int] = field(default_factory=dict)
+    failed: int = 0
+    first_error: str | None = None
+    elapsed_s: float = 0.0
 
-    def on_delivery(err: object, _msg: object) -> None:
-        nonlocal delivered, failed
-        if err is None:
-            delivered += 1
-        else:
-            failed += 1
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                         "compression.type": "lz4"})
-    start = time.monotonic()
-    for i in range(records):
-        key = f"user-{i % 997}".encode()
-        value = f'{{"dc":"east","page":"/p/{i % 50}","seq":{i}}}'.encode()
+def event(rng: random.Random, topic: str, ts_ms: int) -> tuple[bytes, bytes]:
+    """(key, value) of one pageview or click: JSON with user, url and ts, keyed by user."""
+    user = f"user-{rng.randrange(USERS)}"
+    # A few pages get most of the views (Zipf-like), so the example query has a clear top 5.
+    page = min(int(rng.paretovariate(1.2)) - 1, PAGES - 1)
+    url = f"/page/{page}" if topic == "pageviews" else f"/page/{page}#buy"
+    value = json.dumps({"user": user, "url": url, "ts": ts_ms}, separators=(",", ":")).encode()
+    return user.encode(), value
+
+
+async def produce_traffic(topology: Topology, records: int, seed: int,
+                          progress: Callable[[int, float], None]) -> Traffic:
+    """`records` events split evenly over the source datacenters, CLICK_SHARE of each are
+    clicks; every datacenter written by its own idempotent producer (acks=all), at once."""
+    from cluster.client.accumulator import BufferFull
+    from cluster.client.producer import Producer
+
+    sources = sorted({s.cluster for s in streams_of(topology)})
+    traffic = Traffic()
+    sent = [0]
+    started = time.monotonic()
+
+    async def write(cluster: str, count: int, rng: random.Random) -> None:
+        spec = topology.cluster(cluster)
+
+        def delivered(topic: str) -> Callable[[Any, Exception | None], None]:
+            key = (cluster, topic)
+
+            def report(_metadata: Any, error: Exception | None) -> None:
+                if error is None:
+                    traffic.acked[key] = traffic.acked.get(key, 0) + 1
+                else:
+                    traffic.failed += 1
+                    traffic.first_error = traffic.first_error or f"{cluster}/{topic}: {error}"
+            return report
+
+        callbacks = {t: delivered(t) for t in TOPICS}
+        async with Producer({"bootstrap.servers": spec.bootstrap(), "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 10, "compression.type": "lz4",
+                             "client.id": f"dcmirror-demo-{cluster}"}) as producer:
+            for i in range(count):
+                topic = "clicks" if rng.random() < CLICK_SHARE else "pageviews"
+                key, value = event(rng, topic, int(time.time() * 1000))
+                while True:
+                    try:
+                        producer.produce(topic, value, key, on_delivery=callbacks[topic])
+                        break
+                    except BufferFull:
+                        await trio.sleep(0.005)
+                sent[0] += 1
+                if i % 256 == 255:
+                    await trio.lowlevel.checkpoint()  # let the sender ship batches
+            await producer.flush(120)
+
+    async def report() -> None:
         while True:
-            try:
-                producer.produce(TOPIC, key=key, value=value, headers=[("source", b"demo")],
-                                 on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(60)
-    produce_s = time.monotonic() - start
-    print(f"produced {delivered} records ({failed} failed) in {produce_s:.2f} s "
-          f"= {delivered / produce_s:,.0f} records/s (idempotent, lz4)")
+            await trio.sleep(PROGRESS_INTERVAL_S)
+            progress(sent[0], time.monotonic() - started)
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    seen: set[bytes] = set()
-    per_partition = [0] * PARTITIONS
-    start = time.monotonic()
-    while len(seen) < delivered and time.monotonic() - start < 60:
-        for msg in consumer.consume(10_000, 0.5):
-            if msg.error():
-                continue
-            seen.add(msg.value() or b"")
-            per_partition[msg.partition() or 0] += 1
-    consume_s = time.monotonic() - start
-    ends = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=5)[1] for p in range(PARTITIONS)]
-    consumer.close()
-    print(f"consumed {len(seen)} distinct records in {consume_s:.2f} s = {len(seen) / consume_s:,.0f} records/s")
-    print("per partition (consumed / log end offset): "
-          + ", ".join(f"p{p}={per_partition[p]}/{ends[p]}" for p in range(PARTITIONS)))
-    ok = len(seen) == delivered == records and sum(ends) == records
-    print("RESULT:", "every record produced was consumed exactly once" if ok else "MISMATCH")
-    producer.flush(1)
-    del producer, admin
-    return 0 if ok else 1
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(report)
+        async with trio.open_nursery() as writers:
+            for i, cluster in enumerate(sources):
+                count = records // len(sources) + (1 if i < records % len(sources) else 0)
+                writers.start_soon(write, cluster, count, random.Random(f"{seed}-{cluster}"))
+        nursery.cancel_scope.cancel()
+    traffic.elapsed_s = time.monotonic() - started
+    return traffic
+
+
+# ---- counting ----------------------------------------------------------------------------------
+
+
+async def source_offsets(topology: Topology) -> dict[tuple[str, str, int], tuple[int, int]]:
+    """(cluster, topic, partition) -> (log start offset, log end offset) of every source topic."""
+    from cluster.client.admin import EARLIEST, LATEST, Admin
+
+    out: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for cluster in sorted({s.cluster for s in streams_of(topology)}):
+        async with Admin(topology.cluster(cluster).bootstrap(), client_id="dcmirror-demo") as admin:
+            tps = [(t.name, p) for t in topology.topics_of(cluster) for p in range(t.partitions)]
+            starts = await admin.list_offsets(tps, EARLIEST)
+            ends = await admin.list_offsets(tps, LATEST)
+        for tp in tps:
+            out[(cluster, tp[0], tp[1])] = (starts[tp], ends[tp])
+    return out
+
+
+@dataclass
+class AggregateCount:
+    records: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    fences: int = 0
+
+
+async def count_aggregate(topology: Topology, stream: Stream,
+                          offsets: dict[tuple[str, str, int], tuple[int, int]]) -> AggregateCount:
+    """Read the stream's target topic to its end: records with provenance from the stream's
+    source, checked against the source's offsets (each exactly once); fences skipped."""
+    from cluster.client.consumer import Consumer
+    from mirror.provenance import FENCE, SOURCE_CLUSTER, SOURCE_OFFSET, SOURCE_PARTITION, header
+
+    partitions = [p for (c, t, p) in offsets if c == stream.cluster and t == stream.topic]
+    seen: dict[int, set[int]] = {p: set() for p in partitions}
+    result = AggregateCount()
+    bootstrap = topology.cluster(stream.target_cluster).bootstrap()
+    async with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+                         "client.id": "dcmirror-demo", "enable.auto.commit": False}) as consumer:
+        tps = [(stream.target_topic, p) for p in partitions]
+        ends = await consumer.end_offsets(tps)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        with trio.fail_after(120):
+            while remaining:
+                for tp, records in (await consumer.getmany(timeout_s=1.0)).items():
+                    for r in records:
+                        if header(r.headers, FENCE) is not None or header(r.headers, SOURCE_OFFSET) is None:
+                            result.fences += 1
+                            continue
+                        source = (header(r.headers, SOURCE_CLUSTER) or b"").decode()
+                        partition = int(header(r.headers, SOURCE_PARTITION) or b"-1")
+                        offset = int(header(r.headers, SOURCE_OFFSET) or b"-1")
+                        if source != stream.cluster or partition not in seen:
+                            raise DemoFailed(f"{stream.target_topic}-{tp[1]} offset {r.offset} came from "
+                                             f"{source} partition {partition}, not from {stream.cluster}")
+                        if offset in seen[partition]:
+                            result.duplicates += 1
+                        seen[partition].add(offset)
+                    if (consumer.position(tp) or 0) >= ends[tp]:
+                        remaining.discard(tp)
+    for p, got in seen.items():
+        start, end = offsets[(stream.cluster, stream.topic, p)]
+        result.records += len(got)
+        result.missing += len(set(range(start, end)) - got)
+    return result
+
+
+def wait_mirrored(topology: Topology, offsets: dict[tuple[str, str, int], tuple[int, int]],
+                  timeout_s: float) -> tuple[float, int]:
+    """Until every source partition is reported by a live worker as copied to its end (lag 0
+    at the log end offset we know). Returns (seconds waited, largest lag seen)."""
+    from deploy.mirror_cmd import LIVE_WORKER_AGE_S, flow_reports
+
+    started = time.monotonic()
+    last_print = 0.0
+    max_lag = 0
+    while True:
+        reported: dict[tuple[str, str, int], int] = {}  # source offset copied up to
+        for f in flow_reports(topology, list(topology.mirrors)):
+            for w in f["workers"]:
+                if w["age_s"] >= LIVE_WORKER_AGE_S:
+                    continue
+                for p in w.get("partitions", []):
+                    key = (f["source"], p["topic"], p["partition"])
+                    reported[key] = max(reported.get(key, 0), p["acked_offset"] + 1)
+        behind = 0
+        for key, (_start, end) in offsets.items():
+            copied = reported.get(key, 0)
+            behind += max(0, end - copied)
+        max_lag = max(max_lag, behind)
+        if behind == 0:
+            return time.monotonic() - started, max_lag
+        waited = time.monotonic() - started
+        if waited - last_print >= PROGRESS_INTERVAL_S:
+            last_print = waited
+            say(f"   mirror: {behind:,} records still to copy ({waited:.0f} s)")
+        if waited > timeout_s:
+            raise DemoFailed(f"the mirror did not catch up within {timeout_s:g} s: {behind:,} records behind; "
+                             "see the worker logs under the data directory's mirror/ folder")
+        time.sleep(0.25)
+
+
+# ---- the warehouse (dcmirror load, dcmirror warehouse sql) -----------------------------------
+
+
+def run_dcmirror(args: list[str], timeout_s: float, echo: bool) -> tuple[int, str, float]:
+    """A `dcmirror ...` subprocess: (exit code, its output, seconds)."""
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines: list[str] = []
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            lines.append(line)
+            if echo:
+                say(f"   {args[0]} | {line}")
+        code = proc.wait()
+    finally:
+        timer.cancel()
+    return code, "\n".join(lines), time.monotonic() - started
+
+
+def warehouse_sql(config: Path, query: str) -> list[dict[str, Any]]:
+    code, output, _ = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], SQL_TIMEOUT_S,
+                                   echo=False)
+    if code != 0:
+        tail = "\n".join(output.splitlines()[-15:])
+        raise DemoFailed(f"dcmirror warehouse sql failed ({code}):\n{tail}")
+    last = output.strip().splitlines()[-1] if output.strip() else "[]"
+    try:
+        rows = json.loads(last)
+    except json.JSONDecodeError:
+        raise DemoFailed(f"dcmirror warehouse sql --json: the last line is not JSON: {last[:200]!r}") from None
+    if not isinstance(rows, list):
+        raise DemoFailed(f"dcmirror warehouse sql --json: expected a JSON array, got {last[:200]!r}")
+    return rows
+
+
+def count_query(streams: list[Stream]) -> str:
+    return " UNION ALL ".join(
+        f"SELECT '{s.target_topic}' AS topic, count(*) AS records, "
+        f"count(DISTINCT source_partition, source_offset) AS distinct_records FROM {table_name(s.target_topic)}"
+        for s in streams)
+
+
+def example_query(streams: list[Stream]) -> str:
+    views = [s for s in streams if s.topic == "pageviews"]
+    union = " UNION ALL ".join(
+        f"SELECT '{s.datacenter}' AS dc, get_json_object(CAST(value AS STRING), '$.url') AS url, "
+        f"get_json_object(CAST(value AS STRING), '$.user') AS user FROM {table_name(s.target_topic)}" for s in views)
+    return (f"SELECT url, count(*) AS views, count(DISTINCT user) AS users, "
+            f"sum(CASE WHEN dc = 'east' THEN 1 ELSE 0 END) AS east, "
+            f"sum(CASE WHEN dc = 'west' THEN 1 ELSE 0 END) AS west "
+            f"FROM ({union}) GROUP BY url ORDER BY views DESC, url LIMIT 5")
+
+
+# ---- the demo --------------------------------------------------------------------------------
+
+
+def _table(rows: list[list[str]], right: int = 1) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) if i < right else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows]
+
+
+def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: bool = False, seed: int = 1) -> int:
+    if records < 1:
+        print("dcmirror demo: --records must be at least 1", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
+    config = workdir / "topology.toml"
+    config.write_text(demo_topology_text(default_topology_text()))
+    topology = load(config)
+    say(f"dcmirror demo: the default topology with free ports, everything under {workdir}")
+    summary: dict[str, Any] = {"ok": False, "records": records, "workdir": str(workdir)}
+    up: UpProcess | None = None
+    try:
+        step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, topics, mirror workers")
+        up = UpProcess(config, workdir / "up.log")
+        up.wait_ready(UP_READY_TIMEOUT_S + 30)
+        up.echo = False  # from here on its lines go to up.log only (restarts are still printed below)
+        summary.update(_demo_steps(topology, config, records, seed, up))
+    except DemoFailed as exc:
+        say(f"\ndcmirror demo FAILED: {exc}")
+        summary["error"] = str(exc)
+    except KeyboardInterrupt:
+        say("\ndcmirror demo: interrupted")
+        summary["error"] = "interrupted"
+    finally:
+        if up is not None:
+            say("\n== stopping (dcmirror up: mirror workers, then every cluster with controlled shutdowns)")
+            code = up.stop()
+            say(f"   dcmirror up exited {code}; " + (up.lines[-1] if up.lines else ""))
+        summary["elapsed_s"] = round(time.monotonic() - started, 1)
+        if keep or not summary["ok"]:
+            say(f"data, logs and topology kept in {workdir} (dcmirror status --config {config})")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    say(f"\ndcmirror demo: {'OK' if summary['ok'] else 'FAILED'} in {summary['elapsed_s']:.0f} s")
+    if as_json:
+        print(json.dumps(summary), flush=True)
+    return 0 if summary["ok"] else 1
+
+
+def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: UpProcess) -> dict[str, Any]:
+    streams = streams_of(topology)
+    sources = sorted({s.cluster for s in streams})
+    step(2, f"traffic: {records:,} pageview and click events (JSON user/url/ts, keyed by user) into "
+            f"{' and '.join(sources)}, with the project's idempotent producer (acks=all)")
+    say(f"   e.g. {event(random.Random(seed), 'pageviews', 1_700_000_000_000)[1].decode()}")
+
+    def progress(sent: int, elapsed_s: float) -> None:
+        say(f"   produced {sent:,} of {records:,} ({sent / max(elapsed_s, 1e-9):,.0f} records/s)")
+
+    traffic = trio.run(produce_traffic, topology, records, seed, progress)
+    acked = sum(traffic.acked.values())
+    say(f"   {acked:,} records acknowledged in {traffic.elapsed_s:.1f} s "
+        f"({acked / max(traffic.elapsed_s, 1e-9):,.0f} records/s), {traffic.failed} failed")
+    if traffic.failed:
+        raise DemoFailed(f"{traffic.failed} records were not acknowledged; first: {traffic.first_error}")
+    offsets = trio.run(source_offsets, topology)
+
+    step(3, "mirror: waiting until every source partition is copied into the aggregate (lag 0)")
+    caught_up_s, max_lag = wait_mirrored(topology, offsets, MIRROR_TIMEOUT_S)
+    say(f"   lag 0 on all {len(offsets)} source partitions, {caught_up_s:.1f} s after the last acknowledgement")
+    aggregate = {s: trio.run(count_aggregate, topology, s, offsets) for s in streams}
+    fences = sum(a.fences for a in aggregate.values())
+    say(f"   read back from the aggregate: {sum(a.records for a in aggregate.values()):,} records "
+        f"(+{fences} fence records the workers wrote when they took their partitions)")
+
+    step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables")
+    code, output, load_s = run_dcmirror(["load", "--config", str(config)], LOAD_TIMEOUT_S, echo=True)
+    if code != 0:
+        raise DemoFailed(f"dcmirror load exited {code}" + (
+            " (this build has no `dcmirror load` command)" if "invalid choice: 'load'" in output else ""))
+    say(f"   load took {load_s:.1f} s")
+
+    step(5, "counting: sources, aggregate, warehouse (Spark SQL)")
+    rows = warehouse_sql(config, count_query(streams))
+    warehouse = {r["topic"]: r for r in rows}
+    source_count = {s: sum(e - b for (c, t, _), (b, e) in offsets.items() if c == s.cluster and t == s.topic)
+                    for s in streams}
+
+    counts: dict[str, Any] = {}
+    problems: list[str] = []
+    table = [["DATACENTER", "TOPIC", "PRODUCED", "SOURCE", "AGGREGATE", "WAREHOUSE", "TABLE"]]
+    totals = [0, 0, 0, 0]
+    for s in streams:
+        w = warehouse.get(s.target_topic, {})
+        row = {"produced": traffic.acked.get((s.cluster, s.topic), 0), "source": source_count[s],
+               "aggregate": aggregate[s].records, "warehouse": int(w.get("records", -1)),
+               "warehouse_distinct": int(w.get("distinct_records", -1)),
+               "aggregate_duplicates": aggregate[s].duplicates, "aggregate_missing": aggregate[s].missing}
+        counts[s.target_topic] = row
+        values = [row["produced"], row["source"], row["aggregate"], row["warehouse"]]
+        totals = [a + b for a, b in zip(totals, values, strict=True)]
+        table.append([s.datacenter, s.topic, *(f"{v:,}" for v in values), table_name(s.target_topic)])
+        if len(set(values)) != 1 or row["warehouse_distinct"] != row["warehouse"]:
+            problems.append(f"{s.label}: produced {values[0]}, source {values[1]}, aggregate {values[2]}, "
+                            f"warehouse {values[3]} ({row['warehouse_distinct']} distinct)")
+        if aggregate[s].duplicates or aggregate[s].missing:
+            problems.append(f"{s.label}: the aggregate has {aggregate[s].duplicates} duplicates and misses "
+                            f"{aggregate[s].missing} source offsets")
+    table.append(["total", "", *(f"{v:,}" for v in totals), ""])
+
+    step(6, "example query over the warehouse")
+    query = example_query(streams)
+    say(f"   {query}")
+    example = warehouse_sql(config, query)
+    if example:
+        cols = list(example[0])
+        lines = _table([cols] + [[str(r[c]) for c in cols] for r in example])
+        for line in lines:
+            say(f" {line}")
+
+    restarts = [line for line in up.lines if "restarting in" in line]
+    say("\n== summary")
+    for line in _table(table, right=2):
+        say(line)
+    say(f"\n   mirror: lag 0 records on every one of the {len(offsets)} source partitions; the aggregate caught up "
+        f"{caught_up_s:.1f} s after the last record was acknowledged (largest backlog seen then: {max_lag:,} records)")
+    say(f"   traffic: {acked:,} records in {traffic.elapsed_s:.1f} s; warehouse load: {load_s:.1f} s")
+    if restarts:
+        say(f"   dcmirror up restarted processes {len(restarts)} time(s): " + "; ".join(restarts[:3]))
+    if problems:
+        say("\n   MISMATCH:")
+        for p in problems:
+            say(f"   - {p}")
+    else:
+        say(f"\n   every record produced is in the sources, the aggregate and the warehouse exactly once "
+            f"({totals[0]:,} records)")
+    return {"ok": not problems, "problems": problems, "counts": counts,
+            "traffic_s": round(traffic.elapsed_s, 2), "mirror_catch_up_s": round(caught_up_s, 2),
+            "mirror_lag_records": 0, "load_s": round(load_s, 2), "example": example}

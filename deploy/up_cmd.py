@@ -372,6 +372,7 @@ async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         topology = load(args.config)
+        load_interval_s(topology)
     except (TopologyError, OSError) as exc:
         print(f"dcmirror status: {exc}", file=sys.stderr)
         return 2
@@ -418,8 +419,10 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
     up, last_load = _up_state(topology)
     if last_load is not None and last_load.get("exit_code") not in (0, None):
         problems.append(f"last warehouse load failed ({last_load['exit_code']}); log: {last_load.get('log')}")
+    interval_s = load_interval_s(topology)
     return {"config": str(topology.path) if topology.path else None, "healthy": not problems,
-            "problems": problems, "clusters": clusters, "flows": flows, "last_load": last_load, "up": up}
+            "problems": problems, "clusters": clusters, "flows": flows, "warehouse": topology.warehouse is not None,
+            "load_interval_s": interval_s, "last_load": last_load, "up": up}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -482,10 +485,12 @@ def format_status(doc: dict[str, Any]) -> str:
         outcome = "ok" if load["exit_code"] == 0 else f"FAILED ({load['exit_code']})"
         lines.append(f"last load: {outcome}, {_ago(load['finished_ms'])}, took {load['duration_s']:.1f} s "
                      f"(log {load['log']})")
+    elif not doc["warehouse"]:
+        lines.append("last load: - (the topology has no [warehouse])")
+    elif not doc["load_interval_s"]:
+        lines.append("last load: unknown (`dcmirror up` schedules no loads: load.interval.ms is 0 or not set)")
     else:
-        up = doc["up"]
-        why = "no load scheduled by `dcmirror up`" if up and not up.get("load_interval_s") else "none seen yet"
-        lines.append(f"last load: unknown ({why})")
+        lines.append("last load: unknown (none run by `dcmirror up` yet)")
     up = doc["up"]
     if up is not None and up["running"]:
         lines.append(f"dcmirror up: pid {up['pid']}, {up['phase']}, {up['children']} children, "

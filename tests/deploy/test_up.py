@@ -1,0 +1,129 @@
+"""`dcmirror up` on a small topology (east: 2 brokers, aggregate: 1, one flow with one
+worker), all real processes on free loopback ports: ready, topics applied, records mirrored,
+a kill -9'd broker restarted by the supervisor, `status` healthy again, and SIGTERM stops
+every child cleanly (controlled shutdowns, no process left)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from cluster.client.admin import Admin
+from cluster.client.sync import SyncProducer
+from deploy.demo import count_aggregate, source_offsets, streams_of
+from tests.deploy.conftest import UpRun, pids_with, status, write_topology
+from topology import load
+
+RECORDS = 1000
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, dump: Callable[[], str]) -> object:
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"not within {timeout_s:g} s: {what}; last: {last!r}\n{dump()[-6000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_up_runs_the_topology_restarts_a_killed_broker_and_stops_every_child_cleanly(
+        tmp_path: Path, up_runs: Callable[[Path], UpRun]) -> None:
+    config = write_topology(tmp_path, {"east": 2, "aggregate": 1}, topics=[("east", "pageviews", 3, 2)],
+                            flows=[("east", "aggregate", "pageviews", 1)])
+    topology = load(config)
+    up = up_runs(config)
+    ready = up.wait_for_line("dcmirror up: ready", 120)
+    print(ready)
+    assert "3 nodes, 1 mirror workers" in ready
+    pids = up.child_pids()
+    assert set(pids) == {"broker east-1", "broker east-2", "broker aggregate-1", "mirror east-to-aggregate-w0"}
+    assert all(alive(p) for p in pids.values())
+    assert up.state()["phase"] == "ready"
+    for name in ("east/node-1.log", "east/node-2.log", "aggregate/node-1.log",
+                 "mirror/east-to-aggregate/east-to-aggregate-w0.log"):
+        assert (tmp_path / "data" / name).stat().st_size > 0, name
+
+    async def described() -> list[tuple[int, int]]:
+        async with Admin(topology.cluster("east").bootstrap()) as admin:
+            meta = await admin.metadata(["pageviews"])
+        (t,) = meta.topics
+        return sorted((p.partition_index, len(p.replica_nodes)) for p in t.partitions)
+
+    assert trio.run(described) == [(0, 2), (1, 2), (2, 2)]  # the file's topic, applied by up
+
+    with SyncProducer({"bootstrap.servers": topology.cluster("east").bootstrap(), "acks": "all"}) as producer:
+        for i in range(RECORDS):
+            producer.produce("pageviews", f'{{"n":{i}}}'.encode(), f"user-{i % 37}".encode())
+        producer.flush(60)
+    offsets = trio.run(source_offsets, topology)
+    assert sum(end for _, end in offsets.values()) == RECORDS
+    (stream,) = streams_of(topology)
+
+    def mirrored() -> bool:
+        got = trio.run(count_aggregate, topology, stream, offsets)
+        assert got.duplicates == 0, got
+        return got.records == RECORDS and got.missing == 0
+
+    wait_until(mirrored, 60, f"{RECORDS} records in aggregate east.pageviews", up.output)
+
+    killed = pids["broker east-1"]
+    os.kill(killed, signal.SIGKILL)
+    print(f"kill -9 broker east-1 (pid {killed})")
+    restarted = wait_until(lambda: up.child_pids().get("broker east-1") not in (None, killed), 30,
+                           "the supervisor restarts broker east-1", up.output)
+    assert restarted
+    assert re.search(r"broker east-1: killed by SIGKILL after [\d.]+ s; restarting in 0\.5 s", up.output())
+
+    def healthy() -> bool:
+        code, doc = status(config)
+        return code == 0 and doc["healthy"]
+
+    wait_until(healthy, 60, "status healthy after the restart", up.output)
+    code, doc = status(config)
+    assert code == 0, doc["problems"]
+    east = next(c for c in doc["clusters"] if c["cluster"] == "east")
+    assert (east["brokers_up"], east["brokers_registered"], east["offline_partitions"],
+            east["under_replicated_partitions"], east["topics"], east["partitions"]) == ([1, 2], [1, 2], [], [], 1, 3)
+    (flow,) = doc["flows"]
+    assert (flow["flow"], flow["live_workers"], flow["workers"], flow["lag_records"], flow["partitions"]) == \
+        ("east-to-aggregate", 1, 1, 0, 3)
+    assert doc["up"]["running"] and doc["up"]["restarts"] == 1
+    state = {c["name"]: c for c in up.state()["children"]}
+    assert state["broker east-1"]["restarts"] == 1 and state["broker east-2"]["restarts"] == 0
+
+    all_pids = set(up.child_pids().values()) | {killed}
+    started = time.monotonic()
+    up.proc.send_signal(signal.SIGTERM)
+    assert up.proc.wait(60) == 0, up.output()
+    print(f"up stopped in {time.monotonic() - started:.1f} s")
+    up.wait_for_line("all 4 processes exited cleanly", 5)
+    assert not [p for p in all_pids if alive(p)]
+    assert pids_with(str(config)) == []
+    for node in ("east/node-1.log", "east/node-2.log", "aggregate/node-1.log"):
+        text = (tmp_path / "data" / node).read_text()
+        last_run = text[text.rindex(" is ready (broker epoch"):]
+        assert "stopped cleanly" in last_run, f"{node} did not stop cleanly:\n{last_run[-3000:]}"
+    assert "controlled shutdown" in (tmp_path / "data" / "east" / "node-2.log").read_text()
+    assert up.state()["phase"] == "stopped"
+    code, doc = status(config)
+    assert code == 1 and doc["up"]["running"] is False
+    assert any("does not answer" in p for p in doc["problems"])
