@@ -44,7 +44,8 @@ def test_services_restart_jobs_repeat_and_stop_escalates_to_sigkill(tmp_path: Pa
             # a service that runs until SIGTERM and exits 0 then
             sup.start(ChildSpec("steady", py("import signal, sys, time\n"
                                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
-                                             "time.sleep(600)"), tmp_path / "steady.log"))
+                                             "print('ready', flush=True)\ntime.sleep(600)"),
+                                tmp_path / "steady.log"))
             # a service that ignores SIGTERM
             sup.start(ChildSpec("stubborn", py("import signal, time\n"
                                                "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -68,6 +69,8 @@ def test_services_restart_jobs_repeat_and_stop_escalates_to_sigkill(tmp_path: Pa
                 while sup.pid("steady") in (None, steady_pid):
                     await trio.sleep(0.05)
             assert sup.record("steady").restarts == 1
+            while (tmp_path / "steady.log").read_bytes().count(b"ready") < 2:  # its SIGTERM handler is set
+                await trio.sleep(0.05)
             t = time.monotonic()
             codes = await sup.stop(["crasher", "steady", "job"], timeout_s=5)
             assert time.monotonic() - t < 3
