@@ -439,13 +439,20 @@ class Broker:
     def _apply_partition_state(self, part: Partition, p: PartitionState, config: Any) -> None:
         if part.log.config != config:
             part.log.config = config
-        was_leader, old_epoch = part.is_leader, part.leader_epoch
+        was_leader, old_epoch, old_isr = part.is_leader, part.leader_epoch, part.isr
         part.is_leader = p.leader == self.node_id
         part.leader_id = p.leader
         part.leader_epoch = p.leader_epoch
         part.partition_epoch = p.partition_epoch
         part.replicas = list(p.replicas)
         part.isr = list(p.isr)
+        if part.is_leader and old_isr and old_isr != part.isr:
+            # Counted by the leader, whoever changed the ISR: the leader itself (a lagging or
+            # caught-up follower) or the controller (a fenced broker leaves every ISR).
+            if not set(old_isr) <= set(part.isr):
+                self.metrics.isr_shrinks += 1
+            if not set(part.isr) <= set(old_isr):
+                self.metrics.isr_expands += 1
         if part.is_leader and not was_leader:
             # A new leader starts from the high watermark it learned as a follower (or read
             # from its checkpoint); the followers' next fetches move it on.
@@ -761,7 +768,6 @@ class Broker:
         await self._alter_isr(part, [*part.isr, replica_id], f"expand with {replica_id}")
 
     async def _alter_isr(self, part: Partition, isr: list[int], what: str) -> None:
-        shrink = len(isr) < len(part.isr)
         try:
             result = await self.call_controller("alter_partition", {
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch, "topic_id": part.topic_id,
@@ -769,10 +775,6 @@ class Broker:
                 "partition_epoch": part.partition_epoch, "isr": isr,
             }, timeout_s=10.0)
             if result["error_code"] == ErrorCode.none:
-                if shrink:
-                    self.metrics.isr_shrinks += 1
-                else:
-                    self.metrics.isr_expands += 1
                 log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index, isr, what)
             else:
                 part.isr_retry_at_ms = now_ms() + ISR_CHANGE_RETRY_BACKOFF_MS
