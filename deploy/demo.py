@@ -425,6 +425,10 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     if records < 1:
         print("dcmirror demo: --records must be at least 1", file=sys.stderr)
         return 2
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        print("dcmirror demo: the warehouse load runs Spark, which needs a Java runtime (17): install one "
+              "(`make sysdeps` does: apt-get install openjdk-17-jre-headless) or set JAVA_HOME", file=sys.stderr)
+        return 2
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
     config = workdir / "topology.toml"

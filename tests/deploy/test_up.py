@@ -18,7 +18,7 @@ import trio
 from cluster.client.admin import Admin
 from cluster.client.sync import SyncProducer
 from deploy.demo import count_aggregate, source_offsets, streams_of
-from tests.deploy.conftest import UpRun, pids_with, status, write_topology
+from tests.deploy.conftest import UpRun, dcmirror, pids_with, status, write_topology
 from topology import load
 
 RECORDS = 1000
@@ -127,3 +127,36 @@ def test_up_runs_the_topology_restarts_a_killed_broker_and_stops_every_child_cle
     code, doc = status(config)
     assert code == 1 and doc["up"]["running"] is False
     assert any("does not answer" in p for p in doc["problems"])
+
+
+def test_up_children_and_where_their_logs_go(tmp_path: Path) -> None:
+    from deploy.up_cmd import child_specs, load_interval_s, state_path
+
+    config = write_topology(tmp_path, {"east": 2, "aggregate": 1}, flows=[("east", "aggregate", "pageviews", 2)],
+                            extra='[warehouse]\nsource = "aggregate"\nconfig = { "load.interval.ms" = 90000 }\n')
+    topology = load(config)
+    nodes, workers, job = child_specs(topology, str(config))
+    data = tmp_path / "data"
+    assert [(s.name, s.argv[3:], s.log_path) for s in nodes] == [
+        ("broker east-1", ["broker", "--config", str(config), "--cluster", "east", "--node", "1"],
+         data / "east" / "node-1.log"),
+        ("broker east-2", ["broker", "--config", str(config), "--cluster", "east", "--node", "2"],
+         data / "east" / "node-2.log"),
+        ("broker aggregate-1", ["broker", "--config", str(config), "--cluster", "aggregate", "--node", "1"],
+         data / "aggregate" / "node-1.log")]
+    assert [(s.name, s.argv[3:], s.log_path) for s in workers] == [
+        (f"mirror east-to-aggregate-w{i}",
+         ["mirror", "--config", str(config), "--flow", "east-to-aggregate", "--worker", str(i)],
+         data / "mirror" / "east-to-aggregate" / f"east-to-aggregate-w{i}.log") for i in (0, 1)]
+    assert job is not None and job.interval_s == 90.0 and job.argv[3:] == ["load", "--config", str(config)]
+    assert job.log_path == tmp_path / "warehouse" / "_logs" / "load.log"
+    assert state_path(topology) == data / "up.json"
+    for value, expected in (("0", 0.0), ("1500", 1.5)):
+        t = load(write_topology(tmp_path / value, {"east": 1},
+                                extra=f'[warehouse]\nsource = "east"\nconfig = {{ "load.interval.ms" = "{value}" }}\n'))
+        assert load_interval_s(t) == expected
+        assert (child_specs(t, "f")[2] is None) == (expected == 0)
+    bad = write_topology(tmp_path / "bad", {"east": 1},
+                         extra='[warehouse]\nsource = "east"\nconfig = { "load.interval.ms" = "hourly" }\n')
+    proc = dcmirror("up", "--config", str(bad))
+    assert proc.returncode == 2 and "load.interval.ms" in proc.stderr and "'hourly'" in proc.stderr, proc.stderr
