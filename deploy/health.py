@@ -63,6 +63,8 @@ class ClusterHealth:
     registered: tuple[int, ...]
     """Brokers the controller's view lists as registered (unfenced)."""
     controller_id: int | None
+    """Combined mode: the broker the others name as controller. None with dedicated controllers
+    (brokers cannot name them over the Kafka protocol) or when nobody names one."""
     topics: int
     partitions: int
     """Of the topics (internal ones left out; offline and under-replicated count them too)."""
@@ -71,6 +73,10 @@ class ClusterHealth:
     problems: tuple[str, ...]
     waiting: tuple[str, ...] = field(default=())
     """Why the cluster is not ready yet (empty: ready)."""
+    controller_ids: tuple[int, ...] = ()
+    """Dedicated controller nodes (empty: combined mode)."""
+    controllers_up: tuple[int, ...] = ()
+    """Dedicated controllers that accept connections."""
 
     @property
     def ready(self) -> bool:
@@ -83,7 +89,8 @@ class ClusterHealth:
     def document(self) -> dict[str, Any]:
         return {"cluster": self.name, "datacenter": self.datacenter, "brokers": list(self.broker_ids),
                 "brokers_up": list(self.up), "brokers_registered": list(self.registered),
-                "controller": self.controller_id, "topics": self.topics, "partitions": self.partitions,
+                "controller": self.controller_id, "controllers": list(self.controller_ids),
+                "controllers_up": list(self.controllers_up), "topics": self.topics, "partitions": self.partitions,
                 "offline_partitions": list(self.offline), "under_replicated_partitions": list(self.under_replicated),
                 "healthy": self.healthy, "ready": self.ready, "problems": list(self.problems)}
 
@@ -93,8 +100,9 @@ def _listed(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - LISTED_MAX} more" if len(names) > LISTED_MAX else "")
 
 
-def assess(spec: ClusterSpec, views: Sequence[BrokerView]) -> ClusterHealth:
-    """The cluster's health from its brokers' answers (one view per broker of ``spec``)."""
+def assess(spec: ClusterSpec, views: Sequence[BrokerView], controllers: Sequence[BrokerView] = ()) -> ClusterHealth:
+    """The cluster's health from its brokers' answers (one view per broker of ``spec``) and,
+    with dedicated controllers, whether each accepts connections."""
     ids = tuple(a.node_id for a in spec.brokers)
     answered = [v for v in views if v.error is None]
     problems: list[str] = []
@@ -106,16 +114,26 @@ def assess(spec: ClusterSpec, views: Sequence[BrokerView]) -> ClusterHealth:
     # The controller the answering brokers name most often; its own view of the brokers
     # counts (it registers them), else the most common view.
     votes = Counter(v.controller_id for v in answered if v.controller_id is not None and v.controller_id >= 0)
-    controller_id = votes.most_common(1)[0][0] if votes else None
+    controller_id = votes.most_common(1)[0][0] if votes and spec.combined else None
     by_id = {v.node_id: v for v in answered}
     reference = by_id.get(controller_id) if controller_id is not None else None
     if reference is None and answered:
         common = Counter(v.registered for v in answered).most_common(1)[0][0]
         reference = next(v for v in answered if v.registered == common)
     registered = tuple(sorted(set(reference.registered) & set(ids))) if reference is not None else ()
-    if answered and controller_id is None:
-        problems.append("no controller: no broker names one")
-        waiting.append("no controller yet")
+    controllers_up = tuple(c.node_id for c in controllers if c.error is None)
+    if spec.combined:
+        if answered and controller_id is None:
+            problems.append("no controller: no broker names one")
+            waiting.append("no controller yet")
+    else:
+        for c in controllers:
+            if c.error is not None:
+                problems.append(f"controller {c.node_id} ({c.address}) does not answer: {c.error}")
+        if len(controllers_up) <= len(spec.controllers) // 2:
+            problems.append(f"no controller quorum: {len(controllers_up)} of {len(spec.controllers)} "
+                            "dedicated controllers answer")
+            waiting.append("no controller quorum yet")
     for node_id in ids:
         if node_id in by_id and node_id not in registered:
             problems.append(f"broker {node_id} answers but is not registered with the controller (fenced)")
@@ -135,7 +153,8 @@ def assess(spec: ClusterSpec, views: Sequence[BrokerView]) -> ClusterHealth:
     topics = len({p.topic for p in partitions if not p.internal})
     user_partitions = sum(not p.internal for p in partitions)
     return ClusterHealth(spec.name, spec.datacenter, ids, tuple(v.node_id for v in answered), registered,
-                         controller_id, topics, user_partitions, offline, under, tuple(problems), tuple(waiting))
+                         controller_id, topics, user_partitions, offline, under, tuple(problems), tuple(waiting),
+                         tuple(a.node_id for a in spec.controllers), controllers_up)
 
 
 async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_partitions: bool) -> BrokerView:
@@ -170,20 +189,41 @@ async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_part
             await conn.aclose()
 
 
+async def _connectable(node_id: int, host: str, port: int, timeout_s: float) -> BrokerView:
+    """A dedicated controller speaks only the quorum's own APIs: whether it accepts connections."""
+    address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    try:
+        with trio.fail_after(timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
+        await stream.aclose()
+    except trio.TooSlowError:
+        return BrokerView(node_id, address, f"no connection within {timeout_s:g} s")
+    except OSError as exc:
+        return BrokerView(node_id, address, exc.strerror or str(exc))
+    return BrokerView(node_id, address)
+
+
 async def observe_cluster(spec: ClusterSpec, timeout_s: float = 5.0, *,
-                          with_partitions: bool = True) -> list[BrokerView]:
-    """Every broker of ``spec`` asked at once, each within ``timeout_s``."""
-    views: list[BrokerView | None] = [None] * len(spec.brokers)
+                          with_partitions: bool = True) -> tuple[list[BrokerView], list[BrokerView]]:
+    """Every node of ``spec`` asked at once, each within ``timeout_s``: (brokers, dedicated
+    controllers)."""
+    nodes = spec.brokers + spec.controllers
+    views: list[BrokerView | None] = [None] * len(nodes)
 
     async def run(i: int) -> None:
-        a = spec.brokers[i]
-        views[i] = await _probe(a.node_id, a.host, a.port, timeout_s, with_partitions)
+        a = nodes[i]
+        if i < len(spec.brokers):
+            views[i] = await _probe(a.node_id, a.host, a.port, timeout_s, with_partitions)
+        else:
+            views[i] = await _connectable(a.node_id, a.host, a.port, timeout_s)
 
     async with trio.open_nursery() as nursery:
-        for i in range(len(spec.brokers)):
+        for i in range(len(nodes)):
             nursery.start_soon(run, i)
-    return [v for v in views if v is not None]
+    done = [v for v in views if v is not None]
+    return done[:len(spec.brokers)], done[len(spec.brokers):]
 
 
 async def cluster_health(spec: ClusterSpec, timeout_s: float = 5.0, *, with_partitions: bool = True) -> ClusterHealth:
-    return assess(spec, await observe_cluster(spec, timeout_s, with_partitions=with_partitions))
+    brokers, controllers = await observe_cluster(spec, timeout_s, with_partitions=with_partitions)
+    return assess(spec, brokers, controllers)

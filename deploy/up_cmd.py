@@ -37,7 +37,7 @@ from deploy.health import ClusterHealth, cluster_health
 from deploy.mirror_cmd import flow_reports, worker_argv
 from deploy.mirror_cmd import state_dir as mirror_state_dir
 from deploy.processes import ChildSpec, ProcessSupervisor
-from topology import Topology, TopologyError, load
+from topology import ClusterSpec, Topology, TopologyError, load
 
 READY_POLL_S = 0.25
 STATE_WRITE_INTERVAL_S = 1.0
@@ -95,8 +95,9 @@ def load_interval_s(topology: Topology) -> float:
     return value / 1000
 
 
-def node_name(cluster: str, node_id: int) -> str:
-    return f"broker {cluster}-{node_id}"
+def node_name(cluster: ClusterSpec, node_id: int) -> str:
+    role = "controller" if cluster.is_controller(node_id) else "broker"
+    return f"{role} {cluster.name}-{node_id}"
 
 
 def dcmirror_argv(*args: str) -> list[str]:
@@ -105,7 +106,7 @@ def dcmirror_argv(*args: str) -> list[str]:
 
 def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[ChildSpec], ChildSpec | None]:
     """(brokers and controllers, mirror workers, the scheduled load or None)."""
-    nodes = [ChildSpec(node_name(c.name, a.node_id),
+    nodes = [ChildSpec(node_name(c, a.node_id),
                        dcmirror_argv("broker", "--config", config, "--cluster", c.name, "--node", str(a.node_id)),
                        broker_log(topology, c.name, a.node_id))
              for c in topology.clusters.values() for a in c.nodes]
@@ -237,8 +238,10 @@ class Up:
                     health = await cluster_health(spec, 2.0, with_partitions=False)
                     last[name] = health
                     if health.ready:
+                        controller = (f"controller {health.controller_id}" if spec.combined else
+                                      f"{len(health.controllers_up)} dedicated controllers")
                         self.say(f"cluster {name} ready after {time.monotonic() - started:.1f} s: "
-                                 f"{len(health.registered)} brokers registered, controller {health.controller_id}")
+                                 f"{len(health.registered)} brokers registered, {controller}")
                         del pending[name]
                 if pending:
                     await trio.sleep(READY_POLL_S)
@@ -302,9 +305,13 @@ class Up:
 
         async def stop_cluster(name: str) -> None:
             cluster = self.topology.cluster(name)
-            names = [node_name(name, a.node_id) for a in cluster.nodes]
             grace = float(cluster.config.get("controlled.shutdown.timeout.ms", 10_000)) / 1000 + BROKER_STOP_GRACE_S
-            codes.update(await self.sup.stop(names, grace))
+            # All brokers at once: each hands its leadership to the controller while the quorum
+            # still stands (one after the other, the last ones would wait out their controlled
+            # shutdown without a quorum). Dedicated controllers go last.
+            codes.update(await self.sup.stop([node_name(cluster, a.node_id) for a in cluster.brokers], grace))
+            if cluster.controllers:
+                codes.update(await self.sup.stop([node_name(cluster, a.node_id) for a in cluster.controllers], grace))
 
         async with trio.open_nursery() as nursery:
             for name in self.topology.clusters:
@@ -459,6 +466,12 @@ def _ago(ms: float) -> str:
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
 
 
+def _controller_cell(c: dict[str, Any]) -> str:
+    if c["controllers"]:
+        return f"dedicated {len(c['controllers_up'])}/{len(c['controllers'])} up"
+    return "-" if c["controller"] is None else str(c["controller"])
+
+
 def format_status(doc: dict[str, Any]) -> str:
     lines = [f"dcmirror status: {doc['config']}: " + ("HEALTHY" if doc["healthy"] else
                                                       f"DEGRADED ({len(doc['problems'])} problem(s))"), ""]
@@ -467,7 +480,7 @@ def format_status(doc: dict[str, Any]) -> str:
     for c in doc["clusters"]:
         rows.append([c["cluster"], c["datacenter"], f"{len(c['brokers_up'])}/{len(c['brokers'])}",
                      f"{len(c['brokers_registered'])}/{len(c['brokers'])}",
-                     "-" if c["controller"] is None else str(c["controller"]), str(c["topics"]),
+                     _controller_cell(c), str(c["topics"]),
                      str(c["partitions"]), str(len(c["offline_partitions"])),
                      str(len(c["under_replicated_partitions"]))])
     lines += _table(rows)

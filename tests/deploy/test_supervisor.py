@@ -147,3 +147,20 @@ def test_health_while_brokers_register_and_when_one_answers_but_is_fenced() -> N
     assert "broker 3 answers but is not registered with the controller (fenced)" in starting.problems
     nobody = assess(SPEC, [BrokerView(i, f"127.0.0.1:{9000 + i}", "refused") for i in (1, 2, 3)])
     assert nobody.controller_id is None and nobody.up == () and "no broker answers" in nobody.problems
+
+
+def test_health_with_dedicated_controllers_counts_their_quorum() -> None:
+    spec = ClusterSpec("east", "dc1", SPEC.brokers, tuple(NodeAddress(i, "127.0.0.1", 9000 + i) for i in (4, 5, 6)),
+                       Path("/data/east"))
+    brokers = [view(1, controller=1), view(2, controller=2), view(3, controller=3)]  # each names itself
+    up = [BrokerView(i, f"127.0.0.1:{9000 + i}") for i in (4, 5, 6)]
+    h = assess(spec, brokers, up)
+    assert h.healthy and h.ready and h.controller_id is None
+    assert (h.controller_ids, h.controllers_up) == ((4, 5, 6), (4, 5, 6))
+    one_down = [up[0], BrokerView(5, "127.0.0.1:9005", "Connection refused"), up[2]]
+    h = assess(spec, brokers, one_down)
+    assert h.ready and h.problems == ("controller 5 (127.0.0.1:9005) does not answer: Connection refused",)
+    two_down = [BrokerView(4, "127.0.0.1:9004", "Connection refused"), one_down[1], up[2]]
+    h = assess(spec, brokers, two_down)
+    assert not h.ready and h.waiting == ("no controller quorum yet",)
+    assert h.problems[-1] == "no controller quorum: 1 of 3 dedicated controllers answer"
