@@ -1,10 +1,9 @@
 """A small YAML writer for Kubernetes manifests: mappings, sequences, strings, numbers,
 booleans and null, block style. Strings that YAML could read as anything else are written
-double-quoted (JSON's escapes are YAML's); multi-line text becomes a literal block."""
+double-quoted; multi-line text becomes a literal block."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -12,7 +11,26 @@ from typing import Any
 # tag, anchor, comment or flow collection.
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*")
 _SPECIAL = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "nan", "inf"}
-_PRINTABLE_LINE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")
+# What YAML lets stand unescaped in a line (NEL, LS and PS are line breaks to YAML 1.1).
+_PRINTABLE = re.compile("[\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def quoted(text: str) -> str:
+    """A double-quoted YAML scalar; whatever YAML would not keep as is goes escaped."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif _PRINTABLE.fullmatch(ch):
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def scalar(v: Any) -> str:
@@ -23,11 +41,14 @@ def scalar(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return repr(v)
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError(f"cannot write {v!r} to a manifest")
+        text = repr(v)
+        return text if "." in text else text.replace("e", ".0e")  # YAML 1.1 floats need a dot
     if isinstance(v, str):
         if _PLAIN.fullmatch(v) and v.lower() not in _SPECIAL:
             return v
-        return json.dumps(v, ensure_ascii=False)
+        return quoted(v)
     raise TypeError(f"cannot write {type(v).__name__} {v!r} as a YAML scalar")
 
 
@@ -35,7 +56,7 @@ def _literal_ok(text: str) -> bool:
     """A `|` block keeps `text` exactly: one final newline, no CR, nothing unprintable, and
     no leading space on the first line (that would need an indentation indicator)."""
     return (text.endswith("\n") and not text.endswith("\n\n") and "\r" not in text
-            and not text.startswith((" ", "\n")) and _PRINTABLE_LINE.fullmatch(text) is not None)
+            and not text.startswith((" ", "\n")) and _PRINTABLE.fullmatch(text.replace("\n", "")) is not None)
 
 
 def _lines(v: Any, indent: int) -> list[str]:

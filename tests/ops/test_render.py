@@ -1,0 +1,323 @@
+"""`dcmirror deploy render`: systemd units and Kubernetes manifests of the default topology
+(exact files, objects and commands), parsed back (configparser, PyYAML, the topology
+loader, systemd-analyze when present); the writers' round trips."""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deploy.render import kubernetes, systemd
+from deploy.render.toml_out import dump_topology
+from deploy.render.yaml_out import dump
+from mirror.worker import MirrorWorker
+from tests.harness import REPO
+from topology import default_topology_text, load, load_default, loads
+
+DCMIRROR_BIN = str(Path(sys.executable).parent / "dcmirror")
+
+
+def render(config: Path, fmt: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", "deploy", "render", "--config", str(config),
+                           "--format", fmt, "--out", str(out), *extra], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def default_file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "topology.toml"
+    path.write_text(default_topology_text() + extra)
+    return path
+
+
+def unit(path: Path) -> configparser.ConfigParser:
+    """A unit file read strictly: no duplicate sections or keys, keys case-sensitive."""
+    parser = configparser.ConfigParser(strict=True, interpolation=None, delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(path.read_text())
+    return parser
+
+
+def env_file(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+# ---- systemd -----------------------------------------------------------------------------
+
+
+def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = render(default_file(tmp_path), "systemd", out, "--bin", DCMIRROR_BIN, "--data-root", "/srv/dcm")
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    brokers = [f"{c}-{n}" for c in ("aggregate", "east", "west") for n in (1, 2, 3)]
+    mirrors = [f"{f}-to-aggregate-{i}" for f in ("east", "west") for i in (0, 1)]
+    assert files == sorted(
+        ["README.txt", "etc/dcmirror/topology.toml", "systemd/dcmirror-broker@.service",
+         "systemd/dcmirror-mirror@.service", "systemd/dcmirror-load.service", "systemd/dcmirror-load.timer",
+         "systemd/dcmirror.target"]
+        + [f"etc/dcmirror/broker/{b}.env" for b in brokers] + [f"etc/dcmirror/mirror/{m}.env" for m in mirrors])
+
+    broker = unit(out / "systemd/dcmirror-broker@.service")
+    assert broker["Service"]["ExecStart"] == (
+        f"{DCMIRROR_BIN} broker --config /etc/dcmirror/topology.toml --cluster ${{DCMIRROR_CLUSTER}} "
+        "--node ${DCMIRROR_NODE}")
+    assert broker["Service"]["EnvironmentFile"] == "/etc/dcmirror/broker/%i.env"
+    assert broker["Service"]["TimeoutStopSec"] == "30"  # controlled.shutdown.timeout.ms 10 s + margin
+    assert broker["Install"]["WantedBy"] == "dcmirror.target"
+    mirror = unit(out / "systemd/dcmirror-mirror@.service")
+    assert mirror["Service"]["ExecStart"] == (
+        f"{DCMIRROR_BIN} mirror --config /etc/dcmirror/topology.toml --flow ${{DCMIRROR_FLOW}} "
+        "--worker ${DCMIRROR_WORKER}")
+    assert mirror["Service"]["EnvironmentFile"] == "/etc/dcmirror/mirror/%i.env"
+    load_service = unit(out / "systemd/dcmirror-load.service")
+    assert dict(load_service["Service"]) == {
+        "Type": "oneshot", "ExecStart": f"{DCMIRROR_BIN} load --config /etc/dcmirror/topology.toml",
+        "User": "dcmirror", "Group": "dcmirror", "Environment": "PYTHONUNBUFFERED=1",
+        "StateDirectory": "dcmirror", "LimitNOFILE": "100000"}
+    timer = unit(out / "systemd/dcmirror-load.timer")
+    assert dict(timer["Timer"]) == {"OnCalendar": "hourly", "Persistent": "true", "Unit": "dcmirror-load.service"}
+    unit(out / "systemd/dcmirror.target")
+
+    # `systemctl start dcmirror-broker@east-2` runs node 2 of east.
+    assert env_file(out / "etc/dcmirror/broker/east-2.env") == {"DCMIRROR_CLUSTER": "east", "DCMIRROR_NODE": "2"}
+    assert env_file(out / "etc/dcmirror/mirror/west-to-aggregate-1.env") == {
+        "DCMIRROR_FLOW": "west-to-aggregate", "DCMIRROR_WORKER": "1"}
+    # The hosts' topology: the same clusters and flows, data under --data-root.
+    hosts = load(out / "etc/dcmirror/topology.toml")
+    assert {n: str(c.data_dir) for n, c in hosts.clusters.items()} == {
+        "east": "/srv/dcm/data/east", "west": "/srv/dcm/data/west", "aggregate": "/srv/dcm/data/aggregate"}
+    assert hosts.warehouse is not None and str(hosts.warehouse.path) == "/srv/dcm/warehouse"
+    assert hosts.cluster("east").bootstrap() == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+    assert [(m.name, m.workers) for m in hosts.mirrors] == [("east-to-aggregate", 2), ("west-to-aggregate", 2)]
+    readme = (out / "README.txt").read_text()
+    assert all(f"systemctl enable --now dcmirror-broker@{b} " in readme for b in brokers)
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed: the units were parsed, not verified by systemd")
+    units = sorted(str(p) for p in (out / "systemd").iterdir())
+    check = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and not check.stderr.strip(), check.stderr
+
+
+def test_load_timer_follows_load_interval(tmp_path: Path) -> None:
+    text = default_topology_text().replace('topics = ".*"\n', 'topics = ".*"\nconfig = { "load.interval.ms" = %s }\n')
+    assert "%s" in text
+    every = tmp_path / "every"
+    every.mkdir()
+    (every / "t.toml").write_text(text % "900000")
+    files = systemd.render(load(every / "t.toml"), systemd.SystemdOptions())
+    timer = files["systemd/dcmirror-load.timer"]
+    assert "OnBootSec=900s\nOnUnitActiveSec=900s\n" in timer and "OnCalendar" not in timer
+    objects = kubernetes.render(load(every / "t.toml"), kubernetes.KubernetesOptions())
+    assert objects["cronjob-dcmirror-load.yaml"]["spec"]["schedule"] == "*/15 * * * *"
+
+    never = tmp_path / "never"
+    never.mkdir()
+    (never / "t.toml").write_text(text % "0")
+    files = systemd.render(load(never / "t.toml"), systemd.SystemdOptions())
+    assert "systemd/dcmirror-load.timer" not in files and "systemd/dcmirror-load.service" in files
+    assert "cronjob-dcmirror-load.yaml" not in kubernetes.render(load(never / "t.toml"), kubernetes.KubernetesOptions())
+
+
+def test_cron_schedules() -> None:
+    assert [kubernetes.cron_schedule(ms) for ms in (None, 1000, 60_000, 300_000, 420_000, 3_600_000, 7_200_000,
+                                                     5 * 3_600_000, 86_400_000)] == [
+        "0 * * * *", "* * * * *", "* * * * *", "*/5 * * * *", "*/10 * * * *", "0 * * * *", "0 */2 * * *",
+        "0 */6 * * *", "0 0 * * *"]
+
+
+# ---- Kubernetes --------------------------------------------------------------------------
+
+
+def objects_in(out: Path) -> dict[str, dict[str, Any]]:
+    docs = {}
+    for path in sorted(out.glob("*.yaml")):
+        loaded = list(yaml.safe_load_all(path.read_text()))
+        assert len(loaded) == 1, path
+        docs[path.name] = loaded[0]
+    return docs
+
+
+def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    proc = render(default_file(tmp_path), "kubernetes", out, "--namespace", "dcm", "--image", "reg/dcmirror:1.0")
+    assert proc.returncode == 0, proc.stderr
+    docs = objects_in(out)
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs.values())
+    assert kinds == sorted(
+        [("ConfigMap", "dcmirror-topology"), ("CronJob", "dcmirror-load"),
+         ("PersistentVolumeClaim", "dcmirror-warehouse"),
+         ("Deployment", "mirror-east-to-aggregate"), ("Deployment", "mirror-west-to-aggregate")]
+        + [(k, c) for c in ("east", "west", "aggregate") for k in ("StatefulSet", "PodDisruptionBudget")]
+        + [("Service", f"{c}-svc") for c in ("east", "west", "aggregate")])
+    assert {d["metadata"]["namespace"] for d in docs.values()} == {"dcm"}
+
+    for cluster in ("east", "west", "aggregate"):
+        sts = docs[f"statefulset-{cluster}.yaml"]
+        svc = docs[f"service-{cluster}-svc.yaml"]
+        spec = sts["spec"]
+        assert (spec["replicas"], spec["serviceName"], spec["podManagementPolicy"]) == (3, f"{cluster}-svc",
+                                                                                          "Parallel")
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["image"] == "reg/dcmirror:1.0"
+        assert container["command"] == ["sh", "-c", f"exec dcmirror broker --config /etc/dcmirror/topology.toml "
+                                                    f"--cluster {cluster} --node $(( ${{HOSTNAME##*-}} + 1 ))"]
+        assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"kafka": 9092, "http": 9644}
+        assert [v["metadata"]["name"] for v in spec["volumeClaimTemplates"]] == ["data"]
+        assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
+            "data": "/var/lib/dcmirror", "topology": "/etc/dcmirror"}
+        assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+        assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+        assert set(svc["spec"]["selector"].items()) <= set(spec["template"]["metadata"]["labels"].items())
+    # The pod's ordinal picks the node: east-2 is node 3.
+    command = docs["statefulset-east.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    shown = subprocess.run(["sh", "-c", command[2].replace("exec dcmirror", "echo")], capture_output=True,
+                           text=True, env={"HOSTNAME": "east-2"}, timeout=10)
+    assert shown.stdout.split() == ["broker", "--config", "/etc/dcmirror/topology.toml", "--cluster", "east",
+                                    "--node", "3"]
+
+    for flow in ("east-to-aggregate", "west-to-aggregate"):
+        dep = docs[f"deployment-mirror-{flow}.yaml"]["spec"]
+        assert dep["replicas"] == 2
+        (container,) = dep["template"]["spec"]["containers"]
+        assert container["command"] == ["dcmirror", "mirror", "--config", "/etc/dcmirror/topology.toml",
+                                        "--flow", flow, "--worker", "0"]
+    cron = docs["cronjob-dcmirror-load.yaml"]["spec"]
+    assert (cron["schedule"], cron["concurrencyPolicy"]) == ("0 * * * *", "Forbid")
+    (container,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["spark-submit", "--master", "local[2]", "--name", "dcmirror-load",
+                                    "/opt/dcmirror/spark_aggregate/load.py", "--config", "/etc/dcmirror/topology.toml"]
+
+    # The topology the pods read: the pods' DNS names, admin HTTP for the probes, data on volumes.
+    config_map = docs["configmap-dcmirror-topology.yaml"]
+    inside = loads(config_map["data"]["topology.toml"])
+    assert inside.cluster("east").bootstrap() == ",".join(
+        f"east-{i}.east-svc.dcm.svc.cluster.local:9092" for i in range(3))
+    assert inside.cluster("aggregate").config == {"admin.http.listener": "0.0.0.0:9644"}
+    assert str(inside.cluster("west").node_data_dir(2)) == "/var/lib/dcmirror/west/node-2"
+    assert inside.warehouse is not None and str(inside.warehouse.path) == "/var/lib/dcmirror/warehouse"
+    assert [(t.cluster, t.name, t.partitions, t.replication_factor) for t in inside.topics] == [
+        (t.cluster, t.name, t.partitions, t.replication_factor) for t in load_default().topics]
+    checksum = docs["statefulset-east.yaml"]["spec"]["template"]["metadata"]["annotations"]
+    assert checksum == docs["deployment-mirror-east-to-aggregate.yaml"]["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_kubernetes_controllers_and_names(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('[clusters.Edge_1]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9001", "127.0.0.1:9002"]\n'
+                    'controllers = ["127.0.0.1:9101", "127.0.0.1:9102", "127.0.0.1:9103"]\n'
+                    'config = { "admin.http.port.offset" = 100 }\n')
+    objects = kubernetes.render(load(path), kubernetes.KubernetesOptions())
+    assert sorted(objects) == ["configmap-dcmirror-topology.yaml", "poddisruptionbudget-edge-1.yaml",
+                               "service-edge-1-svc.yaml", "statefulset-edge-1-controller.yaml",
+                               "statefulset-edge-1.yaml"]
+    ctl = objects["statefulset-edge-1-controller.yaml"]["spec"]
+    assert ctl["replicas"] == 3
+    assert ctl["template"]["spec"]["containers"][0]["command"][2].endswith(
+        "--cluster Edge_1 --node $(( ${HOSTNAME##*-} + 3 ))")  # controllers are nodes 3, 4, 5
+    inside = loads(objects["configmap-dcmirror-topology.yaml"]["data"]["topology.toml"])
+    spec = inside.cluster("Edge_1")
+    assert [str(n) for n in spec.controllers] == [
+        f"edge-1-controller-{i}.edge-1-svc.dcmirror.svc.cluster.local:9092" for i in range(3)]
+    assert spec.config == {"admin.http.listener": "0.0.0.0:9644"}  # the offset would clash with it
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[clusters.a_b]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9001"]\n'
+                   '[clusters."a.b"]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9002"]\n')
+    proc = render(bad, "kubernetes", tmp_path / "out")
+    assert proc.returncode == 2
+    assert "clusters 'a_b' and 'a.b' both become 'a-b' in Kubernetes" in proc.stderr
+    digit = tmp_path / "digit.toml"
+    digit.write_text('[clusters.1east]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9001"]\n')
+    proc = render(digit, "kubernetes", tmp_path / "out")
+    assert proc.returncode == 2 and "must start with a letter" in proc.stderr
+
+
+# ---- writers -----------------------------------------------------------------------------
+
+
+def test_topology_toml_round_trip(tmp_path: Path) -> None:
+    text = '''
+[clusters."dc.one"]
+datacenter = "east"
+brokers = ["[::1]:9001", "host-a.example:9002"]
+controllers = ["127.0.0.1:9100"]
+data_dir = "/abs/one"
+config = { "log.retention.ms" = 1000, "auto.create.topics.enable" = false, "x.y" = "a \\"q\\" \\\\ b" }
+
+[clusters.two]
+datacenter = "west"
+brokers = ["127.0.0.1:9003"]
+
+[defaults]
+partitions = 2
+config = { "retention.ms" = "5" }
+
+[[topics]]
+cluster = "dc.one"
+name = "t.1"
+replication_factor = 1
+config = { "cleanup.policy" = "compact,delete" }
+
+[[mirrors]]
+name = "flow_1"
+source = "dc.one"
+target = "two"
+topics = "t\\\\..*|x"
+exclude = "t\\\\.9"
+rename = "{source_dc}-{topic}"
+workers = 3
+groups = "g.*"
+config = { "producer.linger.ms" = "10" }
+
+[warehouse]
+source = "two"
+path = "wh"
+config = { "spark.master" = "local[1]" }
+'''
+    original = loads(text, base_dir=tmp_path)
+    again = loads(dump_topology(original, "a header"))
+    assert dataclasses.replace(again, path=None) == dataclasses.replace(original, path=None)
+    default = load_default(tmp_path)
+    assert dataclasses.replace(loads(dump_topology(default)), path=None) == default
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=12)
+_scalars = st.none() | st.booleans() | st.integers(-2**63, 2**63) | _text | st.sampled_from(
+    ["true", "No", "null", "~", "1e3", "0x1F", "1:20", "- a", "a: b", "#c", "&x", "*y", "!t", "|", ">", "'q'",
+     "line\n", "a\nb\n", "a\n\nb\n", " lead\n", "tab\tin\n", "2001-12-14", ".inf", "NaN", "@", "`", "%"])
+_docs = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(_text | st.sampled_from(["app.kubernetes.io/name", "on", "1"]), inner,
+                                       max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_text, _docs, max_size=5))
+def test_yaml_writer_round_trips_through_pyyaml(doc: dict[str, Any]) -> None:
+    assert yaml.safe_load(dump(doc)) == (doc or None)
+
+
+def test_mirror_worker_cluster_view() -> None:
+    topology = load_default()
+    worker = MirrorWorker(topology, topology.mirrors[0], "w0")
+    ctype, body = worker.routes()["/v1/cluster"]()
+    assert ctype == "application/json"
+    assert yaml.safe_load(body) == {
+        "flow": "east-to-aggregate", "worker": "w0", "group": "dcmirror.east.aggregate",
+        "source": {"cluster": "east", "datacenter": "east", "bootstrap": topology.cluster("east").bootstrap()},
+        "target": {"cluster": "aggregate", "datacenter": "central",
+                   "bootstrap": topology.cluster("aggregate").bootstrap()},
+        "partitions": 0, "lag_records": 0}
