@@ -15,6 +15,7 @@ cluster) and /healthz (200 once the broker is ready, 503 before) when the broker
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 # Fetch TotalTimeMs includes the wait.
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                         1.0, 2.5, 5.0, 10.0, 30.0)
-# Record count of a v2 batch: int32 at byte 57 (after base offset .. producer epoch, sequence).
+# A v2 batch: batch length (int32) at byte 8 counts from byte 12; record count (int32) at 57.
+_I32 = struct.Struct(">i")
 _RECORDS_COUNT_POS = 57
 _LENGTH_POS = 8
 _LOG_OVERHEAD = 12
@@ -82,11 +84,12 @@ def batch_record_count(data: bytes | bytearray | memoryview) -> int:
     total = 0
     pos = 0
     n = len(data)
+    unpack = _I32.unpack_from
     while n - pos >= _BATCH_HEADER_BYTES:
-        size = int.from_bytes(data[pos + _LENGTH_POS:pos + _LENGTH_POS + 4], "big") + _LOG_OVERHEAD
-        if pos + size > n:
+        size = unpack(data, pos + _LENGTH_POS)[0] + _LOG_OVERHEAD
+        if size < _BATCH_HEADER_BYTES or pos + size > n:
             break
-        total += int.from_bytes(data[pos + _RECORDS_COUNT_POS:pos + _RECORDS_COUNT_POS + 4], "big", signed=True)
+        total += unpack(data, pos + _RECORDS_COUNT_POS)[0]
         pos += size
     return total
 

@@ -164,3 +164,29 @@ def test_under_replicated_partitions_after_a_broker_dies(tmp_path: Path) -> None
         assert back["dcmirror_broker_isr_expands_total"] >= partitions
     finally:
         cluster.stop()
+
+
+def test_histogram_buckets_and_batch_record_counts() -> None:
+    from cluster.broker.metrics import LATENCY_BUCKETS_S, Histogram, batch_record_count
+    from cluster.protocol.records import append_record, batch_from_records_section
+
+    h = Histogram()
+    for seconds in (0.0001, 0.0005, 0.0006, 0.05, 99.0):
+        h.observe(seconds)
+    cumulative = {labels["le"]: v for suffix, labels, v in h.samples({}) if suffix == "_bucket"}
+    # A value equal to a bound falls in that bucket (Prometheus' `le`).
+    assert (cumulative["0.0005"], cumulative["0.001"], cumulative["0.05"], cumulative["30.0"],
+            cumulative["+Inf"]) == (2, 3, 4, 4, 5)
+    assert len(cumulative) == len(LATENCY_BUCKETS_S) + 1 and h.count == 5
+
+    def batch(n: int) -> bytes:
+        body = bytearray()
+        for i in range(n):
+            append_record(body, i, 0, None, b"v%d" % i, ())
+        return batch_from_records_section(bytes(body), count=n, base_offset=0, last_offset_delta=n - 1,
+                                          base_timestamp=0, max_timestamp=0)
+
+    data = batch(3) + batch(1) + batch(7)
+    assert batch_record_count(data) == 11
+    assert batch_record_count(data[:-5]) == 4  # a partial trailing batch is not counted
+    assert batch_record_count(b"") == 0
