@@ -15,6 +15,7 @@ from cluster.storage.config import InvalidConfig
 from deploy import (
     cluster_cmds,
     groups_cmd,
+    lab_cmd,
     load_cmd,
     mirror_cmd,
     perf_cmd,
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     up_cmd.add_parser(sub)        # up, status
     perf_cmd.add_parser(sub)      # perf produce|consume
     render_cmd.add_parser(sub)    # deploy render
+    lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")
