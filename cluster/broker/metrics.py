@@ -32,9 +32,7 @@ if TYPE_CHECKING:
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                         1.0, 2.5, 5.0, 10.0, 30.0)
 # A v2 batch: batch length (int32) at byte 8 counts from byte 12; record count (int32) at 57.
-_I32 = struct.Struct(">i")
-_RECORDS_COUNT_POS = 57
-_LENGTH_POS = 8
+_LENGTH_AND_COUNT = struct.Struct(">8xi45xi")
 _LOG_OVERHEAD = 12
 _BATCH_HEADER_BYTES = 61
 
@@ -84,12 +82,13 @@ def batch_record_count(data: bytes | bytearray | memoryview) -> int:
     total = 0
     pos = 0
     n = len(data)
-    unpack = _I32.unpack_from
+    unpack = _LENGTH_AND_COUNT.unpack_from
     while n - pos >= _BATCH_HEADER_BYTES:
-        size = unpack(data, pos + _LENGTH_POS)[0] + _LOG_OVERHEAD
+        length, count = unpack(data, pos)
+        size = length + _LOG_OVERHEAD
         if size < _BATCH_HEADER_BYTES or pos + size > n:
             break
-        total += unpack(data, pos + _RECORDS_COUNT_POS)[0]
+        total += count
         pos += size
     return total
 
