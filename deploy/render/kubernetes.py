@@ -12,7 +12,13 @@ ConfigMap holds a copy of the topology in which node i of cluster NAME is
 StatefulSet gives its pod. The Service publishes addresses of pods that are not ready yet
 (the quorum must form before any broker is ready), brokers serve admin HTTP on 0.0.0.0:9644
 (admin.http.listener) for the readiness probe on /healthz, and data directories sit on each
-pod's volume at /var/lib/dcmirror.
+pod's volume at /var/lib/dcmirror. Brokers are reachable inside the Kubernetes cluster only
+(they advertise those names).
+
+The image (--image) needs `dcmirror` on PATH, the project's source at /opt/dcmirror (the
+load's spark-submit application is /opt/dcmirror/spark_aggregate/job.py, --load-app), and
+Java with pyspark for the load. Mirror pods all run worker 0 of their flow: the flow's
+consumer group splits the partitions among them, and names repeat only in logs.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ class KubernetesOptions:
     http_port: int = 9644
     # The warehouse load as a spark-submit application (spark_aggregate's entry script in
     # the image); `dcmirror load --config FILE` runs the same job without spark-submit.
-    load_app: str = "/opt/dcmirror/spark_aggregate/load.py"
+    load_app: str = "/opt/dcmirror/spark_aggregate/job.py"
     spark_submit: str = "spark-submit"
 
 

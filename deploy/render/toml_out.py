@@ -37,6 +37,9 @@ def value(v: Any) -> str:
         return string(v)
     if isinstance(v, (Path, NodeAddress)):
         return string(str(v))
+    if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)
+                                          for x in v):
+        return value(dict(v))  # ordered pairs (the warehouse's schemas) are a table in the file
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(value(x) for x in v) + "]"
     if isinstance(v, dict):

@@ -199,7 +199,7 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     assert (cron["schedule"], cron["concurrencyPolicy"]) == ("0 * * * *", "Forbid")
     (container,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["spark-submit", "--master", "local[2]", "--name", "dcmirror-load",
-                                    "/opt/dcmirror/spark_aggregate/load.py", "--config", "/etc/dcmirror/topology.toml"]
+                                    "/opt/dcmirror/spark_aggregate/job.py", "--config", "/etc/dcmirror/topology.toml"]
 
     # The topology the pods read: the pods' DNS names, admin HTTP for the probes, data on volumes.
     config_map = docs["configmap-dcmirror-topology.yaml"]
