@@ -6,4 +6,39 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Registered by deploy.cli; filled in by the owner of this module."""
+    """Registered by deploy.cli."""
+    load = sub.add_parser(
+        "load", help="load the warehouse topics' new records into warehouse tables, exactly once",
+        description="Load what arrived in the topology's [warehouse] source cluster since the last load into "
+                    "Parquet tables (database dcmirror, one table per topic; ledger dcmirror.loads). "
+                    "Exit 0: done (a summary table is printed), 1: failed (e.g. data loss), 2: bad config.")
+    load.add_argument("--config", required=True, help="topology file with a [warehouse] section")
+    load.set_defaults(func=cmd_load)
+
+    warehouse = sub.add_parser("warehouse", help="query the warehouse tables")
+    actions = warehouse.add_subparsers(dest="warehouse_action", required=True)
+    sql = actions.add_parser(
+        "sql", help="run Spark SQL over the warehouse and print the result",
+        description="Run one Spark SQL statement over the warehouse (database dcmirror is the default, so "
+                    "SELECT count(*) FROM east_pageviews works). Exit 0: done, 1: failed, 2: bad config.")
+    sql.add_argument("--config", required=True, help="topology file with a [warehouse] section")
+    sql.add_argument("--json", action="store_true",
+                     help="print one JSON array of row objects on the last line (binary as UTF-8 text)")
+    sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help="print at most N rows (default 1000)")
+    sql.add_argument("query", help="the SQL statement")
+    sql.set_defaults(func=cmd_warehouse_sql)
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from spark_aggregate.commands import run_load
+
+    return run_load(args.config)
+
+
+def cmd_warehouse_sql(args: argparse.Namespace) -> int:
+    from spark_aggregate.commands import run_sql
+
+    if args.max_rows < 1:
+        print("dcmirror warehouse sql: --max-rows must be at least 1")
+        return 2
+    return run_sql(args.config, args.query, as_json=args.json, max_rows=args.max_rows)

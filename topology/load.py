@@ -21,12 +21,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from topology._lines import KeyPath, line_index, line_of
+from topology.ddl import DdlError, column_names
 from topology.errors import TopologyError
 from topology.model import (
     DEFAULT_RENAME,
     MIRROR_CONFIG_KEYS,
     MIRROR_CONFIG_PREFIXES,
     RENAME_PLACEHOLDERS,
+    WAREHOUSE_COLUMNS,
+    WAREHOUSE_CONFIG_KEYS,
+    WAREHOUSE_CONFIG_PREFIXES,
     ClusterSpec,
     Defaults,
     MirrorSpec,
@@ -62,7 +66,11 @@ TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
 CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config")
-WAREHOUSE_KEYS = ("source", "path", "topics", "config")
+WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
+# The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
+_WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
+_WAREHOUSE_BOOLEANS = ("failOnDataLoss",)
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 DEFAULTS_KEYS = ("partitions", "replication_factor", "config")
 
 # Broker configs the topology itself decides (from brokers, controllers, data_dir).
@@ -563,12 +571,62 @@ class _Loader:
         path: KeyPath = ("warehouse",)
         table = self.table(doc["warehouse"], path)
         self.keys(table, path, WAREHOUSE_KEYS, required=("source",))
+        config = self.config(table, path)
+        for key, value in config.items():
+            kpath = path + ("config", key)
+            if key in _WAREHOUSE_WHOLE_NUMBERS:
+                if not value.isdigit() or int(value) < _WAREHOUSE_WHOLE_NUMBERS[key]:
+                    self.fail(kpath, f"warehouse config {key!r} takes a whole number of at least "
+                                     f"{_WAREHOUSE_WHOLE_NUMBERS[key]}, not {value!r}")
+            elif key in _WAREHOUSE_BOOLEANS:
+                if value not in ("true", "false"):
+                    self.fail(kpath, f"warehouse config {key!r} takes true or false, not {value!r}")
+            elif key in ("metastore.uri", "warehouse.uri"):
+                if not _URI.fullmatch(value):
+                    example = "thrift://metastore:9083" if key == "metastore.uri" else "hdfs://namenode:8020/warehouse"
+                    self.fail(kpath, f"warehouse config {key!r} takes a URI such as {example!r}, not {value!r}")
+            elif not key.startswith(WAREHOUSE_CONFIG_PREFIXES) or key in WAREHOUSE_CONFIG_PREFIXES:
+                close = difflib.get_close_matches(key, WAREHOUSE_CONFIG_KEYS, n=1)
+                self.fail(kpath, f"unknown warehouse config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                          + "; known: " + ", ".join(WAREHOUSE_CONFIG_KEYS) + ", spark.*, kafka.*")
         return WarehouseSpec(
             source=self.cluster_ref(table, path, "source", clusters),
             path=self.directory(table, path, "path", "warehouse"),
             topics=self.regex(table, path, "topics", ".*"),
-            config=self.config(table, path),
+            config=config,
+            schemas=self.warehouse_schemas(table, path),
         )
+
+    def warehouse_schemas(self, table: dict[str, Any], path: KeyPath) -> tuple[tuple[str, str], ...]:
+        if "schemas" not in table:
+            return ()
+        spath = path + ("schemas",)
+        raw = self.table(table["schemas"], spath,
+                         hint=' of topic regexes to Spark DDL column lists, e.g. { "east.pageviews" = '
+                              '"user STRING, url STRING, ts TIMESTAMP" }')
+        reserved = {c.lower() for c in WAREHOUSE_COLUMNS}
+        out: list[tuple[str, str]] = []
+        for pattern, ddl in raw.items():
+            kpath = spath + (pattern,)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                self.fail(kpath, f"invalid topic regex {pattern!r}: {exc}")
+            if isinstance(ddl, dict):
+                self.fail(kpath, f"put topic names with dots in quotes: \"{pattern}.{next(iter(ddl), '')}\" = \"...\"")
+            if not isinstance(ddl, str):
+                self.fail(kpath, f"must be a Spark DDL column list such as \"user STRING, ts TIMESTAMP\", "
+                                 f"not {_type_name(ddl)}")
+            try:
+                names = column_names(ddl)
+            except DdlError as exc:
+                self.fail(kpath, f"bad column list: {exc}")
+            clash = [n for n in names if n.lower() in reserved]
+            if clash:
+                self.fail(kpath, f"column {clash[0]!r} is one of the warehouse's own columns "
+                                 f"({', '.join(WAREHOUSE_COLUMNS)}); rename it in the schema")
+            out.append((pattern, ddl))
+        return tuple(out)
 
 
 def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None) -> Topology:

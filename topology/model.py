@@ -15,6 +15,15 @@ MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbea
                       "checkpoint.interval.ms", "http.port.base")
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.")
 RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
+# The warehouse's `config` keys (spark_aggregate/settings.py reads them, with their types and
+# defaults); spark.* and kafka.* pass through to Spark and to the cluster client.
+WAREHOUSE_CONFIG_KEYS = ("metastore.uri", "warehouse.uri", "failOnDataLoss", "minPartitions",
+                         "maxOffsetsPerLoad", "pollTimeoutMs", "load.interval.ms")
+WAREHOUSE_CONFIG_PREFIXES = ("spark.", "kafka.")
+# Columns every warehouse table has; a topic's schema cannot declare them again.
+WAREHOUSE_COLUMNS = ("key", "value", "headers", "timestamp", "timestamp_type", "kafka_partition",
+                     "kafka_offset", "source_cluster", "source_partition", "source_offset", "load_id",
+                     "source_dc", "event_date")
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,9 @@ class WarehouseSpec:
     topics: str
     """Regex, matched against the whole topic name in the source cluster."""
     config: dict[str, str] = field(default_factory=dict, hash=False)
+    schemas: tuple[tuple[str, str], ...] = ()
+    """(topic regex, Spark DDL column list): values of matching topics are parsed as JSON
+    into these columns; the first matching entry applies."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,209 @@
+"""Fetched record batches -> Arrow record batches with the Kafka source's columns (sans-IO).
+
+    key binary, value binary, topic string, partition int, offset bigint,
+    timestamp timestamp, timestampType int
+    [headers array<struct<key: string, value: binary>>]                       includeHeaders
+    [sourceCluster string, sourcePartition int, sourceOffset bigint, fence boolean]   includeProvenance
+
+With includeProvenance the mirror's provenance headers become columns and are left out of
+`headers`. Rows are built column by column: the per-record work is one C call per batch
+when the record codec extension is built (`_columns`), else the reference Python loop
+below (the tests keep both equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from cluster.protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    CONTROL_MASK,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    InvalidRecordBatch,
+    read_header,
+)
+from cluster.protocol.records import decode_records, decompress
+from mirror.provenance import FENCE, PATH, SOURCE_CLUSTER, SOURCE_OFFSET, SOURCE_PARTITION
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+# Provenance headers that become columns (and leave `headers`) with includeProvenance.
+PROVENANCE_COLUMN_HEADERS = frozenset({SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET, PATH})
+# Arrow binary/string arrays use 32-bit offsets: a batch is cut well before 2 GiB.
+MAX_BATCH_BYTES = 256 << 20
+MAX_BATCH_ROWS = 1 << 20
+
+
+def spark_schema(include_headers: bool, include_provenance: bool) -> str:
+    """The data source's schema as Spark DDL."""
+    ddl = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+           "timestampType INT")
+    if include_headers:
+        ddl += ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+    if include_provenance:
+        ddl += ", sourceCluster STRING, sourcePartition INT, sourceOffset BIGINT, fence BOOLEAN"
+    return ddl
+
+
+def arrow_schema(include_headers: bool, include_provenance: bool) -> pa.Schema:
+    fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+              pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+              pa.field("timestamp", TIMESTAMP_TYPE), pa.field("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(pa.field("headers", HEADER_TYPE))
+    if include_provenance:
+        fields += [pa.field("sourceCluster", pa.string()), pa.field("sourcePartition", pa.int32()),
+                   pa.field("sourceOffset", pa.int64()), pa.field("fence", pa.bool_())]
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One batch's records section (decompressed), and which of its offsets are wanted."""
+
+    body: bytes
+    count: int
+    base_offset: int
+    base_timestamp: int
+    log_append_time: int  # the batch's max timestamp when it is LogAppendTime, else -1
+    start: int  # wanted offsets: [start, end)
+    end: int
+
+
+def sections(data: bytes, start: int, end: int) -> Iterator[Section]:
+    """The records sections of the whole batches in `data` that hold offsets in [start, end)
+    (control batches skipped; a partial last batch is ignored)."""
+    pos = 0
+    size = len(data)
+    while pos + BATCH_HEADER_SIZE <= size:
+        header = read_header(data, pos)
+        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise InvalidRecordBatch(f"batch at offset {header.base_offset} declares length {header.batch_length}")
+        batch_end = pos + LOG_OVERHEAD + header.batch_length
+        if batch_end > size:
+            break
+        if header.base_offset >= end:
+            break
+        if header.base_offset + header.last_offset_delta >= start and not header.attributes & CONTROL_MASK:
+            body = data[pos + BATCH_HEADER_SIZE:batch_end]
+            if header.compression:
+                body = decompress(header.compression, body)
+            log_append = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else -1
+            yield Section(body, header.records_count, header.base_offset, header.base_timestamp, log_append,
+                          start, end)
+        pos = batch_end
+
+
+def _int_or_none(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+class PyColumnBuilder:
+    """The reference builder: decodes records to tuples, then columns."""
+
+    def __init__(self, include_headers: bool, include_provenance: bool) -> None:
+        self.include_headers = include_headers
+        self.include_provenance = include_provenance
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[list[tuple[str, bytes | None]]] = []
+        self.clusters: list[str | None] = []
+        self.source_partitions: list[int | None] = []
+        self.source_offsets: list[int | None] = []
+        self.fences: list[bool] = []
+        self.size_bytes = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.offsets)
+
+    def add(self, section: Section) -> None:
+        records = decode_records(section.body, section.count, section.base_offset, section.base_timestamp)
+        if records and (records[0].offset < section.start or records[-1].offset >= section.end):
+            records = [r for r in records if section.start <= r.offset < section.end]
+        if not records:
+            return
+        offsets, timestamps, keys, values, headers = zip(*records, strict=True)
+        self.offsets += offsets
+        if section.log_append_time >= 0:
+            self.timestamps += [section.log_append_time] * len(records)
+            self.types += [LOG_APPEND_TIME] * len(records)
+        else:
+            self.timestamps += timestamps
+            self.types += [CREATE_TIME] * len(records)
+        self.keys += keys
+        self.values += values
+        self.size_bytes += sum(len(k) for k in keys if k) + sum(len(v) for v in values if v)
+        if not (self.include_headers or self.include_provenance):
+            return
+        for hs in headers:
+            cluster = partition = offset = None
+            fence = False
+            own: list[tuple[str, bytes | None]] = []
+            for k, v in hs:
+                if self.include_provenance and k in PROVENANCE_COLUMN_HEADERS:
+                    if k == SOURCE_CLUSTER:
+                        cluster = v
+                    elif k == SOURCE_PARTITION:
+                        partition = v
+                    elif k == SOURCE_OFFSET:
+                        offset = v
+                    continue
+                if k == FENCE:
+                    fence = True
+                own.append((k, v))
+            if self.include_headers:
+                self.headers.append(own)
+            if self.include_provenance:
+                self.clusters.append(None if cluster is None else cluster.decode("utf-8", "replace"))
+                self.source_partitions.append(_int_or_none(partition))
+                self.source_offsets.append(_int_or_none(offset))
+                self.fences.append(fence)
+
+    def finish(self, topic: str, partition: int) -> pa.RecordBatch:
+        n = self.rows
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            repeated_string(topic, n),
+            pa.array(np.full(n, partition, dtype=np.int32)),
+            pa.array(np.asarray(self.offsets, dtype=np.int64)),
+            micros(np.asarray(self.timestamps, dtype=np.int64)),
+            pa.array(np.asarray(self.types, dtype=np.int32)),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, HEADER_TYPE))
+        if self.include_provenance:
+            arrays += [pa.array(self.clusters, pa.string()), pa.array(self.source_partitions, pa.int32()),
+                       pa.array(self.source_offsets, pa.int64()), pa.array(self.fences, pa.bool_())]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.include_headers, self.include_provenance))
+
+
+def repeated_string(text: str, n: int) -> pa.Array:
+    """`text` n times as an Arrow string array (built from buffers, no per-row objects)."""
+    raw = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def micros(millis: np.ndarray) -> pa.Array:
+    return pa.array(millis * 1000, TIMESTAMP_TYPE)
+
+
+def new_builder(include_headers: bool, include_provenance: bool) -> PyColumnBuilder:
+    return PyColumnBuilder(include_headers, include_provenance)

@@ -1,0 +1,196 @@
+"""`dcmirror load` and `dcmirror warehouse sql` (also the spark-submit application, see
+spark_aggregate/job.py). Exit codes: 0 done, 1 failure (data loss, unreachable cluster,
+busy warehouse, bad query), 2 bad configuration."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, TextIO
+
+import orjson
+
+from cluster.client.connection import KafkaConnectionError
+from cluster.client.errors import KafkaError
+from spark_aggregate.ledger import LedgerError
+from spark_aggregate.load import LoadConfigError, Loader, summary_table, write_last_load
+from spark_aggregate.options import OptionError
+from spark_aggregate.ranges import DataLossError
+from spark_aggregate.session import (
+    WarehouseBusy,
+    ensure_database,
+    metastore_error,
+    start_session,
+    stop_session,
+    warehouse_lock,
+)
+from spark_aggregate.settings import DATABASE, WarehouseSettings
+from topology import TopologyError, load
+
+log = logging.getLogger("dcmirror.load")
+
+CRASH_ENV = "DCMIRROR_LOAD_CRASH_AT"
+"""Tests: `step` or `step:n` (the n-th time) makes the load SIGKILL itself there."""
+
+
+def _settings(config: str, prog: str, err: TextIO) -> WarehouseSettings | None:
+    try:
+        return WarehouseSettings.from_topology(load(config))
+    except TopologyError as exc:
+        print(f"{prog}: {exc}", file=err)
+        return None
+
+
+def _crash_hook() -> Callable[[str], None] | None:
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return None
+    step, _, nth = spec.partition(":")
+    remaining = [int(nth or 1)]
+
+    def hook(at: str) -> None:
+        if at == step:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def _spark_error(exc: BaseException) -> BaseException:
+    """The dcmirror error inside a Spark/Py4J exception, if there is one (a task's or the
+    planner's DataLossError arrives as text)."""
+    text = str(exc)
+    for marker, kind in (("DataLossError: ", DataLossError), ("OptionError: ", OptionError)):
+        if marker in text:
+            message = text.split(marker, 1)[1].splitlines()[0]
+            return kind(message)
+    return exc
+
+
+def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, submitted: bool = False) -> int:
+    prog = "dcmirror load"
+    settings = _settings(config, prog, err)
+    if settings is None:
+        return 2
+    started = time.time()
+    last: dict[str, Any] = {"started_at": datetime.fromtimestamp(started).isoformat(timespec="seconds")}
+    try:
+        with warehouse_lock(settings, "dcmirror load"):
+            print(f"loading {settings.source} ({settings.bootstrap}) into {settings.warehouse_uri}",
+                  file=out, flush=True)
+            spark = start_session(settings, "dcmirror load", submitted=submitted)
+            try:
+                outcomes = Loader(spark, settings, out, _crash_hook()).run()
+            finally:
+                if not submitted:
+                    stop_session(spark)
+    except (LoadConfigError, OptionError) as exc:
+        print(f"{prog}: {exc}", file=err)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - every failure ends as a message and exit 1
+        cause = _spark_error(exc)
+        message = metastore_error(exc, settings) if not isinstance(cause, DataLossError) else None
+        if message is None:
+            if isinstance(cause, (DataLossError, LedgerError, WarehouseBusy, KafkaError, KafkaConnectionError)):
+                message = str(cause)
+            else:
+                log.debug("load failed", exc_info=True)
+                message = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+                traceback.print_exc(file=err)
+        print(f"{prog}: {message}", file=err)
+        if not isinstance(cause, WarehouseBusy):
+            write_last_load(settings, {**last, "status": "failed", "error": message,
+                                       "finished_at": datetime.now().isoformat(timespec="seconds")})
+        return 1
+    rows = sum(o.rows for o in outcomes)
+    if outcomes:
+        print(summary_table(outcomes), file=out)
+    else:
+        print("nothing new to load", file=out)
+    print(f"loaded {rows:,} rows in {len(outcomes)} load(s), {time.time() - started:.1f} s", file=out, flush=True)
+    write_last_load(settings, {
+        **last, "status": "ok", "finished_at": datetime.now().isoformat(timespec="seconds"),
+        "seconds": round(time.time() - started, 3), "rows": rows,
+        "loads": [{"load_id": o.plan.load_id, "resumed": o.plan.resumed, "rows": o.rows, "offsets": o.plan.offsets,
+                   "tables": {t.table: t.rows for t in o.topics}} for o in outcomes],
+    })
+    return 0
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if hasattr(value, "asDict"):
+        return _json_value(value.asDict(recursive=True))
+    return value
+
+
+def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1000, out: TextIO = sys.stdout,
+            err: TextIO = sys.stderr) -> int:
+    """Run Spark SQL over the warehouse; print a table, or with as_json one JSON array of row
+    objects on the last line (binary columns as UTF-8 text)."""
+    prog = "dcmirror warehouse sql"
+    settings = _settings(config, prog, err)
+    if settings is None:
+        return 2
+    try:
+        lock = warehouse_lock(settings, "dcmirror warehouse sql") if settings.embedded_metastore else nullcontext()
+        with lock:
+            spark = start_session(settings, "dcmirror warehouse sql")
+            try:
+                ensure_database(spark, settings)
+                spark.sql(f"USE {DATABASE}")
+                df = spark.sql(query)
+                rows = df.limit(max_rows + 1).collect()
+                columns = df.columns
+            finally:
+                stop_session(spark)
+    except WarehouseBusy as exc:
+        print(f"{prog}: {exc}", file=err)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a bad query is the user's error: say it plainly
+        message = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
+        print(f"{prog}: {message}", file=err)
+        return 1
+    truncated = len(rows) > max_rows
+    rows = rows[:max_rows]
+    if as_json:
+        docs = [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        if truncated:
+            print(f"(first {max_rows} rows)", file=err)
+        out.write(orjson.dumps(docs).decode() + "\n")
+        return 0
+    texts = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in texts]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for r in texts:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)), file=out)
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', truncated' if truncated else ''})", file=out)
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    shown = _json_value(value)
+    return shown if isinstance(shown, str) else orjson.dumps(shown).decode() if isinstance(shown, dict | list) \
+        else str(shown)

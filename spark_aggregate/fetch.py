@@ -1,0 +1,212 @@
+"""Reading one offset range of one partition from its leader (trio), and a synchronous
+iterator over it for Spark's Python workers.
+
+The fetcher keeps the next Fetch going while the caller turns the previous answer into
+Arrow (a bounded channel between them). Only committed records arrive: the broker answers
+consumer fetches up to the high watermark. A leader that moves or dies is followed
+(metadata refresh and retry, mirror/tail.py's leader request); a range whose records are
+not there yet (a new leader's high watermark catching up) is waited for up to
+`poll_timeout_s`. Offsets deleted by retention while the range is read are data loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from cluster.client.config import consumer_config
+from cluster.client.connection import KafkaConnectionError
+from cluster.client.errors import METADATA_ERRORS, KafkaError
+from cluster.client.metadata import ClientCluster
+from cluster.client.sync import _TrioThread
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, InvalidRecordBatch
+from mirror.tail import FETCH, LIST_OFFSETS, _leader_request
+from spark_aggregate.ranges import DataLossError, Gap, OffsetRange, data_loss_message
+
+log = logging.getLogger("dcmirror.spark.fetch")
+
+PREFETCH_CHUNKS = 2  # fetched answers waiting to be decoded (each at most max.partition.fetch.bytes)
+FETCH_MAX_WAIT_MS = 500
+MAX_FETCH_BYTES = 128 << 20  # a single batch larger than this is refused by the broker anyway
+_LAST_OFFSET_DELTA = 23
+_BATCH_LENGTH = 8
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Whole batches fetched from `fetch_offset`; the records below `next_offset` are in it."""
+
+    data: bytes
+    fetch_offset: int
+    next_offset: int
+
+
+class RangeGap(Exception):
+    """Offsets of the range were deleted while it was being read (failOnDataLoss=false: the
+    reader skips them and reports the gap)."""
+
+
+def whole_batches_end(data: bytes, fetch_offset: int) -> tuple[int, int]:
+    """(bytes of the whole batches at the start of `data`, the offset after the last of them)."""
+    pos = 0
+    next_offset = fetch_offset
+    size = len(data)
+    while pos + BATCH_HEADER_SIZE <= size:
+        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+        length = int.from_bytes(data[pos + _BATCH_LENGTH:pos + _BATCH_LENGTH + 4], "big", signed=True)
+        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise InvalidRecordBatch(f"batch at offset {base} declares length {length}")
+        end = pos + LOG_OVERHEAD + length
+        if end > size:
+            break
+        delta = int.from_bytes(data[pos + _LAST_OFFSET_DELTA:pos + _LAST_OFFSET_DELTA + 4], "big", signed=True)
+        next_offset = max(next_offset, base + delta + 1)
+        pos = end
+    return pos, next_offset
+
+
+class RangeFetcher:
+    """Fetches one range into a bounded channel (use as `async with`)."""
+
+    def __init__(self, config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: float,
+                 fail_on_data_loss: bool) -> None:
+        self.config = consumer_config(config)
+        self.cluster = ClientCluster(self.config)
+        self.range = r
+        self.poll_timeout_s = poll_timeout_s
+        self.fail_on_data_loss = fail_on_data_loss
+        self.gaps: list[Gap] = []
+        self._send, self._receive = trio.open_memory_channel[Chunk | BaseException | None](PREFETCH_CHUNKS)
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: Any = None
+
+    async def __aenter__(self) -> RangeFetcher:
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        self._nursery.start_soon(self._run)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        await self._nursery_cm.__aexit__(None, None, None)
+        await self.cluster.aclose()
+
+    async def next_chunk(self) -> Chunk | None:
+        """The next fetched chunk in offset order; None after the range's end."""
+        item = await self._receive.receive()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def _run(self) -> None:
+        try:
+            await self._fetch_all()
+        except (KafkaError, KafkaConnectionError, DataLossError, InvalidRecordBatch, TimeoutError) as exc:
+            await self._send.send(exc)
+        else:
+            await self._send.send(None)
+
+    async def _fetch_all(self) -> None:
+        r = self.range
+        position = r.start
+        max_bytes = self.config["max.partition.fetch.bytes"]
+        waited_since: float | None = None
+        while position < r.end:
+            try:
+                resp = await _leader_request(self.cluster, r.topic, r.partition, FETCH, {
+                    "replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": max_bytes,
+                    "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                    "rack_id": "", "topics": [{"topic": r.topic, "partitions": [{
+                        "partition": r.partition, "current_leader_epoch": -1, "fetch_offset": position,
+                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
+            except (KafkaConnectionError, KafkaError) as exc:
+                # Every broker tried is down or no leader is elected yet: keep trying a while.
+                waited_since = self._waiting(waited_since, str(exc))
+                await trio.sleep(0.5)
+                continue
+            p = resp.responses[0].partitions[0]
+            if p.error_code == ErrorCode.offset_out_of_range:
+                log_start, high_watermark = await self._offsets()
+                if position < log_start:
+                    position = self._lost(position, log_start)
+                    continue
+                waited_since = self._waiting(waited_since, f"the high watermark is {high_watermark}")
+                await trio.sleep(0.1)
+                continue
+            if p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.not_leader_or_follower:
+                waited_since = self._waiting(waited_since, str(KafkaError("fetch", p.error_code)))
+                await trio.sleep(0.2)
+                continue
+            if p.error_code:
+                raise KafkaError(f"reading {r}", p.error_code)
+            data = bytes(p.records or b"")
+            used, next_offset = whole_batches_end(data, position)
+            if next_offset <= position:
+                if data and max_bytes < MAX_FETCH_BYTES:
+                    max_bytes = min(2 * max_bytes, MAX_FETCH_BYTES)  # one batch is bigger than a fetch
+                    continue
+                # Not committed yet: a new leader's high watermark is catching up (the fetch
+                # long-polls, so this loop does not spin).
+                waited_since = self._waiting(waited_since, f"the high watermark is {p.high_watermark}")
+                continue
+            waited_since = None
+            await self._send.send(Chunk(data[:used], position, next_offset))
+            position = next_offset
+
+    async def _offsets(self) -> tuple[int, int]:
+        r = self.range
+        out = []
+        for ts in (-2, -1):
+            resp = await _leader_request(self.cluster, r.topic, r.partition, LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": r.topic, "partitions": [{"partition_index": r.partition, "timestamp": ts,
+                                                             "current_leader_epoch": -1}]}]})
+            p = resp.topics[0].partitions[0]
+            if p.error_code:
+                raise KafkaError(f"listing offsets of {r.topic}-{r.partition}", p.error_code)
+            out.append(int(p.offset))
+        return out[0], out[1]
+
+    def _lost(self, position: int, log_start: int) -> int:
+        r = self.range
+        gap = Gap(r.topic, r.partition, position, min(log_start, r.end), log_start)
+        if self.fail_on_data_loss:
+            raise DataLossError(data_loss_message(gap))
+        log.warning("skipping %s", gap.describe())
+        self.gaps.append(gap)
+        return min(log_start, r.end)
+
+    def _waiting(self, since: float | None, why: str) -> float:
+        now = trio.current_time()
+        if since is None:
+            return now
+        if now - since > self.poll_timeout_s:
+            raise TimeoutError(f"{self.range}: no records arrived for {self.poll_timeout_s:g} s "
+                               f"(pollTimeoutMs); {why}")
+        return since
+
+
+def read_chunks(config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: float = math.inf,
+                fail_on_data_loss: bool = True, gaps: list[Gap] | None = None) -> Iterator[Chunk]:
+    """The chunks of range `r`, synchronously (the fetcher runs in its own trio thread).
+    Gaps skipped with fail_on_data_loss=False are appended to `gaps`."""
+    thread = _TrioThread(lambda: RangeFetcher(config, r, poll_timeout_s=poll_timeout_s,
+                                              fail_on_data_loss=fail_on_data_loss), "dcmirror-range-fetcher")
+    try:
+        fetcher: RangeFetcher = thread.client
+        while True:
+            chunk = thread.run(fetcher.next_chunk)
+            if chunk is None:
+                break
+            yield chunk
+        if gaps is not None:
+            gaps.extend(fetcher.gaps)
+    finally:
+        thread.close()

@@ -1,0 +1,185 @@
+"""The load ledger `dcmirror.loads` and load planning (sans-IO).
+
+Every load is an append-only story in the ledger, one row per partition and step:
+
+    planned    written before any data: the load id and each partition's [start, end)
+    gap        (failOnDataLoss=false) offsets deleted before they were loaded, written
+               with the plan
+    committed  written after the load's data is in its tables: the rows it added
+
+A load is committed when its `committed` rows exist. A load with `planned` rows and no
+`committed` ones was interrupted; the next run finishes it with the same load id and the
+same ranges before it plans anything new, so its data is written exactly once (the data
+write is idempotent per load id, see spark_aggregate/load.py). A partition's next offset is
+the highest end offset of committed loads; partitions never loaded start at their log start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from spark_aggregate.ranges import DataLossError, Gap, OffsetRange, PartitionOffsets, data_loss_message
+
+PLANNED = "planned"
+GAP = "gap"
+COMMITTED = "committed"
+STATUSES = (PLANNED, GAP, COMMITTED)
+TopicPartition = tuple[str, int]
+
+LEDGER_COLUMNS = (
+    ("load_id", "STRING"), ("topic", "STRING"), ("partition", "INT"), ("start_offset", "BIGINT"),
+    ("end_offset", "BIGINT"), ("rows", "BIGINT"), ("status", "STRING"), ("planned_at", "TIMESTAMP"),
+    ("finished_at", "TIMESTAMP"), ("note", "STRING"),
+)
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    load_id: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    rows: int | None
+    status: str
+    planned_at_ms: int
+    finished_at_ms: int | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    load_id: str
+    ranges: tuple[OffsetRange, ...]
+    """Non-empty ranges, sorted."""
+    gaps: tuple[Gap, ...]
+    planned_at_ms: int
+    resumed: bool = False
+
+    def topics(self) -> list[str]:
+        return sorted({r.topic for r in self.ranges})
+
+    def ranges_of(self, topic: str) -> list[OffsetRange]:
+        return [r for r in self.ranges if r.topic == topic]
+
+    @property
+    def offsets(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+    def planned_rows(self) -> list[LedgerRow]:
+        rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end, None, PLANNED, self.planned_at_ms)
+                for r in self.ranges]
+        rows += [LedgerRow(self.load_id, g.topic, g.partition, g.start, g.end, 0, GAP, self.planned_at_ms,
+                           self.planned_at_ms, g.describe()) for g in self.gaps]
+        return rows
+
+    def committed_rows(self, rows_by_partition: Mapping[TopicPartition, int], now_ms: int) -> list[LedgerRow]:
+        rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end,
+                          rows_by_partition.get((r.topic, r.partition), 0), COMMITTED, self.planned_at_ms, now_ms)
+                for r in self.ranges]
+        # A load of gaps alone still needs its commit mark.
+        rows += [LedgerRow(self.load_id, g.topic, g.partition, g.start, g.end, 0, COMMITTED, self.planned_at_ms,
+                           now_ms, "gap: " + g.describe()) for g in self.gaps]
+        return rows
+
+
+class LedgerError(Exception):
+    """The ledger and the cluster disagree in a way a load cannot fix by itself."""
+
+
+def committed_load_ids(rows: Iterable[LedgerRow]) -> set[str]:
+    return {r.load_id for r in rows if r.status == COMMITTED}
+
+
+def pending_plans(rows: Iterable[LedgerRow]) -> list[LoadPlan]:
+    """Loads that were planned and never committed, oldest first, as they were planned."""
+    rows = list(rows)
+    done = committed_load_ids(rows)
+    ranges: dict[str, list[OffsetRange]] = {}
+    gaps: dict[str, list[Gap]] = {}
+    planned_at: dict[str, int] = {}
+    for r in rows:
+        if r.load_id in done:
+            continue
+        if r.status == PLANNED:
+            ranges.setdefault(r.load_id, []).append(OffsetRange(r.topic, r.partition, r.start_offset, r.end_offset))
+        elif r.status == GAP:
+            gaps.setdefault(r.load_id, []).append(Gap(r.topic, r.partition, r.start_offset, r.end_offset,
+                                                      r.end_offset))
+        else:
+            continue
+        planned_at[r.load_id] = r.planned_at_ms
+    return [LoadPlan(load_id, tuple(sorted(ranges.get(load_id, []))), tuple(gaps.get(load_id, [])),
+                     planned_at[load_id], resumed=True)
+            for load_id in sorted(planned_at, key=lambda i: (planned_at[i], i))]
+
+
+def next_offsets(rows: Iterable[LedgerRow]) -> dict[TopicPartition, int]:
+    """Per partition, the offset after the last one a committed load covered."""
+    rows = list(rows)
+    done = committed_load_ids(rows)
+    out: dict[TopicPartition, int] = {}
+    for r in rows:
+        if r.load_id in done and r.status in (COMMITTED, GAP):
+            tp = (r.topic, r.partition)
+            out[tp] = max(out.get(tp, r.end_offset), r.end_offset)
+    return out
+
+
+def limit_offsets(available: Mapping[TopicPartition, int], limit: int | None) -> dict[TopicPartition, int]:
+    """How many offsets each partition may load when a load takes at most `limit`: shares
+    proportional to what each has (rounded down), the rest handed out one by one in
+    partition order, so the total is exactly min(limit, available)."""
+    total = sum(available.values())
+    if limit is None or total <= limit:
+        return dict(available)
+    take = {tp: n * limit // total for tp, n in available.items()}
+    left = limit - sum(take.values())
+    for tp in sorted(available):
+        if left == 0:
+            break
+        if take[tp] < available[tp]:
+            take[tp] += 1
+            left -= 1
+    return take
+
+
+def plan_load(rows: Iterable[LedgerRow], offsets: Mapping[TopicPartition, PartitionOffsets], *, load_id: str,
+              now_ms: int, fail_on_data_loss: bool, max_offsets: int | None = None) -> LoadPlan | None:
+    """The next load: from each partition's next offset to its high watermark (at most
+    `max_offsets` in all); None when there is nothing new.
+
+    A next offset below the log start offset is data loss (DataLossError naming the
+    partition and the gap, or with fail_on_data_loss=False a gap in the plan). A next
+    offset above the high watermark means the partition lost records the warehouse
+    already has (the topic was deleted and re-created, or an unclean leader election):
+    a LedgerError either way.
+    """
+    rows = list(rows)
+    loaded = next_offsets(rows)
+    starts: dict[TopicPartition, int] = {}
+    available: dict[TopicPartition, int] = {}
+    gaps: list[Gap] = []
+    for tp in sorted(offsets):
+        log = offsets[tp]
+        start = loaded.get(tp, log.log_start)
+        if start > log.high_watermark:
+            raise LedgerError(
+                f"{tp[0]}-{tp[1]}: the warehouse has loaded offsets up to {start - 1}, but the partition's high "
+                f"watermark is {log.high_watermark}; the topic was deleted and re-created, or an unclean leader "
+                "election lost records. Load it under another name, or remove its rows from dcmirror.loads and "
+                "its table to load it again from the start")
+        if start < log.log_start:
+            gap = Gap(tp[0], tp[1], start, log.log_start, log.log_start)
+            if fail_on_data_loss:
+                raise DataLossError(data_loss_message(gap))
+            gaps.append(gap)
+            start = log.log_start
+        starts[tp] = start
+        available[tp] = log.high_watermark - start
+    take = limit_offsets(available, max_offsets)
+    ranges = tuple(OffsetRange(tp[0], tp[1], starts[tp], starts[tp] + n) for tp, n in sorted(take.items()) if n > 0)
+    if not ranges and not gaps:
+        return None
+    return LoadPlan(load_id, ranges, tuple(gaps), now_ms)

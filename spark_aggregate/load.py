@@ -1,0 +1,446 @@
+"""The warehouse load: what arrived in the source cluster since the last load, into one
+Parquet table per topic, exactly once.
+
+    dcmirror load --config FILE
+    spark-submit --py-files dcmirror.zip spark_aggregate/job.py --config FILE
+
+A load (load id = UTC time + random suffix):
+
+1. plan: each wanted partition from its ledger next offset to its high watermark now
+   (spark_aggregate/ledger.py); the `planned` rows go into dcmirror.loads first;
+2. stage: per topic, Spark reads the ranges with the dcmirror source and writes Parquet
+   (partitioned by source_dc / event_date) to <warehouse>/_staging/<load id>/<table>,
+   replacing whatever an interrupted attempt left there; a `_counts.json` written last
+   marks the topic staged (rows per partition, bytes, time);
+3. publish: every staged file is renamed into the table's partition directory as
+   "<load id>-<file name>" and the partitions are added to the metastore;
+4. commit: the `committed` rows go into dcmirror.loads; the staging directory is removed.
+
+Killed anywhere, the next run first finishes the planned-but-uncommitted load with the same
+id and ranges: a topic without `_counts.json` is staged again (overwriting), a staged one is
+not, and publishing moves only what is still in staging, so each record reaches its table
+once. Ledger rows are single-file appends, which appear whole or not at all.
+
+A query while a load runs sees every committed load, and of a load being published the
+files renamed so far (never a file twice); with the embedded metastore no query can run
+during a load at all (one process at a time, see spark_aggregate/session.py).
+
+Records without provenance headers (produced into the loaded cluster directly) get the
+loaded cluster as their source cluster and their own partition and offset; fence records
+(which a mirror worker writes when it takes over a partition) are not data and are skipped.
+A source cluster the topology does not name gets source_dc "unknown".
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from cluster.client.admin import EARLIEST, LATEST
+from cluster.client.sync import SyncAdmin
+from spark_aggregate.hadoop import HadoopFs
+from spark_aggregate.ledger import (
+    LEDGER_COLUMNS,
+    LedgerError,
+    LedgerRow,
+    LoadPlan,
+    committed_load_ids,
+    pending_plans,
+    plan_load,
+)
+from spark_aggregate.options import offsets_json
+from spark_aggregate.ranges import OffsetRange, PartitionOffsets
+from spark_aggregate.session import ensure_database
+from spark_aggregate.settings import DATABASE, LEDGER_TABLE, UNKNOWN_DATACENTER, WarehouseSettings, table_name
+
+log = logging.getLogger("dcmirror.load")
+
+LEDGER = f"{DATABASE}.{LEDGER_TABLE}"
+COUNTS_FILE = "_counts.json"
+LAST_LOAD_FILE = "last_load.json"
+PROGRESS_INTERVAL_S = 5.0
+TopicPartition = tuple[str, int]
+
+TABLE_COLUMNS = (
+    ("key", "BINARY"), ("value", "BINARY"), ("headers", "ARRAY<STRUCT<key: STRING, value: BINARY>>"),
+    ("timestamp", "TIMESTAMP"), ("timestamp_type", "INT"), ("kafka_partition", "INT"), ("kafka_offset", "BIGINT"),
+    ("source_cluster", "STRING"), ("source_partition", "INT"), ("source_offset", "BIGINT"), ("load_id", "STRING"),
+)
+PARTITION_COLUMNS = (("source_dc", "STRING"), ("event_date", "DATE"))
+
+
+class LoadConfigError(Exception):
+    """The topology asks for something the warehouse cannot do (exit code 2)."""
+
+
+@dataclass
+class TopicLoad:
+    topic: str
+    table: str
+    partitions: int
+    offsets: int
+    rows: int = 0
+    size_bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class LoadOutcome:
+    plan: LoadPlan
+    topics: list[TopicLoad] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.topics)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.size_bytes for t in self.topics)
+
+
+def new_load_id(now_s: float) -> str:
+    """Sorts by time: 20261121T230512.345Z-9f3a1c."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_s)) + f".{int(now_s * 1000) % 1000:03d}Z"
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000)
+
+
+class Loader:
+    """One `dcmirror load` run in a Spark session over the warehouse."""
+
+    def __init__(self, spark: Any, settings: WarehouseSettings, out: TextIO,
+                 crash_hook: Callable[[str], None] | None = None) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.out = out
+        self.fs = HadoopFs(spark, settings.warehouse_uri)
+        # Tests name a step here to be killed at (see tests/spark/test_load_crash.py).
+        self.crash_hook = crash_hook or (lambda step: None)
+        self.ledger: list[LedgerRow] = []
+
+    # ---- the whole run -------------------------------------------------------------
+
+    def run(self) -> list[LoadOutcome]:
+        """Finish interrupted loads, then load what is new; the outcomes (none: nothing new)."""
+        ensure_database(self.spark, self.settings)
+        self.ensure_ledger()
+        self.ledger = self.read_ledger()
+        self.clean_staging()
+        outcomes = [self.execute(plan) for plan in pending_plans(self.ledger)]
+        offsets, tables = self.discover()
+        for topic in sorted(tables):
+            self.ensure_table(topic)
+        now = time.time()
+        plan = plan_load(self.ledger, offsets, load_id=new_load_id(now), now_ms=int(now * 1000),
+                         fail_on_data_loss=self.settings.fail_on_data_loss,
+                         max_offsets=self.settings.max_offsets_per_load)
+        if plan is not None:
+            self.append_ledger(plan.planned_rows())
+            self.crash_hook("planned")
+            outcomes.append(self.execute(plan))
+        return outcomes
+
+    def discover(self) -> tuple[dict[TopicPartition, PartitionOffsets], dict[str, str]]:
+        """Log start offsets and high watermarks of the wanted partitions, and topic -> table."""
+        with SyncAdmin(self.settings.bootstrap, client_id="dcmirror-load") as admin:
+            meta = admin.metadata(None)
+            partitions = [(t.name, p.partition_index) for t in meta.topics
+                          if t.error_code == 0 and self.settings.wanted(t.name) for p in t.partitions]
+            tables: dict[str, str] = {}
+            for topic in sorted({t for t, _ in partitions}):
+                table = table_name(topic)
+                other = next((t for t, name in tables.items() if name == table), None)
+                if other is not None:
+                    raise LoadConfigError(f"topics {other!r} and {topic!r} would both load into table "
+                                          f"{DATABASE}.{table}; narrow the warehouse topics regex to one of them")
+                tables[topic] = table
+            if not partitions:
+                return {}, tables
+            starts = admin.list_offsets(partitions, EARLIEST)
+            ends = admin.list_offsets(partitions, LATEST)
+        return {tp: PartitionOffsets(starts[tp], ends[tp]) for tp in partitions}, tables
+
+    # ---- one load ------------------------------------------------------------------
+
+    def execute(self, plan: LoadPlan) -> LoadOutcome:
+        started = time.monotonic()
+        outcome = LoadOutcome(plan)
+        verb = "finishing interrupted load" if plan.resumed else "load"
+        print(f"{verb} {plan.load_id}: {plan.offsets:,} offsets in {len(plan.ranges)} partitions of "
+              f"{len(plan.topics())} topics", file=self.out, flush=True)
+        for gap in plan.gaps:
+            print(f"  data loss recorded (failOnDataLoss=false): {gap.describe()}", file=self.out, flush=True)
+        staged: dict[str, dict[str, Any]] = {}
+        for topic in plan.topics():
+            self.ensure_table(topic)
+            staged[topic] = self.stage(plan, topic)
+        self.crash_hook("staged")
+        for topic in plan.topics():
+            self.publish(plan, topic)
+        self.crash_hook("published")
+        rows: dict[TopicPartition, int] = {}
+        for topic, counts in staged.items():
+            for partition, n in counts["rows"].items():
+                rows[(topic, int(partition))] = n
+            ranges = plan.ranges_of(topic)
+            outcome.topics.append(TopicLoad(topic, f"{DATABASE}.{table_name(topic)}", len(ranges),
+                                            sum(r.size for r in ranges), sum(counts["rows"].values()),
+                                            counts["bytes"], counts["seconds"]))
+        self.append_ledger(plan.committed_rows(rows, int(time.time() * 1000)))
+        self.crash_hook("committed")
+        self.fs.delete(self.staging_dir(plan.load_id))
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    def staging_dir(self, load_id: str, table: str | None = None) -> str:
+        base = f"{self.settings.staging_uri}/{load_id}"
+        return base if table is None else f"{base}/{table}"
+
+    def stage(self, plan: LoadPlan, topic: str) -> dict[str, Any]:
+        """The topic's ranges as Parquet in staging (once: a `_counts.json` marks it done)."""
+        table = table_name(topic)
+        staging = self.staging_dir(plan.load_id, table)
+        done = self.fs.read_text(f"{staging}/{COUNTS_FILE}")
+        if done is not None:
+            counts: dict[str, Any] = orjson.loads(done)
+            return counts
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        ranges = plan.ranges_of(topic)
+        started = time.monotonic()
+        df = self.frame(plan.load_id, topic, ranges)
+        observation = Observation(f"dcmirror-load-{table}")
+        metrics = [F.expr(f"count_if(kafka_partition = {r.partition})").alias(f"p{r.partition}") for r in ranges]
+        metrics += [F.expr("coalesce(sum(octet_length(key)), 0) + coalesce(sum(octet_length(value)), 0)")
+                    .alias("bytes")]
+        df = df.observe(observation, *metrics)
+        with Progress(self.spark, topic, sum(r.size for r in ranges), self.out):
+            df.write.mode("overwrite").partitionBy(*(c for c, _ in PARTITION_COLUMNS)).parquet(staging)
+        got = observation.get
+        counts = {"rows": {str(r.partition): int(got[f"p{r.partition}"]) for r in ranges},
+                  "bytes": int(got["bytes"]), "seconds": round(time.monotonic() - started, 3)}
+        self.crash_hook("stage-written")
+        self.fs.write_text(f"{staging}/{COUNTS_FILE}", orjson.dumps(counts).decode())
+        return counts
+
+    def frame(self, load_id: str, topic: str, ranges: list[OffsetRange]) -> Any:
+        """The table rows of `ranges`: the dcmirror source, provenance, JSON columns, partitions."""
+        s = self.settings
+        reader = (self.spark.read.format("dcmirror")
+                  .option("bootstrap.servers", s.bootstrap)
+                  .option("assign", orjson.dumps({topic: [r.partition for r in ranges]}).decode())
+                  .option("startingOffsets", offsets_json({(r.topic, r.partition): r.start for r in ranges}))
+                  .option("endingOffsets", offsets_json({(r.topic, r.partition): r.end for r in ranges}))
+                  .option("includeHeaders", "true")
+                  .option("includeProvenance", "true")
+                  .option("failOnDataLoss", str(s.fail_on_data_loss).lower())
+                  .option("pollTimeoutMs", str(s.poll_timeout_ms))
+                  .option("minPartitions", str(s.min_partitions or self.spark.sparkContext.defaultParallelism)))
+        for key, value in s.kafka.items():
+            reader = reader.option(f"kafka.{key}", value)
+        source = _sql_string(s.source)
+        datacenters = ", ".join(f"{_sql_string(c)}, {_sql_string(dc)}" for c, dc in sorted(s.datacenters.items()))
+        columns = [
+            "key", "value", "headers", "timestamp", "timestampType AS timestamp_type",
+            "partition AS kafka_partition", "offset AS kafka_offset",
+            f"coalesce(sourceCluster, {source}) AS source_cluster",
+            "CASE WHEN sourceCluster IS NULL THEN partition ELSE sourcePartition END AS source_partition",
+            "CASE WHEN sourceCluster IS NULL THEN offset ELSE sourceOffset END AS source_offset",
+            f"{_sql_string(load_id)} AS load_id",
+        ]
+        ddl = s.schema_of(topic)
+        if ddl is not None:
+            columns.append(f"from_json(CAST(value AS STRING), {_sql_string(ddl)}) AS __parsed")
+        columns += [
+            f"coalesce(try_element_at(map({datacenters}), coalesce(sourceCluster, {source})), "
+            f"{_sql_string(UNKNOWN_DATACENTER)}) AS source_dc",
+            "to_date(timestamp) AS event_date",
+        ]
+        df = reader.load().where("NOT fence").selectExpr(*columns)
+        if ddl is not None:
+            names = [c for c, _ in TABLE_COLUMNS] + ["__parsed.*"] + [c for c, _ in PARTITION_COLUMNS]
+            df = df.select(*names)
+        return df
+
+    def publish(self, plan: LoadPlan, topic: str) -> None:
+        """Move the staged files into the table and add their partitions to the metastore."""
+        table = table_name(topic)
+        staging = self.staging_dir(plan.load_id, table)
+        location = self.table_location(table)
+        for entry in self.fs.list_files(staging):
+            folder, _, name = entry.relative.rpartition("/")
+            target = f"{location}/{folder}/{plan.load_id}-{name}" if folder else f"{location}/{plan.load_id}-{name}"
+            if folder:
+                self.fs.mkdirs(f"{location}/{folder}")
+            if self.fs.exists(target):
+                self.fs.delete(target)  # an earlier attempt's copy of the same staged file
+            if not self.fs.rename(entry.path, target):
+                raise OSError(f"could not move {entry.path} to {target}")
+            self.crash_hook("publish-file")
+        specs = []
+        for dc_dir in self.fs.list_dirs(staging):
+            for date_dir in self.fs.list_dirs(f"{staging}/{dc_dir}"):
+                dc = dc_dir.partition("=")[2]
+                day = date_dir.partition("=")[2]
+                specs.append(f"PARTITION (source_dc = {_sql_string(dc)}, event_date = DATE {_sql_string(day)})")
+        if specs:
+            self.spark.sql(f"ALTER TABLE {DATABASE}.{table} ADD IF NOT EXISTS " + " ".join(specs))
+
+    # ---- tables and ledger -------------------------------------------------------
+
+    def ensure_table(self, topic: str) -> None:
+        table = f"{DATABASE}.{table_name(topic)}"
+        ddl = self.settings.schema_of(topic)
+        wanted = ", ".join(f"`{c}` {t}" for c, t in TABLE_COLUMNS)
+        if ddl is not None:
+            wanted += ", " + ddl
+        partition_ddl = ", ".join(f"`{c}` {t}" for c, t in PARTITION_COLUMNS)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({wanted}, {partition_ddl}) USING parquet "
+                       f"PARTITIONED BY ({', '.join(c for c, _ in PARTITION_COLUMNS)})")
+        if ddl is not None:
+            from pyspark.sql.types import StructType
+
+            have = {c.lower() for c in self.spark.table(table).columns}
+            new = [f for f in StructType.fromDDL(ddl).fields if f.name.lower() not in have]
+            if new:
+                # The topology's schema grew: older rows read the new columns as NULL.
+                added = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new)
+                self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+
+    def table_location(self, table: str) -> str:
+        for row in self.spark.sql(f"DESCRIBE TABLE EXTENDED {DATABASE}.{table}").collect():
+            if row[0] == "Location":
+                return str(row[1]).rstrip("/")
+        raise LedgerError(f"the metastore has no location for table {DATABASE}.{table}")
+
+    def ensure_ledger(self) -> None:
+        columns = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {LEDGER} ({columns}) USING parquet")
+
+    def read_ledger(self) -> list[LedgerRow]:
+        return [LedgerRow(r.load_id, r.topic, r.partition, r.start_offset, r.end_offset, r.rows, r.status,
+                          _ms(r.planned_at) or 0, _ms(r.finished_at), r.note)
+                for r in self.spark.table(LEDGER).collect()]
+
+    def append_ledger(self, rows: Iterable[LedgerRow]) -> None:
+        """One single-file append (whole or not at all)."""
+        rows = list(rows)
+        data = [(r.load_id, r.topic, r.partition, r.start_offset, r.end_offset, r.rows, r.status,
+                 _dt(r.planned_at_ms), _dt(r.finished_at_ms), r.note) for r in rows]
+        schema = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
+        self.spark.createDataFrame(data, schema).coalesce(1).write.insertInto(LEDGER)
+        self.ledger += rows
+
+    def clean_staging(self) -> None:
+        """Staging left by loads that committed (killed before removing it)."""
+        done = committed_load_ids(self.ledger)
+        for load_id in self.fs.list_dirs(self.settings.staging_uri):
+            if load_id in done:
+                self.fs.delete(self.staging_dir(load_id))
+
+
+class Progress:
+    """Prints a write's progress every PROGRESS_INTERVAL_S while it runs: input partitions
+    done, records and MB written, rates (from Spark's status store)."""
+
+    def __init__(self, spark: Any, topic: str, offsets: int, out: TextIO) -> None:
+        self.spark = spark
+        self.topic = topic
+        self.offsets = offsets
+        self.out = out
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dcmirror-load-progress", daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(PROGRESS_INTERVAL_S):
+            try:
+                line = self._line()
+            except Exception:  # noqa: BLE001 - progress is best effort
+                continue
+            if line and line != last:
+                print(line, file=self.out, flush=True)
+                last = line
+
+    def _line(self) -> str | None:
+        store = self.spark.sparkContext._jsc.sc().statusStore()
+        stages = store.activeStages()
+        done = total = records = size = 0
+        for i in range(stages.size()):
+            stage = stages.apply(i)
+            done += stage.numCompleteTasks()
+            total += stage.numTasks()
+            records += stage.outputRecords()
+            size += stage.outputBytes()
+        if not total:
+            return None
+        elapsed = time.monotonic() - self._started
+        return (f"  {self.topic}: {done}/{total} input partitions done, {records:,} of ~{self.offsets:,} records "
+                f"written ({records / elapsed:,.0f} records/s, {size / elapsed / 1e6:.1f} MB/s of Parquet)")
+
+
+def summary_table(outcomes: list[LoadOutcome]) -> str:
+    header = ("topic", "table", "partitions", "offsets", "rows", "MB", "seconds", "rows/s", "MB/s")
+    lines: list[tuple[str, ...]] = []
+    total = TopicLoad("total", "", 0, 0)
+    for outcome in outcomes:
+        for t in outcome.topics:
+            lines.append(_row(t))
+            total.partitions += t.partitions
+            total.offsets += t.offsets
+            total.rows += t.rows
+            total.size_bytes += t.size_bytes
+        total.seconds += outcome.seconds
+    lines.append(_row(total))
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
+
+    def fmt(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(header), rule, *[fmt(r) for r in lines[:-1]], rule, fmt(lines[-1])])
+
+
+def _row(t: TopicLoad) -> tuple[str, ...]:
+    seconds = max(t.seconds, 1e-9)
+    return (t.topic, t.table, str(t.partitions), f"{t.offsets:,}", f"{t.rows:,}", f"{t.size_bytes / 1e6:.1f}",
+            f"{t.seconds:.1f}", f"{t.rows / seconds:,.0f}", f"{t.size_bytes / seconds / 1e6:.1f}")
+
+
+def write_last_load(settings: WarehouseSettings, doc: dict[str, Any]) -> None:
+    """<path>/last_load.json: what the last load did (for `dcmirror status`, no Spark needed)."""
+    path = Path(settings.path) / LAST_LOAD_FILE
+    tmp = path.with_name(f".{LAST_LOAD_FILE}.tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    tmp.replace(path)

@@ -1,0 +1,141 @@
+"""The Spark session over the warehouse (Hive metastore: embedded Derby under the
+warehouse path, or an external one), and the lock that keeps one process at a time on an
+embedded metastore.
+
+Embedded Derby allows a single JVM. `dcmirror load` and `dcmirror warehouse sql` take an
+exclusive lock on <path>/warehouse.lock first; a second process fails at once with a
+message naming the holder instead of Derby's "Another instance may have booted the
+database". With metastore.uri set, queries need no lock (loads still take it, so two loads
+from one machine never interleave).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from spark_aggregate.settings import DATABASE, WarehouseSettings
+
+log = logging.getLogger("dcmirror.spark")
+
+LOCK_FILE = "warehouse.lock"
+JVM_EXIT_TIMEOUT_S = 30.0
+
+
+class WarehouseBusy(Exception):
+    """Another process holds the warehouse lock."""
+
+
+@contextmanager
+def warehouse_lock(settings: WarehouseSettings, what: str) -> Iterator[None]:
+    """Hold <path>/warehouse.lock (flock: released by the kernel however the holder dies)."""
+    settings.path.mkdir(parents=True, exist_ok=True)
+    lock_path = settings.path / LOCK_FILE
+    f: IO[str] = open(lock_path, "a+")
+    try:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise WarehouseBusy(
+                f"the warehouse at {settings.path} is in use by {holder}; its embedded metastore (Derby) allows "
+                "one process at a time. Wait for it to finish, or configure an external metastore "
+                "(warehouse config metastore.uri)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{what} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
+def spark_conf(settings: WarehouseSettings, app_name: str, *, submitted: bool) -> dict[str, str]:
+    """Spark settings for the warehouse; the user's spark.* settings win, except where the
+    warehouse itself must decide (catalog, warehouse dir)."""
+    conf = {
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "1g",
+    }
+    conf.update(settings.spark_conf)
+    if submitted:
+        conf.pop("spark.master", None)  # spark-submit's --master decides
+    conf["spark.sql.catalogImplementation"] = "hive"
+    conf["spark.sql.warehouse.dir"] = settings.warehouse_uri
+    if settings.metastore_uri is not None:
+        conf["spark.hadoop.hive.metastore.uris"] = settings.metastore_uri
+    else:
+        metastore = (settings.path / "metastore_db").absolute()
+        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={metastore};create=true"
+        derby_log = f"-Dderby.stream.error.file={(settings.path / 'derby.log').absolute()}"
+        conf["spark.driver.extraJavaOptions"] = (conf.get("spark.driver.extraJavaOptions", "") + " " + derby_log).strip()
+    return conf
+
+
+def start_session(settings: WarehouseSettings, app_name: str, *, submitted: bool = False) -> Any:
+    """A SparkSession over the warehouse with the dcmirror data source registered."""
+    # Python workers run this interpreter (its virtualenv has the project and pyarrow),
+    # unless the user chose one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from spark_aggregate.source import register
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed gateway connection
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app_name, submitted=submitted).items():
+        builder = builder.config(key, value)
+    spark = builder.enableHiveSupport().getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def ensure_database(spark: Any, settings: WarehouseSettings) -> None:
+    location = f"{settings.warehouse_uri.rstrip('/')}/{DATABASE}.db"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE} LOCATION '{location}'")
+
+
+def stop_session(spark: Any) -> None:
+    """Stop Spark and wait for its JVM to exit, so the embedded metastore is free when this
+    returns (a JVM left to notice its parent's exit would hold Derby a moment longer)."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None:
+        gateway.shutdown()
+    if proc is not None:
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()  # the JVM exits when its stdin closes
+            proc.wait(JVM_EXIT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - best effort at exit
+            log.warning("the Spark JVM did not exit within %g s: %s", JVM_EXIT_TIMEOUT_S, exc)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def metastore_error(exc: BaseException, settings: WarehouseSettings) -> str | None:
+    """A clear message for a metastore that cannot be opened, else None."""
+    text = str(exc)
+    if "Another instance of Derby" in text or "XSDB6" in text or "Failed to start database" in text:
+        return (f"the embedded metastore at {Path(settings.path) / 'metastore_db'} is in use by another JVM "
+                "(a load or a warehouse query still running); wait for it to finish, or configure an "
+                "external metastore (warehouse config metastore.uri)")
+    if settings.metastore_uri and ("MetaException" in text or "Could not connect to meta store" in text):
+        return f"cannot reach the Hive metastore at {settings.metastore_uri}: {text.splitlines()[0]}"
+    return None

@@ -1,0 +1,100 @@
+"""The warehouse as the topology file describes it: where it lives, what it loads, how
+Spark runs (sans-IO; the `[warehouse]` section is validated by topology/load.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirror.checkpoints import CHECKPOINTS_TOPIC
+from mirror.worker import HEARTBEATS_TOPIC
+from topology import Topology, TopologyError
+
+DATABASE = "dcmirror"
+LEDGER_TABLE = "loads"
+UNKNOWN_DATACENTER = "unknown"
+DEFAULT_MASTER = "local[2]"
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+MIRROR_TOPICS = frozenset({HEARTBEATS_TOPIC, CHECKPOINTS_TOPIC})
+
+
+def table_name(topic: str) -> str:
+    """Warehouse table of a topic: non-alphanumerics become "_" (east.pageviews ->
+    east_pageviews); the metastore keeps names in lower case."""
+    return re.sub(r"[^A-Za-z0-9]", "_", topic).lower()
+
+
+def is_loadable(topic: str) -> bool:
+    """Kafka's internal topics and the mirror's own are never warehouse data."""
+    return not topic.startswith("__") and topic not in MIRROR_TOPICS
+
+
+@dataclass(frozen=True)
+class WarehouseSettings:
+    source: str
+    """The cluster loaded from."""
+    bootstrap: str
+    path: Path
+    """Local directory: lock, embedded metastore, logs, last-load summary."""
+    warehouse_uri: str
+    """Where the tables' data goes (a Hadoop filesystem URI)."""
+    metastore_uri: str | None
+    topics: str
+    schemas: tuple[tuple[str, str], ...]
+    datacenters: dict[str, str] = field(hash=False)
+    """cluster name -> datacenter, for the tables' source_dc partition column."""
+    spark_conf: dict[str, str] = field(hash=False)
+    kafka: dict[str, str] = field(hash=False)
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_offsets_per_load: int | None = None
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    load_interval_ms: int = 0
+
+    @property
+    def embedded_metastore(self) -> bool:
+        return self.metastore_uri is None
+
+    @property
+    def staging_uri(self) -> str:
+        return f"{self.warehouse_uri.rstrip('/')}/_staging"
+
+    def schema_of(self, topic: str) -> str | None:
+        for pattern, ddl in self.schemas:
+            if re.fullmatch(pattern, topic):
+                return ddl
+        return None
+
+    def wanted(self, topic: str) -> bool:
+        return is_loadable(topic) and re.fullmatch(self.topics, topic) is not None
+
+    @classmethod
+    def from_topology(cls, topology: Topology) -> WarehouseSettings:
+        spec = topology.warehouse
+        if spec is None:
+            file = str(topology.path) if topology.path is not None else None
+            raise TopologyError("the topology has no [warehouse] section: add one naming the cluster to load "
+                                "from, e.g. [warehouse] source = \"aggregate\"", file=file)
+        config = dict(spec.config)
+        spark_conf = {k: v for k, v in config.items() if k.startswith("spark.")}
+        spark_conf.setdefault("spark.master", DEFAULT_MASTER)
+        kafka = {k[len("kafka."):]: v for k, v in config.items() if k.startswith("kafka.")}
+        path = Path(spec.path)
+        return cls(
+            source=spec.source,
+            bootstrap=topology.cluster(spec.source).bootstrap(),
+            path=path,
+            warehouse_uri=config.get("warehouse.uri", path.absolute().as_uri()),
+            metastore_uri=config.get("metastore.uri"),
+            topics=spec.topics,
+            schemas=spec.schemas,
+            datacenters={name: c.datacenter for name, c in topology.clusters.items()},
+            spark_conf=spark_conf,
+            kafka=kafka,
+            fail_on_data_loss=config.get("failOnDataLoss", "true") == "true",
+            min_partitions=int(config["minPartitions"]) if "minPartitions" in config else None,
+            max_offsets_per_load=int(config["maxOffsetsPerLoad"]) if "maxOffsetsPerLoad" in config else None,
+            poll_timeout_ms=int(config.get("pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)),
+            load_interval_ms=int(config.get("load.interval.ms", 0)),
+        )
