@@ -372,8 +372,11 @@ class Broker:
         return functools.partial(write_offset_checkpoint, self.data_dir / REPLICATION_OFFSET_FILE, offsets)
 
     def close(self) -> None:
-        if self._logs_loaded:
-            self.checkpoint_high_watermarks()()
+        if not self._logs_loaded:
+            # Nothing was opened (say, the listener's port was taken): leave the data directory
+            # as it is, without an empty recovery-point file and a clean-shutdown marker.
+            return
+        self.checkpoint_high_watermarks()()
         self.logs.close()
 
     def _log_config_for(self, topic: str) -> Any:

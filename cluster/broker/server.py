@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -292,9 +294,10 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(server.run)
+                await _start_listener(nursery, "Kafka listener", host, port, server.run)
                 if http is not None:
-                    await nursery.start(admin_http.serve, http[0], http[1], metrics.routes(broker))
+                    await _start_listener(nursery, "admin HTTP listener", http[0], http[1], admin_http.serve,
+                                          http[0], http[1], metrics.routes(broker))
                 await nursery.start(broker.start)
 
                 async def report_ready() -> None:
@@ -312,6 +315,27 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
 
                 nursery.start_soon(report_ready)
                 nursery.start_soon(wait_for_signal)
+    except ExceptionGroup as group:
+        # trio wraps what the nursery's tasks raise; a taken port is one plain error for the CLI.
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], OSError):
+            raise leaves[0] from None
+        raise
     finally:
         broker.close()
         log.info("broker %d stopped cleanly", broker.node_id)
+
+
+async def _start_listener(nursery: trio.Nursery, what: str, host: str, port: int, fn: Any, *args: Any) -> None:
+    try:
+        await nursery.start(fn, *args)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{what} {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc

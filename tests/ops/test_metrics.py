@@ -5,6 +5,7 @@ cluster that loses a broker."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -111,6 +112,20 @@ def test_admin_http_settings_are_checked(tmp_path: Path) -> None:
          "--set", "admin.http.port.offset=5"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "set admin.http.listener or admin.http.port.offset, not both" in proc.stderr
+
+    # A taken port is named, and the data directory is left alone (no clean-shutdown marker).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(tmp_path / "c"), "--listen",
+             f"127.0.0.1:{free_port()}", "--set", f"admin.http.listener=127.0.0.1:{port}"],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"dcmirror broker: [Errno 98] admin HTTP listener 127.0.0.1:{port}: Address already in use")
+    assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.slow
