@@ -19,7 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spark_aggregate.ranges import DataLossError, Gap, OffsetRange, PartitionOffsets, data_loss_message
+from spark_aggregate.ranges import (
+    DataLossError,
+    Gap,
+    OffsetRange,
+    PartitionOffsets,
+    data_loss_message,
+)
 
 PLANNED = "planned"
 GAP = "gap"

@@ -60,7 +60,13 @@ from spark_aggregate.ledger import (
 from spark_aggregate.options import offsets_json
 from spark_aggregate.ranges import OffsetRange, PartitionOffsets
 from spark_aggregate.session import ensure_database
-from spark_aggregate.settings import DATABASE, LEDGER_TABLE, UNKNOWN_DATACENTER, WarehouseSettings, table_name
+from spark_aggregate.settings import (
+    DATABASE,
+    LEDGER_TABLE,
+    UNKNOWN_DATACENTER,
+    WarehouseSettings,
+    table_name,
+)
 
 log = logging.getLogger("dcmirror.load")
 
@@ -323,7 +329,9 @@ class Loader:
             from pyspark.sql.types import StructType
 
             have = {c.lower() for c in self.spark.table(table).columns}
-            new = [f for f in StructType.fromDDL(ddl).fields if f.name.lower() not in have]
+            declared = StructType.fromDDL(ddl)
+            assert isinstance(declared, StructType)
+            new = [f for f in declared.fields if f.name.lower() not in have]
             if new:
                 # The topology's schema grew: older rows read the new columns as NULL.
                 added = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new)

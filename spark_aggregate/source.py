@@ -63,7 +63,7 @@ def plan_ranges(options: ReadOptions, *, timeout_ms: int = 60_000) -> list[Offse
     """The offset ranges a read covers (empty ones included), from the cluster's metadata
     and offsets now."""
     with SyncAdmin(options.bootstrap_servers) as admin:
-        admin.api_timeout_s = timeout_ms / 1000
+        admin.admin.api_timeout_s = timeout_ms / 1000
         meta = admin.metadata(None)
         partitions: dict[str, list[int]] = {}
         for t in meta.topics:
