@@ -169,6 +169,7 @@ async def _report_every(interval_s: float, line: Callable[[float], str], out: Ca
 async def run_produce(bootstrap: str, topic: str, num_records: int, record_size: int, throughput: float,
                       props: dict[str, str], interval_s: float, out: Callable[[str], None]) -> dict[str, Any]:
     from cluster.client.accumulator import BufferFull
+    from cluster.client.errors import KafkaTimeoutError
     from cluster.client.producer import Producer
 
     # One random payload of uppercase letters, reused (as kafka-producer-perf-test does).
@@ -177,7 +178,14 @@ async def run_produce(bootstrap: str, topic: str, num_records: int, record_size:
     config = {"bootstrap.servers": bootstrap, "client.id": "dcmirror-perf-producer", **props}
     async with Producer(config) as producer:
         # The topic's metadata first, so the first records are not held back waiting for it.
-        await producer.cluster.wait_for_topic(topic, producer.max_block_s)
+        # The client never auto-creates topics (Kafka's perf test leans on the broker doing it).
+        try:
+            await producer.cluster.wait_for_topic(topic, producer.max_block_s)
+        except KafkaTimeoutError as exc:
+            if "UNKNOWN_TOPIC_OR_PARTITION" not in str(exc):
+                raise
+            raise KafkaTimeoutError(f"{exc}; create it first: dcmirror topics create {topic} --bootstrap "
+                                    f"{bootstrap} --partitions N --replication-factor R") from None
         clock = time.perf_counter
         start = clock()
         stats = ProducerStats(num_records, record_size, start)

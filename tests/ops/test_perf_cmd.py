@@ -103,6 +103,9 @@ def test_usage_errors(broker: BrokerProcess) -> None:
     assert bad.returncode == 2 and "did you mean 'linger.ms'" in bad.stderr
     none = perf("consume", "--topic", "perf", "--messages", "1")
     assert none.returncode == 2 and "--bootstrap-server" in none.stderr
+    missing = perf("produce", "--bootstrap-server", broker.bootstrap, "--topic", "nope", "--num-records", "1",
+                   "--producer-props", "max.block.ms=1000")
+    assert missing.returncode == 1 and "create it first: dcmirror topics create nope" in missing.stderr
     pair = perf("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf", "--num-records", "1",
                 "--producer-props", "linger.ms")
     assert pair.returncode == 2 and "KEY=VALUE" in pair.stderr
