@@ -18,9 +18,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from deploy.lab import run
 from deploy.lab.network import missing_requirements
+from deploy.mirror_cmd import flow_reports
 from tests.harness import REPO
 from tests.mirror.lab import NotReady, partition_count, wait_for
+from topology import load
 
 FENCE = "dcmirror.fence"
 
@@ -82,28 +85,37 @@ class LabRun:
         return self.work_dir / "topology.toml"
 
     def bootstrap(self, cluster: str) -> str:
-        from topology import load
-
         return load(self.topology).cluster(cluster).bootstrap()
 
     def netns(self, host: str) -> str:
         (found,) = [h["netns"] for h in self.state()["plan"]["hosts"] if h["name"] == host]
         return str(found)
 
-    def run(self, *args: str) -> str:
+    def cli(self, *args: str) -> str:
+        """`dcmirror lab ARGS --work-dir DIR`: its output (it must succeed)."""
         done = dcmirror("lab", *args, "--work-dir", str(self.work_dir))
         assert done.returncode == 0, f"dcmirror lab {' '.join(args)}: {done.returncode}\n{done.stdout}{done.stderr}"
         return done.stdout
 
+    # In-process, what the `dcmirror lab ...` and `dcmirror mirror status` commands call (each
+    # command spends seconds importing before it acts; a cut's timing should not).
+
     def status(self) -> dict[str, Any]:
-        """`dcmirror lab status --json`."""
-        return dict(json.loads(self.run("status", "--json")))
+        return run.status(self.work_dir)
+
+    def cut(self, dc: str, *others: str, reject: bool = False) -> None:
+        run.cut(self.work_dir, dc, others, reject=reject)
+
+    def heal(self, dc: str | None = None) -> None:
+        run.heal(self.work_dir, dc)
+
+    def latency(self, latency_ms: float) -> None:
+        run.set_latency(self.work_dir, latency_ms)
 
     def mirror_status(self) -> list[dict[str, Any]]:
-        done = dcmirror("mirror", "status", "--config", str(self.topology), "--json")
-        if done.returncode != 0:
-            raise NotReady(f"mirror status: {done.returncode} {done.stderr[-500:]}")
-        return list(json.loads(done.stdout))
+        """What `dcmirror mirror status --json` prints."""
+        topology = load(self.topology)
+        return flow_reports(topology, list(topology.mirrors))
 
     def leftovers(self, prefix: str) -> list[str]:
         namespaces = [p.name for p in Path("/run/netns").glob(f"{prefix}-*")]
