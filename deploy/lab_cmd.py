@@ -118,7 +118,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return run.up(topology, Path(args.config).resolve(), Path(args.work_dir).resolve(),
                       latency_ms=args.latency_ms, link=args.link, base=args.base_network, timeout_s=args.timeout,
                       say=_say)
-    except LabError as exc:
+    except (LabError, PlanError, TopologyError, OSError) as exc:
         return _fail("up", exc)
 
 

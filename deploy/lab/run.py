@@ -99,15 +99,19 @@ def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: flo
         except PlanError as exc:
             raise LabError(str(exc)) from None
         register(prefix, work_dir, str(base))
-    lab = lab_topology(topology, plan, work_dir)
-    lab_config = work_dir / "topology.toml"
-    lab_config.write_text(dump_topology(lab, header=(
-        f"The lab topology of {config}, written by `dcmirror lab up` (namespaces {prefix}-*):\n"
-        "every node at its namespace's address, data and warehouse in the lab's work directory.")))
-    lab = load(lab_config)  # what the children read, checked as they will check it
-    write_state(work_dir, {"prefix": prefix, **me(), "config": str(config), "lab_config": str(lab_config),
-                           "work_dir": str(work_dir), "phase": "starting", "started_ms": int(time.time() * 1000),
-                           "plan": plan.document(), "cuts": []})
+    try:
+        lab = lab_topology(topology, plan, work_dir)
+        lab_config = work_dir / "topology.toml"
+        lab_config.write_text(dump_topology(lab, header=(
+            f"The lab topology of {config}, written by `dcmirror lab up` (namespaces {prefix}-*):\n"
+            "every node at its namespace's address, data and warehouse in the lab's work directory.")))
+        lab = load(lab_config)  # what the children read, checked as they will check it
+        write_state(work_dir, {"prefix": prefix, **me(), "config": str(config), "lab_config": str(lab_config),
+                               "work_dir": str(work_dir), "phase": "starting", "started_ms": int(time.time() * 1000),
+                               "plan": plan.document(), "cuts": []})
+    except BaseException:
+        unregister(prefix)
+        raise
     return plan, lab
 
 
