@@ -89,11 +89,16 @@ def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: flo
             raise LabError("the kernel has neither the netem qdisc nor TUN devices (/dev/net/tun): no WAN for the lab")
         say(f"WAN links: {'tc netem' if link == LINK_NETEM else 'user-space over TUN devices (no netem qdisc here)'}")
     with registry_lock():
+        used = network.used_networks() + [IPv4Network(e["base"]) for e in registered()
+                                          if running(e.get("pid"), e.get("pid_start")) and "base" in e]
         if base is None:
-            others = [IPv4Network(e["base"]) for e in registered()
-                      if running(e.get("pid"), e.get("pid_start")) and "base" in e]
             preferred = IPv4Network(previous["plan"]["base"]) if previous is not None else None
-            base = pick_base(network.used_networks() + others, preferred)
+            base = pick_base(used, preferred)
+        else:
+            clash = [n for n in used if n.prefixlen > 0 and n.overlaps(base)]
+            if clash:
+                raise LabError(f"the base network {base} overlaps {clash[0]}, a route of this machine or another "
+                               "lab's network; leave --base-network out to get a free one")
         try:
             plan = plan_lab(topology, prefix=prefix, base=base, link=link, latency_ms=latency_ms)
         except PlanError as exc:
