@@ -155,8 +155,8 @@ def up(topology: Topology, config: Path, work_dir: Path, *, latency_ms: float, l
         network.create(plan, say)
         say(f"latency between datacenters: {plan.latency_ms:g} ms each way ({plan.link})")
         return trio.run(functools.partial(run_lab, plan, lab, work_dir, timeout_s=timeout_s, say=say))
-    except Interrupted as exc:
-        say(f"{exc}: stopping")
+    except (Interrupted, KeyboardInterrupt) as exc:
+        say(f"{exc or 'SIGINT'}: stopping")
         return 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up below is not to be interrupted
