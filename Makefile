@@ -2,7 +2,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := kcat redis-server openjdk-17-jre-headless
+APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2
 
 .PHONY: test demo bench lint sysdeps venv clean
 
@@ -20,6 +20,7 @@ sysdeps:
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -28,7 +29,7 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster deploy topology tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf" -q
+	$(PY) -m pytest -m "not perf" -q --durations=40
 
 demo: venv
 	$(VENV)/bin/dcmirror demo

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # `python -m deploy.cli`; the console script goes through deploy.entry
+    # kio imports hypothesis when it is installed (test environments) only to offer strategies
+    # for its types; no command uses them, and the import cost ~1.3 s per process.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
 import argparse
 import faulthandler
 import logging
 import signal
-import sys
 from pathlib import Path
 
 import trio

@@ -37,6 +37,7 @@ from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 log = logging.getLogger("dcmirror.mirror")
 
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
+SOURCE_SILENT_S = 5.0  # a partition's leader silent longer than this counts as lag (status)
 # Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 INTERNAL_PREFIXES = ("__", "dcmirror.")
@@ -519,15 +520,22 @@ class MirrorWorker:
         """Metrics per flow and partition (lag in records and seconds, record age, throughput)."""
         now_ms = time.time() * 1000
         parts = []
+        consumer = self._consumer
         for tp, pm in sorted(self.partitions.items()):
-            hw = self._consumer.highwater(tp) if self._consumer and tp in self._consumer.assignment() else -1
+            hw = consumer.highwater(tp) if consumer and tp in consumer.assignment() else -1
             lag = max(0, hw - (pm.acked_offset + 1)) if hw >= 0 else None
+            lag_s = 0.0 if lag == 0 else (None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000)
+            # The high watermark is only as fresh as the leader's last answer: a source that
+            # stopped answering (cut off, down) may hold anything since, so the lag is at least
+            # that long, and keeps growing, rather than the 0 of the last answer.
+            silent_s = consumer.since_last_answer_s(tp) if consumer and tp in consumer.assignment() else None
+            if silent_s is not None and silent_s > SOURCE_SILENT_S:
+                lag_s = max(lag_s or 0.0, silent_s)
             parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
                           "next_offset": pm.next_offset, "acked_offset": pm.acked_offset, "high_watermark": hw,
                           "lag_records": lag, "records": pm.records, "bytes": pm.bytes,
                           "record_age_s": None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000,
-                          "lag_s": 0.0 if lag == 0 else (None if pm.last_timestamp_ms < 0
-                                                          else (now_ms - pm.last_timestamp_ms) / 1000)})
+                          "lag_s": lag_s, "source_silent_s": silent_s})
         uptime = max(1e-9, time.time() - self.metrics["started_s"])
         return {"flow": self.flow.name, "worker": self.name, "source": self.flow.source, "target": self.flow.target,
                 "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_s"},

@@ -19,6 +19,7 @@ import math
 import random
 import re
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -80,6 +81,7 @@ class PartitionPosition:
     parked: bool = False  # by an error the application must act on (seek clears it)
     high_watermark: int = -1
     log_start_offset: int = -1
+    answered_at_s: float = -1.0  # time.monotonic() of the last fetch answer without error
     retry_after_s: float = 0.0
     epoch: int = 0  # bumped on seek: fetch answers for an older epoch are dropped
 
@@ -189,6 +191,13 @@ class Consumer:
     def highwater(self, tp: TopicPartition) -> int:
         """The partition's high watermark as of the last fetch (-1 before any)."""
         return self._state(tp).high_watermark
+
+    def since_last_answer_s(self, tp: TopicPartition) -> float | None:
+        """Seconds since the partition's leader last answered a fetch (None before any): how
+        old highwater() is. Long polls keep it under fetch.max.wait.ms while the leader is
+        reachable, even when nothing is written."""
+        at = self._state(tp).answered_at_s
+        return None if at < 0 else time.monotonic() - at
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Next getmany() starts at `offset` (EARLIEST / LATEST also accepted)."""
@@ -581,6 +590,7 @@ class Consumer:
                 if p.error_code == 0:
                     state.high_watermark = p.high_watermark
                     state.log_start_offset = p.log_start_offset
+                    state.answered_at_s = time.monotonic()
                     if p.records:
                         try:
                             next_offset = _next_fetch_offset(p.records, asked[0])

@@ -14,8 +14,9 @@ for 30 s and healed.
 
 Lag is measured from outside (the root namespace reaches every cluster): now minus the
 newest mirrored record's timestamp, while the producers write without pause. The workers'
-own status files are printed beside it (a worker cut off from its source cannot see how far
-behind it falls). No randomness: there is no seed.
+own status files must agree: a worker cut off from its source cannot see its high watermark,
+so it reports the time since the source last answered as lag (not the 0 of its last answer).
+No randomness: there is no seed.
 """
 
 from __future__ import annotations
@@ -199,6 +200,9 @@ def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> Non
             print(f"during the cut: east lag {samples[0][1]:.1f} s -> {east_at_heal:.1f} s, west lag at most "
                   f"{west_max:.2f} s; the workers' status files said (lag records, lag s) {status_during}")
             assert east_at_heal >= CUT_S - 5, samples
+            east_flow = next(flow for flow in status_during if flow.startswith("east"))
+            assert status_during[east_flow][1] >= CUT_S / 2 - 5, \
+                f"mirror status must show the cut-off source lagging: {status_during}"
             late = [e for t, e, _ in samples if t >= 10]
             assert all(b >= a for a, b in zip(late, late[1:], strict=False)), f"east's lag did not keep growing: {late}"
             assert west_max <= 3.0, samples
