@@ -128,7 +128,7 @@ class UpProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy.cli", "up", "--config", str(config), "--timeout", str(UP_READY_TIMEOUT_S)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True, cwd=config.parent)
         self._reader = threading.Thread(target=self._read, name="dcmirror-up-output", daemon=True)
         self._reader.start()
 
@@ -356,11 +356,13 @@ def wait_mirrored(topology: Topology, offsets: dict[tuple[str, str, int], tuple[
 # ---- the warehouse (dcmirror load, dcmirror warehouse sql) -----------------------------------
 
 
-def run_dcmirror(args: list[str], timeout_s: float, echo: bool) -> tuple[int, str, float]:
-    """A `dcmirror ...` subprocess: (exit code, its output, seconds)."""
+def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tuple[int, str, float]:
+    """A `dcmirror ...` subprocess in `cwd`: (exit code, its output, seconds). The demo's own
+    directory, not the caller's: Spark's Python workers put their working directory on
+    sys.path, where any stray grp.py or tarfile.py would shadow the standard library."""
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines: list[str] = []
     timer = threading.Timer(timeout_s, proc.kill)
@@ -379,8 +381,8 @@ def run_dcmirror(args: list[str], timeout_s: float, echo: bool) -> tuple[int, st
 
 
 def warehouse_sql(config: Path, query: str) -> list[dict[str, Any]]:
-    code, output, _ = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], SQL_TIMEOUT_S,
-                                   echo=False)
+    code, output, _ = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], config.parent,
+                                   SQL_TIMEOUT_S, echo=False)
     if code != 0:
         tail = "\n".join(output.splitlines()[-15:])
         raise DemoFailed(f"dcmirror warehouse sql failed ({code}):\n{tail}")
@@ -402,13 +404,13 @@ def count_query(streams: list[Stream]) -> str:
 
 
 def example_query(streams: list[Stream]) -> str:
-    views = [s for s in streams if s.topic == "pageviews"]
+    """The five most viewed pages over both datacenters (fields read from the JSON values)."""
     union = " UNION ALL ".join(
-        f"SELECT '{s.datacenter}' AS dc, get_json_object(CAST(value AS STRING), '$.url') AS url, "
-        f"get_json_object(CAST(value AS STRING), '$.user') AS user FROM {table_name(s.target_topic)}" for s in views)
-    return (f"SELECT url, count(*) AS views, count(DISTINCT user) AS users, "
-            f"sum(CASE WHEN dc = 'east' THEN 1 ELSE 0 END) AS east, "
-            f"sum(CASE WHEN dc = 'west' THEN 1 ELSE 0 END) AS west "
+        f"SELECT source_dc, get_json_object(CAST(value AS STRING), '$.url') AS url, "
+        f"get_json_object(CAST(value AS STRING), '$.user') AS user FROM {table_name(s.target_topic)}"
+        for s in streams if s.topic == "pageviews")
+    return ("SELECT url, count(*) AS views, count(DISTINCT user) AS users, "
+            "count_if(source_dc = 'east') AS east, count_if(source_dc = 'west') AS west "
             f"FROM ({union}) GROUP BY url ORDER BY views DESC, url LIMIT 5")
 
 
@@ -492,7 +494,7 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
         f"(+{fences} fence records the workers wrote when they took their partitions)")
 
     step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables")
-    code, output, load_s = run_dcmirror(["load", "--config", str(config)], LOAD_TIMEOUT_S, echo=True)
+    code, output, load_s = run_dcmirror(["load", "--config", str(config)], config.parent, LOAD_TIMEOUT_S, echo=True)
     if code != 0:
         raise DemoFailed(f"dcmirror load exited {code}" + (
             " (this build has no `dcmirror load` command)" if "invalid choice: 'load'" in output else ""))

@@ -109,8 +109,12 @@ def assess(spec: ClusterSpec, views: Sequence[BrokerView], controllers: Sequence
     waiting: list[str] = []
     for v in views:
         if v.error is not None:
-            problems.append(f"broker {v.node_id} ({v.address}) does not answer: {v.error}")
             waiting.append(f"broker {v.node_id} does not answer yet")
+            if answered:
+                problems.append(f"broker {v.node_id} ({v.address}) does not answer: {v.error}")
+    if views and not answered:
+        problems.append(f"no broker answers ({views[0].address}: {views[0].error})" if len(views) == 1 else
+                        f"none of the {len(views)} brokers answers ({views[0].address}: {views[0].error})")
     # The controller the answering brokers name most often; its own view of the brokers
     # counts (it registers them), else the most common view.
     votes = Counter(v.controller_id for v in answered if v.controller_id is not None and v.controller_id >= 0)
@@ -148,8 +152,6 @@ def assess(spec: ClusterSpec, views: Sequence[BrokerView], controllers: Sequence
         problems.append(f"{len(offline)} offline partition(s) (no leader): {_listed(offline)}")
     if under:
         problems.append(f"{len(under)} under-replicated partition(s) (ISR short of the replicas): {_listed(under)}")
-    if not answered:
-        problems.append("no broker answers")
     topics = len({p.topic for p in partitions if not p.internal})
     user_partitions = sum(not p.internal for p in partitions)
     return ClusterHealth(spec.name, spec.datacenter, ids, tuple(v.node_id for v in answered), registered,

@@ -43,6 +43,8 @@ class ChildSpec:
     """None: a service, restarted whenever it exits; else a job run every interval_s."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Added to the supervisor's environment."""
+    cwd: Path | None = None
+    """Working directory (created if missing); None: the supervisor's."""
 
 
 def describe_exit(returncode: int) -> str:
@@ -88,14 +90,16 @@ class ProcessSupervisor:
 
     async def _spawn(self, spec: ChildSpec) -> trio.Process:
         env = dict(os.environ, PYTHONUNBUFFERED="1", **spec.env)
+        if spec.cwd is not None:
+            spec.cwd.mkdir(parents=True, exist_ok=True)
         if spec.log_path is None:
             return await trio.lowlevel.open_process(list(spec.argv), env=env, start_new_session=True,
-                                                    stdin=subprocess.DEVNULL)
+                                                    stdin=subprocess.DEVNULL, cwd=spec.cwd)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab") as out:
             return await trio.lowlevel.open_process(list(spec.argv), env=env, start_new_session=True,
                                                     stdin=subprocess.DEVNULL, stdout=out,
-                                                    stderr=subprocess.STDOUT)
+                                                    stderr=subprocess.STDOUT, cwd=spec.cwd)
 
     async def _keep(self, spec: ChildSpec) -> None:
         name = spec.name

@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +117,11 @@ def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[
     interval_s = load_interval_s(topology)
     job = None
     if interval_s > 0 and topology.warehouse is not None:
-        job = ChildSpec("load", dcmirror_argv("load", "--config", config),
-                        Path(topology.warehouse.path) / "_logs" / "load.log", interval_s=interval_s)
+        # Run in its own log directory: Spark's Python workers put their working directory on
+        # sys.path, where a stray grp.py or tarfile.py would shadow the standard library.
+        logs = Path(topology.warehouse.path) / "_logs"
+        job = ChildSpec("load", dcmirror_argv("load", "--config", config), logs / "load.log",
+                        interval_s=interval_s, cwd=logs)
     return nodes, workers, job
 
 
@@ -363,7 +367,8 @@ async def run_up(topology: Topology, config: str, *, timeout_s: float = 180.0,
             if unclean:
                 say("dcmirror up: stopped; not clean: " + ", ".join(f"{n} ({c})" for n, c in unclean.items()))
             else:
-                say(f"dcmirror up: stopped; all {len(codes)} processes exited cleanly")
+                ran = sum(code is not None for code in codes.values())
+                say(f"dcmirror up: stopped; all {ran} processes exited cleanly")
             nursery.cancel_scope.cancel()
     return result
 
@@ -423,9 +428,11 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
         if f["data_loss_records"]:
             problems.append(f"flow {f['flow']}: {f['data_loss_records']} records lost at the source "
                             "(removed before they were mirrored)")
-    up, last_load = _up_state(topology)
-    if last_load is not None and last_load.get("exit_code") not in (0, None):
-        problems.append(f"last warehouse load failed ({last_load['exit_code']}); log: {last_load.get('log')}")
+    up, scheduled = _up_state(topology)
+    last_load = _last_load(topology, scheduled)
+    if last_load is not None and last_load["status"] != "ok":
+        problems.append(f"the last warehouse load failed: {last_load.get('error') or last_load['status']}"
+                        + (f" (log: {last_load['log']})" if last_load.get("log") else ""))
     interval_s = load_interval_s(topology)
     return {"config": str(topology.path) if topology.path else None, "healthy": not problems,
             "problems": problems, "clusters": clusters, "flows": flows, "warehouse": topology.warehouse is not None,
@@ -440,6 +447,30 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+LAST_LOAD_FILE = "last_load.json"  # written by `dcmirror load` (spark_aggregate) in the warehouse path
+
+
+def _last_load(topology: Topology, scheduled: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last load: what `dcmirror load` wrote into <warehouse path>/last_load.json (any load,
+    scheduled or by hand), else what `up` saw of its scheduled one (exit code only)."""
+    if topology.warehouse is None:
+        return None
+    try:
+        doc = orjson.loads((Path(topology.warehouse.path) / LAST_LOAD_FILE).read_bytes())
+        finished = doc.get("finished_at") or doc.get("started_at")
+        return {"status": str(doc.get("status", "unknown")),
+                "finished_ms": int(datetime.fromisoformat(finished).timestamp() * 1000) if finished else None,
+                "duration_s": doc.get("seconds"), "rows": doc.get("rows"), "error": doc.get("error"),
+                "log": scheduled.get("log") if scheduled else None}
+    except (OSError, orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+        pass
+    if scheduled is None:
+        return None
+    return {"status": "ok" if scheduled.get("exit_code") == 0 else f"failed (exit {scheduled.get('exit_code')})",
+            "finished_ms": scheduled.get("finished_ms"), "duration_s": scheduled.get("duration_s"), "rows": None,
+            "error": None, "log": scheduled.get("log")}
 
 
 def _up_state(topology: Topology) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -495,9 +526,16 @@ def format_status(doc: dict[str, Any]) -> str:
     lines.append("")
     load = doc["last_load"]
     if load is not None:
-        outcome = "ok" if load["exit_code"] == 0 else f"FAILED ({load['exit_code']})"
-        lines.append(f"last load: {outcome}, {_ago(load['finished_ms'])}, took {load['duration_s']:.1f} s "
-                     f"(log {load['log']})")
+        parts = ["ok" if load["status"] == "ok" else f"FAILED: {load.get('error') or load['status']}"]
+        if load.get("finished_ms"):
+            parts.append(f"finished {_ago(load['finished_ms'])}")
+        if load.get("duration_s") is not None:
+            parts.append(f"took {load['duration_s']:.1f} s")
+        if load.get("rows") is not None:
+            parts.append(f"{load['rows']:,} rows")
+        if load.get("log"):
+            parts.append(f"log {load['log']}")
+        lines.append("last load: " + ", ".join(parts))
     elif not doc["warehouse"]:
         lines.append("last load: - (the topology has no [warehouse])")
     elif not doc["load_interval_s"]:
@@ -508,6 +546,8 @@ def format_status(doc: dict[str, Any]) -> str:
     if up is not None and up["running"]:
         lines.append(f"dcmirror up: pid {up['pid']}, {up['phase']}, {up['children']} children, "
                      f"{up['restarts']} restart(s)")
+    else:
+        lines.append("dcmirror up: not running for this topology (`dcmirror up --config FILE` starts it)")
     if doc["problems"]:
         lines += ["", "problems:"] + [f"  - {p}" for p in doc["problems"]]
     return "\n".join(lines)
