@@ -7,8 +7,10 @@
    JSON with user, url and ts, keyed by user — into east and west;
 3. waits until the mirror has copied every source partition (lag 0 everywhere);
 4. `dcmirror load`: the aggregate's topics into the warehouse tables;
-5. counts records per datacenter and topic in the sources, the aggregate and the warehouse,
-   runs one example query, prints a summary and stops everything.
+5. one Spark SQL query over the tables (records, distinct source records, users, top url
+   per datacenter and topic); then a summary of the records per datacenter and topic in the
+   sources, the aggregate (read back, each source offset exactly once) and the warehouse,
+   and everything is stopped.
 
 Exit 0 only if the counts match everywhere (no record lost or doubled on the way).
 """
@@ -36,7 +38,7 @@ import trio
 
 from topology import Topology, default_topology_text, load
 
-DEFAULT_RECORDS = 60_000
+DEFAULT_RECORDS = 30_000
 TOPICS = ("pageviews", "clicks")
 CLICK_SHARE = 0.3  # of each datacenter's events
 USERS = 5_000
@@ -59,7 +61,7 @@ def say(text: str = "") -> None:
 
 
 def step(number: int, text: str) -> None:
-    say(f"\n== {number}/6 {text}")
+    say(f"\n== {number}/5 {text}")
 
 
 def free_ports(count: int) -> list[int]:
@@ -396,22 +398,19 @@ def warehouse_sql(config: Path, query: str) -> list[dict[str, Any]]:
     return rows
 
 
-def count_query(streams: list[Stream]) -> str:
-    return " UNION ALL ".join(
-        f"SELECT '{s.target_topic}' AS topic, count(*) AS records, "
-        f"count(DISTINCT source_partition, source_offset) AS distinct_records FROM {table_name(s.target_topic)}"
-        for s in streams)
-
-
-def example_query(streams: list[Stream]) -> str:
-    """The five most viewed pages over both datacenters (fields read from the JSON values)."""
-    union = " UNION ALL ".join(
-        f"SELECT source_dc, get_json_object(CAST(value AS STRING), '$.url') AS url, "
-        f"get_json_object(CAST(value AS STRING), '$.user') AS user FROM {table_name(s.target_topic)}"
-        for s in streams if s.topic == "pageviews")
-    return ("SELECT url, count(*) AS views, count(DISTINCT user) AS users, "
-            "count_if(source_dc = 'east') AS east, count_if(source_dc = 'west') AS west "
-            f"FROM ({union}) GROUP BY url ORDER BY views DESC, url LIMIT 5")
+def warehouse_query(streams: list[Stream]) -> str:
+    """One Spark SQL query over the four tables: per datacenter and topic the records, the
+    distinct source records (provenance: source partition and offset), the distinct users
+    and the most frequent url (fields read from the JSON values)."""
+    union = "\n  UNION ALL\n".join(
+        f"  SELECT '{s.target_topic}' AS topic, source_dc, source_partition, source_offset,\n"
+        f"         get_json_object(CAST(value AS STRING), '$.user') AS user,\n"
+        f"         get_json_object(CAST(value AS STRING), '$.url') AS url\n"
+        f"  FROM {table_name(s.target_topic)}" for s in streams)
+    return ("SELECT source_dc AS dc, topic, count(*) AS records,\n"
+            "       count(DISTINCT source_partition, source_offset) AS distinct_records,\n"
+            "       count(DISTINCT user) AS users, mode(url) AS top_url\n"
+            f"FROM (\n{union}\n)\nGROUP BY source_dc, topic ORDER BY topic")
 
 
 # ---- the demo --------------------------------------------------------------------------------
@@ -500,21 +499,38 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
             " (this build has no `dcmirror load` command)" if "invalid choice: 'load'" in output else ""))
     say(f"   load took {load_s:.1f} s")
 
-    step(5, "counting: sources, aggregate, warehouse (Spark SQL)")
-    rows = warehouse_sql(config, count_query(streams))
-    warehouse = {r["topic"]: r for r in rows}
+    step(5, "the warehouse: one Spark SQL query (dcmirror warehouse sql) over the four tables")
+    query = warehouse_query(streams)
+    for line in query.splitlines():
+        say(f"   | {line}")
+    rows = warehouse_sql(config, query)
+    if rows:
+        cols = list(rows[0])
+        for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
+                                     for r in rows], right=2):
+            say(f" {line}")
+    warehouse: dict[str, dict[str, int]] = {}
+    problems: list[str] = []
+    for r in rows:
+        w = warehouse.setdefault(r["topic"], {"records": 0, "distinct_records": 0})
+        w["records"] += int(r["records"])
+        w["distinct_records"] += int(r["distinct_records"])
     source_count = {s: sum(e - b for (c, t, _), (b, e) in offsets.items() if c == s.cluster and t == s.topic)
                     for s in streams}
+    for s in streams:
+        stray = [r["dc"] for r in rows if r["topic"] == s.target_topic and r["dc"] != s.datacenter]
+        if stray:
+            problems.append(f"{table_name(s.target_topic)} holds rows of datacenter(s) {', '.join(stray)}, "
+                            f"not only {s.datacenter}")
 
     counts: dict[str, Any] = {}
-    problems: list[str] = []
     table = [["DATACENTER", "TOPIC", "PRODUCED", "SOURCE", "AGGREGATE", "WAREHOUSE", "TABLE"]]
     totals = [0, 0, 0, 0]
     for s in streams:
-        w = warehouse.get(s.target_topic, {})
+        w = warehouse.get(s.target_topic, {"records": 0, "distinct_records": 0})
         row = {"produced": traffic.acked.get((s.cluster, s.topic), 0), "source": source_count[s],
-               "aggregate": aggregate[s].records, "warehouse": int(w.get("records", -1)),
-               "warehouse_distinct": int(w.get("distinct_records", -1)),
+               "aggregate": aggregate[s].records, "warehouse": w["records"],
+               "warehouse_distinct": w["distinct_records"],
                "aggregate_duplicates": aggregate[s].duplicates, "aggregate_missing": aggregate[s].missing}
         counts[s.target_topic] = row
         values = [row["produced"], row["source"], row["aggregate"], row["warehouse"]]
@@ -527,16 +543,6 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
             problems.append(f"{s.label}: the aggregate has {aggregate[s].duplicates} duplicates and misses "
                             f"{aggregate[s].missing} source offsets")
     table.append(["total", "", *(f"{v:,}" for v in totals), ""])
-
-    step(6, "example query over the warehouse")
-    query = example_query(streams)
-    say(f"   {query}")
-    example = warehouse_sql(config, query)
-    if example:
-        cols = list(example[0])
-        lines = _table([cols] + [[str(r[c]) for c in cols] for r in example])
-        for line in lines:
-            say(f" {line}")
 
     restarts = [line for line in up.lines if "restarting in" in line]
     say("\n== summary")
@@ -556,4 +562,4 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
             f"({totals[0]:,} records)")
     return {"ok": not problems, "problems": problems, "counts": counts,
             "traffic_s": round(traffic.elapsed_s, 2), "mirror_catch_up_s": round(caught_up_s, 2),
-            "mirror_lag_records": 0, "load_s": round(load_s, 2), "example": example}
+            "mirror_lag_records": 0, "load_s": round(load_s, 2), "query": query, "example": rows}
