@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml setup.py cluster/protocol/_speedups.c
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests use; skipped when already present.
+# Debian packages the tests (and the demo's Spark load: Java) use; skipped when already present.
 sysdeps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
@@ -31,7 +31,7 @@ test: venv sysdeps
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not perf" -q --durations=40
 
-demo: venv
+demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
 
 bench: venv sysdeps
