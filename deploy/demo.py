@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -450,6 +451,10 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     except KeyboardInterrupt:
         say("\ndcmirror demo: interrupted")
         summary["error"] = "interrupted"
+    except Exception as exc:  # noqa: BLE001 - reported, then everything is stopped as usual
+        traceback.print_exc()
+        say(f"\ndcmirror demo FAILED: {type(exc).__name__}: {exc}")
+        summary["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         if up is not None:
             say("\n== stopping (dcmirror up: mirror workers, then every cluster with controlled shutdowns)")

@@ -42,8 +42,7 @@ from topology import ClusterSpec, Topology, TopologyError, load
 
 READY_POLL_S = 0.25
 STATE_WRITE_INTERVAL_S = 1.0
-MIRROR_STOP_TIMEOUT_S = 60.0  # workers hand their partitions over on SIGTERM, then SIGKILL
-LOAD_STOP_TIMEOUT_S = 30.0
+MIRROR_STOP_TIMEOUT_S = 60.0  # workers hand their partitions over on SIGTERM (a load just ends), then SIGKILL
 BROKER_STOP_GRACE_S = 10.0  # beyond the cluster's controlled.shutdown.timeout.ms, then SIGKILL
 APPLY_TIMEOUT_S = 30.0
 LOAD_INTERVAL_KEY = "load.interval.ms"
@@ -313,9 +312,9 @@ class Up:
             # All brokers at once: each hands its leadership to the controller while the quorum
             # still stands (one after the other, the last ones would wait out their controlled
             # shutdown without a quorum). Dedicated controllers go last.
-            codes.update(await self.sup.stop([node_name(cluster, a.node_id) for a in cluster.brokers], grace))
-            if cluster.controllers:
-                codes.update(await self.sup.stop([node_name(cluster, a.node_id) for a in cluster.controllers], grace))
+            for group in (cluster.brokers, cluster.controllers):
+                names = [node_name(cluster, a.node_id) for a in group]
+                codes.update(await self.sup.stop([n for n in names if n in self.sup.specs], grace))
 
         async with trio.open_nursery() as nursery:
             for name in self.topology.clusters:
