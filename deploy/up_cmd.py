@@ -35,7 +35,7 @@ import orjson
 import trio
 
 from deploy.health import ClusterHealth, cluster_health
-from deploy.mirror_cmd import flow_reports, worker_argv
+from deploy.mirror_cmd import LIVE_WORKER_AGE_S, flow_reports, worker_argv
 from deploy.mirror_cmd import state_dir as mirror_state_dir
 from deploy.processes import ChildSpec, ProcessSupervisor
 from topology import ClusterSpec, Topology, TopologyError, load
@@ -45,6 +45,7 @@ STATE_WRITE_INTERVAL_S = 1.0
 MIRROR_STOP_TIMEOUT_S = 60.0  # workers hand their partitions over on SIGTERM (a load just ends), then SIGKILL
 BROKER_STOP_GRACE_S = 10.0  # beyond the cluster's controlled.shutdown.timeout.ms, then SIGKILL
 APPLY_TIMEOUT_S = 30.0
+LAGGING_FLOW_S = 60.0  # status: a flow whose oldest uncopied record waits longer is degraded
 LOAD_INTERVAL_KEY = "load.interval.ms"
 
 
@@ -413,7 +414,7 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
     flows = []
     for f in flow_reports(topology, list(topology.mirrors)):
         spec = next(m for m in topology.mirrors if m.name == f["flow"])
-        live = [w for w in f["workers"] if w["age_s"] < 10]
+        live = [w for w in f["workers"] if w["age_s"] < LIVE_WORKER_AGE_S]
         lags = [p.get("lag_s") for w in live for p in w.get("partitions", [])]
         flow = {"flow": f["flow"], "source": f["source"], "target": f["target"], "workers": spec.workers,
                 "live_workers": f["live_workers"], "records": f["records"],
@@ -424,6 +425,9 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
         flows.append(flow)
         if f["live_workers"] < spec.workers:
             problems.append(f"flow {f['flow']}: {f['live_workers']} of {spec.workers} workers reporting")
+        if flow["lag_s_max"] is not None and flow["lag_s_max"] > LAGGING_FLOW_S:
+            problems.append(f"flow {f['flow']}: lagging: {flow['lag_records']:,} records to copy, the oldest waiting "
+                            f"{flow['lag_s_max']:.0f} s (more than {LAGGING_FLOW_S:.0f} s)")
         if f["data_loss_records"]:
             problems.append(f"flow {f['flow']}: {f['data_loss_records']} records lost at the source "
                             "(removed before they were mirrored)")
