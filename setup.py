@@ -6,5 +6,9 @@ cluster/protocol/records.py is used, with the same results.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("cluster.protocol._speedups", ["cluster/protocol/_speedups.c"],
-                             optional=True, extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])])
+FLAGS = ["-O2", "-Wall", "-Werror=implicit-function-declaration"]
+setup(ext_modules=[Extension("cluster.protocol._speedups", ["cluster/protocol/_speedups.c"], optional=True,
+                             extra_compile_args=FLAGS),
+                   # The Spark data source's records -> Arrow buffers loop (spark_aggregate/columns.py).
+                   Extension("spark_aggregate._columns", ["spark_aggregate/_columns.c"], optional=True,
+                             extra_compile_args=FLAGS)])

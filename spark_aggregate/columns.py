@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -132,6 +133,11 @@ class PyColumnBuilder:
     def rows(self) -> int:
         return len(self.offsets)
 
+    def add_chunk(self, data: bytes, start: int, end: int) -> None:
+        """The records in [start, end) of the whole batches in a fetched chunk."""
+        for section in sections(data, start, end):
+            self.add(section)
+
     def add(self, section: Section) -> None:
         records = decode_records(section.body, section.count, section.base_offset, section.base_timestamp)
         if records and (records[0].offset < section.start or records[-1].offset >= section.end):
@@ -205,5 +211,86 @@ def micros(millis: np.ndarray) -> pa.Array:
     return pa.array(millis * 1000, TIMESTAMP_TYPE)
 
 
-def new_builder(include_headers: bool, include_provenance: bool) -> PyColumnBuilder:
-    return PyColumnBuilder(include_headers, include_provenance)
+class CColumnBuilder:
+    """The same columns from the C loop (spark_aggregate/_columns.c): one call per fetched
+    chunk, its buffers wrapped into Arrow arrays without copying."""
+
+    def __init__(self, include_headers: bool, include_provenance: bool) -> None:
+        self.include_headers = include_headers
+        self.include_provenance = include_provenance
+        self.flags = (1 if include_headers else 0) | (2 if include_provenance else 0)
+        self.chunks: list[dict[str, Any]] = []
+        self.rows = 0
+        self.size_bytes = 0
+
+    def add_chunk(self, data: bytes, start: int, end: int) -> None:
+        assert _columns is not None
+        got = _columns.decode_chunk(data, start, end, self.flags, decompress)
+        if got["rows"]:
+            self.chunks.append(got)
+            self.rows += got["rows"]
+            self.size_bytes += got["size_bytes"]
+
+    def finish(self, topic: str, partition: int) -> pa.RecordBatch:
+        schema = arrow_schema(self.include_headers, self.include_provenance)
+        batches = [self._batch(chunk, topic, partition, schema) for chunk in self.chunks]
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=schema)
+        return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+    def _batch(self, got: dict[str, Any], topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+        n = got["rows"]
+        arrays = [
+            _binary(pa.binary(), n, got["key"]),
+            _binary(pa.binary(), n, got["value"]),
+            repeated_string(topic, n),
+            pa.array(np.full(n, partition, dtype=np.int32)),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(got["offset"])]),
+            pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(got["timestamp"])]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(got["type"])]),
+        ]
+        if self.include_headers:
+            lists, keys, values = got["headers"]
+            entries = (len(keys[0]) // 4) - 1
+            struct = pa.StructArray.from_arrays([_binary(pa.string(), entries, keys), _binary(pa.binary(), entries, values)],
+                                                fields=list(HEADER_TYPE.value_type))
+            arrays.append(pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lists)]),
+                                                   struct, type=HEADER_TYPE))
+        if self.include_provenance:
+            cluster, partitions, partitions_valid, partition_nulls, offsets, offsets_valid, offset_nulls, fences = \
+                got["provenance"]
+            arrays += [
+                _binary(pa.string(), n, cluster),
+                pa.Array.from_buffers(pa.int32(), n, [_buffer(partitions_valid), pa.py_buffer(partitions)], partition_nulls),
+                pa.Array.from_buffers(pa.int64(), n, [_buffer(offsets_valid), pa.py_buffer(offsets)], offset_nulls),
+                pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(fences)]),
+            ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _buffer(raw: bytes | None) -> pa.Buffer | None:
+    return None if raw is None else pa.py_buffer(raw)
+
+
+def _binary(kind: pa.DataType, n: int, parts: tuple[bytes, bytes, bytes | None, int]) -> pa.Array:
+    offsets, data, valid, nulls = parts
+    return pa.Array.from_buffers(kind, n, [_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)], nulls)
+
+
+ColumnBuilder = PyColumnBuilder | CColumnBuilder
+
+
+def new_builder(include_headers: bool, include_provenance: bool, *, backend: str | None = None) -> ColumnBuilder:
+    """A builder for the C loop when it is built (or `backend` "c" / "python" asks)."""
+    if backend == "python" or (backend is None and _columns is None):
+        return PyColumnBuilder(include_headers, include_provenance)
+    return CColumnBuilder(include_headers, include_provenance)
+
+
+try:
+    from spark_aggregate import _columns  # type: ignore[attr-defined]
+except ImportError:  # no compiler when installed: the Python builder, same results
+    _columns = None
+else:
+    _columns.set_error_class(InvalidRecordBatch)
+COLUMNS_BACKEND = "c" if _columns is not None else "python"

@@ -89,6 +89,7 @@ def start_session(settings: WarehouseSettings, app_name: str, *, submitted: bool
     # Python workers run this interpreter (its virtualenv has the project and pyarrow),
     # unless the user chose one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings.path.mkdir(parents=True, exist_ok=True)  # derby.log goes there
     from pyspark.sql import SparkSession
 
     from spark_aggregate.source import register

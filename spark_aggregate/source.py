@@ -27,7 +27,7 @@ from cluster.client.admin import EARLIEST, LATEST
 from cluster.client.config import consumer_config
 from cluster.client.sync import SyncAdmin
 from cluster.storage.config import InvalidConfig
-from spark_aggregate.columns import new_builder, sections, spark_schema
+from spark_aggregate.columns import new_builder, spark_schema
 from spark_aggregate.fetch import read_chunks
 from spark_aggregate.options import OptionError, ReadOptions, parse_options
 from spark_aggregate.ranges import OffsetRange, PartitionOffsets, resolve_ranges, split_ranges
@@ -103,8 +103,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
     builder = new_builder(options.include_headers, options.include_provenance)
     for chunk in read_chunks(options.client_config(), r, poll_timeout_s=options.poll_timeout_ms / 1000,
                              fail_on_data_loss=options.fail_on_data_loss):
-        for section in sections(chunk.data, max(r.start, chunk.fetch_offset), r.end):
-            builder.add(section)
+        builder.add_chunk(chunk.data, max(r.start, chunk.fetch_offset), r.end)
         if builder.rows >= BATCH_ROWS or builder.size_bytes >= BATCH_BYTES:
             yield builder.finish(r.topic, r.partition)
             builder = new_builder(options.include_headers, options.include_provenance)
