@@ -56,11 +56,12 @@ def write_topology(path: Path, aggregate_bootstrap: str, warehouse: Path, *, top
     return path
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], configs: dict[str, str] | None = None) -> None:
+def create_topics(bootstrap: str, topics: dict[str, int], configs: dict[str, str] | None = None, *,
+                  replication_factor: int = 1) -> None:
     """Create the topics and wait until the metadata shows a leader for every partition."""
     with SyncAdmin(bootstrap) as admin:
         for name, partitions in topics.items():
-            admin.create_topic(name, partitions, 1, configs=configs)
+            admin.create_topic(name, partitions, replication_factor, configs=configs)
         deadline = time.monotonic() + 30
         while True:
             meta = admin.metadata(list(topics))
