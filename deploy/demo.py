@@ -39,7 +39,7 @@ import trio
 
 from topology import Topology, default_topology_text, load
 
-DEFAULT_RECORDS = 30_000
+DEFAULT_RECORDS = 20_000
 TOPICS = ("pageviews", "clicks")
 CLICK_SHARE = 0.3  # of each datacenter's events
 USERS = 5_000
@@ -383,8 +383,9 @@ def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tu
     return code, "\n".join(lines), time.monotonic() - started
 
 
-def warehouse_sql(config: Path, query: str) -> list[dict[str, Any]]:
-    code, output, _ = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], config.parent,
+def warehouse_sql(config: Path, query: str) -> tuple[list[dict[str, Any]], float]:
+    """`dcmirror warehouse sql --json`: (rows, seconds)."""
+    code, output, seconds = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], config.parent,
                                    SQL_TIMEOUT_S, echo=False)
     if code != 0:
         tail = "\n".join(output.splitlines()[-15:])
@@ -396,7 +397,7 @@ def warehouse_sql(config: Path, query: str) -> list[dict[str, Any]]:
         raise DemoFailed(f"dcmirror warehouse sql --json: the last line is not JSON: {last[:200]!r}") from None
     if not isinstance(rows, list):
         raise DemoFailed(f"dcmirror warehouse sql --json: expected a JSON array, got {last[:200]!r}")
-    return rows
+    return rows, seconds
 
 
 def warehouse_query(streams: list[Stream]) -> str:
@@ -508,7 +509,8 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
     query = warehouse_query(streams)
     for line in query.splitlines():
         say(f"   | {line}")
-    rows = warehouse_sql(config, query)
+    rows, sql_s = warehouse_sql(config, query)
+    say(f"   ({sql_s:.1f} s, most of it starting Spark)")
     if rows:
         cols = list(rows[0])
         for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
@@ -555,7 +557,8 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
         say(line)
     say(f"\n   mirror: lag 0 records on every one of the {len(offsets)} source partitions; the aggregate caught up "
         f"{caught_up_s:.1f} s after the last record was acknowledged (largest backlog seen then: {max_lag:,} records)")
-    say(f"   traffic: {acked:,} records in {traffic.elapsed_s:.1f} s; warehouse load: {load_s:.1f} s")
+    say(f"   traffic: {acked:,} records in {traffic.elapsed_s:.1f} s; warehouse load: {load_s:.1f} s; "
+        f"warehouse query: {sql_s:.1f} s")
     if restarts:
         say(f"   dcmirror up restarted processes {len(restarts)} time(s): " + "; ".join(restarts[:3]))
     if problems:
@@ -567,4 +570,4 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
             f"({totals[0]:,} records)")
     return {"ok": not problems, "problems": problems, "counts": counts,
             "traffic_s": round(traffic.elapsed_s, 2), "mirror_catch_up_s": round(caught_up_s, 2),
-            "mirror_lag_records": 0, "load_s": round(load_s, 2), "query": query, "example": rows}
+            "mirror_lag_records": 0, "load_s": round(load_s, 2), "sql_s": round(sql_s, 2), "query": query, "example": rows}

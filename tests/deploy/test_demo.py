@@ -15,7 +15,7 @@ import pytest
 
 from tests.harness import REPO
 
-RECORDS = int(os.environ.get("DCMIRROR_DEMO_RECORDS", "20000"))
+RECORDS = int(os.environ.get("DCMIRROR_DEMO_RECORDS", "10000"))
 
 
 def test_make_demo_runs_the_demo_command() -> None:
