@@ -15,7 +15,9 @@ every `load.interval.ms` of the [warehouse] config (0 or absent: never; log:
 exits is restarted with backoff (deploy/supervisor.py). SIGINT or SIGTERM stops the load
 and the mirror workers (they hand their partitions over), then every cluster's brokers
 with controlled shutdowns. While it runs, `up` keeps its children's pids, restarts and the
-last load in <first cluster's data_dir>/../up.json, which `status` reads.
+last load in <first cluster's data_dir>/../up.json, which `status` reads. Children run in
+their own sessions (a Ctrl-C reaches only `up`, which stops them in order), so a `kill -9`
+of `up` itself leaves them running: their pids are in up.json.
 """
 
 from __future__ import annotations
