@@ -86,9 +86,10 @@ def spark_conf(settings: WarehouseSettings, app_name: str, *, submitted: bool) -
 
 def start_session(settings: WarehouseSettings, app_name: str, *, submitted: bool = False) -> Any:
     """A SparkSession over the warehouse with the dcmirror data source registered."""
-    # Python workers run this interpreter (its virtualenv has the project and pyarrow),
-    # unless the user chose one.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not submitted:
+        # Local Python workers run this interpreter (its virtualenv has the project and
+        # pyarrow), unless the user chose one; under spark-submit the cluster's setup decides.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings.path.mkdir(parents=True, exist_ok=True)  # derby.log goes there
     from pyspark.sql import SparkSession
 

@@ -161,7 +161,7 @@ def run_cli(args: Sequence[str], *, timeout_s: float = 300, env: dict[str, str] 
 
 def sql_json(topology: Path, query: str) -> list[dict[str, Any]]:
     """`dcmirror warehouse sql --json`: the last line of its output, parsed."""
-    done = run_cli(["warehouse", "sql", "--config", str(topology), "--json", query])
+    done = run_cli(["warehouse", "sql", "--config", str(topology), "--json", "--max-rows", "10000000", query])
     assert done.returncode == 0, f"warehouse sql failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return rows

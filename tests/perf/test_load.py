@@ -1,0 +1,146 @@
+"""Warehouse load throughput (issue 8's benchmark): records from a broker into the warehouse
+on local[2], beside Spark loading the same records from a local JSON-lines file into the
+same table format (Parquet partitioned by source datacenter and event date), in the same run.
+
+Setup: one standalone broker; N records of 200 bytes (hex text, so the JSON file holds them
+as they are) with mirror provenance headers in 6 partitions, produced with librdkafka. One
+Spark session: a small warm-up load (Python workers and JIT), then
+  1. `dcmirror load` (spark_aggregate.load.Loader.run: plan, stage, publish, commit);
+  2. the peer: spark.read.json(file with the same records) -> the same columns -> Parquet.
+Rates are records/s and MB/s of payload (values). Target from the issue: >= 500k records/s.
+Knob: DCMIRROR_BENCH_LOAD_RECORDS (default 1,000,000).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from cluster.client.sync import SyncAdmin
+from spark_aggregate.columns import COLUMNS_BACKEND
+from spark_aggregate.load import Loader
+from spark_aggregate.session import start_session, stop_session, warehouse_lock
+from spark_aggregate.settings import WarehouseSettings
+from tests.harness import BrokerProcess
+from tests.perf.benchlib import OtherLoad, emit, env_int, producer_conf, progress
+from tests.spark.common import write_topology
+from topology import load
+
+pytestmark = [pytest.mark.perf, pytest.mark.timeout(3600)]
+PARTITIONS = 6
+VALUE_BYTES = 200
+MB = 1_000_000
+
+
+def produce(bootstrap: str, topic: str, n: int, json_path: Path | None) -> None:
+    """n mirrored-looking records (and the same records as JSON lines, if asked)."""
+    values = [os.urandom(VALUE_BYTES // 2).hex().encode() for _ in range(1024)]
+    p = Producer(producer_conf(bootstrap, **{"linger.ms": 20}))
+    ts = int(time.time() * 1000)
+    lines = open(json_path, "wb") if json_path else None
+    try:
+        for i in range(n):
+            partition, offset = i % PARTITIONS, i // PARTITIONS
+            value = values[i & 1023]
+            headers = [("dcmirror.source.cluster", b"east"), ("dcmirror.source.partition", b"%d" % partition),
+                       ("dcmirror.source.offset", b"%d" % offset), ("dcmirror.path", b"east")]
+            while True:
+                try:
+                    p.produce(topic, value, b"k%d" % (i % 1000), partition=partition, timestamp=ts, headers=headers)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            if lines is not None:
+                lines.write(orjson.dumps({"key": f"k{i % 1000}", "value": value.decode(), "timestamp": ts,
+                                          "partition": partition, "offset": offset, "source_cluster": "east",
+                                          "source_partition": partition, "source_offset": offset}) + b"\n")
+            if not i & 0xFFFF:
+                p.poll(0)
+                if i:
+                    progress(f"produced {i:,}/{n:,}")
+        assert p.flush(600) == 0, "records still undelivered after 600 s"
+    finally:
+        if lines is not None:
+            lines.close()
+
+
+def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None:
+    n = env_int("DCMIRROR_BENCH_LOAD_RECORDS", 1_000_000)
+    broker = BrokerProcess(tmp_path / "broker").start()
+    try:
+        with SyncAdmin(broker.bootstrap) as admin:
+            admin.create_topic("warmup.east.pageviews", PARTITIONS, 1)
+            admin.create_topic("bench.east.pageviews", PARTITIONS, 1)
+        time.sleep(1.0)
+        produce(broker.bootstrap, "warmup.east.pageviews", 20_000, None)
+        json_path = tmp_path / "records.jsonl"
+        started = time.perf_counter()
+        produce(broker.bootstrap, "bench.east.pageviews", n, json_path)
+        progress(f"produced {n:,} records in {time.perf_counter() - started:.1f} s")
+
+        topology = write_topology(tmp_path / "topology.toml", broker.bootstrap, tmp_path / "warehouse")
+        settings = WarehouseSettings.from_topology(load(topology))
+        with warehouse_lock(settings, "tests/perf/test_load.py"):
+            spark = start_session(settings, "tests/perf/test_load.py")
+            try:
+                import dataclasses
+
+                Loader(spark, dataclasses.replace(settings, topics=r"warmup\..*"), io.StringIO()).run()
+                out = io.StringIO()
+                with OtherLoad(broker.proc.pid if broker.proc else None) as other_load:
+                    started = time.perf_counter()
+                    outcomes = Loader(spark, dataclasses.replace(settings, topics=r"bench\..*"), out).run()
+                    load_s = time.perf_counter() - started
+                [outcome] = outcomes
+                [topic] = outcome.topics
+                assert topic.rows == n, out.getvalue()
+                stage_s = topic.seconds
+                rows = spark.sql("SELECT count(*) AS n, count(DISTINCT kafka_partition, kafka_offset) AS d "
+                                 "FROM dcmirror.bench_east_pageviews").collect()[0]
+                assert (rows.n, rows.d) == (n, n)
+
+                with OtherLoad(broker.proc.pid if broker.proc else None) as json_other:
+                    started = time.perf_counter()
+                    write_json_peer(spark, json_path, tmp_path / "json-table")
+                    json_s = time.perf_counter() - started
+                peer = spark.read.parquet(str(tmp_path / "json-table")).count()
+                assert peer == n
+            finally:
+                stop_session(spark)
+    finally:
+        broker.stop()
+
+    payload = n * VALUE_BYTES
+    lines = [
+        f"warehouse load, {n:,} records of {VALUE_BYTES} B in {PARTITIONS} partitions, local[2] "
+        f"(column builder: {COLUMNS_BACKEND})",
+        f"  dcmirror load (plan+stage+publish+commit): {load_s:6.2f} s = {n / load_s:10,.0f} records/s, "
+        f"{payload / load_s / MB:6.1f} MB/s  [{other_load.describe()}]",
+        f"  of which the Spark job broker -> Parquet:  {stage_s:6.2f} s = {n / stage_s:10,.0f} records/s, "
+        f"{payload / stage_s / MB:6.1f} MB/s",
+        f"  peer: Spark JSON-lines file -> Parquet:     {json_s:6.2f} s = {n / json_s:10,.0f} records/s, "
+        f"{payload / json_s / MB:6.1f} MB/s  [{json_other.describe()}]",
+        f"  ratio load/peer: {json_s / load_s:.2f} (Spark job alone: {json_s / stage_s:.2f}); "
+        f"target >= 500,000 records/s",
+    ]
+    emit("\n".join(lines))
+
+
+def write_json_peer(spark: object, json_path: Path, out: Path) -> None:
+    """The same records, the same columns, the same table layout, from a JSON-lines file."""
+    schema = ("key STRING, value STRING, timestamp BIGINT, partition INT, offset BIGINT, source_cluster STRING, "
+              "source_partition INT, source_offset BIGINT")
+    df = spark.read.schema(schema).json(str(json_path))  # type: ignore[attr-defined]
+    df = df.selectExpr(
+        "CAST(key AS BINARY) AS key", "CAST(value AS BINARY) AS value",
+        "CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers",
+        "timestamp_millis(timestamp) AS timestamp", "0 AS timestamp_type", "partition AS kafka_partition",
+        "offset AS kafka_offset", "source_cluster", "source_partition", "source_offset", "'peer' AS load_id",
+        "'dc-east' AS source_dc", "to_date(timestamp_millis(timestamp)) AS event_date")
+    df.write.mode("overwrite").partitionBy("source_dc", "event_date").parquet(str(out))
