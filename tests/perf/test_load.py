@@ -38,6 +38,31 @@ VALUE_BYTES = 200
 MB = 1_000_000
 
 
+def tree_pids(root: int) -> list[int]:
+    """`root` and every live descendant (the Spark JVM's Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def spark_pids() -> list[int]:
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return tree_pids(proc.pid) if proc is not None else []
+
+
 def produce(bootstrap: str, topic: str, n: int, json_path: Path | None) -> None:
     """n mirrored-looking records (and the same records as JSON lines, if asked)."""
     values = [os.urandom(VALUE_BYTES // 2).hex().encode() for _ in range(1024)]
@@ -92,8 +117,16 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
                 import dataclasses
 
                 Loader(spark, dataclasses.replace(settings, topics=r"warmup\..*"), io.StringIO()).run()
+                started = time.perf_counter()
+                read_only = (spark.read.format("dcmirror").option("bootstrap.servers", broker.bootstrap)
+                             .option("subscribe", "bench.east.pageviews").option("includeProvenance", "true")
+                             .option("minPartitions", "2").load().count())
+                read_s = time.perf_counter() - started
+                assert read_only == n
+                # Ours: this process, the broker, the Spark JVM and its (reused) Python workers.
+                ours = [broker.proc.pid if broker.proc else None, *spark_pids()]
                 out = io.StringIO()
-                with OtherLoad(broker.proc.pid if broker.proc else None) as other_load:
+                with OtherLoad(*ours) as other_load:
                     started = time.perf_counter()
                     outcomes = Loader(spark, dataclasses.replace(settings, topics=r"bench\..*"), out).run()
                     load_s = time.perf_counter() - started
@@ -105,7 +138,7 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
                                  "FROM dcmirror.bench_east_pageviews").collect()[0]
                 assert (rows.n, rows.d) == (n, n)
 
-                with OtherLoad(broker.proc.pid if broker.proc else None) as json_other:
+                with OtherLoad(*ours) as json_other:
                     started = time.perf_counter()
                     write_json_peer(spark, json_path, tmp_path / "json-table")
                     json_s = time.perf_counter() - started
@@ -124,6 +157,8 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
         f"{payload / load_s / MB:6.1f} MB/s  [{other_load.describe()}]",
         f"  of which the Spark job broker -> Parquet:  {stage_s:6.2f} s = {n / stage_s:10,.0f} records/s, "
         f"{payload / stage_s / MB:6.1f} MB/s",
+        f"  the data source alone (count, no write):    {read_s:6.2f} s = {n / read_s:10,.0f} records/s, "
+        f"{payload / read_s / MB:6.1f} MB/s",
         f"  peer: Spark JSON-lines file -> Parquet:     {json_s:6.2f} s = {n / json_s:10,.0f} records/s, "
         f"{payload / json_s / MB:6.1f} MB/s  [{json_other.describe()}]",
         f"  ratio load/peer: {json_s / load_s:.2f} (Spark job alone: {json_s / stage_s:.2f}); "
