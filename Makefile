@@ -27,7 +27,7 @@ sysdeps:
 	fi
 
 test: venv sysdeps
-	$(VENV)/bin/ruff check cluster deploy topology tests
+	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not perf" -q --durations=40
 
