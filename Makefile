@@ -29,7 +29,7 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf" -q --durations=40
+	$(PY) -m pytest -m "not perf" -q --durations=40 -n 2 --dist loadfile
 
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo

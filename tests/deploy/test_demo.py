@@ -19,7 +19,7 @@ RECORDS = int(os.environ.get("DCMIRROR_DEMO_RECORDS", "10000"))
 
 
 def test_make_demo_runs_the_demo_command() -> None:
-    proc = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["make", "-n", "--no-print-directory", "demo"], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1].endswith("/bin/dcmirror demo"), proc.stdout
 

