@@ -29,7 +29,8 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf" -q --durations=40 -n 2 --dist loadfile
+	$(PY) -m pytest -m "not perf and not spark_session" -q --durations=40 -n 2 --dist loadfile
+	$(PY) -m pytest -m "spark_session and not perf" -q --durations=10
 
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
