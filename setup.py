@@ -8,7 +8,9 @@ from setuptools import Extension, setup
 
 FLAGS = ["-O2", "-Wall", "-Werror=implicit-function-declaration"]
 setup(ext_modules=[Extension("cluster.protocol._speedups", ["cluster/protocol/_speedups.c"], optional=True,
+                             depends=["cluster/protocol/varint.h"],
                              extra_compile_args=FLAGS),
                    # The Spark data source's records -> Arrow buffers loop (spark_aggregate/columns.py).
                    Extension("spark_aggregate._columns", ["spark_aggregate/_columns.c"], optional=True,
+                             depends=["cluster/protocol/varint.h"],
                              extra_compile_args=FLAGS)])

@@ -130,15 +130,24 @@ def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[
 # ---- dcmirror up -----------------------------------------------------------------------------
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def _checked_topology(args: argparse.Namespace, command: str) -> Topology | None:
+    """The topology of --config with its load schedule checked, and a positive --timeout;
+    None after printing why not (the command exits 2)."""
     try:
         topology = load(args.config)
         load_interval_s(topology)
     except (TopologyError, OSError) as exc:
-        print(f"dcmirror up: {exc}", file=sys.stderr)
-        return 2
+        print(f"dcmirror {command}: {exc}", file=sys.stderr)
+        return None
     if args.timeout <= 0:
-        print(f"dcmirror up: --timeout must be positive, not {args.timeout:g}", file=sys.stderr)
+        print(f"dcmirror {command}: --timeout must be positive, not {args.timeout:g}", file=sys.stderr)
+        return None
+    return topology
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    topology = _checked_topology(args, "up")
+    if topology is None:
         return 2
     return trio.run(functools.partial(run_up, topology, str(Path(args.config).resolve()), timeout_s=args.timeout))
 
@@ -384,14 +393,8 @@ async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        topology = load(args.config)
-        load_interval_s(topology)
-    except (TopologyError, OSError) as exc:
-        print(f"dcmirror status: {exc}", file=sys.stderr)
-        return 2
-    if args.timeout <= 0:
-        print(f"dcmirror status: --timeout must be positive, not {args.timeout:g}", file=sys.stderr)
+    topology = _checked_topology(args, "status")
+    if topology is None:
         return 2
     doc = trio.run(functools.partial(collect_status, topology, timeout_s=args.timeout))
     if args.json:

@@ -123,22 +123,7 @@ static void columns_free(Columns *c) {
     buf_free(&c->src_partition_valid.bits); buf_free(&c->src_offset_valid.bits); buf_free(&c->fence.bits);
 }
 
-static int read_varint(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *pos, int64_t *out) {
-    uint64_t result = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos;
-    for (;;) {
-        if (p >= size) return fail("varint runs past the end of the records");
-        unsigned char b = buf[p++];
-        result |= (uint64_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) break;
-        shift += 7;
-        if (shift > 63) return fail("varint is too long");
-    }
-    *pos = p;
-    *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
-    return 0;
-}
+#include "../cluster/protocol/varint.h"
 
 /* A length-prefixed field at *pos: its start and length (-1 for null). */
 static int read_field(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, const unsigned char **start,
