@@ -80,13 +80,18 @@ class LoadPlan:
                            self.planned_at_ms, g.describe()) for g in self.gaps]
         return rows
 
-    def committed_rows(self, rows_by_partition: Mapping[TopicPartition, int], now_ms: int) -> list[LedgerRow]:
+    def committed_rows(self, rows_by_partition: Mapping[TopicPartition, int], now_ms: int,
+                       read_gaps: Iterable[Gap] = ()) -> list[LedgerRow]:
+        """The commit mark; `read_gaps`: offsets retention deleted while the load read them
+        (failOnDataLoss=false), recorded with the commit."""
         rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end,
                           rows_by_partition.get((r.topic, r.partition), 0), COMMITTED, self.planned_at_ms, now_ms)
                 for r in self.ranges]
         # A load of gaps alone still needs its commit mark.
         rows += [LedgerRow(self.load_id, g.topic, g.partition, g.start, g.end, 0, COMMITTED, self.planned_at_ms,
                            now_ms, "gap: " + g.describe()) for g in self.gaps]
+        rows += [LedgerRow(self.load_id, g.topic, g.partition, g.start, g.end, 0, COMMITTED, self.planned_at_ms,
+                           now_ms, "gap while reading: " + g.describe()) for g in read_gaps]
         return rows
 
 

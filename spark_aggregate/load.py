@@ -8,10 +8,11 @@ A load (load id = UTC time + random suffix):
 
 1. plan: each wanted partition from its ledger next offset to its high watermark now
    (spark_aggregate/ledger.py); the `planned` rows go into dcmirror.loads first;
-2. stage: per topic, Spark reads the ranges with the dcmirror source and writes Parquet
-   (partitioned by source_dc / event_date) to <warehouse>/_staging/<load id>/<table>,
-   replacing whatever an interrupted attempt left there; a `_counts.json` written last
-   marks the topic staged (rows per partition, bytes, time);
+2. stage: one Spark job, a task per offset range, reads the records from the leaders and
+   writes Parquet (partitioned by source_dc / event_date) to
+   <warehouse>/_staging/<load id>/<table> (spark_aggregate/stage.py), replacing whatever an
+   interrupted attempt left there; a `_counts.json` written last marks a topic staged (rows
+   per partition, bytes, time, offsets found deleted while reading);
 3. publish: every staged file is renamed into the table's partition directory as
    "<load id>-<file name>" and the partitions are added to the metastore;
 4. commit: the `committed` rows go into dcmirror.loads; the staging directory is removed.
@@ -57,15 +58,26 @@ from spark_aggregate.ledger import (
     pending_plans,
     plan_load,
 )
-from spark_aggregate.options import offsets_json
-from spark_aggregate.ranges import OffsetRange, PartitionOffsets
+from spark_aggregate.options import ReadOptions
+from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, cap_ranges, split_ranges
 from spark_aggregate.session import ensure_database
 from spark_aggregate.settings import (
     DATABASE,
     LEDGER_TABLE,
-    UNKNOWN_DATACENTER,
     WarehouseSettings,
     table_name,
+)
+from spark_aggregate.stage import (
+    PARTITION_COLUMNS,
+    TABLE_COLUMNS,
+    TASK_RESULT_DDL,
+    RowContext,
+    StageTask,
+    filesystem_of,
+    row_ddl,
+    rows_function,
+    unescape_partition_value,
+    write_tasks_function,
 )
 
 log = logging.getLogger("dcmirror.load")
@@ -76,12 +88,7 @@ LAST_LOAD_FILE = "last_load.json"
 PROGRESS_INTERVAL_S = 5.0
 TopicPartition = tuple[str, int]
 
-TABLE_COLUMNS = (
-    ("key", "BINARY"), ("value", "BINARY"), ("headers", "ARRAY<STRUCT<key: STRING, value: BINARY>>"),
-    ("timestamp", "TIMESTAMP"), ("timestamp_type", "INT"), ("kafka_partition", "INT"), ("kafka_offset", "BIGINT"),
-    ("source_cluster", "STRING"), ("source_partition", "INT"), ("source_offset", "BIGINT"), ("load_id", "STRING"),
-)
-PARTITION_COLUMNS = (("source_dc", "STRING"), ("event_date", "DATE"))
+MAX_OFFSETS_PER_TASK = 2_000_000  # a task's range (progress, and what a failed task reads again)
 
 
 class LoadConfigError(Exception):
@@ -122,6 +129,10 @@ def new_load_id(now_s: float) -> str:
 
 def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _sql_literal(text: str | None) -> str:
+    return "NULL" if text is None else _sql_string(text)
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -197,23 +208,26 @@ class Loader:
               f"{len(plan.topics())} topics", file=self.out, flush=True)
         for gap in plan.gaps:
             print(f"  data loss recorded (failOnDataLoss=false): {gap.describe()}", file=self.out, flush=True)
-        staged: dict[str, dict[str, Any]] = {}
         for topic in plan.topics():
             self.ensure_table(topic)
-            staged[topic] = self.stage(plan, topic)
+        staged = self.stage_all(plan)
         self.crash_hook("staged")
         for topic in plan.topics():
             self.publish(plan, topic)
         self.crash_hook("published")
         rows: dict[TopicPartition, int] = {}
+        read_gaps: list[Gap] = []
         for topic, counts in staged.items():
             for partition, n in counts["rows"].items():
                 rows[(topic, int(partition))] = n
+            read_gaps += [Gap(*g) for g in counts.get("gaps", [])]
             ranges = plan.ranges_of(topic)
             outcome.topics.append(TopicLoad(topic, f"{DATABASE}.{table_name(topic)}", len(ranges),
                                             sum(r.size for r in ranges), sum(counts["rows"].values()),
                                             counts["bytes"], counts["seconds"]))
-        self.append_ledger(plan.committed_rows(rows, int(time.time() * 1000)))
+        for gap in read_gaps:
+            print(f"  data loss while reading (failOnDataLoss=false): {gap.describe()}", file=self.out, flush=True)
+        self.append_ledger(plan.committed_rows(rows, int(time.time() * 1000), read_gaps))
         self.crash_hook("committed")
         self.fs.delete(self.staging_dir(plan.load_id))
         outcome.seconds = time.monotonic() - started
@@ -223,72 +237,107 @@ class Loader:
         base = f"{self.settings.staging_uri}/{load_id}"
         return base if table is None else f"{base}/{table}"
 
-    def stage(self, plan: LoadPlan, topic: str) -> dict[str, Any]:
-        """The topic's ranges as Parquet in staging (once: a `_counts.json` marks it done)."""
-        table = table_name(topic)
-        staging = self.staging_dir(plan.load_id, table)
-        done = self.fs.read_text(f"{staging}/{COUNTS_FILE}")
-        if done is not None:
-            counts: dict[str, Any] = orjson.loads(done)
-            return counts
+    def stage_all(self, plan: LoadPlan) -> dict[str, dict[str, Any]]:
+        """Every topic's ranges as Parquet in staging, topic -> counts (a topic whose
+        `_counts.json` exists is staged already). Arrow writes from the tasks where it can
+        (spark_aggregate/stage.py); topics with a JSON schema go through Spark's writer."""
+        staged: dict[str, dict[str, Any]] = {}
+        todo = []
+        for topic in plan.topics():
+            done = self.fs.read_text(f"{self.staging_dir(plan.load_id, table_name(topic))}/{COUNTS_FILE}")
+            if done is not None:
+                staged[topic] = orjson.loads(done)
+            else:
+                todo.append(topic)
+        if not todo:
+            return staged
+        opened = filesystem_of(self.settings.staging_uri)
+        direct = [t for t in todo if opened is not None and self.settings.schema_of(t) is None]
+        if direct:
+            assert opened is not None
+            staged.update(self.stage_direct(plan, direct, opened[1]))
+        for topic in todo:
+            if topic not in direct:
+                staged[topic] = self.stage_with_spark(plan, topic)
+        return staged
+
+    def read_options(self) -> ReadOptions:
+        s = self.settings
+        return ReadOptions(bootstrap_servers=s.bootstrap, include_headers=True, include_provenance=True,
+                           fail_on_data_loss=s.fail_on_data_loss, poll_timeout_ms=s.poll_timeout_ms,
+                           kafka=dict(s.kafka))
+
+    def row_context(self, load_id: str) -> RowContext:
+        return RowContext(self.settings.source, tuple(sorted(self.settings.datacenters.items())), load_id)
+
+    def task_ranges(self, ranges: list[OffsetRange]) -> list[OffsetRange]:
+        parallelism = self.settings.min_partitions or self.spark.sparkContext.defaultParallelism
+        return cap_ranges(split_ranges(ranges, parallelism), MAX_OFFSETS_PER_TASK)
+
+    def stage_direct(self, plan: LoadPlan, topics: list[str], staging_path: str) -> dict[str, dict[str, Any]]:
+        """One Spark job: a task per range writes its table files (stage.write_task)."""
+        tasks: list[StageTask] = []
+        for topic in topics:
+            table = table_name(topic)
+            self.fs.delete(self.staging_dir(plan.load_id, table))  # an interrupted attempt's files
+            tasks += [StageTask(r, f"{staging_path}/{plan.load_id}/{table}")
+                      for r in self.task_ranges(plan.ranges_of(topic))]
+        started = time.monotonic()
+        run = write_tasks_function(tasks, self.read_options(), self.row_context(plan.load_id),
+                                   self.settings.staging_uri)
+        label = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
+        with Progress(self.spark, label, sum(t.range.size for t in tasks), self.out):
+            results = (self.spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, TASK_RESULT_DDL).collect())
+        seconds = round(time.monotonic() - started, 3)
+        if sorted(r.task for r in results) != list(range(len(tasks))):
+            raise LedgerError(f"load {plan.load_id}: the staging job answered for tasks "
+                              f"{sorted(r.task for r in results)}, expected 0..{len(tasks) - 1}")
+        self.crash_hook("stage-written")
+        counts: dict[str, dict[str, Any]] = {
+            t: {"rows": {str(r.partition): 0 for r in plan.ranges_of(t)}, "bytes": 0, "seconds": seconds, "gaps": []}
+            for t in topics}
+        for result in results:
+            task = tasks[result.task]
+            c = counts[task.range.topic]
+            c["rows"][str(task.range.partition)] += result.rows
+            c["bytes"] += result.bytes
+            c["gaps"] += orjson.loads(result.gaps)
+        for topic in topics:
+            self.fs.write_text(f"{self.staging_dir(plan.load_id, table_name(topic))}/{COUNTS_FILE}",
+                               orjson.dumps(counts[topic]).decode())
+        return counts
+
+    def stage_with_spark(self, plan: LoadPlan, topic: str) -> dict[str, Any]:
+        """The topic's table rows through Spark's writer (JSON schema columns by from_json)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
+        table = table_name(topic)
+        staging = self.staging_dir(plan.load_id, table)
         ranges = plan.ranges_of(topic)
         started = time.monotonic()
-        df = self.frame(plan.load_id, topic, ranges)
+        tasks = [StageTask(r, "") for r in self.task_ranges(ranges)]
+        df = (self.spark.range(0, len(tasks), 1, len(tasks))
+              .mapInArrow(rows_function(tasks, self.read_options(), self.row_context(plan.load_id)), row_ddl()))
+        ddl = self.settings.schema_of(topic)
+        if ddl is not None:
+            df = df.selectExpr(*(c for c, *_ in TABLE_COLUMNS),
+                               f"from_json(CAST(value AS STRING), {_sql_string(ddl)}) AS __parsed",
+                               *(c for c, *_ in PARTITION_COLUMNS))
+            df = df.select(*(c for c, *_ in TABLE_COLUMNS), "__parsed.*", *(c for c, *_ in PARTITION_COLUMNS))
         observation = Observation(f"dcmirror-load-{table}")
         metrics = [F.expr(f"count_if(kafka_partition = {r.partition})").alias(f"p{r.partition}") for r in ranges]
         metrics += [F.expr("coalesce(sum(octet_length(key)), 0) + coalesce(sum(octet_length(value)), 0)")
                     .alias("bytes")]
         df = df.observe(observation, *metrics)
         with Progress(self.spark, topic, sum(r.size for r in ranges), self.out):
-            df.write.mode("overwrite").partitionBy(*(c for c, _ in PARTITION_COLUMNS)).parquet(staging)
+            df.write.mode("overwrite").partitionBy(*(c for c, *_ in PARTITION_COLUMNS)).parquet(staging)
         got = observation.get
         counts = {"rows": {str(r.partition): int(got[f"p{r.partition}"]) for r in ranges},
-                  "bytes": int(got["bytes"]), "seconds": round(time.monotonic() - started, 3)}
+                  "bytes": int(got["bytes"]), "seconds": round(time.monotonic() - started, 3), "gaps": []}
         self.crash_hook("stage-written")
         self.fs.write_text(f"{staging}/{COUNTS_FILE}", orjson.dumps(counts).decode())
         return counts
-
-    def frame(self, load_id: str, topic: str, ranges: list[OffsetRange]) -> Any:
-        """The table rows of `ranges`: the dcmirror source, provenance, JSON columns, partitions."""
-        s = self.settings
-        reader = (self.spark.read.format("dcmirror")
-                  .option("bootstrap.servers", s.bootstrap)
-                  .option("assign", orjson.dumps({topic: [r.partition for r in ranges]}).decode())
-                  .option("startingOffsets", offsets_json({(r.topic, r.partition): r.start for r in ranges}))
-                  .option("endingOffsets", offsets_json({(r.topic, r.partition): r.end for r in ranges}))
-                  .option("includeHeaders", "true")
-                  .option("includeProvenance", "true")
-                  .option("failOnDataLoss", str(s.fail_on_data_loss).lower())
-                  .option("pollTimeoutMs", str(s.poll_timeout_ms))
-                  .option("minPartitions", str(s.min_partitions or self.spark.sparkContext.defaultParallelism)))
-        for key, value in s.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
-        source = _sql_string(s.source)
-        datacenters = ", ".join(f"{_sql_string(c)}, {_sql_string(dc)}" for c, dc in sorted(s.datacenters.items()))
-        columns = [
-            "key", "value", "headers", "timestamp", "timestampType AS timestamp_type",
-            "partition AS kafka_partition", "offset AS kafka_offset",
-            f"coalesce(sourceCluster, {source}) AS source_cluster",
-            "CASE WHEN sourceCluster IS NULL THEN partition ELSE sourcePartition END AS source_partition",
-            "CASE WHEN sourceCluster IS NULL THEN offset ELSE sourceOffset END AS source_offset",
-            f"{_sql_string(load_id)} AS load_id",
-        ]
-        ddl = s.schema_of(topic)
-        if ddl is not None:
-            columns.append(f"from_json(CAST(value AS STRING), {_sql_string(ddl)}) AS __parsed")
-        columns += [
-            f"coalesce(try_element_at(map({datacenters}), coalesce(sourceCluster, {source})), "
-            f"{_sql_string(UNKNOWN_DATACENTER)}) AS source_dc",
-            "to_date(timestamp) AS event_date",
-        ]
-        df = reader.load().where("NOT fence").selectExpr(*columns)
-        if ddl is not None:
-            names = [c for c, _ in TABLE_COLUMNS] + ["__parsed.*"] + [c for c, _ in PARTITION_COLUMNS]
-            df = df.select(*names)
-        return df
 
     def publish(self, plan: LoadPlan, topic: str) -> None:
         """Move the staged files into the table and add their partitions to the metastore."""
@@ -308,23 +357,26 @@ class Loader:
         specs = []
         for dc_dir in self.fs.list_dirs(staging):
             for date_dir in self.fs.list_dirs(f"{staging}/{dc_dir}"):
-                dc = dc_dir.partition("=")[2]
-                day = date_dir.partition("=")[2]
-                specs.append(f"PARTITION (source_dc = {_sql_string(dc)}, event_date = DATE {_sql_string(day)})")
+                dc = unescape_partition_value(dc_dir.partition("=")[2])
+                day = unescape_partition_value(date_dir.partition("=")[2])
+                specs.append(f"PARTITION (source_dc = {_sql_literal(dc)}, event_date = "
+                             f"{'NULL' if day is None else 'DATE ' + _sql_string(day)})")
         if specs:
             self.spark.sql(f"ALTER TABLE {DATABASE}.{table} ADD IF NOT EXISTS " + " ".join(specs))
+        # Files added to partitions the table already had: drop Spark's cached listing.
+        self.spark.sql(f"REFRESH TABLE {DATABASE}.{table}")
 
     # ---- tables and ledger -------------------------------------------------------
 
     def ensure_table(self, topic: str) -> None:
         table = f"{DATABASE}.{table_name(topic)}"
         ddl = self.settings.schema_of(topic)
-        wanted = ", ".join(f"`{c}` {t}" for c, t in TABLE_COLUMNS)
+        wanted = ", ".join(f"`{c}` {t}" for c, t, _ in TABLE_COLUMNS)
         if ddl is not None:
             wanted += ", " + ddl
-        partition_ddl = ", ".join(f"`{c}` {t}" for c, t in PARTITION_COLUMNS)
+        partition_ddl = ", ".join(f"`{c}` {t}" for c, t, _ in PARTITION_COLUMNS)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({wanted}, {partition_ddl}) USING parquet "
-                       f"PARTITIONED BY ({', '.join(c for c, _ in PARTITION_COLUMNS)})")
+                       f"PARTITIONED BY ({', '.join(c for c, *_ in PARTITION_COLUMNS)})")
         if ddl is not None:
             from pyspark.sql.types import StructType
 
@@ -414,6 +466,10 @@ class Progress:
         if not total:
             return None
         elapsed = time.monotonic() - self._started
+        if not records:  # tasks writing with Arrow report when they finish: offsets of the finished ones
+            offsets = self.offsets * done // total
+            return (f"  {self.topic}: {done}/{total} tasks done, ~{offsets:,} of {self.offsets:,} offsets "
+                    f"({offsets / elapsed:,.0f} offsets/s)")
         return (f"  {self.topic}: {done}/{total} input partitions done, {records:,} of ~{self.offsets:,} records "
                 f"written ({records / elapsed:,.0f} records/s, {size / elapsed / 1e6:.1f} MB/s of Parquet)")
 

@@ -126,3 +126,16 @@ def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> l
             hi = r.start + r.size * (i + 1) // parts
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
     return out
+
+
+def cap_ranges(ranges: Sequence[OffsetRange], max_size: int) -> list[OffsetRange]:
+    """Ranges cut into nearly equal parts of at most `max_size` offsets."""
+    if max_size < 1:
+        raise ValueError(f"max_size must be at least 1, not {max_size}")
+    out: list[OffsetRange] = []
+    for r in ranges:
+        parts = max(1, -(-r.size // max_size))
+        for i in range(parts):
+            out.append(OffsetRange(r.topic, r.partition, r.start + r.size * i // parts,
+                                   r.start + r.size * (i + 1) // parts))
+    return out

@@ -30,7 +30,7 @@ from cluster.storage.config import InvalidConfig
 from spark_aggregate.columns import new_builder, spark_schema
 from spark_aggregate.fetch import read_chunks
 from spark_aggregate.options import OptionError, ReadOptions, parse_options
-from spark_aggregate.ranges import OffsetRange, PartitionOffsets, resolve_ranges, split_ranges
+from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, resolve_ranges, split_ranges
 
 log = logging.getLogger("dcmirror.spark.source")
 
@@ -98,11 +98,12 @@ def plan_ranges(options: ReadOptions, *, timeout_ms: int = 60_000) -> list[Offse
     return ranges
 
 
-def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the records in range `r` (executor side)."""
+def read_range(options: ReadOptions, r: OffsetRange, *, gaps: list[Gap] | None = None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records in range `r` (executor side); offsets deleted while it
+    is read (failOnDataLoss=false) are appended to `gaps`."""
     builder = new_builder(options.include_headers, options.include_provenance)
     for chunk in read_chunks(options.client_config(), r, poll_timeout_s=options.poll_timeout_ms / 1000,
-                             fail_on_data_loss=options.fail_on_data_loss):
+                             fail_on_data_loss=options.fail_on_data_loss, gaps=gaps):
         builder.add_chunk(chunk.data, max(r.start, chunk.fetch_offset), r.end)
         if builder.rows >= BATCH_ROWS or builder.size_bytes >= BATCH_BYTES:
             yield builder.finish(r.topic, r.partition)

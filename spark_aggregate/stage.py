@@ -1,0 +1,259 @@
+"""A load's write step: offset ranges into Parquet table files in staging, run in Spark
+tasks (the parts that need no Spark; spark_aggregate/load.py drives them).
+
+Each task reads one offset range from the partition's leader (spark_aggregate/fetch.py,
+columns.py), turns the records into table rows (`table_batch`: provenance columns, source
+datacenter, event date; fence records dropped) and writes them with Arrow's Parquet writer
+straight into the staging directory, one file per range and table partition:
+
+    <staging>/<table>/source_dc=<dc>/event_date=<yyyy-mm-dd>/p<partition>-o<start>.parquet
+
+A file is written under a hidden name and renamed once complete, and its name depends only
+on its range, so a task that runs again (Spark's retry, or a re-run of an interrupted load)
+replaces its own files and never adds a second copy. A task answers with its counts (rows,
+payload bytes, files, gaps), which the driver records.
+
+Why not Spark's writer: on two cores the JVM's Parquet writer with partitionBy (it sorts
+every row by the partition columns first) tops out near 170k of these rows a second, while
+the task that decoded the records writes them with Arrow at over 500k
+(tests/perf/test_load.py). Topics with a declared JSON schema, and warehouses on a
+filesystem Arrow cannot open, still go through Spark's writer (`from_json` is Spark's),
+fed by the same `table_batch`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_aggregate.columns import HEADER_TYPE, TIMESTAMP_TYPE, repeated_string
+from spark_aggregate.options import ReadOptions
+from spark_aggregate.ranges import Gap, OffsetRange
+from spark_aggregate.settings import UNKNOWN_DATACENTER
+
+# The tables' columns: name, Spark DDL type, Arrow type (the Parquet files' schema).
+TABLE_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("key", "BINARY", pa.binary()),
+    ("value", "BINARY", pa.binary()),
+    ("headers", "ARRAY<STRUCT<key: STRING, value: BINARY>>", HEADER_TYPE),
+    ("timestamp", "TIMESTAMP", TIMESTAMP_TYPE),
+    ("timestamp_type", "INT", pa.int32()),
+    ("kafka_partition", "INT", pa.int32()),
+    ("kafka_offset", "BIGINT", pa.int64()),
+    ("source_cluster", "STRING", pa.string()),
+    ("source_partition", "INT", pa.int32()),
+    ("source_offset", "BIGINT", pa.int64()),
+    ("load_id", "STRING", pa.string()),
+)
+PARTITION_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("source_dc", "STRING", pa.string()),
+    ("event_date", "DATE", pa.date32()),
+)
+DATA_SCHEMA = pa.schema([pa.field(name, kind) for name, _, kind in TABLE_COLUMNS])
+ROW_SCHEMA = pa.schema([*DATA_SCHEMA, *(pa.field(name, kind) for name, _, kind in PARTITION_COLUMNS)])
+# Hive's name for a NULL partition value (Spark's ExternalCatalogUtils.DEFAULT_PARTITION_NAME).
+DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
+# Characters Spark escapes in partition directory names (ExternalCatalogUtils.charToEscape).
+_ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
+TASK_RESULT_DDL = "task INT, rows BIGINT, bytes BIGINT, files INT, gaps STRING"
+
+
+def escape_partition_value(value: str | None) -> str:
+    """A partition value as Spark names its directory (`=`, `/`, ... as %XX)."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION_NAME
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def unescape_partition_value(name: str) -> str | None:
+    return None if name == DEFAULT_PARTITION_NAME else urllib.parse.unquote(name)
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What table rows need besides the records."""
+
+    source: str
+    """The loaded cluster: the source of records that carry no provenance."""
+    datacenters: tuple[tuple[str, str], ...]
+    """(cluster, datacenter) pairs."""
+    load_id: str
+
+
+def table_batch(batch: pa.RecordBatch, ctx: RowContext) -> pa.RecordBatch:
+    """Records (the data source's columns with headers and provenance) -> table rows with
+    the partition columns last; fence records are dropped."""
+    fence = batch.column("fence")
+    if fence.true_count:
+        batch = batch.filter(pc.invert(fence))
+    n = batch.num_rows
+    cluster = batch.column("sourceCluster")
+    no_provenance = pc.is_null(cluster)
+    if cluster.null_count == 0:
+        source_cluster, source_partition, source_offset = \
+            cluster, batch.column("sourcePartition"), batch.column("sourceOffset")
+    else:
+        source_cluster = pc.fill_null(cluster, ctx.source)
+        source_partition = pc.if_else(no_provenance, batch.column("partition"), batch.column("sourcePartition"))
+        source_offset = pc.if_else(no_provenance, batch.column("offset"), batch.column("sourceOffset"))
+    names = pa.array([c for c, _ in ctx.datacenters], pa.string())
+    dcs = pa.array([dc for _, dc in ctx.datacenters] + [UNKNOWN_DATACENTER], pa.string())
+    index = pc.fill_null(pc.index_in(source_cluster, value_set=names), len(ctx.datacenters))
+    return pa.RecordBatch.from_arrays([
+        batch.column("key"), batch.column("value"), batch.column("headers"), batch.column("timestamp"),
+        batch.column("timestampType"), batch.column("partition"), batch.column("offset"),
+        source_cluster, source_partition, source_offset, repeated_string(ctx.load_id, n),
+        dcs.take(index), pc.cast(batch.column("timestamp"), pa.date32()),
+    ], schema=ROW_SCHEMA)
+
+
+def by_table_partition(rows: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Table rows grouped by their partition directory (source_dc=.../event_date=...),
+    without the partition columns (they are in the directory names)."""
+    data = rows.select(DATA_SCHEMA.names)
+    dc, day = rows.column("source_dc"), rows.column("event_date")
+    if not rows.num_rows:
+        return
+    pairs = pa.RecordBatch.from_arrays([dc, day], ["dc", "day"])
+    keys = pa.Table.from_batches([pairs]).group_by(["dc", "day"]).aggregate([]).to_pylist()
+    for key in keys:
+        folder = (f"source_dc={escape_partition_value(key['dc'])}/"
+                  f"event_date={escape_partition_value(None if key['day'] is None else key['day'].isoformat())}")
+        if len(keys) == 1:
+            yield folder, data
+            continue
+        mask = pc.and_kleene(_equal(dc, key["dc"]), _equal(day, key["day"]))
+        yield folder, data.filter(mask)
+
+
+def _equal(column: pa.Array, value: Any) -> pa.Array:
+    return pc.is_null(column) if value is None else pc.fill_null(pc.equal(column, value), False)
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """One range into one table's staging directory (a path in `filesystem_uri`'s filesystem)."""
+
+    range: OffsetRange
+    table_dir: str
+
+    @property
+    def file_name(self) -> str:
+        return f"p{self.range.partition}-o{self.range.start}.parquet"
+
+
+@dataclass
+class TaskResult:
+    rows: int = 0
+    size_bytes: int = 0
+    """Payload: key and value bytes."""
+    files: int = 0
+    gaps: list[Gap] = field(default_factory=list)
+
+
+def payload_bytes(rows: pa.RecordBatch) -> int:
+    """Key and value bytes of table rows."""
+    return sum(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0 for name in ("key", "value"))
+
+
+def table_batches(task: StageTask, options: ReadOptions, ctx: RowContext,
+                  gaps: list[Gap] | None = None) -> Iterator[pa.RecordBatch]:
+    """The task's table rows (partition columns included), batch by batch."""
+    from spark_aggregate.source import read_range
+
+    for batch in read_range(options, task.range, gaps=gaps):
+        rows = table_batch(batch, ctx)
+        if rows.num_rows:
+            yield rows
+
+
+def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any) -> TaskResult:
+    """Read the task's range and write its Parquet files (each whole or not at all)."""
+    import pyarrow.parquet as pq
+
+    result = TaskResult()
+    writers: dict[str, tuple[Any, Any, str, str]] = {}
+    attempt = secrets.token_hex(4)
+    try:
+        for rows in table_batches(task, options, ctx, result.gaps):
+            result.rows += rows.num_rows
+            result.size_bytes += payload_bytes(rows)
+            for folder, part in by_table_partition(rows):
+                if folder not in writers:
+                    directory = f"{task.table_dir}/{folder}"
+                    filesystem.create_dir(directory, recursive=True)
+                    tmp = f"{directory}/.{task.file_name}.{attempt}.inprogress"
+                    stream = filesystem.open_output_stream(tmp)
+                    writers[folder] = (pq.ParquetWriter(stream, DATA_SCHEMA, compression="snappy"), stream, tmp,
+                                       f"{directory}/{task.file_name}")
+                writers[folder][0].write_batch(part)
+        for writer, stream, tmp, final in writers.values():
+            writer.close()
+            stream.close()
+            filesystem.move(tmp, final)
+            result.files += 1
+    except BaseException:
+        for writer, stream, tmp, _ in writers.values():
+            try:
+                writer.close()
+                stream.close()
+                filesystem.delete_file(tmp)
+            except Exception:  # noqa: BLE001 - the error being raised matters more
+                pass
+        raise
+    return result
+
+
+def filesystem_of(uri: str) -> tuple[Any, str] | None:
+    """(Arrow filesystem, path) for a warehouse URI, or None when Arrow cannot open it
+    (then Spark's writer is used)."""
+    import pyarrow.fs
+
+    try:
+        return pyarrow.fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
+        return None
+
+
+def write_tasks_function(tasks: list[StageTask], options: ReadOptions, ctx: RowContext,
+                         filesystem_uri: str) -> Any:
+    """mapInArrow function over spark.range(len(tasks)): each id's task written, one
+    result row (TASK_RESULT_DDL) each."""
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import orjson
+
+        opened = filesystem_of(filesystem_uri)
+        if opened is None:
+            raise OSError(f"Arrow cannot open the warehouse filesystem {filesystem_uri} on this executor")
+        filesystem = opened[0]
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                got = write_task(tasks[task_id], options, ctx, filesystem)
+                gaps = orjson.dumps([[g.topic, g.partition, g.start, g.end, g.log_start] for g in got.gaps])
+                yield pa.RecordBatch.from_pylist(
+                    [{"task": task_id, "rows": got.rows, "bytes": got.size_bytes, "files": got.files,
+                      "gaps": gaps.decode()}],
+                    schema=pa.schema([pa.field("task", pa.int32()), pa.field("rows", pa.int64()),
+                                      pa.field("bytes", pa.int64()), pa.field("files", pa.int32()),
+                                      pa.field("gaps", pa.string())]))
+    return run
+
+
+def rows_function(tasks: list[StageTask], options: ReadOptions, ctx: RowContext) -> Any:
+    """mapInArrow function over spark.range(len(tasks)): the tasks' table rows (for Spark's
+    writer)."""
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                yield from table_batches(tasks[task_id], options, ctx)
+    return run
+
+
+def row_ddl() -> str:
+    return ", ".join(f"`{name}` {ddl}" for name, ddl, _ in (*TABLE_COLUMNS, *PARTITION_COLUMNS))
