@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
+import pyarrow as pa
 
 from cluster.client.admin import EARLIEST, LATEST
 from cluster.client.sync import SyncAdmin
@@ -74,9 +75,11 @@ from spark_aggregate.stage import (
     RowContext,
     StageTask,
     filesystem_of,
+    group_tasks,
     row_ddl,
     rows_function,
     unescape_partition_value,
+    write_file_atomically,
     write_tasks_function,
 )
 
@@ -88,7 +91,11 @@ LAST_LOAD_FILE = "last_load.json"
 PROGRESS_INTERVAL_S = 5.0
 TopicPartition = tuple[str, int]
 
-MAX_OFFSETS_PER_TASK = 2_000_000  # a task's range (progress, and what a failed task reads again)
+MAX_OFFSETS_PER_TASK = 4_000_000  # a Spark task's offsets (progress, and what a failed task reads again)
+
+
+LEDGER_ARROW_TYPES = tuple({"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
+                            "TIMESTAMP": pa.timestamp("us", tz="UTC")}[t] for _, t in LEDGER_COLUMNS)
 
 
 class LoadConfigError(Exception):
@@ -155,6 +162,8 @@ class Loader:
         # Tests name a step here to be killed at (see tests/spark/test_load_crash.py).
         self.crash_hook = crash_hook or (lambda step: None)
         self.ledger: list[LedgerRow] = []
+        self._tables: set[str] = set()  # ensured by this run
+        self._locations: dict[str, str] = {}
 
     # ---- the whole run -------------------------------------------------------------
 
@@ -270,9 +279,15 @@ class Loader:
     def row_context(self, load_id: str) -> RowContext:
         return RowContext(self.settings.source, tuple(sorted(self.settings.datacenters.items())), load_id)
 
+    def parallelism(self) -> int:
+        return self.settings.min_partitions or int(self.spark.sparkContext.defaultParallelism)
+
     def task_ranges(self, ranges: list[OffsetRange]) -> list[OffsetRange]:
-        parallelism = self.settings.min_partitions or self.spark.sparkContext.defaultParallelism
-        return cap_ranges(split_ranges(ranges, parallelism), MAX_OFFSETS_PER_TASK)
+        return cap_ranges(split_ranges(ranges, self.parallelism()), MAX_OFFSETS_PER_TASK)
+
+    def groups(self, tasks: list[StageTask]) -> list[list[int]]:
+        offsets = sum(t.range.size for t in tasks)
+        return group_tasks(tasks, max(self.parallelism(), -(-offsets // MAX_OFFSETS_PER_TASK)))
 
     def stage_direct(self, plan: LoadPlan, topics: list[str], staging_path: str) -> dict[str, dict[str, Any]]:
         """One Spark job: a task per range writes its table files (stage.write_task)."""
@@ -283,11 +298,12 @@ class Loader:
             tasks += [StageTask(r, f"{staging_path}/{plan.load_id}/{table}")
                       for r in self.task_ranges(plan.ranges_of(topic))]
         started = time.monotonic()
-        run = write_tasks_function(tasks, self.read_options(), self.row_context(plan.load_id),
+        groups = self.groups(tasks)
+        run = write_tasks_function(tasks, groups, self.read_options(), self.row_context(plan.load_id),
                                    self.settings.staging_uri)
         label = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
         with Progress(self.spark, label, sum(t.range.size for t in tasks), self.out):
-            results = (self.spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, TASK_RESULT_DDL).collect())
+            results = self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(run, TASK_RESULT_DDL).collect()
         seconds = round(time.monotonic() - started, 3)
         if sorted(r.task for r in results) != list(range(len(tasks))):
             raise LedgerError(f"load {plan.load_id}: the staging job answered for tasks "
@@ -317,8 +333,10 @@ class Loader:
         ranges = plan.ranges_of(topic)
         started = time.monotonic()
         tasks = [StageTask(r, "") for r in self.task_ranges(ranges)]
-        df = (self.spark.range(0, len(tasks), 1, len(tasks))
-              .mapInArrow(rows_function(tasks, self.read_options(), self.row_context(plan.load_id)), row_ddl()))
+        groups = self.groups(tasks)
+        df = (self.spark.range(0, len(groups), 1, len(groups))
+              .mapInArrow(rows_function(tasks, groups, self.read_options(), self.row_context(plan.load_id)),
+                          row_ddl()))
         ddl = self.settings.schema_of(topic)
         if ddl is not None:
             df = df.selectExpr(*(c for c, *_ in TABLE_COLUMNS),
@@ -370,6 +388,9 @@ class Loader:
 
     def ensure_table(self, topic: str) -> None:
         table = f"{DATABASE}.{table_name(topic)}"
+        if table in self._tables:
+            return
+        self._tables.add(table)
         ddl = self.settings.schema_of(topic)
         wanted = ", ".join(f"`{c}` {t}" for c, t, _ in TABLE_COLUMNS)
         if ddl is not None:
@@ -390,9 +411,12 @@ class Loader:
                 self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
 
     def table_location(self, table: str) -> str:
+        if table in self._locations:
+            return self._locations[table]
         for row in self.spark.sql(f"DESCRIBE TABLE EXTENDED {DATABASE}.{table}").collect():
             if row[0] == "Location":
-                return str(row[1]).rstrip("/")
+                self._locations[table] = str(row[1]).rstrip("/")
+                return self._locations[table]
         raise LedgerError(f"the metastore has no location for table {DATABASE}.{table}")
 
     def ensure_ledger(self) -> None:
@@ -400,17 +424,47 @@ class Loader:
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {LEDGER} ({columns}) USING parquet")
 
     def read_ledger(self) -> list[LedgerRow]:
+        """Every ledger row: read with Arrow where it can open the filesystem (a Spark query
+        costs ~0.6 s), else by Spark."""
+        opened = filesystem_of(self.table_location(LEDGER_TABLE))
+        if opened is not None:
+            import pyarrow.dataset as ds
+
+            filesystem, path = opened
+            schema = pa.schema([pa.field(c, kind) for (c, _), kind in zip(LEDGER_COLUMNS, LEDGER_ARROW_TYPES,
+                                                                         strict=True)])
+            table = ds.dataset(path, schema=schema, format="parquet", filesystem=filesystem).to_table()
+            return [LedgerRow(r["load_id"], r["topic"], r["partition"], r["start_offset"], r["end_offset"], r["rows"],
+                              r["status"], _ms(r["planned_at"]) or 0, _ms(r["finished_at"]), r["note"])
+                    for r in table.to_pylist()]
+        self.spark.sql(f"REFRESH TABLE {LEDGER}")  # appends written with Arrow: list the files again
         return [LedgerRow(r.load_id, r.topic, r.partition, r.start_offset, r.end_offset, r.rows, r.status,
                           _ms(r.planned_at) or 0, _ms(r.finished_at), r.note)
                 for r in self.spark.table(LEDGER).collect()]
 
     def append_ledger(self, rows: Iterable[LedgerRow]) -> None:
-        """One single-file append (whole or not at all)."""
+        """One single-file append (whole or not at all): written with Arrow into the table's
+        location when Arrow can open the filesystem (a Spark insert costs ~1 s), else by
+        Spark."""
         rows = list(rows)
-        data = [(r.load_id, r.topic, r.partition, r.start_offset, r.end_offset, r.rows, r.status,
-                 _dt(r.planned_at_ms), _dt(r.finished_at_ms), r.note) for r in rows]
-        schema = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
-        self.spark.createDataFrame(data, schema).coalesce(1).write.insertInto(LEDGER)
+        opened = filesystem_of(self.table_location(LEDGER_TABLE))
+        if opened is None:
+            data = [(r.load_id, r.topic, r.partition, r.start_offset, r.end_offset, r.rows, r.status,
+                     _dt(r.planned_at_ms), _dt(r.finished_at_ms), r.note) for r in rows]
+            schema = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
+            self.spark.createDataFrame(data, schema).coalesce(1).write.insertInto(LEDGER)
+        else:
+            filesystem, path = opened
+            values = [[r.load_id for r in rows], [r.topic for r in rows], [r.partition for r in rows],
+                      [r.start_offset for r in rows], [r.end_offset for r in rows], [r.rows for r in rows],
+                      [r.status for r in rows], [r.planned_at_ms * 1000 for r in rows],
+                      [None if r.finished_at_ms is None else r.finished_at_ms * 1000 for r in rows],
+                      [r.note for r in rows]]
+            table = pa.Table.from_arrays([pa.array(v, kind) for v, kind in zip(values, LEDGER_ARROW_TYPES, strict=True)],
+                                         names=[c for c, _ in LEDGER_COLUMNS])
+            name = f"part-{time.time_ns():020d}-{secrets.token_hex(4)}.parquet"
+            write_file_atomically(filesystem, f"{path}/{name}", table)
+            self.spark.sql(f"REFRESH TABLE {LEDGER}")
         self.ledger += rows
 
     def clean_staging(self) -> None:

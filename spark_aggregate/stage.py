@@ -211,20 +211,52 @@ def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesyste
 
 
 def filesystem_of(uri: str) -> tuple[Any, str] | None:
-    """(Arrow filesystem, path) for a warehouse URI, or None when Arrow cannot open it
-    (then Spark's writer is used)."""
+    """(Arrow filesystem, path) for a warehouse URI (Hadoop's "file:/x" spelling too), or
+    None when Arrow cannot open it (then Spark's writer is used)."""
     import pyarrow.fs
 
+    if uri.startswith("file:/") and not uri.startswith("file://"):
+        uri = "file://" + uri[len("file:"):]
     try:
         return pyarrow.fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
         return None
 
 
-def write_tasks_function(tasks: list[StageTask], options: ReadOptions, ctx: RowContext,
+def write_file_atomically(filesystem: Any, path: str, table: pa.Table) -> None:
+    """One Parquet file that appears whole or not at all (a hidden name renamed into place)."""
+    import pyarrow.parquet as pq
+
+    directory, _, name = path.rpartition("/")
+    tmp = f"{directory}/.{name}.{secrets.token_hex(4)}.tmp"
+    try:
+        pq.write_table(table, tmp, filesystem=filesystem, compression="snappy")
+        filesystem.move(tmp, path)
+    except BaseException:
+        try:
+            filesystem.delete_file(tmp)
+        except Exception:  # noqa: BLE001 - the error being raised matters more
+            pass
+        raise
+
+
+def group_tasks(tasks: list[StageTask], groups: int) -> list[list[int]]:
+    """Task indexes in `groups` Spark tasks of nearly equal offsets (largest first, each to the
+    least loaded group). Every Spark task costs its Python worker ~0.3 s of start-up on a
+    small machine, so a load runs about as many as it has cores, each writing several ranges."""
+    load = [(0, g) for g in range(max(1, min(groups, len(tasks))))]
+    out: list[list[int]] = [[] for _ in load]
+    for i in sorted(range(len(tasks)), key=lambda i: (-tasks[i].range.size, i)):
+        size, g = min(load)
+        out[g].append(i)
+        load[g] = (size + tasks[i].range.size, g)
+    return [sorted(group) for group in out if group]
+
+
+def write_tasks_function(tasks: list[StageTask], groups: list[list[int]], options: ReadOptions, ctx: RowContext,
                          filesystem_uri: str) -> Any:
-    """mapInArrow function over spark.range(len(tasks)): each id's task written, one
-    result row (TASK_RESULT_DDL) each."""
+    """mapInArrow function over spark.range(len(groups)): each id's group of tasks written,
+    one result row (TASK_RESULT_DDL) per task."""
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import orjson
 
@@ -233,7 +265,7 @@ def write_tasks_function(tasks: list[StageTask], options: ReadOptions, ctx: RowC
             raise OSError(f"Arrow cannot open the warehouse filesystem {filesystem_uri} on this executor")
         filesystem = opened[0]
         for batch in batches:
-            for task_id in batch.column(0).to_pylist():
+            for task_id in (i for group in batch.column(0).to_pylist() for i in groups[group]):
                 got = write_task(tasks[task_id], options, ctx, filesystem)
                 gaps = orjson.dumps([[g.topic, g.partition, g.start, g.end, g.log_start] for g in got.gaps])
                 yield pa.RecordBatch.from_pylist(
@@ -245,12 +277,12 @@ def write_tasks_function(tasks: list[StageTask], options: ReadOptions, ctx: RowC
     return run
 
 
-def rows_function(tasks: list[StageTask], options: ReadOptions, ctx: RowContext) -> Any:
-    """mapInArrow function over spark.range(len(tasks)): the tasks' table rows (for Spark's
+def rows_function(tasks: list[StageTask], groups: list[list[int]], options: ReadOptions, ctx: RowContext) -> Any:
+    """mapInArrow function over spark.range(len(groups)): the groups' table rows (for Spark's
     writer)."""
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for task_id in batch.column(0).to_pylist():
+            for task_id in (i for group in batch.column(0).to_pylist() for i in groups[group]):
                 yield from table_batches(tasks[task_id], options, ctx)
     return run
 
