@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import pyarrow.fs
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
