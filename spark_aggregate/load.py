@@ -260,7 +260,10 @@ class Loader:
                 todo.append(topic)
         if not todo:
             return staged
-        opened = filesystem_of(self.settings.staging_uri)
+        opened = None if self.settings.writer == "spark" else filesystem_of(self.settings.staging_uri)
+        if opened is None and self.settings.writer == "arrow":
+            raise LoadConfigError(f"load.writer = \"arrow\", but Arrow cannot open {self.settings.staging_uri}; "
+                                  "use \"spark\" or \"auto\"")
         direct = [t for t in todo if opened is not None and self.settings.schema_of(t) is None]
         if direct:
             assert opened is not None

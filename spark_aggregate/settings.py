@@ -51,6 +51,8 @@ class WarehouseSettings:
     max_offsets_per_load: int | None = None
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     load_interval_ms: int = 0
+    writer: str = "auto"
+    """Who writes the tables' Parquet files: "arrow" (the tasks), "spark", or "auto"."""
 
     @property
     def embedded_metastore(self) -> bool:
@@ -97,4 +99,5 @@ class WarehouseSettings:
             max_offsets_per_load=int(config["maxOffsetsPerLoad"]) if "maxOffsetsPerLoad" in config else None,
             poll_timeout_ms=int(config.get("pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)),
             load_interval_ms=int(config.get("load.interval.ms", 0)),
+            writer=config.get("load.writer", "auto"),
         )

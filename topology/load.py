@@ -70,6 +70,7 @@ WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
 _WAREHOUSE_BOOLEANS = ("failOnDataLoss",)
+_WAREHOUSE_CHOICES = {"load.writer": ("auto", "arrow", "spark")}
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 DEFAULTS_KEYS = ("partitions", "replication_factor", "config")
 
@@ -581,6 +582,10 @@ class _Loader:
             elif key in _WAREHOUSE_BOOLEANS:
                 if value not in ("true", "false"):
                     self.fail(kpath, f"warehouse config {key!r} takes true or false, not {value!r}")
+            elif key in _WAREHOUSE_CHOICES:
+                if value not in _WAREHOUSE_CHOICES[key]:
+                    self.fail(kpath, f"warehouse config {key!r} takes one of " + ", ".join(_WAREHOUSE_CHOICES[key])
+                              + f", not {value!r}")
             elif key in ("metastore.uri", "warehouse.uri"):
                 if not _URI.fullmatch(value):
                     example = "thrift://metastore:9083" if key == "metastore.uri" else "hdfs://namenode:8020/warehouse"

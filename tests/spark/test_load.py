@@ -84,69 +84,74 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         broker.stop()
 
 
-def test_load_exactly_the_records_then_only_new_ones_then_nothing(env: Env) -> None:
-    create_topics(env.broker.bootstrap, {"t1.east.pageviews": 3, "t1.west.pageviews": 2, "t1.local": 1,
-                                         "dcmirror.heartbeats": 1, "dcmirror.checkpoints": 1, "__internal": 1})
-    first = env.feed.produce("t1.east.pageviews", 3, 300, source="east", fence_every=40)
-    first += env.feed.produce("t1.west.pageviews", 2, 200, source="west")
-    first += env.feed.produce("t1.west.pageviews", 2, 6, source="south")  # a cluster the topology does not know
-    first += env.feed.produce("t1.local", 1, 20, source=None)  # produced into the aggregate itself
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_load_exactly_the_records_then_only_new_ones_then_nothing(env: Env, writer: str) -> None:
+    # Each writer (spark_aggregate/stage.py) loads its own topics: t1.* with Arrow, t5.* with Spark.
+    pre = "t1" if writer == "arrow" else "t5"
+    create_topics(env.broker.bootstrap, {f"{pre}.east.pageviews": 3, f"{pre}.west.pageviews": 2, f"{pre}.local": 1})
+    if writer == "arrow":  # the first to run
+        create_topics(env.broker.bootstrap, {"dcmirror.heartbeats": 1, "dcmirror.checkpoints": 1, "__internal": 1})
+    first = env.feed.produce(f"{pre}.east.pageviews", 3, 300, source="east", fence_every=40)
+    first += env.feed.produce(f"{pre}.west.pageviews", 2, 200, source="west")
+    first += env.feed.produce(f"{pre}.west.pageviews", 2, 6, source="south")  # a cluster the topology does not know
+    first += env.feed.produce(f"{pre}.local", 1, 20, source=None)  # produced into the aggregate itself
     for internal in ("dcmirror.heartbeats", "dcmirror.checkpoints", "__internal"):
         env.feed.produce(internal, 1, 3, source=None)
     # The regex names the internal topics too: they are never loaded all the same.
-    topics = r"t1\..*|dcmirror\..*|__.*"
+    topics = rf"{pre}\..*|dcmirror\..*|__.*"
 
-    outcomes, printed = env.load(topics)
+    outcomes, printed = env.load(topics, writer=writer)
     assert len(outcomes) == 1 and not outcomes[0].plan.resumed
     assert {t.table: t.rows for t in outcomes[0].topics} == {
-        "dcmirror.t1_east_pageviews": 300, "dcmirror.t1_west_pageviews": 206, "dcmirror.t1_local": 20}
+        f"dcmirror.{pre}_east_pageviews": 300, f"dcmirror.{pre}_west_pageviews": 206, f"dcmirror.{pre}_local": 20}
     # Offsets include the 7 fence records of east (one per 40 records, in the partition written).
     assert outcomes[0].plan.offsets == 300 + 7 + 206 + 20
     assert "load " in printed
-    for table, topic in (("t1_east_pageviews", "t1.east.pageviews"), ("t1_west_pageviews", "t1.west.pageviews"),
-                         ("t1_local", "t1.local")):
+    for table, topic in ((f"{pre}_east_pageviews", f"{pre}.east.pageviews"), (f"{pre}_west_pageviews", f"{pre}.west.pageviews"),
+                         (f"{pre}_local", f"{pre}.local")):
         assert env.rows(table) == expected_rows(s for s in first if s.topic == topic), table
     tables = {r.tableName for r in env.spark.sql("SHOW TABLES IN dcmirror").collect()}
     assert not tables & {"dcmirror_heartbeats", "dcmirror_checkpoints", "__internal", "_internal"}
     # Per kafka partition: count and offset sums, as a query over the warehouse sees them.
     sums = {(r.kafka_partition, r.n, r.s) for r in env.spark.sql(
-        "SELECT kafka_partition, count(*) AS n, sum(source_offset) AS s FROM dcmirror.t1_east_pageviews "
+        f"SELECT kafka_partition, count(*) AS n, sum(source_offset) AS s FROM dcmirror.{pre}_east_pageviews "
         "GROUP BY kafka_partition").collect()}
     assert sums == {(p, 100, sum(range(100))) for p in range(3)}
     # Partitioned by source datacenter and event date; unknown clusters in dc "unknown".
-    parts = {r.partition for r in env.spark.sql("SHOW PARTITIONS dcmirror.t1_west_pageviews").collect()}
+    parts = {r.partition for r in env.spark.sql(f"SHOW PARTITIONS dcmirror.{pre}_west_pageviews").collect()}
     today = time.strftime("%Y-%m-%d", time.gmtime())
     assert parts == {f"source_dc=dc-west/event_date={today}", f"source_dc=unknown/event_date={today}"}
 
-    ledger = env.ledger("t1.%")
+    ledger = env.ledger(f"{pre}.%")
     load_id = outcomes[0].plan.load_id
     assert {(r.load_id, r.status) for r in ledger} == {(load_id, PLANNED), (load_id, COMMITTED)}
     committed = {(r.topic, r.partition): (r.start_offset, r.end_offset, r.rows) for r in ledger if r.status == COMMITTED}
-    ends = {("t1.east.pageviews", p): hw for p, (_, hw) in offsets(env.broker.bootstrap, "t1.east.pageviews", 3).items()}
-    assert {tp: v for tp, v in committed.items() if tp[0] == "t1.east.pageviews"} == {
+    ends = {(f"{pre}.east.pageviews", p): hw for p, (_, hw) in offsets(env.broker.bootstrap, f"{pre}.east.pageviews", 3).items()}
+    assert {tp: v for tp, v in committed.items() if tp[0] == f"{pre}.east.pageviews"} == {
         tp: (0, end, 100) for tp, end in ends.items()}
-    assert committed[("t1.local", 0)] == (0, 20, 20)
+    assert committed[(f"{pre}.local", 0)] == (0, 20, 20)
 
     # Incremental: only the new records are added.
-    second = env.feed.produce("t1.east.pageviews", 3, 90, source="east", fence_every=25)
-    second += env.feed.produce("t1.local", 1, 5, source=None)
-    outcomes, _ = env.load(topics)
+    second = env.feed.produce(f"{pre}.east.pageviews", 3, 90, source="east", fence_every=25)
+    second += env.feed.produce(f"{pre}.local", 1, 5, source=None)
+    outcomes, _ = env.load(topics, writer=writer)
     assert len(outcomes) == 1
-    assert {t.table: t.rows for t in outcomes[0].topics} == {"dcmirror.t1_east_pageviews": 90, "dcmirror.t1_local": 5}
-    for table, topic in (("t1_east_pageviews", "t1.east.pageviews"), ("t1_local", "t1.local")):
+    assert {t.table: t.rows for t in outcomes[0].topics} == {f"dcmirror.{pre}_east_pageviews": 90,
+                                                                 f"dcmirror.{pre}_local": 5}
+    for table, topic in ((f"{pre}_east_pageviews", f"{pre}.east.pageviews"), (f"{pre}_local", f"{pre}.local")):
         assert env.rows(table) == expected_rows(s for s in first + second if s.topic == topic), table
     second_id = outcomes[0].plan.load_id
-    assert env.rows("t1_local", f"load_id = '{second_id}'") == expected_rows(s for s in second if s.topic == "t1.local")
+    assert env.rows(f"{pre}_local", f"load_id = '{second_id}'") == expected_rows(s for s in second if s.topic == f"{pre}.local")
     ranges = {(r.topic, r.partition): (r.start, r.end) for r in outcomes[0].plan.ranges}
     for (topic, partition), (start, _) in ranges.items():
         assert start == committed[(topic, partition)][1]  # each starts where the first load ended
 
     # Nothing new: no load, no ledger rows, the same tables.
-    ledger_before = env.ledger("t1.%")
-    outcomes, _ = env.load(topics)
+    ledger_before = env.ledger(f"{pre}.%")
+    outcomes, _ = env.load(topics, writer=writer)
     assert outcomes == []
-    assert env.ledger("t1.%") == ledger_before
-    assert env.rows("t1_east_pageviews") == expected_rows(s for s in first + second if s.topic == "t1.east.pageviews")
+    assert env.ledger(f"{pre}.%") == ledger_before
+    assert env.rows(f"{pre}_east_pageviews") == expected_rows(s for s in first + second if s.topic == f"{pre}.east.pageviews")
 
 
 def test_json_schema_gives_typed_columns(env: Env) -> None:

@@ -289,6 +289,7 @@ failOnDataLoss = false
 minPartitions = 6
 maxOffsetsPerLoad = 100000
 "load.interval.ms" = 60000
+"load.writer" = "spark"
 "kafka.max.partition.fetch.bytes" = 1048576
 "metastore.uri" = "thrift://ms:9083"
 "warehouse.uri" = "hdfs://nn:8020/wh"
@@ -302,11 +303,12 @@ maxOffsetsPerLoad = 100000
     assert (s.fail_on_data_loss, s.min_partitions, s.max_offsets_per_load, s.load_interval_ms) == (False, 6, 100000,
                                                                                                    60000)
     assert s.kafka == {"max.partition.fetch.bytes": "1048576"}
+    assert s.writer == "spark"
     assert s.datacenters == {"agg": "central", "east": "dc1"}
     assert s.schema_of("east.pageviews") == "user STRING, ts TIMESTAMP" and s.schema_of("west.pageviews") is None
     plain = WarehouseSettings.from_topology(loads(BASE + '[warehouse]\nsource = "agg"\npath = "/tmp/wh"\n'))
-    assert (plain.spark_conf, plain.warehouse_uri, plain.embedded_metastore) == (
-        {"spark.master": "local[2]"}, "file:///tmp/wh", True)
+    assert (plain.spark_conf, plain.warehouse_uri, plain.embedded_metastore, plain.writer) == (
+        {"spark.master": "local[2]"}, "file:///tmp/wh", True, "auto")
 
 
 @pytest.mark.parametrize(("section", "message"), [
@@ -314,6 +316,7 @@ maxOffsetsPerLoad = 100000
     ('config = { minPartitions = 0 }', "'minPartitions' takes a whole number of at least 1"),
     ('config = { "load.interval.ms" = "soon" }', "'load.interval.ms' takes a whole number"),
     ('config = { failOnDataLoss = "maybe" }', "'failOnDataLoss' takes true or false"),
+    ('config = { "load.writer" = "pandas" }', "'load.writer' takes one of auto, arrow, spark, not 'pandas'"),
     ('config = { "metastore.uri" = "ms:9083" }', "takes a URI such as 'thrift://metastore:9083'"),
     ('schemas = { "t" = "a INTEGR" }', "unknown type 'INTEGR'"),
     ('schemas = { "t" = "a INT, a STRING" }', "column 'a' appears twice"),
