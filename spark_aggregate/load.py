@@ -164,6 +164,7 @@ class Loader:
         self.ledger: list[LedgerRow] = []
         self._tables: set[str] = set()  # ensured by this run
         self._locations: dict[str, str] = {}
+        self._ledger_written = False  # with Arrow: Spark's cached listing of the ledger is stale
 
     # ---- the whole run -------------------------------------------------------------
 
@@ -185,6 +186,8 @@ class Loader:
             self.append_ledger(plan.planned_rows())
             self.crash_hook("planned")
             outcomes.append(self.execute(plan))
+        if self._ledger_written:
+            self.spark.sql(f"REFRESH TABLE {LEDGER}")  # for queries in this session
         return outcomes
 
     def discover(self) -> tuple[dict[TopicPartition, PartitionOffsets], dict[str, str]]:
@@ -389,12 +392,33 @@ class Loader:
 
     # ---- tables and ledger -------------------------------------------------------
 
+    def catalog_table(self, table: str) -> tuple[str, set[str]] | None:
+        """(location, lower-case column names) of dcmirror.<table> from the session catalog
+        (one JVM call; a SQL statement costs ~0.1 s), None if it does not exist or the
+        catalog cannot be asked this way."""
+        try:
+            jvm = self.spark.sparkContext._jvm
+            catalog = self.spark._jsparkSession.sessionState().catalog()
+            ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(table, jvm.scala.Option.apply(DATABASE))
+            if not catalog.tableExists(ident):
+                return None
+            meta = catalog.getTableMetadata(ident)
+            return str(meta.location().toString()).rstrip("/"), {str(n).lower() for n in meta.schema().fieldNames()}
+        except Exception:  # noqa: BLE001 - py4j errors: ask with SQL instead
+            log.debug("catalog lookup of %s failed", table, exc_info=True)
+            return None
+
     def ensure_table(self, topic: str) -> None:
         table = f"{DATABASE}.{table_name(topic)}"
         if table in self._tables:
             return
         self._tables.add(table)
         ddl = self.settings.schema_of(topic)
+        known = self.catalog_table(table_name(topic))
+        if known is not None:
+            self._locations[table_name(topic)] = known[0]
+            if ddl is None:
+                return
         wanted = ", ".join(f"`{c}` {t}" for c, t, _ in TABLE_COLUMNS)
         if ddl is not None:
             wanted += ", " + ddl
@@ -416,6 +440,10 @@ class Loader:
     def table_location(self, table: str) -> str:
         if table in self._locations:
             return self._locations[table]
+        known = self.catalog_table(table)
+        if known is not None:
+            self._locations[table] = known[0]
+            return known[0]
         for row in self.spark.sql(f"DESCRIBE TABLE EXTENDED {DATABASE}.{table}").collect():
             if row[0] == "Location":
                 self._locations[table] = str(row[1]).rstrip("/")
@@ -423,6 +451,8 @@ class Loader:
         raise LedgerError(f"the metastore has no location for table {DATABASE}.{table}")
 
     def ensure_ledger(self) -> None:
+        if self.catalog_table(LEDGER_TABLE) is not None:
+            return
         columns = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {LEDGER} ({columns}) USING parquet")
 
@@ -467,7 +497,7 @@ class Loader:
                                          names=[c for c, _ in LEDGER_COLUMNS])
             name = f"part-{time.time_ns():020d}-{secrets.token_hex(4)}.parquet"
             write_file_atomically(filesystem, f"{path}/{name}", table)
-            self.spark.sql(f"REFRESH TABLE {LEDGER}")
+            self._ledger_written = True
         self.ledger += rows
 
     def clean_staging(self) -> None:
