@@ -27,6 +27,7 @@ from spark_aggregate.ledger import (
 from spark_aggregate.options import EARLIEST, LATEST, OffsetSpec, OptionError, parse_options
 from spark_aggregate.ranges import (
     DataLossError,
+    Gap,
     OffsetRange,
     PartitionOffsets,
     resolve_ranges,
@@ -153,6 +154,12 @@ def test_plans_start_where_committed_loads_ended() -> None:
     committed = plan.committed_rows({("t", 0): 29, ("u", 0): 50}, now_ms=9)
     assert [(r.start_offset, r.end_offset, r.rows, r.status) for r in committed] == [
         (70, 100, 29, COMMITTED), (0, 50, 50, COMMITTED)]
+    # Offsets retention deleted while the load read them (failOnDataLoss=false) are recorded
+    # with the commit, and the next load still starts after the whole range.
+    with_gap = plan.committed_rows({("t", 0): 19, ("u", 0): 50}, now_ms=9, read_gaps=[Gap("t", 0, 70, 80, 80)])
+    assert [(r.start_offset, r.end_offset, r.rows, r.status, r.note) for r in with_gap][2:] == [
+        (70, 80, 0, COMMITTED, "gap while reading: " + Gap("t", 0, 70, 80, 80).describe())]
+    assert next_offsets(rows + with_gap) == {("t", 0): 100, ("u", 0): 50}
     done = {("t", 0): PartitionOffsets(0, 100), ("u", 0): PartitionOffsets(0, 50)}
     assert plan_load(rows + committed + [_row("b", ("t", 0), 40, 70, COMMITTED)], done, load_id="d", now_ms=6,
                      fail_on_data_loss=True) is None
