@@ -31,6 +31,7 @@ from spark_aggregate.columns import new_builder, spark_schema
 from spark_aggregate.fetch import read_chunks
 from spark_aggregate.options import OptionError, ReadOptions, parse_options
 from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, resolve_ranges, split_ranges
+from spark_aggregate.worker import prepare_worker
 
 log = logging.getLogger("dcmirror.spark.source")
 
@@ -121,6 +122,7 @@ class DcMirrorReader(DataSourceReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        prepare_worker()
         if partition is None:  # Spark's stand-in when planning found nothing to read
             return iter(())
         assert isinstance(partition, RangePartition)

@@ -260,6 +260,9 @@ def write_tasks_function(tasks: list[StageTask], groups: list[list[int]], option
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import orjson
 
+        from spark_aggregate.worker import prepare_worker
+
+        prepare_worker()
         opened = filesystem_of(filesystem_uri)
         if opened is None:
             raise OSError(f"Arrow cannot open the warehouse filesystem {filesystem_uri} on this executor")
@@ -281,6 +284,9 @@ def rows_function(tasks: list[StageTask], groups: list[list[int]], options: Read
     """mapInArrow function over spark.range(len(groups)): the groups' table rows (for Spark's
     writer)."""
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_aggregate.worker import prepare_worker
+
+        prepare_worker()
         for batch in batches:
             for task_id in (i for group in batch.column(0).to_pylist() for i in groups[group]):
                 yield from table_batches(tasks[task_id], options, ctx)
