@@ -451,7 +451,9 @@ class Loader:
         raise LedgerError(f"the metastore has no location for table {DATABASE}.{table}")
 
     def ensure_ledger(self) -> None:
-        if self.catalog_table(LEDGER_TABLE) is not None:
+        known = self.catalog_table(LEDGER_TABLE)
+        if known is not None:
+            self._locations[LEDGER_TABLE] = known[0]
             return
         columns = ", ".join(f"`{c}` {t}" for c, t in LEDGER_COLUMNS)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {LEDGER} ({columns}) USING parquet")
