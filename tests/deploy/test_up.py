@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -97,15 +98,19 @@ def test_up_runs_the_topology_restarts_a_killed_broker_and_stops_every_child_cle
     assert restarted
     assert re.search(r"broker east-1: killed by SIGKILL after [\d.]+ s; restarting in 0\.5 s", up.output())
 
+    seen: list[dict[str, Any]] = []
+
     def healthy() -> bool:
         code, doc = status(config)
-        # partitions: the group has settled after the restart (during a rebalance the worker holds none)
+        seen[:] = [doc]
+        # partitions: the group has settled after the restart (during a rebalance the worker holds
+        # fewer; leadership moving back to the restarted broker can start another one, so the
+        # checks below read this same answer rather than asking again)
         return code == 0 and doc["healthy"] and doc["flows"][0]["lag_records"] == 0 \
             and doc["flows"][0]["partitions"] == 3
 
     wait_until(healthy, 60, "status healthy (and the flow at lag 0) after the restart", up.output)
-    code, doc = status(config)
-    assert code == 0, doc["problems"]
+    (doc,) = seen
     east = next(c for c in doc["clusters"] if c["cluster"] == "east")
     assert (east["brokers_up"], east["brokers_registered"], east["offline_partitions"],
             east["under_replicated_partitions"], east["topics"], east["partitions"]) == ([1, 2], [1, 2], [], [], 1, 3)
