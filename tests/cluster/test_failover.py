@@ -441,8 +441,15 @@ def test_manual_preferred_election_restores_leader_balance_after_a_bounce(cluste
             assert err is None, (tp, err)
         else:
             assert code_of(err) == KafkaError.ELECTION_NOT_NEEDED, (tp, err)
-    after = wait_until(lambda: topic_ready(cluster, TOPIC, 6, 3), 10, "topic ready", cluster)
-    assert all(p.leader == p.replicas[0] for p in after.values()), after
+    def preferred_leaders() -> dict[int, PartitionView]:
+        # ElectLeaders answers once the controller committed the change; the broker asked
+        # for metadata applies it from the metadata log a moment later.
+        parts = topic_ready(cluster, TOPIC, 6, 3)
+        if not all(p.leader == p.replicas[0] for p in parts.values()):
+            raise NotYet(f"leaders not yet preferred: {parts}")
+        return parts
+
+    after = wait_until(preferred_leaders, 10, "every partition led by its preferred replica", cluster)
     assert {i for i, p in after.items() if p.leader == victim} == led
 
 
