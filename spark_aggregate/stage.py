@@ -62,6 +62,28 @@ DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark escapes in partition directory names (ExternalCatalogUtils.charToEscape).
 _ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
 TASK_RESULT_DDL = "task INT, rows BIGINT, bytes BIGINT, files INT, gaps STRING"
+# Parquet files a task writes at once: one per table partition (source_dc, event_date) its
+# ranges touch. A range spanning more days than this (a backfill) is refused with advice
+# rather than running the worker out of file descriptors.
+MAX_OPEN_FILES_PER_TASK = 256
+
+
+class TooManyTablePartitions(Exception):
+    """A task's range would write more table partitions at once than MAX_OPEN_FILES_PER_TASK."""
+
+
+def hidden_path(path: str, attempt: str) -> str:
+    """Where `path` is written before it is complete: a name Spark and Hive skip (leading
+    "."), unique per attempt, renamed to `path` when whole."""
+    directory, _, name = path.rpartition("/")
+    return f"{directory}/.{name}.{attempt}.inprogress"
+
+
+def _discard(filesystem: Any, path: str) -> None:
+    try:
+        filesystem.delete_file(path)
+    except Exception:  # noqa: BLE001 - the error being raised matters more
+        pass
 
 
 def escape_partition_value(value: str | None) -> str:
@@ -173,7 +195,8 @@ def table_batches(task: StageTask, options: ReadOptions, ctx: RowContext,
             yield rows
 
 
-def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any) -> TaskResult:
+def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any, *,
+               max_open_files: int = MAX_OPEN_FILES_PER_TASK) -> TaskResult:
     """Read the task's range and write its Parquet files (each whole or not at all)."""
     import pyarrow.parquet as pq
 
@@ -186,12 +209,18 @@ def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesyste
             result.size_bytes += payload_bytes(rows)
             for folder, part in by_table_partition(rows):
                 if folder not in writers:
+                    if len(writers) >= max_open_files:
+                        raise TooManyTablePartitions(
+                            f"{task.range} holds records of more than {max_open_files} source_dc/event_date "
+                            "table partitions (a backfill spanning many days); load it in smaller steps: "
+                            "set maxOffsetsPerLoad in the warehouse config")
                     directory = f"{task.table_dir}/{folder}"
                     filesystem.create_dir(directory, recursive=True)
-                    tmp = f"{directory}/.{task.file_name}.{attempt}.inprogress"
+                    final = f"{directory}/{task.file_name}"
+                    tmp = hidden_path(final, attempt)
                     stream = filesystem.open_output_stream(tmp)
                     writers[folder] = (pq.ParquetWriter(stream, DATA_SCHEMA, compression="snappy"), stream, tmp,
-                                       f"{directory}/{task.file_name}")
+                                       final)
                 writers[folder][0].write_batch(part)
         for writer, stream, tmp, final in writers.values():
             writer.close()
@@ -203,9 +232,9 @@ def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesyste
             try:
                 writer.close()
                 stream.close()
-                filesystem.delete_file(tmp)
             except Exception:  # noqa: BLE001 - the error being raised matters more
                 pass
+            _discard(filesystem, tmp)
         raise
     return result
 
@@ -227,16 +256,12 @@ def write_file_atomically(filesystem: Any, path: str, table: pa.Table) -> None:
     """One Parquet file that appears whole or not at all (a hidden name renamed into place)."""
     import pyarrow.parquet as pq
 
-    directory, _, name = path.rpartition("/")
-    tmp = f"{directory}/.{name}.{secrets.token_hex(4)}.tmp"
+    tmp = hidden_path(path, secrets.token_hex(4))
     try:
         pq.write_table(table, tmp, filesystem=filesystem, compression="snappy")
         filesystem.move(tmp, path)
     except BaseException:
-        try:
-            filesystem.delete_file(tmp)
-        except Exception:  # noqa: BLE001 - the error being raised matters more
-            pass
+        _discard(filesystem, tmp)
         raise
 
 

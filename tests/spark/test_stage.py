@@ -23,6 +23,7 @@ from spark_aggregate.stage import (
     DEFAULT_PARTITION_NAME,
     RowContext,
     StageTask,
+    TooManyTablePartitions,
     by_table_partition,
     escape_partition_value,
     filesystem_of,
@@ -148,6 +149,11 @@ def test_a_task_writes_whole_files_named_by_its_range(tmp_path: Path) -> None:
         assert files() == first
         assert [p.name for p in (tmp_path / "staging").rglob("*") if p.is_file()] == [
             "p0-o100.parquet"] * 4  # the first task's, nothing of the failed one
+        # A range touching more table partitions than a task may keep open is refused, and
+        # leaves nothing behind.
+        with pytest.raises(TooManyTablePartitions, match=r"agg\.t-0 \[100, 2900\) holds records of more than 3 "):
+            write_task(StageTask(task.range, f"{root}/narrow"), options, CTX, filesystem, max_open_files=3)
+        assert not [p for p in (tmp_path / "staging" / "narrow").rglob("*") if p.is_file()]
         # The same range up to the high watermark: one file, every record.
         whole = StageTask(OffsetRange("agg.big", 0, 0, 80_000), f"{root}/big")
         assert write_task(whole, options, CTX, filesystem).rows == 80_000
