@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from cluster.storage.config import InvalidConfig
+from cluster.common.config_def import InvalidConfig
 from deploy import (
     cluster_cmds,
     groups_cmd,
@@ -91,8 +91,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         if membership is not None and membership.node_id not in membership.brokers:
+            from cluster.broker.controller_server import (
+                ControllerNode,
+                serve_controller_until_signalled,
+            )
             from cluster.broker.server import parse_listen
-            from cluster.controller.node import ControllerNode, serve_controller_until_signalled
 
             controller = ControllerNode(membership.node_id, membership.voters, membership.brokers, Path(data_dir),
                                         config, membership.cluster_id)

@@ -102,7 +102,7 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
                 nursery.start_soon(worker.run)
                 nursery.start_soon(report)
                 if worker.config.http_port_base:
-                    from cluster.admin_http import serve
+                    from cluster.common.admin_http import serve
 
                     nursery.start_soon(serve, "127.0.0.1", worker.config.http_port_base + index, worker.routes())
                 async for signum in signals:

@@ -24,12 +24,12 @@ from typing import Any
 import orjson
 import trio
 
-from cluster.admin_http import prometheus_text
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
 from cluster.client.consumer import Consumer
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
+from cluster.common.admin_http import prometheus_text
 from cluster.protocol.errors import ErrorCode
 from mirror import checkpoints, provenance, tail
 from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology

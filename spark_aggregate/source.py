@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from cluster.client.admin import EARLIEST, LATEST
 from cluster.client.config import consumer_config
 from cluster.client.sync import SyncAdmin
-from cluster.storage.config import InvalidConfig
+from cluster.common.config_def import InvalidConfig
 from spark_aggregate.columns import new_builder, spark_schema
 from spark_aggregate.fetch import read_chunks
 from spark_aggregate.options import OptionError, ReadOptions, parse_options

@@ -9,29 +9,23 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cluster.controller.service import ControllerUnavailable
+from cluster.broker.context import RequestContext
+from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from cluster.broker.broker import Broker, RequestContext
+from cluster.protocol.sentinels import CONFIG_OP_DELETE, CONFIG_OP_SET, RESOURCE_TOPIC
 
 log = logging.getLogger(__name__)
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-
 
 class AdminHandlers:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, controller: ControllerChannel) -> None:
+        self.controller = controller
 
     async def _call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         try:
-            return await self.broker.call_controller(op, args, timeout_s)
+            return await self.controller.call(op, args, timeout_s)
         except ControllerUnavailable as exc:
             return {"error_code": ErrorCode.request_timed_out, "error_message": str(exc)}
 
@@ -105,10 +99,10 @@ class AdminHandlers:
             ops = []
             bad = None
             for c in r.configs:
-                op = getattr(c, "config_operation", OP_SET)
-                if op == OP_SET:
+                op = getattr(c, "config_operation", CONFIG_OP_SET)
+                if op == CONFIG_OP_SET:
                     ops.append([c.name, "set", c.value])
-                elif op == OP_DELETE:
+                elif op == CONFIG_OP_DELETE:
                     ops.append([c.name, "delete", None])
                 else:
                     bad = f"config operation {op} (APPEND/SUBTRACT) applies to list configs, which topics do not have"
@@ -175,13 +169,3 @@ class AdminHandlers:
                                          "adding_replicas": r["adding"], "removing_replicas": r["removing"]})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
-
-    # ---- cluster -----------------------------------------------------------------------------
-
-    async def handle_describe_cluster(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        b = self.broker
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "cluster_id": b.cluster_id, "controller_id": b.controller_id, "endpoint_type": 1,
-                "brokers": [{"broker_id": r.broker_id, "host": r.host, "port": r.port, "rack": r.rack}
-                            for r in b.image.unfenced_brokers()],
-                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}

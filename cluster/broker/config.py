@@ -6,13 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.storage.config import (
-    TOPIC_CONFIG_DEFS,
-    ConfigDef,
-    InvalidConfig,
-    LogConfig,
-    parse_value,
-)
+from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
+from cluster.storage.config import TOPIC_CONFIG_DEFS, LogConfig
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
     d.name: d

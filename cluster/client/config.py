@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from cluster.storage.config import ConfigDef, InvalidConfig, parse_value
+from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
 
 __all__ = ["ClientConfig", "InvalidConfig", "COMMON", "PRODUCER", "CONSUMER"]
 

@@ -31,7 +31,9 @@ import trio
 from cluster.client.config import consumer_config
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import METADATA_ERRORS, KafkaError
+from cluster.client.group import GroupCoordinatorChannel, GroupMembership
 from cluster.client.metadata import ClientCluster
+from cluster.client.topic_partition import TopicPartition
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
@@ -47,7 +49,7 @@ _BASE_LEN = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 LAST_OFFSET_DELTA_OFFSET = 23
 
-__all__ = ["Consumer", "ConsumerRecord", "OffsetOutOfRange", "EARLIEST", "LATEST"]
+__all__ = ["Consumer", "ConsumerRecord", "OffsetOutOfRange", "TopicPartition", "EARLIEST", "LATEST"]
 
 log = logging.getLogger("dcmirror.client.consumer")
 
@@ -55,7 +57,6 @@ FETCH = 1
 LIST_OFFSETS = 2
 EARLIEST = -2
 LATEST = -1
-TopicPartition = tuple[str, int]
 RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
 
 
@@ -109,8 +110,8 @@ class Consumer:
         self._resolving = False
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
-        self.group: Any = None  # GroupMembership when subscribed
-        self._coordinator: int | None = None
+        self.group: GroupMembership | None = None  # when subscribed
+        self.group_channel = GroupCoordinatorChannel(self.cluster, self.group_id, c)
         self._pending_reset: dict[TopicPartition, str] = {}
         self.metrics = {"records": 0, "bytes": 0, "fetches": 0}
 
@@ -153,8 +154,6 @@ class Consumer:
     def subscribe(self, topics: Iterable[str] = (), *, pattern: str | None = None,
                   on_assign: RebalanceCallback | None = None, on_revoke: RebalanceCallback | None = None) -> None:
         """Join the consumer group for `topics` (or every topic matching `pattern`)."""
-        from cluster.client.group import GroupMembership
-
         if not self.group_id:
             raise ValueError("subscribe() needs a group.id")
         if self._nursery is None:
@@ -163,7 +162,8 @@ class Consumer:
             raise RuntimeError("subscribe() after assign(): a consumer does one or the other")
         regex = re.compile(pattern) if pattern is not None else None
         if self.group is None:
-            self.group = GroupMembership(self, list(topics), regex, on_assign, on_revoke)
+            self.group = GroupMembership(self.group_channel, list(topics), regex, on_assign, on_revoke,
+                                         positions=self._positions, set_assignment=self._set_assignment)
             self._nursery.start_soon(self.group.run)
         else:
             self.group.resubscribe(list(topics), regex)
@@ -321,17 +321,17 @@ class Consumer:
         if not self.group_id:
             raise ValueError("commit() needs a group.id")
         if offsets is None:
-            offsets = {tp: s.position for tp, s in self._assigned.items() if s.position is not None}
-        from cluster.client.group import commit_offsets
+            offsets = self._positions()
+        await self.group_channel.commit_offsets(dict(offsets), self.group)
 
-        await commit_offsets(self, dict(offsets))
+    def _positions(self) -> dict[TopicPartition, int]:
+        return {tp: s.position for tp, s in self._assigned.items() if s.position is not None}
 
     def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None,
                      on_done: Callable[[Exception | None], None] | None = None) -> None:
         """Start a commit in the background; `on_done(error)` is told how it went."""
         assert self._nursery is not None
-        snapshot = dict(offsets) if offsets is not None else \
-            {tp: s.position for tp, s in self._assigned.items() if s.position is not None}
+        snapshot = dict(offsets) if offsets is not None else self._positions()
 
         async def run() -> None:
             error: Exception | None = None
@@ -346,9 +346,7 @@ class Consumer:
         self._nursery.start_soon(run)
 
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        from cluster.client.group import fetch_committed
-
-        return await fetch_committed(self, list(tps))
+        return await self.group_channel.fetch_committed(list(tps))
 
     # ---- getting records ----------------------------------------------------------
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import trio
 from tenacity import AsyncRetrying
@@ -23,22 +22,17 @@ from cluster.client.assignors import (
     encode_assignment,
     encode_subscription,
 )
+from cluster.client.config import ClientConfig
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
+from cluster.client.metadata import ClientCluster
 from cluster.client.retry import retrying
+from cluster.client.topic_partition import TopicPartition
+from cluster.common.backoff import Backoff
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from cluster.client.consumer import Consumer, TopicPartition
-
 log = logging.getLogger("dcmirror.client.group")
-
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
 
 COORDINATOR_ERRORS = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                                 ErrorCode.coordinator_load_in_progress})
@@ -54,98 +48,110 @@ class _Rejoin(Exception):
     pass
 
 
-async def _coordinator_conn(consumer: Consumer) -> Any:
-    node = consumer._coordinator
-    if node is None:
-        node = consumer._coordinator = await consumer.cluster.coordinator(consumer.group_id)
-    try:
-        return await consumer.cluster.connection(node, lane="group")
-    except KafkaConnectionError:
-        consumer._coordinator = None
-        raise
+class GroupCoordinatorChannel:
+    """A consumer's way to its group's coordinator: finds it, keeps one connection to it,
+    forgets it when it moves, and runs the offset APIs there."""
 
+    def __init__(self, cluster: ClientCluster, group_id: str, config: ClientConfig) -> None:
+        self.cluster = cluster
+        self.group_id = group_id
+        self.config = config
+        self.request_timeout_s: float = config["request.timeout.ms"] / 1000
+        self.coordinator: int | None = None
 
-def _forget_coordinator(consumer: Consumer) -> None:
-    consumer._coordinator = None
+    async def connection(self) -> Any:
+        node = self.coordinator
+        if node is None:
+            node = self.coordinator = await self.cluster.coordinator(self.group_id)
+        try:
+            return await self.cluster.connection(node, lane="group")
+        except KafkaConnectionError:
+            self.coordinator = None
+            raise
 
+    def forget(self) -> None:
+        self.coordinator = None
 
-async def commit_offsets(consumer: Consumer, offsets: dict[TopicPartition, int]) -> None:
-    """OffsetCommit at the coordinator, as the current generation's member when in a group."""
-    if not offsets:
-        return
-    group = consumer.group
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (t, p), offset in sorted(offsets.items()):
-        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset,
-                                         "committed_leader_epoch": -1, "committed_metadata": ""})
-    body = {"group_id": consumer.group_id,
-            "generation_id_or_member_epoch": group.generation if group else -1,
-            "member_id": group.member_id if group else "",
-            "group_instance_id": (group.instance_id if group else None), "retention_time": -1,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-    what = f"committing offsets of group {consumer.group_id!r}"
-    async for attempt in _retrying(consumer):
-        with attempt:
-            resp = await _coordinator_request(consumer, OFFSET_COMMIT, body)
-            codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
-            if not codes:
-                return
-            code = codes.pop()
-            if code in REJOIN_ERRORS:
-                if group is not None:
-                    group.request_rejoin()
-                raise CommitFailed(what + " (the group rebalanced; the new owner resumes from the last commit)", code)
-            if code in COORDINATOR_ERRORS:
-                _forget_coordinator(consumer)
-            raise KafkaError(what, code)
+    async def request(self, api_key: int, body: dict[str, Any], timeout_s: float | None = None) -> Any:
+        """One request to the group coordinator; a broken connection forgets the coordinator."""
+        try:
+            conn = await self.connection()
+            return await conn.request(api_key, body, timeout_s=timeout_s or self.request_timeout_s)
+        except KafkaConnectionError:
+            self.forget()
+            raise
 
+    def retrying(self) -> AsyncRetrying:
+        c = self.config
+        return retrying(self.request_timeout_s, c["retry.backoff.ms"], c["retry.backoff.max.ms"],
+                        final_codes=REJOIN_ERRORS)
 
-async def _coordinator_request(consumer: Consumer, api_key: int, body: dict[str, Any]) -> Any:
-    """One request to the group coordinator; a broken connection forgets the coordinator."""
-    try:
-        conn = await _coordinator_conn(consumer)
-        return await conn.request(api_key, body, timeout_s=consumer.request_timeout_s)
-    except KafkaConnectionError:
-        _forget_coordinator(consumer)
-        raise
+    async def commit_offsets(self, offsets: Mapping[TopicPartition, int],
+                             member: GroupMembership | None = None) -> None:
+        """OffsetCommit at the coordinator, as `member`'s current generation when in a group."""
+        if not offsets:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), offset in sorted(offsets.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+        body = {"group_id": self.group_id,
+                "generation_id_or_member_epoch": member.generation if member else -1,
+                "member_id": member.member_id if member else "",
+                "group_instance_id": (member.instance_id if member else None), "retention_time": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        what = f"committing offsets of group {self.group_id!r}"
+        async for attempt in self.retrying():
+            with attempt:
+                resp = await self.request(ApiKey.OFFSET_COMMIT, body)
+                codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
+                if not codes:
+                    return
+                code = codes.pop()
+                if code in REJOIN_ERRORS:
+                    if member is not None:
+                        member.request_rejoin()
+                    raise CommitFailed(what + " (the group rebalanced; the new owner resumes from the last commit)",
+                                       code)
+                if code in COORDINATOR_ERRORS:
+                    self.forget()
+                raise KafkaError(what, code)
 
-
-def _retrying(consumer: Consumer) -> AsyncRetrying:
-    c = consumer.config
-    return retrying(consumer.request_timeout_s, c["retry.backoff.ms"], c["retry.backoff.max.ms"],
-                    final_codes=REJOIN_ERRORS)
-
-
-async def fetch_committed(consumer: Consumer, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-    topics: dict[str, list[int]] = {}
-    for t, p in tps:
-        topics.setdefault(t, []).append(p)
-    body = {"group_id": consumer.group_id, "require_stable": False,
-            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
-    async for attempt in _retrying(consumer):
-        with attempt:
-            resp = await _coordinator_request(consumer, OFFSET_FETCH, body)
-            if resp.error_code in COORDINATOR_ERRORS:
-                _forget_coordinator(consumer)
-            if resp.error_code != 0:
-                raise KafkaError(f"fetching committed offsets of group {consumer.group_id!r}", resp.error_code)
-    out: dict[TopicPartition, int | None] = {tp: None for tp in tps}
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code == 0 and p.committed_offset >= 0:
-                out[(t.name, p.partition_index)] = p.committed_offset
-    return out
+    async def fetch_committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        topics: dict[str, list[int]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append(p)
+        body = {"group_id": self.group_id, "require_stable": False,
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
+        async for attempt in self.retrying():
+            with attempt:
+                resp = await self.request(ApiKey.OFFSET_FETCH, body)
+                if resp.error_code in COORDINATOR_ERRORS:
+                    self.forget()
+                if resp.error_code != 0:
+                    raise KafkaError(f"fetching committed offsets of group {self.group_id!r}", resp.error_code)
+        out: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == 0 and p.committed_offset >= 0:
+                    out[(t.name, p.partition_index)] = p.committed_offset
+        return out
 
 
 class GroupMembership:
     """One member of a classic consumer group, run as a task of its consumer."""
 
-    def __init__(self, consumer: Consumer, topics: list[str], pattern: re.Pattern[str] | None,
+    def __init__(self, channel: GroupCoordinatorChannel, topics: list[str], pattern: re.Pattern[str] | None,
                  on_assign: Callable[[list[TopicPartition]], Awaitable[None]] | None,
-                 on_revoke: Callable[[list[TopicPartition]], Awaitable[None]] | None) -> None:
-        c = consumer.config
-        self.consumer = consumer
-        self.group_id = consumer.group_id
+                 on_revoke: Callable[[list[TopicPartition]], Awaitable[None]] | None, *,
+                 positions: Callable[[], dict[TopicPartition, int]],
+                 set_assignment: Callable[[list[TopicPartition]], None]) -> None:
+        c = channel.config
+        self.channel = channel
+        self.cluster = channel.cluster
+        self.group_id = channel.group_id
+        self.positions = positions  # what auto commit commits: the consumer's positions
+        self.set_assignment = set_assignment
         self.topics = topics
         self.pattern = pattern
         self.on_assign = on_assign
@@ -175,27 +181,28 @@ class GroupMembership:
     def _subscribed_topics(self) -> list[str]:
         if self.pattern is None:
             return sorted(self.topics)
-        return sorted(t for t in self.consumer.cluster.metadata.topics
+        return sorted(t for t in self.cluster.metadata.topics
                       if self.pattern.fullmatch(t) and not t.startswith("__"))
 
     def _view(self, topics: list[str]) -> tuple[frozenset[str], tuple[tuple[str, int], ...]]:
-        meta = self.consumer.cluster.metadata
+        meta = self.cluster.metadata
         return frozenset(topics), tuple(sorted((t, meta.partition_count(t) or 0) for t in topics))
 
     async def run(self) -> None:
-        backoff_s = self.consumer.config["retry.backoff.ms"] / 1000
+        c = self.channel.config
+        backoff = Backoff(c["retry.backoff.ms"] / 1000, c["retry.backoff.max.ms"] / 1000)
         while True:
             try:
                 await self._join_and_sync()
-                backoff_s = self.consumer.config["retry.backoff.ms"] / 1000
+                backoff.reset()
                 await self._heartbeat_until_rejoin()
             except _Rejoin:
                 continue
             except (KafkaConnectionError, KafkaError) as exc:
-                log.info("group %s: %s; retrying in %.2f s", self.group_id, exc, backoff_s)
-                _forget_coordinator(self.consumer)
-                await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-                backoff_s = min(2 * backoff_s, self.consumer.config["retry.backoff.max.ms"] / 1000)
+                delay_s = backoff.next_delay_s()
+                log.info("group %s: %s; retrying in %.2f s", self.group_id, exc, delay_s)
+                self.channel.forget()
+                await trio.sleep(delay_s)
 
     async def _revoke_all(self) -> None:
         if not self.assigned:
@@ -203,19 +210,18 @@ class GroupMembership:
         revoked, self.assigned = self.assigned, []
         self.stable = trio.Event()
         if self.auto_commit:
-            offsets = {tp: s.position for tp, s in self.consumer._assigned.items() if s.position is not None}
             try:
-                await commit_offsets(self.consumer, offsets)
+                await self.channel.commit_offsets(self.positions(), self)
             except (KafkaConnectionError, KafkaError) as exc:
                 log.info("group %s: commit before revocation failed: %s", self.group_id, exc)
         if self.on_revoke is not None:
             await self.on_revoke(revoked)
-        self.consumer._set_assignment([])
+        self.set_assignment([])
 
     async def _join_and_sync(self) -> None:
         await self._revoke_all()
         self._rejoin = trio.Event()
-        cluster = self.consumer.cluster
+        cluster = self.cluster
         if self.pattern is not None:
             cluster.want_topics(None)
         else:
@@ -223,14 +229,14 @@ class GroupMembership:
         await cluster.refresh()
         topics = self._subscribed_topics()
         metadata = encode_subscription(topics)
-        conn = await _coordinator_conn(self.consumer)
+        conn = await self.channel.connection()
         while True:
-            resp = await conn.request(JOIN_GROUP, {
+            resp = await conn.request(ApiKey.JOIN_GROUP, {
                 "group_id": self.group_id, "session_timeout": self.session_timeout_ms,
                 "rebalance_timeout": self.rebalance_timeout_ms, "member_id": self.member_id,
                 "group_instance_id": self.instance_id, "protocol_type": "consumer",
                 "protocols": [{"name": a.name, "metadata": metadata} for a in self.assignors]},
-                timeout_s=self.rebalance_timeout_ms / 1000 + self.consumer.request_timeout_s)
+                timeout_s=self.rebalance_timeout_ms / 1000 + self.channel.request_timeout_s)
             if resp.error_code == ErrorCode.member_id_required:
                 self.member_id = resp.member_id
                 continue
@@ -247,11 +253,11 @@ class GroupMembership:
         assignments: list[dict[str, Any]] = []
         if self.leader:
             assignments = await self._lead(resp.protocol_name, resp.members)
-        sync = await conn.request(SYNC_GROUP, {
+        sync = await conn.request(ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
             "group_instance_id": self.instance_id, "protocol_type": "consumer",
             "protocol_name": resp.protocol_name, "assignments": assignments},
-            timeout_s=self.rebalance_timeout_ms / 1000 + self.consumer.request_timeout_s)
+            timeout_s=self.rebalance_timeout_ms / 1000 + self.channel.request_timeout_s)
         if sync.error_code in REJOIN_ERRORS:
             if sync.error_code == ErrorCode.unknown_member_id:
                 self.member_id = ""
@@ -262,7 +268,7 @@ class GroupMembership:
         self._subscribed_view = self._view(topics)
         log.info("group %s generation %d: member %s%s assigned %s", self.group_id, self.generation, self.member_id,
                  " (leader)" if self.leader else "", self.assigned)
-        self.consumer._set_assignment(self.assigned)
+        self.set_assignment(self.assigned)
         if self.on_assign is not None:
             await self.on_assign(list(self.assigned))
         self.stable.set()
@@ -280,24 +286,24 @@ class GroupMembership:
                 sub = dataclasses.replace(sub, group_instance_id=m.group_instance_id)
             subscriptions[m.member_id] = sub
         wanted = {t for s in subscriptions.values() for t in s.topics}
-        meta = await self.consumer.cluster.refresh(wanted)
+        meta = await self.cluster.refresh(wanted)
         counts = {t: n for t in wanted if (n := meta.partition_count(t) or 0) > 0}
         plan = assignor.assign(counts, subscriptions)
         return [{"member_id": member, "assignment": encode_assignment(tps)} for member, tps in plan.items()]
 
     async def _heartbeat_until_rejoin(self) -> None:
-        consumer = self.consumer
+        metadata_max_age_s = self.channel.config["metadata.max.age.ms"] / 1000
         next_commit = trio.current_time() + self.auto_commit_s
-        next_metadata = trio.current_time() + consumer.config["metadata.max.age.ms"] / 1000
+        next_metadata = trio.current_time() + metadata_max_age_s
         while True:
             with trio.move_on_after(self.heartbeat_s):
                 await self._rejoin.wait()
             if self._rejoin.is_set():
                 return
-            conn = await _coordinator_conn(consumer)
-            resp = await conn.request(HEARTBEAT, {"group_id": self.group_id, "generation_id": self.generation,
-                                                  "member_id": self.member_id, "group_instance_id": self.instance_id},
-                                      timeout_s=consumer.request_timeout_s)
+            conn = await self.channel.connection()
+            resp = await conn.request(ApiKey.HEARTBEAT, {
+                "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
+                "group_instance_id": self.instance_id}, timeout_s=self.channel.request_timeout_s)
             if resp.error_code in REJOIN_ERRORS:
                 if resp.error_code in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id):
                     self.member_id = ""
@@ -309,15 +315,14 @@ class GroupMembership:
             now = trio.current_time()
             if self.auto_commit and now >= next_commit:
                 next_commit = now + self.auto_commit_s
-                offsets = {tp: s.position for tp, s in consumer._assigned.items() if s.position is not None}
                 try:
-                    await commit_offsets(consumer, offsets)
+                    await self.channel.commit_offsets(self.positions(), self)
                 except (KafkaConnectionError, KafkaError) as exc:
                     log.info("group %s: auto commit failed: %s", self.group_id, exc)
             if now >= next_metadata:
                 # New matching topics or added partitions need a new assignment.
-                next_metadata = now + consumer.config["metadata.max.age.ms"] / 1000
-                await consumer.cluster.refresh()
+                next_metadata = now + metadata_max_age_s
+                await self.cluster.refresh()
                 if self._view(self._subscribed_topics()) != self._subscribed_view:
                     log.info("group %s: subscribed topics or partitions changed; rejoining", self.group_id)
                     return
@@ -328,11 +333,11 @@ class GroupMembership:
             return
         try:
             await self._revoke_all()
-            conn = await _coordinator_conn(self.consumer)
-            await conn.request(LEAVE_GROUP, {"group_id": self.group_id, "member_id": self.member_id,
+            conn = await self.channel.connection()
+            await conn.request(ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "member_id": self.member_id,
                                              "members": [{"member_id": self.member_id,
                                                           "group_instance_id": self.instance_id}]},
-                               timeout_s=self.consumer.request_timeout_s)
+                               timeout_s=self.channel.request_timeout_s)
         except (KafkaConnectionError, KafkaError) as exc:
             log.info("group %s: leaving failed: %s", self.group_id, exc)
         self.member_id = ""

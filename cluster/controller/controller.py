@@ -18,10 +18,10 @@ from typing import Any
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage, record
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import ELECTION_PREFERRED, ELECTION_UNCLEAN
+from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-ELECTION_PREFERRED = 0
-ELECTION_UNCLEAN = 1
 
 
 class ControllerError(Exception):
@@ -219,8 +219,6 @@ class QuorumController:
         return _ok(topics=results)
 
     def _create_topic(self, spec: dict[str, Any], validate_only: bool) -> Result:
-        from cluster.broker.topics import InvalidTopic, validate_topic_name
-
         name = spec["name"]
         try:
             validate_topic_name(name)

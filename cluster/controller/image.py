@@ -24,8 +24,9 @@ from typing import Any
 
 import orjson
 
+from cluster.protocol.sentinels import NO_LEADER
+
 RECORD_VERSION = 1
-NO_LEADER = -1
 
 
 class MetadataError(ValueError):

@@ -1,18 +1,10 @@
-"""Intra-cluster messages on the brokers' own listener.
-
-Quorum messages and broker→controller calls travel on each node's Kafka port as Kafka
-frames (size, request header v1) with two api keys outside Kafka's range, never
-advertised in ApiVersions: QUORUM_API_KEY frames are one-way Raft messages, and
-CONTROLLER_API_KEY frames are calls answered with a response frame (correlation id, then
-an orjson body). One port per node keeps the topology's `brokers` list the whole address
-book, and the frame size cap and connection limits of the listener apply to both.
-"""
+"""Broker → controller calls: one connection to one node's controller endpoint, one call
+at a time (frames: cluster/protocol/internal.py)."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-import struct
 from typing import Any
 
 import orjson
@@ -20,33 +12,14 @@ import trio
 
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.internal import (
+    CONTROLLER_API_KEY,
+    MAX_RPC_FRAME_BYTES,
+    internal_frame,
+    rpc_response_body,
+)
 
 log = logging.getLogger(__name__)
-
-QUORUM_API_KEY = 32767
-CONTROLLER_API_KEY = 32766
-INTERNAL_API_KEYS = (QUORUM_API_KEY, CONTROLLER_API_KEY)
-# api key, version 0, correlation id, null client id
-_HEADER = struct.Struct(">hhih")
-HEADER_BYTES = _HEADER.size
-_I32 = struct.Struct(">i")
-MAX_RPC_FRAME_BYTES = 64 << 20
-
-
-def internal_frame(api_key: int, correlation_id: int, payload: bytes) -> bytes:
-    header = _HEADER.pack(api_key, 0, correlation_id, -1)
-    return _I32.pack(len(header) + len(payload)) + header + payload
-
-
-def internal_payload(frame: bytes | bytearray) -> memoryview:
-    if len(frame) < HEADER_BYTES:
-        raise ProtocolError("internal frame is shorter than its header")
-    return memoryview(frame)[HEADER_BYTES:]
-
-
-def rpc_response(correlation_id: int, body: dict[str, Any]) -> bytes:
-    payload = orjson.dumps(body)
-    return _I32.pack(4 + len(payload)) + _I32.pack(correlation_id) + payload
 
 
 class RpcUnavailable(Exception):
@@ -83,11 +56,10 @@ class RpcClient:
             except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
                 await self._reset()
                 raise RpcUnavailable(f"{self.host}:{self.port}: {str(exc) or type(exc).__name__}") from None
-            (got_id,) = _I32.unpack_from(answer, 0)
+            got_id, result = rpc_response_body(answer)
             if got_id != correlation_id:
                 await self._reset()
                 raise RpcUnavailable(f"{self.host}:{self.port}: answer to call {got_id}, expected {correlation_id}")
-            result: dict[str, Any] = orjson.loads(bytes(answer[4:]))
             return result
 
     async def _reset(self) -> None:

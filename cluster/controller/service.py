@@ -18,12 +18,12 @@ from typing import Any
 import orjson
 import trio
 
-from cluster.broker.clock import now_ms
-from cluster.broker.config import BrokerConfig
+from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.controller.controller import ControllerConfig, QuorumController, TopicConfigValidator
 from cluster.controller.image import MetadataImage
-from cluster.controller.rpc import RpcClient, RpcUnavailable, internal_payload
+from cluster.controller.rpc import RpcClient, RpcUnavailable
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.internal import internal_payload
 from cluster.quorum.driver import NotLeader, QuorumDriver
 from cluster.quorum.raft import RaftConfig, Role
 
@@ -45,34 +45,6 @@ OPERATIONS: dict[str, bool] = {
 }
 
 
-def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, config: BrokerConfig,
-                           observers: dict[int, tuple[str, int]] | None = None) -> MetadataService:
-    """A node's metadata service configured from broker configs (Kafka's names)."""
-    return MetadataService(
-        node_id, voters, data_dir, observers=observers,
-        raft_config=RaftConfig(
-            election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
-            fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),
-            fetch_interval_ms=int(config["controller.quorum.fetch.interval.ms"]),
-            request_timeout_ms=int(config["controller.quorum.request.timeout.ms"]),
-        ),
-        controller_config=ControllerConfig(
-            session_timeout_ms=int(config["broker.session.timeout.ms"]),
-            num_partitions=int(config["num.partitions"]),
-            default_replication_factor=int(config["default.replication.factor"]),
-            max_partitions_per_topic=int(config["max.topic.partitions"]),
-            max_topics=int(config["max.topics"]),
-            delete_topic_enable=bool(config["delete.topic.enable"]),
-            unclean_leader_election_enable=bool(config.log_config({})["unclean.leader.election.enable"]),
-            auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
-            leader_imbalance_check_interval_ms=int(config["leader.imbalance.check.interval.seconds"]) * 1000,
-            leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
-        ),
-        validate_configs=config.log_config,  # InvalidConfig is a ValueError
-        snapshot_bytes=int(config["metadata.log.max.record.bytes.between.snapshots"]),
-    )
-
-
 class ControllerUnavailable(Exception):
     """No active controller answered within the deadline."""
 
@@ -82,11 +54,12 @@ class MetadataService:
                  observers: dict[int, tuple[str, int]] | None = None,
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
-                 snapshot_bytes: int = 20 << 20, seed: int | None = None) -> None:
+                 snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
         self.voters = voters
+        self.clock = clock
         self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False,
-                                   observers=observers)
+                                   observers=observers, clock=clock)
         self.controller_config = controller_config
         self.validate_configs = validate_configs
         self.commit_timeout_s = commit_timeout_s
@@ -172,7 +145,7 @@ class MetadataService:
                 and self.image.offset == d.high_watermark):
             # Everything earlier leaders wrote is committed and applied: decide from here.
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
-                                                self._rng, now_ms())
+                                                self._rng, self.clock.now_ms())
             self._controller_epoch = d.epoch
             self._generation += 1
             self._proposed_end = d.log_end_offset
@@ -180,7 +153,7 @@ class MetadataService:
             previous, last_contact_ms = d.node.last_leader_contact
             if previous != self.node_id and previous in self._controller.last_heartbeat_ms:
                 # The old controller's node went silent when we last heard from it, not now.
-                self._controller.last_heartbeat_ms[previous] = min(last_contact_ms, now_ms())
+                self._controller.last_heartbeat_ms[previous] = min(last_contact_ms, self.clock.now_ms())
             log.info("node %d is the active controller (epoch %d, metadata offset %d)",
                      self.node_id, d.epoch, self.image.offset)
             self._poke.set()
@@ -199,7 +172,7 @@ class MetadataService:
                 await poke.wait()
                 self._poke = trio.Event()
                 continue
-            delay_s = max(0.0, (ctrl.next_deadline_ms() - now_ms()) / 1000)
+            delay_s = max(0.0, (ctrl.next_deadline_ms() - self.clock.now_ms()) / 1000)
             with trio.move_on_after(min(delay_s, 1.0)):
                 await poke.wait()
                 self._poke = trio.Event()
@@ -226,10 +199,10 @@ class MetadataService:
             generation = self._generation
             try:
                 if op == "tick":
-                    ctrl.tick(now_ms())
+                    ctrl.tick(self.clock.now_ms())
                     result: dict[str, Any] = {"error_code": ErrorCode.none}
                 elif OPERATIONS[op]:
-                    result = getattr(ctrl, op)(args, now_ms())
+                    result = getattr(ctrl, op)(args, self.clock.now_ms())
                 else:
                     result = getattr(ctrl, op)(args)
             except Exception as exc:

@@ -10,21 +10,12 @@ leaves as `GroupRecord`s (see records.py) which the driver appends to
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.groups.records import GroupRecord, group_metadata_record, offset_record
+from cluster.groups.state import CommittedOffset, Group, GroupState, Member, Pending
 from cluster.protocol.errors import ErrorCode
-
-
-class GroupState(Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 @dataclass(frozen=True)
@@ -36,106 +27,6 @@ class GroupConfig:
     offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     max_groups: int = 100_000  # a bound on coordinator memory
-
-
-class Pending:
-    """An answer that may not be ready yet; `on_done` lets a driver wake its waiter."""
-
-    __slots__ = ("done", "result", "on_done")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.result: dict[str, Any] = {}
-        self.on_done: Callable[[], None] | None = None
-
-    def complete(self, result: dict[str, Any]) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.result = result
-        if self.on_done is not None:
-            self.on_done()
-
-    @classmethod
-    def ready(cls, result: dict[str, Any]) -> Pending:
-        p = cls()
-        p.complete(result)
-        return p
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_heartbeat_ms: int
-    assignment: bytes = b""
-    join_waiter: Pending | None = None
-    sync_waiter: Pending | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
-        return b""
-
-
-@dataclass
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp_ms: int
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id → member id
-    pending_member_ids: dict[str, int] = field(default_factory=dict)  # member id → deadline
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    state_timestamp_ms: int = 0
-    join_deadline_ms: int | None = None
-    in_initial_delay: bool = False
-    initial_delay_cap_ms: int = 0
-    sync_deadline_ms: int | None = None
-
-    def transition(self, state: GroupState, now_ms: int) -> None:
-        self.state = state
-        self.state_timestamp_ms = now_ms
-
-    def all_rejoined(self) -> bool:
-        return all(m.join_waiter is not None for m in self.members.values()) and not self.pending_member_ids
-
-    def candidate_protocols(self) -> set[str]:
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
-    def select_protocol(self) -> str:
-        """Each member votes for its most preferred candidate; the most votes win (Kafka's rule)."""
-        candidates = self.candidate_protocols()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            choice = next(name for name, _ in m.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(sorted(votes), key=lambda name: votes[name])
-
-    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
-        if not self.members:
-            return bool(protocol_type) and bool(protocols)
-        names = {name for name, _ in protocols}
-        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
 
 
 def _err(code: int, **extra: Any) -> dict[str, Any]:

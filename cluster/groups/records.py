@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from cluster.groups.coordinator import CommittedOffset, Group
+from cluster.groups.state import CommittedOffset, Group, GroupState, Member
 
 OFFSETS_TOPIC = "__consumer_offsets"
 RECORD_VERSION = 1
@@ -84,8 +83,6 @@ def group_metadata_record(group: Group, *, tombstone: bool = False) -> GroupReco
 
 def replay(records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> dict[str, Group]:
     """Groups rebuilt from (key, value) pairs in log order; the last value per key wins."""
-    from cluster.groups.coordinator import CommittedOffset, Group, GroupState, Member
-
     latest: dict[bytes, bytes | None] = {}
     for key, value in records:
         if key is not None:

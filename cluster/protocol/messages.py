@@ -21,6 +21,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import ProtocolError
 
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -28,14 +29,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _UTC = datetime.UTC
 
-API_NAMES = {
-    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
-    22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 33: "AlterConfigs",
-    37: "CreatePartitions", 42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
-    45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 60: "DescribeCluster",
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,14 +125,14 @@ def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset:
     try:
         value, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises several types for malformed input
-        raise ProtocolError(f"{API_NAMES.get(api_key, api_key)} v{version} request is malformed: {exc}") from None
+        raise ProtocolError(f"{api_name(api_key)} v{version} request is malformed: {exc}") from None
     if offset + size != len(frame):
         raise ProtocolError(
-            f"{API_NAMES.get(api_key, api_key)} v{version} request has {len(frame) - offset - size} trailing bytes"
+            f"{api_name(api_key)} v{version} request has {len(frame) - offset - size} trailing bytes"
         )
     missing = _null_field(cls, value)
     if missing is not None:
-        raise ProtocolError(f"{API_NAMES.get(api_key, api_key)} v{version} request: non-nullable field {missing} is null")
+        raise ProtocolError(f"{api_name(api_key)} v{version} request: non-nullable field {missing} is null")
     return value
 
 

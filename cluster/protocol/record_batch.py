@@ -154,42 +154,65 @@ def split_batches(
 
 
 def iter_headers(
-    buf: bytes | bytearray | memoryview, pos: int = 0
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, strict: bool = False
 ) -> Iterator[tuple[int, BatchHeader]]:
-    """Walk whole batches in a buffer (stops at a partial trailing batch)."""
+    """Walk the whole batches in a buffer as (position, header); a partial trailing batch
+    ends the walk (a fetch answer may end mid-batch). A batch that declares a length shorter
+    than its own header ends it too, or with `strict` raises InvalidRecordBatch."""
     n = len(buf)
     while n - pos >= BATCH_HEADER_SIZE:
         header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            if strict:
+                raise InvalidRecordBatch(
+                    f"batch at offset {header.base_offset} declares length {header.batch_length}")
+            return
         size = header.batch_length + LOG_OVERHEAD
-        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > n:
+        if pos + size > n:
             return
         yield pos, header
         pos += size
 
 
-def whole_batches_end(
-    buf: bytes | bytearray | memoryview, max_offset: int, pos: int = 0
-) -> tuple[int, int]:
-    """End position of the whole batches in `buf` that lie entirely below `max_offset`.
+@dataclass(frozen=True, slots=True)
+class BatchSpan:
+    """What `scan_batches` found: the whole batches from the start position up to `end`."""
 
-    Returns (end_position, batch_count). Only the 12-byte prefix and lastOffsetDelta are
-    read per batch, so this is cheap enough for every fetch.
-    """
+    end: int  # position after the last whole batch counted
+    count: int  # batches
+    records: int  # records they hold (records_count fields)
+    next_offset: int  # the offset after the last of them; -1 when there is none
+
+
+# base offset, batch length, last offset delta (byte 23), records count (byte 57)
+_SPAN_FIELDS = struct.Struct(">qi11xi30xi")
+_NO_MAX_OFFSET = 2**63 - 1
+
+
+def scan_batches(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, max_offset: int = _NO_MAX_OFFSET, strict: bool = False
+) -> BatchSpan:
+    """The whole batches at `pos` that lie entirely below `max_offset`, reading only four
+    header fields per batch (cheap enough for every fetch, on the broker and in clients).
+    `strict` as in `iter_headers`."""
     n = len(buf)
-    count = 0
-    unpack_base_len = _BASE_LEN.unpack_from
-    unpack_i32 = _I32.unpack_from
+    count = records = 0
+    next_offset = -1
+    unpack = _SPAN_FIELDS.unpack_from
     while n - pos >= BATCH_HEADER_SIZE:
-        base_offset, batch_length = unpack_base_len(buf, pos)
-        size = batch_length + LOG_OVERHEAD
-        if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + size > n:
+        base_offset, batch_length, last_delta, records_count = unpack(buf, pos)
+        if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            if strict:
+                raise InvalidRecordBatch(f"batch at offset {base_offset} declares length {batch_length}")
             break
-        last = base_offset + unpack_i32(buf, pos + 23)[0]
-        if last >= max_offset:
+        size = batch_length + LOG_OVERHEAD
+        if pos + size > n or base_offset + last_delta >= max_offset:
             break
         pos += size
         count += 1
-    return pos, count
+        records += records_count
+        next_offset = base_offset + last_delta + 1
+    return BatchSpan(pos, count, records, next_offset)
 
 
 def patched_prefix(header_bytes: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:

@@ -2,7 +2,7 @@
 
 One task owns the RaftNode and feeds it inbound messages, proposals and timer ticks; after
 each step it fsyncs what changed (in a worker thread) and only then sends the node's
-messages. Messages travel as internal Kafka frames (cluster/controller/rpc.py) carrying
+messages. Messages travel as internal Kafka frames (cluster/protocol/internal.py) carrying
 orjson over one outbound connection per peer; a bounded queue per peer drops on overflow,
 which Raft tolerates like a lossy network. Inbound frames arrive on the broker's own
 listener (`deliver`), or on a listener of the driver's own when `serve` is set (tests).
@@ -20,10 +20,11 @@ from typing import Any
 import orjson
 import trio
 
-from cluster.broker.clock import now_ms
-from cluster.controller.rpc import QUORUM_API_KEY, internal_frame, internal_payload
+from cluster.common.backoff import Backoff
+from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.internal import QUORUM_API_KEY, internal_frame, internal_payload
 from cluster.quorum.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
@@ -90,8 +91,9 @@ def decode_message(frame: bytes | bytearray | memoryview) -> tuple[int, Message]
 class QuorumDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path,
                  config: RaftConfig | None = None, *, seed: int | None = None, serve: bool = True,
-                 observers: dict[int, tuple[str, int]] | None = None) -> None:
+                 observers: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
+        self.clock = clock
         self.voters = voters
         # Everyone this node talks to: voters, and observers (brokers beside dedicated
         # controllers) whose fetches the leader answers.
@@ -129,7 +131,7 @@ class QuorumDriver:
         """Append on the leader; returns the offset (await `wait_committed` for durability)."""
         assert self.node is not None
         async with self._step_lock:
-            offset = self.node.propose(data, now_ms())
+            offset = self.node.propose(data, self.clock.now_ms())
             if offset is None:
                 raise NotLeader(self.node.leader_id)
             await self._after_step()
@@ -184,11 +186,11 @@ class QuorumDriver:
         target = node.high_watermark
         with trio.move_on_after(catch_up_timeout_s):
             # A voter learns the high watermark from the answer to its next fetch after it.
-            while not node.replicated_to_all(target, now_ms()):
+            while not node.replicated_to_all(target, self.clock.now_ms()):
                 await self.wait_changed()
             await trio.sleep(2 * self.config.fetch_interval_ms / 1000)
         async with self._step_lock:
-            node.resign(now_ms())
+            node.resign(self.clock.now_ms())
             await self._after_step()
         # Give the senders a moment to put EndQuorumEpoch on the wire.
         await trio.sleep(0.05)
@@ -211,7 +213,7 @@ class QuorumDriver:
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         state = await trio.to_thread.run_sync(self.storage.load) if self.sync_in_thread else self.storage.load()
-        self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, now_ms())
+        self.node = RaftNode(self.node_id, sorted(self.voters), state, self.config, self._rng, self.clock.now_ms())
         host, port = self.nodes[self.node_id]
         try:
             async with trio.open_nursery() as nursery:
@@ -237,16 +239,16 @@ class QuorumDriver:
     async def _loop(self) -> None:
         assert self.node is not None
         while True:
-            delay_s = max(0.0, (self.node.next_deadline_ms() - now_ms()) / 1000)
+            delay_s = max(0.0, (self.node.next_deadline_ms() - self.clock.now_ms()) / 1000)
             item: tuple[int, Message] | None = None
             with trio.move_on_after(delay_s):
                 item = await self._inbound.receive()
             # Only the wait is under the timeout: a step is never cancelled halfway.
             async with self._step_lock:
                 if item is not None:
-                    self.node.receive(item[0], item[1], now_ms())
+                    self.node.receive(item[0], item[1], self.clock.now_ms())
                 else:
-                    self.node.tick(now_ms())
+                    self.node.tick(self.clock.now_ms())
                 await self._after_step()
 
     async def _after_step(self) -> None:
@@ -293,7 +295,7 @@ class QuorumDriver:
             log.warning("dropping a quorum connection: %s", exc)
 
     async def _sender(self, peer_id: int, address: tuple[str, int], queue: trio.MemoryReceiveChannel[bytes]) -> None:
-        backoff_s = 0.05
+        backoff = Backoff(0.05, 1.0)
         while True:
             try:
                 stream = await trio.open_tcp_stream(*address)
@@ -304,10 +306,9 @@ class QuorumDriver:
                         queue.receive_nowait()
                     except trio.WouldBlock:
                         break
-                await trio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+                await backoff.sleep()
                 continue
-            backoff_s = 0.05
+            backoff.reset()
             try:
                 async with stream:
                     async for frame in queue:

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
-NO_LEADER = -1
+from cluster.protocol.sentinels import NO_LEADER
 
 
 class Role(Enum):

@@ -3,45 +3,42 @@
 A replica that becomes follower (or sees a new leader epoch) first asks the leader with
 OffsetForLeaderEpoch where their histories diverge and truncates there (KIP-101/279),
 never at a bare high watermark; then it long-polls Fetch (replica_id = its broker id)
-from its log end and appends what comes back unchanged. The leader learns each follower's
-position from those fetches and asks the controller to add caught-up followers to the ISR.
+from its log end and appends what comes back unchanged. The decisions are the sans-IO
+`Partition`'s (partition.py); this module is the network around them. The leader learns
+each follower's position from those fetches and asks the controller to add caught-up
+followers to the ISR.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from cluster.broker.clock import now_ms
 from cluster.client.connection import BrokerConnection, KafkaConnectionError
+from cluster.common.backoff import Backoff
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.record_batch import InvalidRecordBatch
+from cluster.protocol.sentinels import READ_UNCOMMITTED
 from cluster.replication.fetch_sessions import FollowerSession
+from cluster.replication.partition import Partition
 from cluster.storage.log import StorageError
 
 if TYPE_CHECKING:
-    from cluster.broker.broker import Broker, Partition
+    from cluster.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
-UNDEFINED_EPOCH = -1
-
-
-@dataclass
-class FollowerState:
-    """What a follower replica knows about its fetching."""
-
-    leader_id: int
-    leader_epoch: int
-    needs_truncation: bool = True
+# After an answer with partition errors (not leader yet, epoch mismatch): wait this long
+# before asking again, so a fetcher does not spin while the metadata catches up.
+ERROR_PAUSE_S = 0.1
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -51,16 +48,12 @@ class ReplicaFetcherManager:
             task_status.started()
             await trio.sleep_forever()
 
-    def spawn(self, fn: Any, *args: Any) -> None:
-        if self._nursery is not None:
-            self._nursery.start_soon(fn, *args)
-
     def update(self) -> None:
         """Match fetchers to the partitions this broker follows (after every metadata change)."""
         wanted: dict[int, dict[tuple[str, int], Partition]] = {}
-        for key, part in self.broker.partitions.items():
-            if not part.is_leader and part.leader_id >= 0 and part.leader_id != self.broker.node_id:
-                wanted.setdefault(part.leader_id, {})[key] = part
+        for key, part in self.replicas.partitions.items():
+            if part.follower is not None:
+                wanted.setdefault(part.follower.leader_id, {})[key] = part
         for leader_id, fetcher in list(self._fetchers.items()):
             if leader_id not in wanted:
                 fetcher.stop()
@@ -70,14 +63,14 @@ class ReplicaFetcherManager:
         for leader_id, parts in wanted.items():
             existing = self._fetchers.get(leader_id)
             if existing is None:
-                existing = self._fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id)
+                existing = self._fetchers[leader_id] = ReplicaFetcher(self.replicas, leader_id)
                 self._nursery.start_soon(existing.run)
             existing.set_partitions(parts)
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, leader_id: int) -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager, leader_id: int) -> None:
+        self.replicas = replicas
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._cancel = trio.CancelScope()
@@ -91,15 +84,11 @@ class ReplicaFetcher:
         self._cancel.cancel()
 
     def set_partitions(self, parts: dict[tuple[str, int], Partition]) -> None:
-        for part in parts.values():
-            state = part.follower
-            if state is None or state.leader_id != self.leader_id or state.leader_epoch != part.leader_epoch:
-                part.follower = FollowerState(self.leader_id, part.leader_epoch)
         self.partitions = dict(parts)
         self._changed.set()
 
     async def run(self) -> None:
-        backoff_s = 0.05
+        backoff = Backoff(0.05, 1.0)
         with self._cancel:
             try:
                 while True:
@@ -116,12 +105,11 @@ class ReplicaFetcher:
                         conn = await self._connection()
                         await self._truncate(conn)
                         await self._fetch(conn)
-                        backoff_s = 0.05
+                        backoff.reset()
                     except (KafkaConnectionError, ProtocolError, OSError) as exc:
-                        log.debug("fetcher of broker %d from %d: %s", self.broker.node_id, self.leader_id, exc)
+                        log.debug("fetcher of broker %d from %d: %s", self.replicas.node_id, self.leader_id, exc)
                         await self._close()
-                        await trio.sleep(backoff_s)
-                        backoff_s = min(1.0, backoff_s * 2)
+                        await backoff.sleep()
             finally:
                 await self._close()
 
@@ -133,62 +121,50 @@ class ReplicaFetcher:
             self._conn = None
 
     async def _connection(self) -> BrokerConnection:
-        reg = self.broker.image.brokers.get(self.leader_id)
+        reg = self.replicas.image.brokers.get(self.leader_id)
         if reg is None:
             raise KafkaConnectionError(f"broker {self.leader_id} is not registered")
         address = (reg.host, reg.port)
         if self._conn is None or self._address != address:
             await self._close()
-            self._conn = await BrokerConnection(*address, client_id=f"replica-{self.broker.node_id}").connect()
+            self._conn = await BrokerConnection(*address, client_id=f"replica-{self.replicas.node_id}").connect()
             self._address = address
         return self._conn
 
     async def _truncate(self, conn: BrokerConnection) -> None:
-        todo = [(key, part) for key, part in self.partitions.items()
-                if part.follower is not None and part.follower.needs_truncation]
+        todo = [(key, part) for key, part in self.partitions.items() if part.needs_truncation]
         if not todo:
             return
+        node_id = self.replicas.node_id
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), part in todo:
             topics.setdefault(topic, []).append({"partition": index, "current_leader_epoch": part.leader_epoch,
                                                  "leader_epoch": part.log.leader_epochs.latest_epoch})
-        resp = await conn.request(23, {"replica_id": self.broker.node_id,
-                                       "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        resp = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+            "replica_id": node_id, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
         errors = 0
         for t in resp.topics:
             for p in t.partitions:
                 found = self.partitions.get((t.topic, p.partition))
-                if found is None or found.follower is None:
+                if found is None or not found.needs_truncation:
                     continue
+                part = found
                 if p.error_code != ErrorCode.none:
                     errors += 1  # the leader does not lead it (yet): ask again shortly
                     continue
-                part, follower = found, found.follower
-                lg = part.log
-                own_epoch = lg.leader_epochs.latest_epoch
-                if own_epoch == UNDEFINED_EPOCH:
-                    target = lg.log_end_offset  # nothing written under any epoch: nothing to compare
-                elif p.leader_epoch == UNDEFINED_EPOCH:
-                    target = lg.log_start_offset  # the leader has none of our epochs
-                else:
-                    _, own_end = lg.leader_epochs.end_offset_for(p.leader_epoch, lg.log_end_offset)
-                    target = min(p.end_offset, own_end)
-                if target < lg.log_end_offset:
-                    before = lg.log_end_offset
-                    lg.truncate_to(target, now_ms())
-                    part.hw = min(part.hw, lg.log_end_offset)
+                cut = part.truncate_to_leader(p.leader_epoch, p.end_offset, self.replicas.clock.now_ms())
+                if cut is not None:
                     log.info("broker %d truncated %s from %d to %d (diverged from leader %d at epoch %d)",
-                             self.broker.node_id, lg.name, before, lg.log_end_offset, self.leader_id, p.leader_epoch)
-                follower.needs_truncation = False
+                             node_id, part.log.name, cut.before, cut.after, self.leader_id, p.leader_epoch)
         if errors:
-            await trio.sleep(0.1)
+            await trio.sleep(ERROR_PAUSE_S)
 
     async def _fetch(self, conn: BrokerConnection) -> None:
-        cfg = self.broker.config
-        max_bytes = int(cfg["replica.fetch.max.bytes"])
+        settings = self.replicas.settings
+        node_id = self.replicas.node_id
+        max_bytes = settings.replica_fetch_max_bytes
         wanted = {key: (part.log.log_end_offset, part.log.log_start_offset, part.leader_epoch, max_bytes)
-                  for key, part in self.partitions.items()
-                  if part.follower is not None and not part.follower.needs_truncation}
+                  for key, part in self.partitions.items() if part.fetching}
         if not wanted:
             return
         # In a fetch session only what changed is listed (KIP-227); see fetch_sessions.
@@ -203,10 +179,10 @@ class ReplicaFetcher:
         gone: dict[str, list[int]] = {}
         for topic, index in forgotten:
             gone.setdefault(topic, []).append(index)
-        wait_ms = int(cfg["replica.fetch.wait.max.ms"])
-        resp = await conn.request(1, {
-            "replica_id": self.broker.node_id, "max_wait": wait_ms, "min_bytes": 1,
-            "max_bytes": int(cfg["replica.fetch.response.max.bytes"]), "isolation_level": 0,
+        wait_ms = settings.replica_fetch_wait_max_ms
+        resp = await conn.request(ApiKey.FETCH, {
+            "replica_id": node_id, "max_wait": wait_ms, "min_bytes": 1,
+            "max_bytes": settings.replica_fetch_response_max_bytes, "isolation_level": READ_UNCOMMITTED,
             "session_id": session_id, "session_epoch": session_epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()], "rack_id": "",
@@ -214,46 +190,38 @@ class ReplicaFetcher:
         if resp.error_code != ErrorCode.none:
             # FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the leader restarted or
             # evicted us): open a new session with a full fetch.
-            log.debug("fetcher of broker %d from %d: session reset (%s)", self.broker.node_id, self.leader_id,
+            log.debug("fetcher of broker %d from %d: session reset (%s)", node_id, self.leader_id,
                       ErrorCode(resp.error_code).name)
             self.session.reset()
             if resp.error_code not in (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch):
-                await trio.sleep(0.1)
+                await trio.sleep(ERROR_PAUSE_S)
             return
         self.session.sent_ok(resp.session_id, wanted, listed, forgotten)
         errors = 0
+        now = self.replicas.clock.now_ms()
         for t in resp.responses:
             for p in t.partitions:
-                fetched = self.partitions.get((t.topic, p.partition_index))
-                if fetched is None or fetched.follower is None:
+                found = self.partitions.get((t.topic, p.partition_index))
+                if found is None or not found.fetching:
                     continue
-                part, state = fetched, fetched.follower
+                part = found
                 if p.error_code == ErrorCode.offset_out_of_range:
-                    if 0 <= part.log.log_end_offset < p.log_start_offset:
-                        # Everything we have is below the leader's log start (retention moved
-                        # on while we were away): start over empty where the leader starts.
-                        log.info("broker %d: %s ends at %d, below the leader's log start %d: starting over there",
-                                 self.broker.node_id, part.log.name, part.log.log_end_offset, p.log_start_offset)
-                        part.log.truncate_fully_and_start_at(p.log_start_offset, now_ms())
-                        part.hw = min(part.hw, part.log.log_end_offset)
-                    else:
-                        state.needs_truncation = True
+                    before = part.log.log_end_offset
+                    if part.on_fetch_out_of_range(p.log_start_offset, now):
+                        log.info("broker %d: %s ended at %d, below the leader's log start %d: starting over there",
+                                 node_id, part.log.name, before, p.log_start_offset)
                     errors += 1
                     continue
                 if p.error_code != ErrorCode.none:
                     errors += 1  # not leader / epoch mismatch: the metadata will catch up
                     continue
-                if p.records:
-                    try:
-                        part.log.append_as_follower(bytes(p.records), now_ms=now_ms())
-                    except InvalidRecordBatch as exc:
-                        log.warning("broker %d: fetched data for %s does not fit: %s", self.broker.node_id,
-                                    part.log.name, exc)
-                        state.needs_truncation = True
-                        errors += 1
-                    except StorageError as exc:
-                        log.error("%s", exc)
-                        errors += 1
-                part.hw = min(p.high_watermark, part.log.log_end_offset)
+                try:
+                    part.append_fetched(bytes(p.records) if p.records else b"", p.high_watermark, now)
+                except InvalidRecordBatch as exc:
+                    log.warning("broker %d: fetched data for %s does not fit: %s", node_id, part.log.name, exc)
+                    errors += 1
+                except StorageError as exc:
+                    log.error("%s", exc)
+                    errors += 1
         if errors:
-            await trio.sleep(0.1)
+            await trio.sleep(ERROR_PAUSE_S)

@@ -7,7 +7,7 @@ Two phases so produce and fetch never wait on it:
   tombstones older than delete.retention.ms go too. Offsets are kept (gaps allowed).
 - `commit_clean` (the trio thread, fast): check the segments are still the ones cleaned,
   rename `.cleaned` → `.swap`, delete the old files, rename `.swap` → `.log`.
-A crash between the two renames is finished by `Log` at load (`complete_swaps`).
+A crash between the two renames is finished by `Log` at load (swap.py).
 Reads are paced by `log.cleaner.io.max.bytes.per.second`; the key map is bounded by
 `log.cleaner.dedupe.buffer.size` (24 bytes per entry, as Kafka counts).
 """
@@ -20,15 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from cluster.protocol.record_batch import BatchHeader, InvalidRecordBatch, iter_headers
+from cluster.protocol.record_batch import BatchHeader, InvalidRecordBatch
 from cluster.protocol.records import Record, decode_batch, encode_batch
 from cluster.storage.checkpoint import write_atomic
+from cluster.storage.log import Log
 from cluster.storage.segment import LogSegment, segment_name
-
-if TYPE_CHECKING:
-    from cluster.storage.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -248,22 +245,3 @@ def commit_clean(task: CleaningTask, now_ms: int) -> bool:
         task.records_kept, task.records_removed, task.bytes_read,
     )
     return True
-
-
-def complete_swaps(directory: Path) -> None:
-    """Finish a swap a crash interrupted: the `.swap` file replaces the segments it covers."""
-    for swap in sorted(directory.glob("*.log.swap")):
-        parts = swap.name.split(".")
-        base = int(parts[0])
-        if len(parts) == 4 and parts[1].isdigit():
-            end = int(parts[1])
-        else:
-            end = base
-            for _, header in iter_headers(swap.read_bytes()):
-                end = header.next_offset
-        for old in directory.glob("*.log"):
-            if old.stem.isdigit() and base <= int(old.stem) < end:
-                for suffix in (".log", ".index", ".timeindex"):
-                    (directory / (old.stem + suffix)).unlink(missing_ok=True)
-        os.replace(swap, directory / (segment_name(base) + ".log"))
-        log.warning("completed an interrupted compaction swap of %s", swap)

@@ -19,8 +19,8 @@ from cluster.protocol.record_batch import (
     BatchHeader,
     InvalidRecordBatch,
     patched_prefix,
+    scan_batches,
     split_batches,
-    whole_batches_end,
 )
 from cluster.protocol.records import decode_batch, rewrite_batch
 from cluster.storage.checkpoint import write_atomic
@@ -28,6 +28,7 @@ from cluster.storage.config import LogConfig
 from cluster.storage.leader_epoch import LeaderEpochCache
 from cluster.storage.producer_state import ProducerStateManager, SequenceVerdict
 from cluster.storage.segment import LogSegment, RecoveryResult, segment_name
+from cluster.storage.swap import complete_swaps
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,6 @@ class Log:
         self._bases = [s.base_offset for s in self.segments]
 
     def _load(self, recovery_point: int, clean_state: dict[str, int] | None, now_ms: int) -> None:
-        from cluster.storage.cleaner import complete_swaps
-
         complete_swaps(self.dir)
         for leftover in self.dir.iterdir():
             if leftover.suffix in (".tmp", ".deleted", ".cleaned", ".swap"):
@@ -527,9 +526,9 @@ class Log:
             if first.last_offset >= max_offset:
                 return b""
             chunk = seg.read(pos, max_bytes)
-            end, count = whole_batches_end(chunk, max_offset)
-            if count:
-                return chunk if end == len(chunk) else chunk[:end]
+            span = scan_batches(chunk, max_offset=max_offset)
+            if span.count:
+                return chunk if span.end == len(chunk) else chunk[:span.end]
             if min_one_batch:
                 return seg.read(pos, first.size_bytes)
             return b""

@@ -182,7 +182,8 @@ def test_under_replicated_partitions_after_a_broker_dies(tmp_path: Path) -> None
 
 
 def test_histogram_buckets_and_batch_record_counts() -> None:
-    from cluster.broker.metrics import LATENCY_BUCKETS_S, Histogram, batch_record_count
+    from cluster.broker.metrics import LATENCY_BUCKETS_S, Histogram
+    from cluster.protocol.record_batch import scan_batches
     from cluster.protocol.records import append_record, batch_from_records_section
 
     h = Histogram()
@@ -202,6 +203,6 @@ def test_histogram_buckets_and_batch_record_counts() -> None:
                                           base_timestamp=0, max_timestamp=0)
 
     data = batch(3) + batch(1) + batch(7)
-    assert batch_record_count(data) == 11
-    assert batch_record_count(data[:-5]) == 4  # a partial trailing batch is not counted
-    assert batch_record_count(b"") == 0
+    assert scan_batches(data).records == 11
+    assert scan_batches(data[:-5]).records == 4  # a partial trailing batch is not counted
+    assert scan_batches(b"").records == 0

@@ -36,14 +36,14 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 
-from cluster.broker import broker as broker_module
-from cluster.broker import group_service
+from cluster.broker.apis import CloseConnection
 from cluster.broker.broker import SUPPORTED_APIS, Broker
 from cluster.broker.config import BrokerConfig
-from cluster.broker.server import BrokerServer, CloseConnection
+from cluster.broker.server import BrokerServer
 from cluster.controller import service as controller_service
-from cluster.controller.rpc import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
+from cluster.protocol.internal import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
 from cluster.protocol import messages
+from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import FrameTooLarge, ProtocolError
 from cluster.protocol.framing import FrameDecoder, encode_frame
 from cluster.protocol.legacy import refuse_legacy_produce
@@ -54,7 +54,6 @@ from cluster.protocol.record_batch import (
     validate_batch,
 )
 from cluster.protocol.records import decode_batch
-from cluster.quorum import driver as quorum_driver
 from tests.fuzzing import mutate
 
 FUZZ = settings(
@@ -624,25 +623,24 @@ _DISPATCH_LIMIT_S = 2 * INT32_MAX / 1000 + 60
 BROKER_OVERRIDES = {"max.topic.partitions": 4, "max.topics": 32, "offsets.topic.num.partitions": 2}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def virtual_group_clock() -> Iterator[None]:
-    """The group coordinator, the quorum and the controller read wall-clock ms; give them
-    the virtual clock instead, so timers and timeouts agree on one time."""
-    with pytest.MonkeyPatch.context() as mp:
-        for module in (group_service, quorum_driver, controller_service, broker_module):
-            mp.setattr(module, "now_ms", lambda: _WALL0_MS + int(CLOCK.current_time() * 1000))
-        yield
+class VirtualWallClock:
+    """Wall-clock ms on the module's MockClock: the group coordinator, the quorum and the
+    controller then agree with trio's timers on one virtual time."""
+
+    def now_ms(self) -> int:
+        return _WALL0_MS + int(CLOCK.current_time() * 1000)
 
 
 async def _background(srv: BrokerServer, nursery: trio.Nursery) -> None:
     """What a broker runs beside its requests: the metadata quorum, heartbeats, group timers."""
     await nursery.start(srv.broker.metadata.run)
-    await nursery.start(srv.broker.fetchers.run)
+    await nursery.start(srv.broker.replicas.run)
     nursery.start_soon(srv.broker.groups.timer_loop)
 
 
 def open_broker(data_dir: Path) -> BrokerServer:
-    broker = Broker(data_dir, BrokerConfig.from_overrides(BROKER_OVERRIDES), "127.0.0.1", 9092)
+    broker = Broker(data_dir, BrokerConfig.from_overrides(BROKER_OVERRIDES), "127.0.0.1", 9092,
+                    clock=VirtualWallClock())
     broker.metadata.driver.sync_in_thread = False  # no worker threads under the MockClock
     srv = BrokerServer(broker, "127.0.0.1", 9092)
 
@@ -660,7 +658,7 @@ def open_broker(data_dir: Path) -> BrokerServer:
 
 
 @pytest.fixture(scope="module")
-def server(virtual_group_clock: None) -> Iterator[BrokerServer]:
+def server() -> Iterator[BrokerServer]:
     with tempfile.TemporaryDirectory(prefix="dcmirror-fuzz-") as tmp:
         srv = open_broker(Path(tmp))
         # Auto-create the topic the generated requests name most ("t").
@@ -677,7 +675,7 @@ def run_dispatch(srv: BrokerServer, frame: bytes) -> bytes | None:
     async def go() -> tuple[bool, Any]:
         async with trio.open_nursery() as nursery:
             await _background(srv, nursery)
-            nursery.start_soon(srv.broker._heartbeat_loop)
+            nursery.start_soon(srv.broker.lifecycle.heartbeat_loop)
             try:
                 with trio.fail_after(_DISPATCH_LIMIT_S):
                     outcome: tuple[bool, Any] = (True, await srv.dispatch(bytearray(frame)))
@@ -789,11 +787,11 @@ def test_null_count_for_non_nullable_arrays(server: BrokerServer) -> None:
                 continue
             nulls = null_in_non_nullable(value)
             if nulls:
-                decoded_null.append(f"{messages.API_NAMES[api]} v{version} @{pos}: {nulls}")
+                decoded_null.append(f"{api_name(api)} v{version} @{pos}: {nulls}")
             try:
                 dispatch_allowed(server, frame)
             except Exception as exc:  # collected: one report for every API
-                escaped.append(f"{messages.API_NAMES[api]} v{version} body {bad.hex()}: {type(exc).__name__}: {exc}")
+                escaped.append(f"{api_name(api)} v{version} body {bad.hex()}: {type(exc).__name__}: {exc}")
     assert not escaped, f"{len(escaped)} request(s) made dispatch raise:\n" + "\n".join(escaped)
     assert not decoded_null, "null decoded into non-nullable fields:\n" + "\n".join(decoded_null)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import trio
 
-from cluster.controller.rpc import internal_payload
+from cluster.protocol.internal import internal_payload
 from cluster.quorum.driver import NotLeader, QuorumDriver, decode_message, encode_message
 from cluster.quorum.raft import Entry, FetchResponse, RaftConfig, Role, Snapshot, VoteRequest
 from tests.harness import free_port

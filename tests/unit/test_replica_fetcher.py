@@ -6,16 +6,16 @@ from typing import Any
 
 import trio
 
-from cluster.broker.broker import Partition
 from cluster.replication.fetcher import ReplicaFetcher
+from cluster.replication.partition import Partition
 
 
 def test_a_fetcher_left_with_partitions_it_no_longer_follows_waits_and_stops() -> None:
     """Regression: a partition this broker just became leader of has no follower state, and
     a fetcher still holding only such partitions span without ever awaiting — stop() could
     not cancel it and the whole broker froze (found by the hard-bounce fault test)."""
-    broker: Any = None  # never touched while there is nothing to fetch
-    fetcher = ReplicaFetcher(broker, leader_id=2)
+    replicas: Any = None  # never touched while there is nothing to fetch
+    fetcher = ReplicaFetcher(replicas, leader_id=2)
     part = Partition("t", 0, log=None)  # type: ignore[arg-type]
     part.follower = None
     fetcher.partitions = {("t", 0): part}

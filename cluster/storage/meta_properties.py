@@ -1,32 +1,17 @@
-"""Topic names, and the small files that tie a data directory to its node and topics.
+"""The small files that tie a data directory to its node and cluster (`meta.properties`)
+and a partition directory to its topic id (`partition.metadata`), as Kafka's are.
 
 Topic metadata itself lives in the metadata log (cluster/controller).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from cluster.storage.checkpoint import write_atomic
 
 PARTITION_METADATA_FILE = "partition.metadata"
 META_FILE = "meta.properties"
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME_LENGTH = 249
-
-
-class InvalidTopic(ValueError):
-    pass
-
-
-def validate_topic_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise InvalidTopic(f"topic name {name!r} is not allowed")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopic(f"topic name is {len(name)} characters, longer than {MAX_TOPIC_NAME_LENGTH}")
-    if not _LEGAL_TOPIC.match(name):
-        raise InvalidTopic(f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'")
 
 
 def _read_properties(path: Path) -> dict[str, str]:

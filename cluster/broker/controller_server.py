@@ -13,13 +13,14 @@ from pathlib import Path
 import trio
 
 from cluster.broker.config import BrokerConfig
-from cluster.broker.topics import write_meta_properties
-from cluster.controller.rpc import CONTROLLER_API_KEY, QUORUM_API_KEY, rpc_response
-from cluster.controller.service import MetadataService, build_metadata_service
+from cluster.broker.metadata_quorum import build_metadata_service
+from cluster.controller.service import MetadataService
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.internal import CONTROLLER_API_KEY, QUORUM_API_KEY, rpc_response
 from cluster.protocol.messages import peek_api
 from cluster.storage.log_manager import METADATA_LOG_DIR
+from cluster.storage.meta_properties import write_meta_properties
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,143 @@
+"""The request router (Kafka's KafkaApis): one table of the APIs this broker answers.
+
+Each row is an API key, the versions advertised and the handler; ApiVersions is answered
+from the same table, so what is advertised is exactly what is routed. Every request frame
+of a connection comes through `RequestRouter.handle`: it checks the version, decodes the
+body with kio, hands it to the handler and encodes the answer in the client's version.
+This is the one place where a request is accepted or refused before any handler runs
+(an authorizer plugs in at `_admit`). The cluster's own frames (quorum messages and
+controller calls, cluster/protocol/internal.py) are routed here too.
+
+Handlers take `(version, request, context)` and answer with a dict of the response's
+field names (cluster/protocol/messages.build), or None for no answer (acks=0).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from cluster.broker.context import RequestContext
+from cluster.controller.service import MetadataService
+from cluster.protocol.api_keys import ApiKey, api_name
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.internal import (
+    CONTROLLER_API_KEY,
+    INTERNAL_API_KEYS,
+    QUORUM_API_KEY,
+    rpc_response,
+)
+from cluster.protocol.messages import (
+    decode_request,
+    encode_response,
+    is_flexible_request,
+    parse_request_header,
+    peek_api,
+)
+
+Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
+# Answers a version the broker advertises but does not decode: (version, correlation id,
+# frame, body offset) → the response frame, or None (acks=0).
+RawHandler = Callable[[int, int, bytes | bytearray, int], bytes | None]
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered in the protocol; close like Kafka does."""
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: ApiKey
+    min_version: int
+    max_version: int
+    handler: Handler | None  # None: answered by the router itself (ApiVersions)
+    # Versions below `raw_below` are answered by `raw` without decoding (Produce v0-2:
+    # advertised, as librdkafka needs, and refused with UNSUPPORTED_VERSION).
+    raw_below: int = 0
+    raw: RawHandler | None = None
+
+
+class RequestRouter:
+    def __init__(self, apis: Iterable[Api], *, ready: trio.Event, metadata: MetadataService,
+                 observe: Callable[[int, float], None] | None = None) -> None:
+        self.apis: dict[int, Api] = {}
+        for api in apis:
+            assert api.key not in self.apis, f"{api.key.api_name} is routed twice"
+            assert api.min_version <= api.max_version, api
+            self.apis[api.key] = api
+        assert ApiKey.API_VERSIONS in self.apis, "ApiVersions must be answered"
+        self.ready = ready
+        self.metadata = metadata
+        self._observe = observe
+
+    def supported(self) -> dict[int, tuple[int, int]]:
+        """API key → (min, max) version, as ApiVersions advertises them."""
+        return {k: (a.min_version, a.max_version) for k, a in sorted(self.apis.items())}
+
+    def api_versions_body(self, error: int = ErrorCode.none) -> dict[str, Any]:
+        return {
+            "error_code": error,
+            "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, (lo, hi) in self.supported().items()],
+            "throttle_time": 0,
+        }
+
+    async def handle(self, frame: bytearray, client_host: str = "") -> bytes | None:
+        """Answer one request frame; None means no response (acks=0 produce, quorum
+        messages). Its time from here to the answer goes into the API's latency histogram."""
+        start = time.perf_counter()
+        try:
+            return await self._handle(frame, client_host)
+        finally:
+            if self._observe is not None and len(frame) >= 2:
+                self._observe((frame[0] << 8) | frame[1], time.perf_counter() - start)
+
+    async def _handle(self, frame: bytearray, client_host: str) -> bytes | None:
+        api_key, version, correlation_id = peek_api(frame)
+        if api_key in INTERNAL_API_KEYS:
+            if version != 0:
+                raise CloseConnection(f"internal API {api_key} v{version} does not exist")
+            if api_key == QUORUM_API_KEY:
+                await self.metadata.deliver(frame)
+                return None
+            assert api_key == CONTROLLER_API_KEY
+            return rpc_response(correlation_id, await self.metadata.handle_rpc(frame))
+        if not self.ready.is_set() and api_key != ApiKey.API_VERSIONS:
+            # Clients wait while the broker registers and catches up with the metadata log.
+            await self.ready.wait()
+        if api_key == ApiKey.API_VERSIONS:
+            return self._api_versions(version, correlation_id, frame)
+        api = self.apis.get(api_key)
+        if api is None or not api.min_version <= version <= api.max_version:
+            raise CloseConnection(f"unsupported API {api_name(api_key)} v{version}")
+        if version < api.raw_below:
+            assert api.raw is not None
+            header = parse_request_header(frame, flexible=False)
+            return api.raw(version, correlation_id, frame, header.body_offset)
+        header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
+        request = decode_request(api_key, version, frame, header.body_offset)
+        ctx = RequestContext(header.client_id or "", client_host)
+        self._admit(api, ctx)
+        assert api.handler is not None
+        answer = await api.handler(version, request, ctx)
+        if answer is None:
+            return None
+        return encode_response(api_key, version, correlation_id, answer)
+
+    def _api_versions(self, version: int, correlation_id: int, frame: bytearray) -> bytes:
+        lo, hi = self.supported()[ApiKey.API_VERSIONS]
+        if not lo <= version <= hi:
+            # Answer in v0 so any client can read the error and the supported ranges.
+            return encode_response(ApiKey.API_VERSIONS, 0, correlation_id,
+                                   self.api_versions_body(ErrorCode.unsupported_version))
+        header = parse_request_header(frame, flexible=version >= 3)
+        decode_request(ApiKey.API_VERSIONS, version, frame, header.body_offset)
+        return encode_response(ApiKey.API_VERSIONS, version, correlation_id, self.api_versions_body())
+
+    def _admit(self, api: Api, ctx: RequestContext) -> None:
+        """Where every decoded request is checked before its handler runs. Today every
+        request is admitted: the broker has no authorizer yet."""

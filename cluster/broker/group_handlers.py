@@ -1,0 +1,164 @@
+"""The Kafka group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+
+Each handler turns its request into calls on the sans-IO group coordinator
+(cluster/groups/coordinator.py) through its trio shell (cluster/groups/service.py), which
+persists what changed before the answer goes out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from cluster.broker.context import RequestContext
+from cluster.controller.service import ControllerUnavailable
+from cluster.groups.service import GroupService
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import AUTHORIZED_OPERATIONS_OMITTED, COORDINATOR_GROUP
+
+
+class GroupHandlers:
+    def __init__(self, service: GroupService) -> None:
+        self.service = service
+
+    async def handle_find_coordinator(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        key_type = getattr(req, "key_type", COORDINATOR_GROUP)
+        if key_type != COORDINATOR_GROUP:
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+                    "error_message": "transaction coordinators are not supported", "node_id": -1, "host": "",
+                    "port": -1}
+        unavailable = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+                       "error_message": "the group coordinator is not available yet", "node_id": -1, "host": "",
+                       "port": -1}
+        try:
+            if not await self.service.ensure_offsets_topic():
+                return unavailable
+        except ControllerUnavailable:
+            return unavailable
+        node = self.service.coordinator_for(req.key)
+        if node is None:
+            return unavailable
+        leader = self.service.image.brokers[node]
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "node_id": leader.broker_id, "host": leader.host, "port": leader.port}
+
+    async def handle_join_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.service.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "generation_id": -1,
+                    "protocol_name": None, "leader": "", "member_id": req.member_id, "members": []}
+        session_ms = int(req.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(req, "rebalance_timeout", None)
+        rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms
+        pending = self.service.coordinator.join_group(
+            group_id=req.group_id, member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=req.protocol_type, protocols=[(p.name, p.metadata) for p in req.protocols],
+            session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+            client_id=ctx.client_id, client_host=ctx.client_host,
+            require_known_member_id=version >= 4, now_ms=self.service.clock.now_ms(),
+        )
+        result = await self.service.wait(pending)
+        return {"throttle_time": 0, **result}
+
+    async def handle_sync_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.service.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "assignment": b""}
+        pending = self.service.coordinator.sync_group(
+            group_id=req.group_id, member_id=req.member_id, generation_id=req.generation_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            assignments={a.member_id: a.assignment for a in req.assignments}, now_ms=self.service.clock.now_ms(),
+        )
+        result = await self.service.wait(pending)
+        return {"throttle_time": 0, "error_code": result["error_code"], "assignment": result.get("assignment", b"")}
+
+    async def handle_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.service.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator}
+        result = self.service.coordinator.heartbeat(group_id=req.group_id, member_id=req.member_id,
+                                            generation_id=req.generation_id,
+                                            group_instance_id=getattr(req, "group_instance_id", None),
+                                            now_ms=self.service.clock.now_ms())
+        self.service.flush_records()
+        return {"throttle_time": 0, **result}
+
+    async def handle_leave_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.service.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "members": []}
+        if version >= 3:
+            members = [(m.member_id, m.group_instance_id) for m in req.members]
+        else:
+            members = [(req.member_id, None)]
+        result = self.service.coordinator.leave_group(group_id=req.group_id, members=members, now_ms=self.service.clock.now_ms())
+        self.service.flush_records()
+        return {"throttle_time": 0, **result}
+
+    async def handle_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        known: list[tuple[str, int, int, int, str | None]] = []
+        results: dict[tuple[str, int], int] = {}
+        owned = self.service.owns(req.group_id)
+        for t in req.topics:
+            for p in t.partitions:
+                if not owned:
+                    results[(t.name, p.partition_index)] = ErrorCode.not_coordinator
+                elif self.service.image.partition(t.name, p.partition_index) is None:
+                    results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                else:
+                    known.append((t.name, p.partition_index, p.committed_offset,
+                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        if known:
+            results.update(self.service.coordinator.commit_offsets(
+                group_id=req.group_id, member_id=req.member_id,
+                generation_id=getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1)),
+                group_instance_id=getattr(req, "group_instance_id", None), offsets=known, now_ms=self.service.clock.now_ms(),
+            ))
+        self.service.flush_records()
+        return {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
+                for p in t.partitions
+            ]}
+            for t in req.topics
+        ]}
+
+    async def handle_offset_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not self.service.owns(req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "topics": []}
+        wanted = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
+        offsets = self.service.coordinator.fetch_offsets(req.group_id, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (topic, partition), committed in offsets.items():
+            by_topic[topic].append({
+                "partition_index": partition,
+                "committed_offset": committed.offset if committed else -1,
+                "committed_leader_epoch": committed.leader_epoch if committed else -1,
+                "metadata": committed.metadata if committed else "",
+                "error_code": ErrorCode.none,
+            })
+        return {"throttle_time": 0, "error_code": ErrorCode.none,
+                "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+
+    async def handle_describe_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        groups = []
+        for group_id in req.groups:
+            if not self.service.owns(group_id):
+                groups.append({"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
+            described = self.service.coordinator.describe(group_id)
+            described["authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+            groups.append(described)
+        return {"throttle_time": 0, "groups": groups}
+
+    async def handle_list_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": [
+            {"group_id": g, "protocol_type": ptype, "group_state": state}
+            for g, ptype, state in self.service.coordinator.list_groups()
+        ]}
+
+    async def handle_delete_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        results = [{"group_id": g, "error_code": self.service.coordinator.delete_group(g, self.service.clock.now_ms()) if self.service.owns(g)
+                    else ErrorCode.not_coordinator} for g in req.groups_names]
+        self.service.flush_records()
+        return {"throttle_time": 0, "results": results}

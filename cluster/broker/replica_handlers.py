@@ -1,0 +1,139 @@
+"""The Kafka APIs of the data path: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch.
+
+They translate requests into calls on the replica manager (cluster/replication), which
+owns the partitions, and answers back into the response's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.broker.auto_topics import AutoTopicCreation
+from cluster.broker.context import RequestContext
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from cluster.replication.replica_manager import FetchPartition, ReplicaManager
+
+
+class ReplicaHandlers:
+    def __init__(self, replicas: ReplicaManager, auto_topics: AutoTopicCreation) -> None:
+        self.replicas = replicas
+        self.auto_topics = auto_topics
+
+    # ---- Produce ---------------------------------------------------------------------
+
+    async def handle_produce(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any] | None:
+        if req.acks == 0 and req.transactional_id is not None:
+            return None
+        if req.transactional_id is not None:
+            return {"responses": [
+                {"name": t.name, "partition_responses": [
+                    {"index": p.index, "error_code": ErrorCode.transactional_id_authorization_failed,
+                     "base_offset": -1, "log_start_offset": -1, "error_message": "transactions are not supported"}
+                    for p in t.partition_data]}
+                for t in req.topic_data
+            ], "throttle_time": 0}
+        responses = []
+        metrics = self.replicas.metrics
+        for t in req.topic_data:
+            info, error = await self.auto_topics.topic(t.name)
+            if info is not None and info.internal:
+                info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
+            if info is None:
+                parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
+            else:
+                parts = [self.replicas.append(t.name, p.index, p.records, min_isr_checked=req.acks == -1)
+                         for p in t.partition_data]
+                failed = sum(p["error_code"] != ErrorCode.none for p in parts)
+                if failed:
+                    metrics.topic(t.name).produce_errors += failed
+            responses.append({"name": t.name, "partition_responses": parts})
+        if req.acks == 0:
+            return None
+        if req.acks == -1:
+            await self.replicas.wait_for_acks_all(responses, max(0.0, req.timeout.total_seconds()))
+        return {"responses": responses, "throttle_time": 0}
+
+    # ---- Fetch -----------------------------------------------------------------------
+
+    async def handle_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        session = None
+        full = True
+        if req.replica_id >= 0 and getattr(req, "session_epoch", -1) >= 0:
+            # A follower: incremental fetch session (KIP-227); consumers stay sessionless.
+            session, full, error = self.replicas.fetch_sessions.open(req, req.replica_id)
+            if error != ErrorCode.none:
+                return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": []}
+        if session is not None:
+            wanted = [FetchPartition(topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                     fp.current_leader_epoch)
+                      for (topic, _), fp in session.partitions.items()]
+        else:
+            wanted = [FetchPartition(t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                     getattr(fp, "current_leader_epoch", -1))
+                      for t in req.topics for fp in t.partitions]
+        answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
+                                               max_wait_s=req.max_wait.total_seconds(),
+                                               min_bytes=req.min_bytes, max_bytes=req.max_bytes)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for topic, resp in answers:
+            if session is None or session.include((topic, resp["partition_index"]), resp, full):
+                by_topic.setdefault(topic, []).append(resp)
+        return {"throttle_time": 0, "error_code": ErrorCode.none,
+                "session_id": session.session_id if session is not None else 0,
+                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    # ---- ListOffsets -----------------------------------------------------------------
+
+    def list_offset(self, topic: str, index: int, timestamp: int, epoch: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        part, code = self.replicas.leader_partition(topic, index, epoch)
+        if part is None:
+            return {**out, "error_code": code}
+        out["error_code"] = ErrorCode.none
+        out["leader_epoch"] = part.leader_epoch
+        if timestamp == LATEST_TIMESTAMP:
+            out["offset"] = part.high_watermark
+        elif timestamp == EARLIEST_TIMESTAMP:
+            out["offset"] = part.log.log_start_offset
+        elif timestamp == MAX_TIMESTAMP:
+            out["offset"], out["timestamp"] = part.log.max_timestamp_offset()
+        elif timestamp >= 0:
+            found = part.log.offset_for_timestamp(timestamp)
+            if found is not None and found[0] < part.high_watermark:
+                out["offset"], out["timestamp"] = found
+        else:
+            out["error_code"] = ErrorCode.invalid_request
+        return out
+
+    async def handle_list_offsets(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        topics = []
+        for t in req.topics:
+            parts = [
+                self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
+                for p in t.partitions
+            ]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    # ---- OffsetForLeaderEpoch --------------------------------------------------------
+
+    async def handle_offset_for_leader_epoch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                part = self.replicas.partitions.get((t.topic, p.partition))
+                out: dict[str, Any] = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                if part is None:
+                    out["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif not part.is_leader:
+                    out["error_code"] = ErrorCode.not_leader_or_follower
+                elif (code := part.check_leader_epoch(getattr(p, "current_leader_epoch", -1))) != ErrorCode.none:
+                    out["error_code"] = code
+                else:
+                    epoch, end = part.end_offset_for_epoch(p.leader_epoch)
+                    out.update(error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end)
+                parts.append(out)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}

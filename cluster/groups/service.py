@@ -1,0 +1,200 @@
+"""The trio shell around the group coordinator: ownership, persistence, timers.
+
+A broker coordinates the groups whose `__consumer_offsets` partition it leads. Committed
+offsets and group metadata are appended to that partition (compacted,
+`offsets.topic.num.partitions` partitions) before a request is answered; when a broker
+becomes leader of an offsets partition, the state of its groups is replayed from it. The
+Kafka group APIs that drive it are in cluster/broker/group_handlers.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from cluster.common.clock import Clock
+from cluster.controller.image import MetadataImage
+from cluster.controller.service import ControllerUnavailable
+from cluster.groups.coordinator import GroupCoordinator
+from cluster.groups.records import OFFSETS_TOPIC, GroupRecord, partition_for, replay
+from cluster.groups.state import Pending
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import iter_headers
+from cluster.protocol.records import Record, decode_batch, encode_batch
+from cluster.replication.replica_manager import ReplicaManager
+from cluster.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+_REPLAY_READ_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsTopicSettings:
+    """How `__consumer_offsets` is created (Kafka's offsets.topic.* broker configs)."""
+
+    num_partitions: int = 50  # offsets.topic.num.partitions
+    replication_factor: int = 3  # offsets.topic.replication.factor (capped by the cluster's size)
+    segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+
+
+# Creates topics through the controller; per-topic results (name, error_code, error_message).
+CreateTopics = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+
+
+class GroupService:
+    def __init__(self, coordinator: GroupCoordinator, replicas: ReplicaManager, settings: OffsetsTopicSettings, *,
+                 clock: Clock, image: Callable[[], MetadataImage], cluster_size: Callable[[], int],
+                 create_topics: CreateTopics) -> None:
+        self.coordinator = coordinator
+        self.replicas = replicas
+        self.settings = settings
+        self.clock = clock
+        self._image = image
+        self._cluster_size = cluster_size
+        self._create_topics = create_topics
+        self.num_partitions = settings.num_partitions
+        self._state_changed = trio.Event()
+        self._opened = False
+        self._owned: set[int] = set()
+        self._known_topics: dict[str, str] = {}  # name → topic id, as last seen
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    # ---- ownership: a broker coordinates the groups of the offsets partitions it leads ----
+
+    def open(self) -> None:
+        self._opened = True
+        self.on_partitions_changed()
+
+    def on_partitions_changed(self) -> None:
+        """Forget offsets of topics deleted or recreated; load the groups of offsets
+        partitions this broker now leads; unload the others."""
+        ids = {t.name: t.topic_id for t in self.image.topics.values()}
+        if any(ids.get(name) != topic_id for name, topic_id in self._known_topics.items()):
+            for name, topic_id in self._known_topics.items():
+                if ids.get(name) != topic_id:
+                    # A topic recreated under the same name must not inherit old committed offsets.
+                    self.coordinator.delete_offsets_of_topic(name)
+            self.flush_records()
+        self._known_topics = ids
+        if not self._opened:
+            return
+        t = self.image.topic(OFFSETS_TOPIC)
+        if t is not None:
+            self.num_partitions = len(t.partitions)
+        led = {index for (topic, index), part in self.replicas.partitions.items()
+               if topic == OFFSETS_TOPIC and part.is_leader}
+        for index in sorted(self._owned - led):
+            dropped = [g for g in self.coordinator.groups if partition_for(g, self.num_partitions) == index]
+            for g in dropped:
+                del self.coordinator.groups[g]
+            log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
+        for index in sorted(led - self._owned):
+            part = self.replicas.partitions[(OFFSETS_TOPIC, index)]
+            records = self._read_all(part.log)
+            groups = replay(records, self.clock.now_ms())
+            self.coordinator.load(groups)
+            if groups:
+                log.info("loaded %d group(s) from %s-%d (%d records)", len(groups), OFFSETS_TOPIC, index, len(records))
+        self._owned = led
+        self._state_changed.set()
+
+    def owns(self, group_id: str) -> bool:
+        return partition_for(group_id, self.num_partitions) in self._owned
+
+    async def ensure_offsets_topic(self) -> bool:
+        """Create `__consumer_offsets` once enough brokers are up for its replication factor."""
+        if self.image.topic(OFFSETS_TOPIC) is not None:
+            return True
+        rf = min(self.settings.replication_factor, self._cluster_size())
+        if len(self.image.active_brokers()) < rf:
+            return False  # as Kafka: COORDINATOR_NOT_AVAILABLE until the brokers are there
+        results = await self._create_topics([{
+            "name": OFFSETS_TOPIC, "num_partitions": self.settings.num_partitions,
+            "replication_factor": rf, "internal": True,
+            "configs": {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)},
+        }])
+        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+    async def offsets_topic_loop(self) -> None:
+        """Create the offsets topic when the cluster can hold it, so coordinators are ready early."""
+        while True:
+            try:
+                if await self.ensure_offsets_topic():
+                    return
+            except ControllerUnavailable as exc:
+                log.warning("creating %s: %s", OFFSETS_TOPIC, exc)
+            await trio.sleep(1.0)
+
+    def coordinator_for(self, group_id: str) -> int | None:
+        """The broker that leads the group's offsets partition (None: not known or fenced)."""
+        part = self.image.partition(OFFSETS_TOPIC, partition_for(group_id, self.num_partitions))
+        leader = self.image.brokers.get(part.leader) if part is not None else None
+        if leader is None or leader.fenced:
+            return None
+        return leader.broker_id
+
+    @staticmethod
+    def _read_all(lg: Log) -> list[tuple[bytes | None, bytes | None]]:
+        out: list[tuple[bytes | None, bytes | None]] = []
+        offset = lg.log_start_offset
+        while offset < lg.log_end_offset:
+            chunk = lg.read(offset, _REPLAY_READ_BYTES, lg.log_end_offset, min_one_batch=True)
+            if not chunk:
+                break
+            for pos, header in iter_headers(chunk):
+                _, recs = decode_batch(chunk, pos)
+                out.extend((r.key, r.value) for r in recs)
+                offset = header.next_offset
+        return out
+
+    # ---- persistence and timers ---------------------------------------------------------
+
+    def flush_records(self) -> None:
+        """Append what the coordinator produced; raises nothing the caller must handle."""
+        records = self.coordinator.take_records()
+        self._state_changed.set()
+        if not records:
+            return
+        by_partition: dict[int, list[GroupRecord]] = defaultdict(list)
+        for r in records:
+            by_partition[partition_for(r.group_id, self.num_partitions)].append(r)
+        now = self.clock.now_ms()
+        for p, recs in by_partition.items():
+            batch = encode_batch([Record(i, now, r.key, r.value, ()) for i, r in enumerate(recs)])
+            response = self.replicas.append(OFFSETS_TOPIC, p, batch)
+            if response["error_code"] != ErrorCode.none:
+                log.error("could not persist %d group record(s) to %s-%d: error %s",
+                          len(recs), OFFSETS_TOPIC, p, response["error_code"])
+
+    async def timer_loop(self) -> None:
+        while True:
+            deadline = self.coordinator.next_deadline_ms()
+            self._state_changed = trio.Event()
+            if deadline is None:
+                await self._state_changed.wait()
+                continue
+            delay_s = max(0.0, (deadline - self.clock.now_ms()) / 1000)
+            with trio.move_on_after(delay_s):
+                await self._state_changed.wait()
+                continue
+            self.coordinator.tick(self.clock.now_ms())
+            self.flush_records()
+
+    async def wait(self, pending: Pending) -> dict[str, Any]:
+        """The answer of a coordinator call, once it is complete (records persisted first)."""
+        self.flush_records()
+        if not pending.done:
+            event = trio.Event()
+            pending.on_done = event.set
+            await event.wait()
+            self.flush_records()
+        return pending.result

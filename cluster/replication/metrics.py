@@ -1,0 +1,37 @@
+"""Counters of the data path, bumped by the replica manager and read by the admin HTTP
+server (cluster/broker/metrics.py). The hot path only increments integers."""
+
+from __future__ import annotations
+
+
+class TopicCounters:
+    __slots__ = ("records_in", "bytes_in", "records_out", "bytes_out", "produce_errors")
+
+    def __init__(self) -> None:
+        self.records_in = 0
+        self.bytes_in = 0
+        self.records_out = 0
+        self.bytes_out = 0
+        self.produce_errors = 0
+
+
+class ReplicationMetrics:
+    """Per-topic traffic and ISR changes of one broker since it started (Kafka's
+    BrokerTopicMetrics, IsrShrinksPerSec, IsrExpandsPerSec)."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicCounters] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.replication_bytes_out = 0
+
+    def topic(self, name: str) -> TopicCounters:
+        counters = self.topics.get(name)
+        if counters is None:
+            counters = self.topics[name] = TopicCounters()
+        return counters
+
+    def forget_topics(self, live: set[str]) -> None:
+        """Drop counters of deleted topics (keeps the map bounded by the topics that exist)."""
+        for name in [t for t in self.topics if t not in live]:
+            del self.topics[name]

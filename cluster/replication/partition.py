@@ -1,0 +1,361 @@
+"""One replica of one partition on this broker, as a sans-IO object (Kafka's `Partition`).
+
+It owns what replication decides for that replica and nothing else: the role the metadata
+gives it (leader or follower, leader epoch, replicas, ISR), the high watermark, the
+followers' fetch positions as the leader sees them, when the ISR should shrink or expand,
+and how a follower reconciles its log with its leader's (truncation by leader epoch,
+KIP-101/279, never at a bare high watermark). Decisions that need the network come back
+as values (`AlterIsr`) for the trio shell (replica_manager.py) to carry out; time comes in
+as `now_ms`. It holds its `Log` and calls it, but never a clock, a socket or trio.
+
+High watermark rules (checked by the replication simulation in tests/):
+- The leader's high watermark is the smallest log end offset among the ISR it acts on,
+  and never moves backwards while it leads (it may only grow within a leader epoch).
+- A follower's is what its leader last told it, capped by its own log end offset.
+- The ISR the leader acts on for the high watermark is the *maximal* ISR (KIP-497): while
+  an expansion it asked for is in flight, the new member already counts; a shrink counts
+  only once the controller committed it. Otherwise the controller could elect a replica
+  that lacks records the old leader had already exposed below its high watermark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
+from cluster.storage.log import AppendResult, Log, NotEnoughReplicas
+
+# A leader whose ISR change was refused (say, the follower is still fenced) asks again no
+# sooner than this; every follower fetch would otherwise repeat the request.
+ISR_CHANGE_RETRY_BACKOFF_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRole:
+    """What the metadata says about a partition: the part of it a replica acts on."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterIsr:
+    """A leader's decision to change the ISR, for the shell to send to the controller
+    (Kafka's AlterPartition). The epochs fence it if leadership moved meanwhile."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChange:
+    """What applying the metadata changed, for the shell's bookkeeping and wake-ups."""
+
+    became_leader: bool = False
+    became_follower: bool = False
+    epoch_changed: bool = False
+    isr_shrunk: bool = False
+    isr_expanded: bool = False
+    high_watermark_moved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """The leader's view of one follower fetch: did the high watermark move, and does the
+    follower now belong in the ISR."""
+
+    high_watermark_moved: bool
+    alter_isr: AlterIsr | None
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What a follower replica knows about its fetching from one leader epoch."""
+
+    leader_id: int
+    leader_epoch: int
+    needs_truncation: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A follower cut its log back to where its leader's history and its own agree."""
+
+    before: int
+    after: int
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    log: Log
+    topic_id: str = ""
+    local_id: int = -1  # this broker's id
+    is_leader: bool = False
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    follower: FollowerState | None = None  # set while this replica follows a leader
+    isr_change_pending: bool = False  # leader: an AlterIsr is in flight
+    pending_isr: tuple[int, ...] | None = None  # leader: the ISR that AlterIsr asks for
+    isr_retry_at_ms: int = 0  # leader: after a refused or failed ISR change, not before this
+    # Leader: each follower's log end offset (its last fetch offset) and when it last was
+    # caught up with the leader's log end.
+    replica_leo: dict[int, int] = field(default_factory=dict)
+    replica_caught_up_ms: dict[int, int] = field(default_factory=dict)
+    # Leader: committed offset (every ISR member has it); follower: learned from fetches. Starts
+    # from the replication-offset-checkpoint; never above the log end (truncation cuts it).
+    hw: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.index
+
+    @property
+    def high_watermark(self) -> int:
+        return min(self.hw, self.log.log_end_offset)
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark is computed over: the committed one, plus a member
+        whose addition is in flight (see the module docstring)."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    # ---- the metadata's word ---------------------------------------------------------
+
+    def apply_role(self, role: PartitionRole, now_ms: int) -> RoleChange:
+        """Take the role the metadata gives this replica (leader, follower, epochs, ISR)."""
+        was_leader, old_epoch, old_isr = self.is_leader, self.leader_epoch, self.isr
+        self.is_leader = role.leader == self.local_id
+        self.leader_id = role.leader
+        self.leader_epoch = role.leader_epoch
+        self.partition_epoch = role.partition_epoch
+        self.replicas = tuple(role.replicas)
+        self.isr = tuple(role.isr)
+        epoch_changed = old_epoch != role.leader_epoch
+        shrunk = expanded = False
+        if self.is_leader and old_isr and old_isr != self.isr:
+            # Counted by the leader, whoever changed the ISR: the leader itself (a lagging or
+            # caught-up follower) or the controller (a fenced broker leaves every ISR).
+            shrunk = not set(old_isr) <= set(self.isr)
+            expanded = not set(self.isr) <= set(old_isr)
+        if self.pending_isr is not None and (self.isr == self.pending_isr or epoch_changed or not self.is_leader):
+            self.pending_isr = None  # the change committed, or leadership moved on without it
+        if self.is_leader and not was_leader:
+            # A new leader starts from the high watermark it learned as a follower (or read
+            # from its checkpoint); the followers' next fetches move it on.
+            self.hw = self.high_watermark
+            self.replica_leo = {}
+            self.replica_caught_up_ms = {r: now_ms for r in self.isr}
+            self.isr_change_pending = False
+            self.pending_isr = None
+        moved = False
+        if self.is_leader:
+            self.follower = None
+            moved = self._advance_high_watermark()
+            if not was_leader or epoch_changed:
+                # Becoming leader starts the epoch at the log end, as Kafka's LeaderEpochFileCache does.
+                self.log.leader_epochs.assign(role.leader_epoch, self.log.log_end_offset)
+        elif role.leader >= 0 and role.leader != self.local_id:
+            state = self.follower
+            if state is None or state.leader_id != role.leader or state.leader_epoch != role.leader_epoch:
+                self.follower = FollowerState(role.leader, role.leader_epoch)
+        else:
+            self.follower = None  # no leader to follow
+        return RoleChange(became_leader=self.is_leader and not was_leader,
+                          became_follower=was_leader and not self.is_leader,
+                          epoch_changed=epoch_changed, isr_shrunk=shrunk, isr_expanded=expanded,
+                          high_watermark_moved=moved)
+
+    # ---- leader: appends and acknowledgements ----------------------------------------
+
+    def append_as_leader(self, records: bytes, *, min_isr_checked: bool, now_ms: int) -> AppendResult:
+        """Append a producer's batches. With `min_isr_checked` (acks=all) an ISR below
+        min.insync.replicas refuses new batches with NotEnoughReplicas (a duplicate still gets
+        its original offsets). Raises what `Log.append_as_leader` raises."""
+        assert self.is_leader
+        enough = not min_isr_checked or len(self.isr) >= self.min_insync_replicas
+        result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
+                                           enough_replicas=enough)
+        if not result.duplicate:
+            self._advance_high_watermark()
+        return result
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return int(self.log.config["min.insync.replicas"])
+
+    def acks_all_outcome(self, required_offset: int) -> int | None:
+        """acks=all: the error code to answer once `required_offset` is below the high
+        watermark (none, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
+        min.insync.replicas meanwhile), NOT_LEADER_OR_FOLLOWER when leadership moved, or
+        None while it is still to come."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.high_watermark < required_offset:
+            return None
+        if len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def not_enough_replicas_message(self) -> str:
+        return f"the ISR {list(self.isr)} is smaller than min.insync.replicas={self.min_insync_replicas}"
+
+    # ---- leader: reads and follower positions ----------------------------------------
+
+    def check_leader_epoch(self, current_leader_epoch: int, replica_id: int = -1) -> int:
+        """A request's current_leader_epoch against this replica's (-1: the client did not say)."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch or replica_id == DEBUGGING_REPLICA_ID:
+            return ErrorCode.none
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        return ErrorCode.unknown_leader_epoch
+
+    def read_upper_bound(self, replica_id: int) -> int:
+        """Followers and the replica verifier read to the log end; consumers only what is committed."""
+        if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
+            return self.log.log_end_offset
+        return self.high_watermark
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> FollowerFetch:
+        """A follower's fetch offset is its log end: the high watermark may move, and a
+        follower that caught up joins the ISR."""
+        if replica_id not in self.replicas or not self.is_leader:
+            return FollowerFetch(False, None)
+        self.replica_leo[replica_id] = fetch_offset
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            self.replica_caught_up_ms[replica_id] = now_ms
+        moved = self._advance_high_watermark()
+        change = None
+        if (replica_id not in self.isr and not self.isr_change_pending and now_ms >= self.isr_retry_at_ms
+                and fetch_offset >= leo and fetch_offset >= self.high_watermark):
+            change = self._alter_isr((*self.isr, replica_id), f"expand with {replica_id}")
+        return FollowerFetch(moved, change)
+
+    def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> AlterIsr | None:
+        """Leader: followers not caught up for replica.lag.time.max.ms leave the ISR."""
+        if not self.is_leader or self.isr_change_pending:
+            return None
+        laggards = [r for r in self.isr if r != self.local_id
+                    and now_ms - self.replica_caught_up_ms.get(r, now_ms) > lag_max_ms]
+        if not laggards:
+            return None
+        return self._alter_isr(tuple(r for r in self.isr if r not in laggards), f"shrink (lagging: {laggards})")
+
+    def _alter_isr(self, isr: tuple[int, ...], reason: str) -> AlterIsr:
+        self.isr_change_pending = True
+        self.pending_isr = isr
+        self._advance_high_watermark()  # an added member counts from now on (maximal ISR)
+        return AlterIsr(self.topic, self.index, self.topic_id, self.leader_epoch, self.partition_epoch, isr, reason)
+
+    def isr_change_done(self, accepted: bool, now_ms: int) -> None:
+        """The controller answered an AlterIsr (or could not be reached). The shell calls
+        this only after applying the metadata up to the controller's answer, so an accepted
+        change (or whatever the controller decided after it) is the ISR now."""
+        self.isr_change_pending = False
+        self.pending_isr = None
+        if not accepted:
+            self.isr_retry_at_ms = now_ms + ISR_CHANGE_RETRY_BACKOFF_MS
+
+    def _advance_high_watermark(self) -> bool:
+        """Leader: HW = smallest log end offset in the (maximal) ISR; never moves back. True if it moved."""
+        if not self.is_leader:
+            return False
+        leo = self.log.log_end_offset
+        ends = [leo if r == self.local_id else self.replica_leo.get(r, 0) for r in self.maximal_isr]
+        new = min(ends) if ends else leo
+        if new > self.hw:
+            self.hw = new
+            return True
+        return False
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (largest epoch ≤ requested, its end offset)."""
+        return self.log.leader_epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+
+    # ---- follower: reconciling with the leader ---------------------------------------
+
+    @property
+    def needs_truncation(self) -> bool:
+        return self.follower is not None and self.follower.needs_truncation
+
+    @property
+    def fetching(self) -> bool:
+        """A follower ready to fetch: it knows where its history meets the leader's."""
+        return self.follower is not None and not self.follower.needs_truncation
+
+    def truncate_to_leader(self, leader_epoch: int, end_offset: int, now_ms: int) -> Truncation | None:
+        """The leader answered OffsetForLeaderEpoch for our latest epoch: cut our log where
+        the two histories diverge (KIP-101/279), then fetch from there."""
+        assert self.follower is not None
+        lg = self.log
+        own_epoch = lg.leader_epochs.latest_epoch
+        if own_epoch == UNDEFINED_EPOCH:
+            target = lg.log_end_offset  # nothing written under any epoch: nothing to compare
+        elif leader_epoch == UNDEFINED_EPOCH:
+            target = lg.log_start_offset  # the leader has none of our epochs
+        else:
+            _, own_end = lg.leader_epochs.end_offset_for(leader_epoch, lg.log_end_offset)
+            target = min(end_offset, own_end)
+        self.follower.needs_truncation = False
+        if target >= lg.log_end_offset:
+            return None
+        before = lg.log_end_offset
+        lg.truncate_to(target, now_ms)
+        self.hw = min(self.hw, lg.log_end_offset)
+        return Truncation(before, lg.log_end_offset)
+
+    def append_fetched(self, records: bytes, leader_high_watermark: int, now_ms: int) -> int:
+        """Append what the leader sent (unchanged) and learn its high watermark; the offsets
+        appended. Raises InvalidRecordBatch (then truncation is redone) or StorageError."""
+        appended = 0
+        if records:
+            try:
+                appended = self.log.append_as_follower(records, now_ms=now_ms)
+            except ValueError:  # InvalidRecordBatch: the fetched data does not continue our log
+                if self.follower is not None:
+                    self.follower.needs_truncation = True
+                raise
+        self.hw = min(leader_high_watermark, self.log.log_end_offset)
+        return appended
+
+    def on_fetch_out_of_range(self, leader_log_start: int, now_ms: int) -> bool:
+        """The leader refused our fetch offset. True when our whole log lies below the
+        leader's log start (retention moved on while we were away): start over there, empty.
+        Otherwise our log end is past the leader's: find the divergence again."""
+        lg = self.log
+        if 0 <= lg.log_end_offset < leader_log_start:
+            lg.truncate_fully_and_start_at(leader_log_start, now_ms)
+            self.hw = min(self.hw, lg.log_end_offset)
+            return True
+        if self.follower is not None:
+            self.follower.needs_truncation = True
+        return False
+
+
+__all__ = [
+    "AlterIsr",
+    "FollowerFetch",
+    "FollowerState",
+    "ISR_CHANGE_RETRY_BACKOFF_MS",
+    "NotEnoughReplicas",
+    "Partition",
+    "PartitionRole",
+    "RoleChange",
+    "Truncation",
+]

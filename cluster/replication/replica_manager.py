@@ -1,0 +1,448 @@
+"""ReplicaManager: the trio shell around this broker's partition replicas (Kafka's ReplicaManager).
+
+It owns the `Partition` objects (sans-IO, partition.py) and everything about them that
+waits or talks: it makes the local replicas match the metadata image, appends produced
+batches and holds acks=all answers until the high watermark passes them, answers fetches
+(long polls included), sends the ISR changes partitions decide to the controller in its
+own nursery, runs the replica fetchers of the partitions it follows and checkpoints high
+watermarks. Handlers of the Kafka APIs (cluster/broker) call it; it never sees a request
+frame. Time comes from the injected clock; deadlines from trio's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import trio
+
+from cluster.common.clock import Clock
+from cluster.controller.image import MetadataImage, PartitionState, TopicImage
+from cluster.controller.service import ControllerUnavailable
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic, scan_batches
+from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID
+from cluster.replication.fetch_sessions import FetchSessionCache
+from cluster.replication.fetcher import ReplicaFetcherManager
+from cluster.replication.metrics import ReplicationMetrics
+from cluster.replication.partition import AlterIsr, Partition, PartitionRole
+from cluster.storage.config import LogConfig
+from cluster.storage.log import (
+    NotEnoughReplicas,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    ProducerFenced,
+    RecordTooLarge,
+    StorageError,
+)
+from cluster.storage.log_manager import (
+    REPLICATION_OFFSET_FILE,
+    LogManager,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from cluster.storage.meta_properties import read_partition_topic_id, write_partition_topic_id
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+class IsrChannel(Protocol):
+    """How ISR changes reach the controller (the broker wires its controller channel)."""
+
+    async def alter_partition(self, change: AlterIsr) -> str | None:
+        """None when the controller committed the change (and this broker applied the
+        metadata carrying it), else why it was refused. Raises ControllerUnavailable."""
+        ...
+
+
+class AppendWaiters:
+    """Wakes long-polling fetches and acks=all producers when a partition they watch changes."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[Key, set[trio.Event]] = {}
+
+    def register(self, keys: Iterable[Key], event: trio.Event) -> None:
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(event)
+
+    def unregister(self, keys: Iterable[Key], event: trio.Event) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def notify(self, key: Key) -> None:
+        waiters = self._waiters.pop(key, None)
+        if waiters:
+            for event in waiters:
+                event.set()
+
+    async def wait(self, keys: list[Key], deadline: float) -> None:
+        """Until one of `keys` changes or trio's clock passes `deadline`."""
+        event = trio.Event()
+        self.register(keys, event)
+        try:
+            with trio.move_on_at(deadline):
+                await event.wait()
+        finally:
+            self.unregister(keys, event)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """What a fetch asks of one partition (Fetch request fields, any version)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSettings:
+    """Broker configs the replica manager acts on (Kafka's names in the comments)."""
+
+    replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    fetch_max_bytes: int = 57_671_680  # fetch.max.bytes
+    replica_fetch_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
+    replica_fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    replica_fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, data_dir: Path, logs: LogManager, settings: ReplicaSettings, *,
+                 clock: Clock, image: Callable[[], MetadataImage], log_config: Callable[[dict[str, str]], LogConfig],
+                 isr_channel: IsrChannel, metrics: ReplicationMetrics | None = None) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.logs = logs
+        self.settings = settings
+        self.clock = clock
+        self._image = image
+        self._log_config = log_config
+        self.isr_channel = isr_channel
+        self.metrics = metrics or ReplicationMetrics()
+        self.partitions: dict[Key, Partition] = {}
+        self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
+        self.fetchers = ReplicaFetcherManager(self)
+        # Called after every reconciliation with the keys of replicas dropped or recreated.
+        self.on_partitions_changed: list[Callable[[], None]] = []
+        self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
+        self._reconciled_once = False
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    # ---- running ---------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """ISR changes, the ISR shrink check and the replica fetchers, in one nursery."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.fetchers.run)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def start_background(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.isr_shrink_loop)
+
+    def load(self) -> None:
+        """Read the high-watermark checkpoint; replicas pick their value up as they open."""
+        self._hw_checkpoint = read_offset_checkpoint(self.data_dir / REPLICATION_OFFSET_FILE,
+                                                     "high watermarks start at 0")
+
+    def checkpoint_high_watermarks(self) -> Callable[[], None]:
+        """What writes every replica's high watermark now (the file write may run in a thread)."""
+        offsets = {key: part.high_watermark for key, part in self.partitions.items()}
+        return functools.partial(write_offset_checkpoint, self.data_dir / REPLICATION_OFFSET_FILE, offsets)
+
+    async def high_watermark_checkpoint_loop(self, interval_s: float, ready: trio.Event) -> None:
+        while True:
+            await trio.sleep(interval_s)
+            if ready.is_set():
+                try:
+                    await trio.to_thread.run_sync(self.checkpoint_high_watermarks())
+                except OSError as exc:
+                    log.error("writing the high-watermark checkpoint failed: %s", exc)
+
+    # ---- matching the metadata -------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """Make the local replicas match the metadata image."""
+        image = self.image
+        now = self.clock.now_ms()
+        wanted: dict[Key, tuple[TopicImage, PartitionState]] = {}
+        for t, p in image.all_partitions():
+            if self.node_id in p.replicas:
+                wanted[(t.name, p.partition)] = (t, p)
+        for key in list(self.partitions):
+            if key not in wanted or wanted[key][0].topic_id != self.partitions[key].topic_id:
+                self._drop_replica(key)
+        for key in list(self.logs.logs):
+            if key not in self.partitions and key not in wanted:
+                # Found on disk at startup but unknown to the metadata: never delete data on
+                # that evidence alone (a lost metadata directory would empty the broker).
+                self.logs.delete_log(*key, keep_as_stray=True)
+        configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
+        for key, (t, p) in wanted.items():
+            config = configs.get(t.topic_id)
+            if config is None:
+                config = configs[t.topic_id] = self._log_config(t.configs)
+            part = self.partitions.get(key)
+            if part is None:
+                part = self._open_replica(t, p, config, now)
+            if part.log.config != config:
+                part.log.config = config
+            self._apply_role(part, p, now)
+        self._reconciled_once = True
+        for listener in self.on_partitions_changed:
+            listener()
+        self.fetchers.update()
+
+    def _open_replica(self, t: TopicImage, p: PartitionState, config: LogConfig, now_ms: int) -> Partition:
+        lg = self.logs.get(t.name, p.partition)
+        if lg is not None:
+            on_disk = read_partition_topic_id(lg.dir)
+            if on_disk is not None and on_disk != t.topic_id:
+                log.info("%s belongs to an earlier topic of that name (id %s)", lg.dir.name, on_disk)
+                self.logs.delete_log(t.name, p.partition, keep_as_stray=not self._reconciled_once)
+                lg = None
+        if lg is None:
+            lg = self.logs.create_log(t.name, p.partition, config, now_ms)
+        write_partition_topic_id(lg.dir, t.topic_id)
+        part = Partition(t.name, p.partition, lg, t.topic_id, local_id=self.node_id)
+        part.hw = min(self._hw_checkpoint.pop(lg.name, 0), lg.log_end_offset)
+        self.partitions[(t.name, p.partition)] = part
+        return part
+
+    def _apply_role(self, part: Partition, p: PartitionState, now_ms: int) -> None:
+        change = part.apply_role(PartitionRole(p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas),
+                                               tuple(p.isr)), now_ms)
+        self.metrics.isr_shrinks += change.isr_shrunk
+        self.metrics.isr_expands += change.isr_expanded
+        if change.became_leader or (part.is_leader and change.epoch_changed):
+            log.info("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index, p.leader_epoch)
+        if change.high_watermark_moved or change.became_leader or change.became_follower or change.epoch_changed:
+            self.waiters.notify(part.key)  # long polls and acks=all waits re-check
+
+    def _drop_replica(self, key: Key) -> None:
+        self.partitions.pop(key, None)
+        self.logs.delete_log(*key)
+        self.waiters.notify(key)
+
+    # ---- produce ---------------------------------------------------------------------
+
+    def append(self, topic: str, index: int, records: bytes | None, *, min_isr_checked: bool = False) -> dict[str, Any]:
+        """Append one partition's payload as its leader; the per-partition produce answer."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            code = ErrorCode.not_leader_or_follower if self.image.partition(topic, index) else ErrorCode.unknown_topic_or_partition
+            return {"index": index, "error_code": code, "base_offset": -1}
+        if not part.is_leader:
+            return {"index": index, "error_code": ErrorCode.not_leader_or_follower, "base_offset": -1}
+        if not records:
+            return {"index": index, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
+                    "error_message": "produce carries no records"}
+        try:
+            result = part.append_as_leader(records, min_isr_checked=min_isr_checked, now_ms=self.clock.now_ms())
+        except NotEnoughReplicas:
+            return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
+                    "error_message": part.not_enough_replicas_message()}
+        except UnsupportedMagic as exc:
+            return _produce_error(index, ErrorCode.unsupported_for_message_format, exc)
+        except InvalidRecordBatch as exc:
+            return _produce_error(index, ErrorCode.corrupt_message, exc)
+        except RecordTooLarge as exc:
+            return _produce_error(index, ErrorCode.message_too_large, exc)
+        except ProducerFenced as exc:
+            return _produce_error(index, ErrorCode.invalid_producer_epoch, exc)
+        except OutOfOrderSequence as exc:
+            return _produce_error(index, ErrorCode.out_of_order_sequence_number, exc)
+        except StorageError as exc:
+            log.error("%s", exc)
+            return _produce_error(index, ErrorCode.kafka_storage_error, exc)
+        if not result.duplicate:
+            self.waiters.notify((topic, index))
+            counters = self.metrics.topic(topic)
+            counters.records_in += result.record_count
+            counters.bytes_in += len(records)
+        return {
+            "index": index,
+            "error_code": ErrorCode.none,
+            "base_offset": result.base_offset,
+            "log_append_time": result.log_append_time_ms,
+            "log_start_offset": result.log_start_offset,
+        }
+
+    async def wait_for_acks_all(self, responses: list[dict[str, Any]], timeout_s: float) -> None:
+        """acks=all: hold the answer until every appended batch is below the high watermark."""
+        deadline = trio.current_time() + timeout_s
+        for t in responses:
+            for r in t["partition_responses"]:
+                if r["error_code"] != ErrorCode.none or r.get("base_offset", -1) < 0:
+                    continue
+                key = (t["name"], r["index"])
+                needed = r["base_offset"] + 1
+                while True:
+                    part = self.partitions.get(key)
+                    outcome = part.acks_all_outcome(needed) if part is not None else ErrorCode.not_leader_or_follower
+                    if outcome == ErrorCode.not_leader_or_follower:
+                        r.update(error_code=outcome, error_message="leadership moved")
+                        break
+                    if outcome == ErrorCode.not_enough_replicas_after_append:
+                        assert part is not None
+                        r.update(error_code=outcome, error_message=f"the ISR shrank to {list(part.isr)} while waiting")
+                        break
+                    if outcome is not None:
+                        break
+                    if trio.current_time() >= deadline:
+                        r.update(error_code=ErrorCode.request_timed_out,
+                                 error_message="the in-sync replicas did not all acknowledge in time")
+                        break
+                    await self.waiters.wait([key], deadline)
+
+    # ---- fetch -----------------------------------------------------------------------
+
+    def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
+                       first: bool) -> tuple[dict[str, Any], int, bool]:
+        """One partition of a fetch: (answer, bytes of records, whether it is an error)."""
+        debugging = replica_id == DEBUGGING_REPLICA_ID
+        part = self.partitions.get((fp.topic, fp.partition))
+        if part is None or not (part.is_leader or debugging) or (replica_id >= 0 and replica_id not in part.replicas):
+            code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(fp.topic, fp.partition)
+                    else ErrorCode.unknown_topic_or_partition)
+            return {"partition_index": fp.partition, "error_code": code,
+                    "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                    "preferred_read_replica": -1, "records": b""}, 0, True
+        hw = part.high_watermark
+        base = {"partition_index": fp.partition, "high_watermark": hw, "last_stable_offset": hw,
+                "log_start_offset": part.log.log_start_offset, "preferred_read_replica": -1,
+                "aborted_transactions": None}
+        epoch_error = part.check_leader_epoch(fp.current_leader_epoch, replica_id)
+        if epoch_error != ErrorCode.none:
+            return {**base, "error_code": epoch_error, "records": b""}, 0, True
+        limit = max(0, min(fp.partition_max_bytes, budget))
+        if replica_id >= 0:
+            self._on_follower_fetch(part, replica_id, fp.fetch_offset)
+        try:
+            data = part.log.read(fp.fetch_offset, limit, part.read_upper_bound(replica_id), min_one_batch=first)
+        except OffsetOutOfRange:
+            return {**base, "error_code": ErrorCode.offset_out_of_range, "records": b""}, 0, True
+        return {**base, "error_code": ErrorCode.none, "records": data}, len(data), False
+
+    def read_all(self, wanted: list[FetchPartition], replica_id: int,
+                 max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
+        limit = self.settings.fetch_max_bytes
+        budget = min(max_bytes if max_bytes > 0 else limit, limit)
+        total = 0
+        any_error = False
+        out = []
+        for fp in wanted:
+            resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0)
+            out.append((fp.topic, resp))
+            total += size
+            any_error |= error
+        return out, total, any_error
+
+    async def fetch(self, wanted: list[FetchPartition], *, replica_id: int, max_wait_s: float, min_bytes: int,
+                    max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """Read every wanted partition; hold the answer (long poll) until `min_bytes` are
+        there, a partition has an error, or `max_wait_s` passed. (answers, bytes)."""
+        deadline = trio.current_time() + max(0.0, max_wait_s)
+        keys = [(fp.topic, fp.partition) for fp in wanted]
+        while True:
+            answers, total, any_error = self.read_all(wanted, replica_id, max_bytes)
+            if total >= min_bytes or any_error or trio.current_time() >= deadline or not keys:
+                break
+            await self.waiters.wait(keys, deadline)
+        if replica_id >= 0:
+            self.metrics.replication_bytes_out += total
+        elif total and replica_id != DEBUGGING_REPLICA_ID:
+            for topic, resp in answers:
+                data = resp["records"]
+                if data:
+                    counters = self.metrics.topic(topic)
+                    counters.bytes_out += len(data)
+                    counters.records_out += scan_batches(data).records
+        return answers, total
+
+    # ---- ISR changes -----------------------------------------------------------------
+
+    def _on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        outcome = part.on_follower_fetch(replica_id, fetch_offset, self.clock.now_ms())
+        if outcome.high_watermark_moved:
+            self.waiters.notify(part.key)
+        if outcome.alter_isr is not None:
+            self._send_isr_change(part, outcome.alter_isr)
+
+    async def isr_shrink_loop(self) -> None:
+        """Leader: followers not caught up for replica.lag.time.max.ms leave the ISR."""
+        lag_max_ms = self.settings.replica_lag_time_max_ms
+        while True:
+            await trio.sleep(lag_max_ms / 2000)
+            now = self.clock.now_ms()
+            for part in list(self.partitions.values()):
+                change = part.maybe_shrink_isr(now, lag_max_ms)
+                if change is not None:
+                    self._send_isr_change(part, change)
+
+    def _send_isr_change(self, part: Partition, change: AlterIsr) -> None:
+        if self._nursery is None:
+            part.isr_change_done(False, self.clock.now_ms())
+            return
+        self._nursery.start_soon(self._alter_isr, part, change)
+
+    async def _alter_isr(self, part: Partition, change: AlterIsr) -> None:
+        accepted = False
+        try:
+            refused = await self.isr_channel.alter_partition(change)
+            if refused is None:
+                accepted = True
+                log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index,
+                         list(change.isr), change.reason)
+            else:
+                log.info("ISR %s of %s-%d refused: %s", change.reason, part.topic, part.index, refused)
+        except ControllerUnavailable as exc:
+            log.warning("ISR %s of %s-%d failed: %s", change.reason, part.topic, part.index, exc)
+        finally:
+            part.isr_change_done(accepted, self.clock.now_ms())
+            self.waiters.notify(part.key)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    # ---- helpers for the API handlers ------------------------------------------------
+
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
+        """The replica if this broker leads it (and the client's epoch matches), else the error."""
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader:
+            code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(topic, index)
+                    else ErrorCode.unknown_topic_or_partition)
+            return None, code
+        epoch_error = part.check_leader_epoch(current_leader_epoch)
+        if epoch_error != ErrorCode.none:
+            return None, epoch_error
+        return part, ErrorCode.none
+
+    def close(self) -> None:
+        self.checkpoint_high_watermarks()()
+
+
+def _produce_error(index: int, code: int, exc: Exception) -> dict[str, Any]:
+    return {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": -1,
+            "error_message": str(exc)}
