@@ -18,26 +18,12 @@ from typing import Any
 import trio
 
 from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
+from cluster.client.describe import PartitionDescription, describe_cluster, describe_topics
 from cluster.client.errors import KafkaError, error_name
 from topology.model import ClusterSpec
 
-METADATA = 3
-DESCRIBE_CLUSTER = 60
 LISTED_MAX = 5  # partitions named in a problem line; the rest are counted
-
-
-@dataclass(frozen=True)
-class PartitionView:
-    topic: str
-    partition: int
-    leader: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    internal: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+PartitionView = PartitionDescription
 
 
 @dataclass(frozen=True)
@@ -165,23 +151,15 @@ async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_part
     try:
         with trio.fail_after(timeout_s):
             await conn.connect(timeout_s)
-            cluster = await conn.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
-                                         timeout_s=timeout_s)
-            if cluster.error_code != 0:
-                return BrokerView(node_id, address, f"DescribeCluster answered {error_name(cluster.error_code)}")
+            try:
+                cluster = await describe_cluster(conn, timeout_s=timeout_s)
+            except KafkaError as exc:
+                return BrokerView(node_id, address, f"DescribeCluster answered {error_name(exc.code)}")
             partitions = None
             if with_partitions:
-                meta = await conn.request(METADATA, {"topics": None, "allow_auto_topic_creation": False,
-                                                     "include_cluster_authorized_operations": False,
-                                                     "include_topic_authorized_operations": False},
-                                          timeout_s=timeout_s)
-                partitions = tuple(
-                    PartitionView(t.name, p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes),
-                                  bool(t.is_internal))
-                    for t in sorted(meta.topics, key=lambda t: t.name) if t.error_code == 0
-                    for p in sorted(t.partitions, key=lambda p: p.partition_index))
-            return BrokerView(node_id, address, None, cluster.controller_id,
-                              tuple(sorted(b.broker_id for b in cluster.brokers)), partitions)
+                topics = await describe_topics(conn, None, timeout_s=timeout_s)
+                partitions = tuple(p for t in topics.values() if t.error_code == 0 for p in t.partitions)
+            return BrokerView(node_id, address, None, cluster.controller_id, cluster.brokers, partitions)
     except trio.TooSlowError:
         return BrokerView(node_id, address, f"no answer within {timeout_s:g} s")
     except (KafkaConnectionError, UnsupportedApi, KafkaError, OSError) as exc:

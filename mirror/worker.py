@@ -389,8 +389,7 @@ class MirrorWorker:
                 pm.bytes += nbytes
                 if future is None and pm.next_offset > 0:
                     # Only skipped records: they count as done once everything before them is.
-                    future = DeliveryFuture()
-                    future._resolve(RecordMetadata(ttopic, tpart, -1, -1), None)
+                    future = DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1))
                 if future is not None:
                     pm.pending.append((pm.next_offset - 1, future))
                     self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(

@@ -4,7 +4,7 @@ iterator over it for Spark's Python workers.
 The fetcher keeps the next Fetch going while the caller turns the previous answer into
 Arrow (a bounded channel between them). Only committed records arrive: the broker answers
 consumer fetches up to the high watermark. A leader that moves or dies is followed
-(metadata refresh and retry, mirror/tail.py's leader request); a range whose records are
+(metadata refresh and retry, the client's `leader_request`); a range whose records are
 not there yet (a new leader's high watermark catching up) is waited for up to
 `poll_timeout_s`. Offsets deleted by retention while the range is read are data loss.
 """
@@ -23,10 +23,16 @@ from cluster.client.config import consumer_config
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.metadata import ClientCluster
-from cluster.client.sync import _TrioThread
+from cluster.client.sync import TrioThread
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, InvalidRecordBatch
-from mirror.tail import FETCH, LIST_OFFSETS, _leader_request
+from cluster.protocol.record_batch import InvalidRecordBatch, scan_batches
+from cluster.protocol.sentinels import (
+    CONSUMER_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_UNCOMMITTED,
+)
 from spark_aggregate.ranges import DataLossError, Gap, OffsetRange, data_loss_message
 
 log = logging.getLogger("dcmirror.spark.fetch")
@@ -34,8 +40,6 @@ log = logging.getLogger("dcmirror.spark.fetch")
 PREFETCH_CHUNKS = 2  # fetched answers waiting to be decoded (each at most max.partition.fetch.bytes)
 FETCH_MAX_WAIT_MS = 500
 MAX_FETCH_BYTES = 128 << 20  # a single batch larger than this is refused by the broker anyway
-_LAST_OFFSET_DELTA = 23
-_BATCH_LENGTH = 8
 
 
 @dataclass(frozen=True)
@@ -50,25 +54,6 @@ class Chunk:
 class RangeGap(Exception):
     """Offsets of the range were deleted while it was being read (failOnDataLoss=false: the
     reader skips them and reports the gap)."""
-
-
-def whole_batches_end(data: bytes, fetch_offset: int) -> tuple[int, int]:
-    """(bytes of the whole batches at the start of `data`, the offset after the last of them)."""
-    pos = 0
-    next_offset = fetch_offset
-    size = len(data)
-    while pos + BATCH_HEADER_SIZE <= size:
-        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
-        length = int.from_bytes(data[pos + _BATCH_LENGTH:pos + _BATCH_LENGTH + 4], "big", signed=True)
-        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-            raise InvalidRecordBatch(f"batch at offset {base} declares length {length}")
-        end = pos + LOG_OVERHEAD + length
-        if end > size:
-            break
-        delta = int.from_bytes(data[pos + _LAST_OFFSET_DELTA:pos + _LAST_OFFSET_DELTA + 4], "big", signed=True)
-        next_offset = max(next_offset, base + delta + 1)
-        pos = end
-    return pos, next_offset
 
 
 class RangeFetcher:
@@ -120,9 +105,9 @@ class RangeFetcher:
         waited_since: float | None = None
         while position < r.end:
             try:
-                resp = await _leader_request(self.cluster, r.topic, r.partition, FETCH, {
-                    "replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": max_bytes,
-                    "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.FETCH, {
+                    "replica_id": CONSUMER_REPLICA_ID, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1,
+                    "max_bytes": max_bytes, "isolation_level": READ_UNCOMMITTED, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
                     "rack_id": "", "topics": [{"topic": r.topic, "partitions": [{
                         "partition": r.partition, "current_leader_epoch": -1, "fetch_offset": position,
                         "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
@@ -147,7 +132,8 @@ class RangeFetcher:
             if p.error_code:
                 raise KafkaError(f"reading {r}", p.error_code)
             data = bytes(p.records or b"")
-            used, next_offset = whole_batches_end(data, position)
+            span = scan_batches(data, strict=True)
+            used, next_offset = span.end, max(position, span.next_offset)
             if next_offset <= position:
                 if data and max_bytes < MAX_FETCH_BYTES:
                     max_bytes = min(2 * max_bytes, MAX_FETCH_BYTES)  # one batch is bigger than a fetch
@@ -163,9 +149,9 @@ class RangeFetcher:
     async def _offsets(self) -> tuple[int, int]:
         r = self.range
         out = []
-        for ts in (-2, -1):
-            resp = await _leader_request(self.cluster, r.topic, r.partition, LIST_OFFSETS, {
-                "replica_id": -1, "isolation_level": 0,
+        for ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.LIST_OFFSETS, {
+                "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
                 "topics": [{"name": r.topic, "partitions": [{"partition_index": r.partition, "timestamp": ts,
                                                              "current_leader_epoch": -1}]}]})
             p = resp.topics[0].partitions[0]
@@ -197,7 +183,7 @@ def read_chunks(config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: fl
                 fail_on_data_loss: bool = True, gaps: list[Gap] | None = None) -> Iterator[Chunk]:
     """The chunks of range `r`, synchronously (the fetcher runs in its own trio thread).
     Gaps skipped with fail_on_data_loss=False are appended to `gaps`."""
-    thread = _TrioThread(lambda: RangeFetcher(config, r, poll_timeout_s=poll_timeout_s,
+    thread = TrioThread(lambda: RangeFetcher(config, r, poll_timeout_s=poll_timeout_s,
                                               fail_on_data_loss=fail_on_data_loss), "dcmirror-range-fetcher")
     try:
         fetcher: RangeFetcher = thread.client

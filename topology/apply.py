@@ -18,8 +18,11 @@ import trio
 
 from cluster.client.admin import Admin
 from cluster.client.connection import KafkaConnectionError, UnsupportedApi
+from cluster.client.describe import describe_topic_configs, describe_topics
 from cluster.client.errors import KafkaError, error_name
+from cluster.common.backoff import Backoff
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import CONFIG_SOURCE_TOPIC
 from topology.model import ClusterSpec, TopicSpec, Topology
 from topology.plan import (
     NO_CHANGES,
@@ -50,10 +53,6 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 30.0
-METADATA = 3
-DESCRIBE_CONFIGS = 32
-RESOURCE_TOPIC = 2
-CONFIG_SOURCE_TOPIC = 1  # DescribeConfigs: set on the topic itself (DYNAMIC_TOPIC_CONFIG)
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0
 # What a cluster can answer or fail with: reported per cluster or per change, never raised.
@@ -228,17 +227,13 @@ async def _lagging(admin: Admin, expected: Sequence[_Expectation], timeout_s: fl
     missing: list[str] = []
     for node_id in sorted(meta.brokers):
         conn = await admin.cluster.connection(node_id)
-        resp = await conn.request(METADATA, {"topics": [{"name": n} for n in names],
-                                             "allow_auto_topic_creation": False,
-                                             "include_cluster_authorized_operations": False,
-                                             "include_topic_authorized_operations": False}, timeout_s=timeout_s)
-        seen = {t.name: t for t in resp.topics}
+        seen = await describe_topics(conn, names, timeout_s=timeout_s)
         for e in expected:
             t = seen.get(e.topic)
             if t is None or t.error_code != 0:
                 missing.append(f"broker {node_id} does not list topic {e.topic} yet")
                 continue
-            leaders = [p.leader_id for p in t.partitions]
+            leaders = [p.leader for p in t.partitions]
             if e.partitions is None:
                 continue
             if len(leaders) < e.partitions or any(leader < 0 for leader in leaders):
@@ -247,12 +242,10 @@ async def _lagging(admin: Admin, expected: Sequence[_Expectation], timeout_s: fl
         for e in expected:
             if not e.configs:
                 continue
-            resp = await conn.request(DESCRIBE_CONFIGS, {
-                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": e.topic,
-                               "configuration_keys": sorted(e.configs)}],
-                "include_synonyms": False, "include_documentation": False}, timeout_s=timeout_s)
-            (result,) = resp.results
-            live = {c.name: c.value for c in result.configs} if result.error_code == 0 else {}
+            try:
+                live = await describe_topic_configs(conn, e.topic, sorted(e.configs), timeout_s=timeout_s)
+            except KafkaError:
+                live = {}
             stale = [k for k, v in sorted(e.configs.items()) if not config_values_equal(v, live.get(k))]
             if stale:
                 missing.append(f"broker {node_id} shows old values of {', '.join(stale)} for {e.topic}")
@@ -264,7 +257,7 @@ async def _wait_visible(admin: Admin, expected: Sequence[_Expectation], timeout_
     configs, so that the next command, whichever broker it asks, sees them."""
     started = time.monotonic()
     missing = ["no broker answered"]
-    poll_s = POLL_FIRST_S
+    poll = Backoff(POLL_FIRST_S, POLL_MAX_S, jitter_s=0)
     with trio.move_on_after(timeout_s):
         while True:
             try:
@@ -273,8 +266,7 @@ async def _wait_visible(admin: Admin, expected: Sequence[_Expectation], timeout_
                 missing = [str(exc)]
             if not missing:
                 return time.monotonic() - started, None
-            await trio.sleep(poll_s)
-            poll_s = min(2 * poll_s, POLL_MAX_S)
+            await poll.sleep()
     return None, f"not visible on every broker within {timeout_s:g} s: " + "; ".join(missing[:5])
 
 

@@ -37,6 +37,7 @@ from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.replication.fetcher import FetcherSettings
 from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
 from cluster.storage.cleaner import CleanerConfig
 from cluster.storage.config import LogConfig
@@ -230,10 +231,12 @@ def _replica_settings(config: BrokerConfig) -> ReplicaSettings:
     return ReplicaSettings(
         replica_lag_time_max_ms=int(config["replica.lag.time.max.ms"]),
         fetch_max_bytes=int(config["fetch.max.bytes"]),
-        replica_fetch_max_bytes=int(config["replica.fetch.max.bytes"]),
-        replica_fetch_response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
-        replica_fetch_wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
         fetch_session_cache_slots=int(config["max.incremental.fetch.session.cache.slots"]),
+        fetcher=FetcherSettings(
+            max_bytes=int(config["replica.fetch.max.bytes"]),
+            response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
+            wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
+        ),
     )
 
 

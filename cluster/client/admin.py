@@ -22,13 +22,21 @@ from cluster.client.connection import BrokerConnection
 from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.client.retry import retrying
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import (
+    CONSUMER_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_UNCOMMITTED,
+    RESOURCE_TOPIC,
+)
 
 T = TypeVar("T")
 # An admin asking about a topic that does not exist wants that answer now.
 ADMIN_FINAL_CODES = frozenset({ErrorCode.unknown_topic_or_partition})
-EARLIEST = -2
-LATEST = -1
+EARLIEST = EARLIEST_TIMESTAMP
+LATEST = LATEST_TIMESTAMP
 
 
 class AdminError(KafkaError):
@@ -116,7 +124,7 @@ class Admin:
     async def metadata(self, topics: list[str] | None) -> Any:
         body: dict[str, Any] = {"topics": None if topics is None else [{"name": t} for t in topics],
                                 "allow_auto_topic_creation": False}
-        return await (await self._any()).request(3, body)
+        return await (await self._any()).request(ApiKey.METADATA, body)
 
     @_retried
     async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
@@ -136,7 +144,7 @@ class Admin:
             for t, p in tps:
                 topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
                                                  "current_leader_epoch": -1})
-            resp = await conn.request(2, {"replica_id": -1, "isolation_level": 0,
+            resp = await conn.request(ApiKey.LIST_OFFSETS, {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
                                           "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
             for t in resp.topics:
                 for p in t.partitions:
@@ -149,7 +157,7 @@ class Admin:
 
     @_retried
     async def describe_cluster(self) -> Any:
-        resp = await (await self._any()).request(60, {"include_cluster_authorized_operations": False})
+        resp = await (await self._any()).request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False})
         if resp.error_code != 0:
             raise AdminError("describing the cluster", resp.error_code)
         return resp
@@ -164,21 +172,21 @@ class Admin:
             "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignments or [])],
             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
         }], "timeout": 30_000, "validate_only": validate_only}
-        resp = await (await self._any()).request(19, body)
+        resp = await (await self._any()).request(ApiKey.CREATE_TOPICS, body)
         for t in resp.topics:
             if t.error_code != 0:
                 raise AdminError(f"creating topic {name!r} ({t.error_message or ''})", t.error_code)
 
     @_retried
     async def delete_topic(self, name: str) -> None:
-        resp = await (await self._any()).request(20, {"topic_names": [name], "timeout": 30_000})
+        resp = await (await self._any()).request(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout": 30_000})
         for r in resp.responses:
             if r.error_code != 0:
                 raise AdminError(f"deleting topic {name!r}", r.error_code)
 
     @_retried
     async def create_partitions(self, name: str, count: int) -> None:
-        resp = await (await self._any()).request(37, {"topics": [{"name": name, "count": count, "assignments": None}],
+        resp = await (await self._any()).request(ApiKey.CREATE_PARTITIONS, {"topics": [{"name": name, "count": count, "assignments": None}],
                                            "timeout": 30_000, "validate_only": False})
         for r in resp.results:
             if r.error_code != 0:
@@ -188,7 +196,7 @@ class Admin:
     async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
         configs = ([{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
                    + [{"name": k, "config_operation": 1, "value": None} for k in delete])
-        resp = await (await self._any()).request(44, {"resources": [{"resource_type": 2, "resource_name": name,
+        resp = await (await self._any()).request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": name,
                                                           "configs": configs}], "validate_only": False})
         for r in resp.responses:
             if r.error_code != 0:
@@ -197,7 +205,7 @@ class Admin:
     @_retried
     async def topic_configs(self, name: str) -> list[Any]:
         """DescribeConfigs entries of a topic (name, value, config_source ...)."""
-        resp = await (await self._any()).request(32, {"resources": [{"resource_type": 2, "resource_name": name,
+        resp = await (await self._any()).request(ApiKey.DESCRIBE_CONFIGS, {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": name,
                                                           "configuration_keys": None}],
                                            "include_synonyms": False, "include_documentation": False})
         (result,) = resp.results
@@ -216,7 +224,7 @@ class Admin:
             for t, p in partitions:
                 by_topic.setdefault(t, []).append(p)
             topic_partitions = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
-        resp = await (await self._any()).request(43, {"election_type": election_type, "topic_partitions": topic_partitions,
+        resp = await (await self._any()).request(ApiKey.ELECT_LEADERS, {"election_type": election_type, "topic_partitions": topic_partitions,
                                            "timeout": 30_000})
         if getattr(resp, "error_code", 0) != 0:
             raise AdminError("electing leaders", resp.error_code)
@@ -229,7 +237,7 @@ class Admin:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), replicas in sorted(targets.items()):
             by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
-        resp = await (await self._any()).request(45, {"timeout": 30_000, "topics": [
+        resp = await (await self._any()).request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"timeout": 30_000, "topics": [
             {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
         if resp.error_code != 0:
             raise AdminError(f"reassigning partitions ({resp.error_message or ''})", resp.error_code)
@@ -239,7 +247,7 @@ class Admin:
     @_retried
     async def list_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
         """(replicas, adding, removing) of every partition being moved."""
-        resp = await (await self._any()).request(46, {"timeout": 30_000, "topics": None})
+        resp = await (await self._any()).request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {"timeout": 30_000, "topics": None})
         if resp.error_code != 0:
             raise AdminError("listing reassignments", resp.error_code)
         return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
@@ -254,7 +262,7 @@ class Admin:
         listed: list[Any] = []
         for b in meta.brokers:
             conn = await self._conn(b.host, b.port)
-            resp = await conn.request(16, {})
+            resp = await conn.request(ApiKey.LIST_GROUPS, {})
             if resp.error_code != 0:
                 raise AdminError(f"listing groups on broker {b.node_id}", resp.error_code)
             listed.extend(resp.groups)
@@ -268,14 +276,14 @@ class Admin:
         out = []
         for group_id in groups:
             conn = await self.coordinator(group_id)
-            resp = await conn.request(15, {"groups": [group_id], "include_authorized_operations": False})
+            resp = await conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False})
             out.extend(resp.groups)
         return out
 
     @_retried
     async def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         conn = await self.coordinator(group_id)
-        resp = await conn.request(9, {"group_id": group_id, "topics": None})
+        resp = await conn.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None})
         if resp.error_code != 0:
             raise AdminError(f"fetching offsets of group {group_id!r}", resp.error_code)
         return {(t.name, p.partition_index): p.committed_offset
@@ -305,7 +313,7 @@ class Admin:
         for (t, p), off in sorted(offsets.items()):
             topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
                                              "committed_leader_epoch": -1, "committed_metadata": ""})
-        resp = await conn.request(8, {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+        resp = await conn.request(ApiKey.OFFSET_COMMIT, {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
                                       "group_instance_id": None, "retention_time": -1,
                                       "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
         for t in resp.topics:
@@ -316,7 +324,7 @@ class Admin:
     @_retried
     async def delete_group(self, group_id: str) -> None:
         conn = await self.coordinator(group_id)
-        resp = await conn.request(42, {"groups_names": [group_id]})
+        resp = await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [group_id]})
         for r in resp.results:
             if r.error_code != 0:
                 raise AdminError(f"deleting group {group_id!r}", r.error_code)

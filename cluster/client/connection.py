@@ -15,13 +15,14 @@ from typing import Any
 import trio
 from kio.serial import entity_reader, entity_writer
 
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.messages import build, request_schema, response_schema
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-API_VERSIONS = 18
+API_VERSIONS = ApiKey.API_VERSIONS
 MAX_RESPONSE_BYTES = 256 << 20
 
 # The newest version of each API this client speaks (kio has every one of these).

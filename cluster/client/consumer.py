@@ -18,7 +18,6 @@ import logging
 import math
 import random
 import re
-import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -34,29 +33,26 @@ from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.group import GroupCoordinatorChannel, GroupMembership
 from cluster.client.metadata import ClientCluster
 from cluster.client.topic_partition import TopicPartition
+from cluster.common.backoff import Backoff
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     CONTROL_MASK,
-    LOG_OVERHEAD,
     InvalidRecordBatch,
-    read_header,
+    iter_headers,
+    scan_batches,
     validate_batch,
 )
 from cluster.protocol.records import Record, decode_records, decompress
-
-_BASE_LEN = struct.Struct(">qi")
-_I32 = struct.Struct(">i")
-LAST_OFFSET_DELTA_OFFSET = 23
+from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 __all__ = ["Consumer", "ConsumerRecord", "OffsetOutOfRange", "TopicPartition", "EARLIEST", "LATEST"]
 
 log = logging.getLogger("dcmirror.client.consumer")
 
-FETCH = 1
-LIST_OFFSETS = 2
-EARLIEST = -2
-LATEST = -1
+EARLIEST = EARLIEST_TIMESTAMP
+LATEST = LATEST_TIMESTAMP
 RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
 
 
@@ -255,7 +251,7 @@ class Consumer:
         None where no record has a timestamp that late."""
         out: dict[TopicPartition, int | None] = {}
         todo = dict(timestamps)
-        backoff_s = self.config["retry.backoff.ms"] / 1000
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         for _attempt in range(10):
             meta = self.cluster.metadata
             if any(meta.leader(*tp) < 0 for tp in todo):
@@ -275,8 +271,8 @@ class Consumer:
                                                      "current_leader_epoch": -1})
                 try:
                     conn = await self.cluster.connection(leader)
-                    resp = await conn.request(LIST_OFFSETS, {
-                        "replica_id": -1, "isolation_level": self._isolation_level(),
+                    resp = await conn.request(ApiKey.LIST_OFFSETS, {
+                        "replica_id": CONSUMER_REPLICA_ID, "isolation_level": self._isolation_level(),
                         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
                         timeout_s=self.request_timeout_s)
                 except KafkaConnectionError as exc:
@@ -297,8 +293,7 @@ class Consumer:
                 return out
             todo = retry
             await self.cluster.refresh({t for t, _ in todo})
-            await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-            backoff_s = min(2 * backoff_s, self.config["retry.backoff.max.ms"] / 1000)
+            await backoff.sleep()
         raise KafkaError(f"listing offsets of {sorted(todo)} failed after 10 attempts: {last_error}",
                          getattr(last_error, "code", ErrorCode.unknown_server_error))
 
@@ -427,6 +422,7 @@ class Consumer:
     async def _run_positions(self) -> None:
         """Find a starting offset for partitions without one: the group's committed offset,
         else auto.offset.reset."""
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         while True:
             missing = [tp for tp, s in self._assigned.items() if s.position is None]
             if missing:
@@ -434,8 +430,9 @@ class Consumer:
                     await self._resolve_positions(missing)
                 except (KafkaError, KafkaConnectionError) as exc:
                     log.debug("looking up positions failed: %s", exc)
-                    await trio.sleep(self.config["retry.backoff.ms"] / 1000)
+                    await backoff.sleep()
                     continue
+                backoff.reset()
                 self._signal_changed()
                 continue
             await self._changed.wait()
@@ -546,13 +543,13 @@ class Consumer:
                 "partition": p, "current_leader_epoch": -1, "fetch_offset": s.fetch_offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
                 "partition_max_bytes": c["max.partition.fetch.bytes"]})
-        body = {"replica_id": -1, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
+        body = {"replica_id": CONSUMER_REPLICA_ID, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
                 "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
         try:
             conn = await self.cluster.connection(node)
-            answer = await conn.send(FETCH, body)
+            answer = await conn.send(ApiKey.FETCH, body)
         except KafkaConnectionError as exc:
             log.debug("fetch from broker %d failed: %s", node, exc)
             await self._backoff_partitions(list(requested))
@@ -656,46 +653,26 @@ class Consumer:
         """Records at or after `fetch_offset` from the whole batches in `data` (a partial last
         batch is left for the next fetch; control batches are skipped)."""
         records: list[Record] = []
-        pos = 0
-        size = len(data)
         check_crcs = self.config["check.crcs"]
-        while pos + BATCH_HEADER_SIZE <= size:
-            header = read_header(data, pos)
-            end = pos + LOG_OVERHEAD + header.batch_length
-            if end > size:
-                break
+        for pos, header in iter_headers(data, strict=True):
             if check_crcs:
                 validate_batch(data, pos, from_producer=False)
             if header.base_offset + header.last_offset_delta >= fetch_offset and not header.attributes & CONTROL_MASK:
-                body = data[pos + BATCH_HEADER_SIZE:end]
+                body = data[pos + BATCH_HEADER_SIZE:pos + header.size_bytes]
                 if header.compression:
                     body = decompress(header.compression, body)
                 batch = decode_records(body, header.records_count, header.base_offset, header.base_timestamp)
                 if batch and batch[0].offset < fetch_offset:
                     batch = [r for r in batch if r.offset >= fetch_offset]
                 records.extend(batch)
-            pos = end
         self.metrics["records"] += len(records)
-        self.metrics["bytes"] += size
+        self.metrics["bytes"] += len(data)
         return records
 
 
 def _next_fetch_offset(data: bytes, fetch_offset: int) -> int:
     """Where the next fetch starts: after the last whole batch in `data` (headers only)."""
-    pos = 0
-    size = len(data)
-    next_offset = fetch_offset
-    while pos + BATCH_HEADER_SIZE <= size:
-        base_offset, batch_length = _BASE_LEN.unpack_from(data, pos)
-        if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-            raise InvalidRecordBatch(f"batch at offset {base_offset} declares length {batch_length}")
-        end = pos + LOG_OVERHEAD + batch_length
-        if end > size:
-            break
-        (last_delta,) = _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)
-        next_offset = max(next_offset, base_offset + last_delta + 1)
-        pos = end
-    return next_offset
+    return max(fetch_offset, scan_batches(data, strict=True).next_offset)
 
 
 def _approx_bytes(records: list[Record]) -> int:

@@ -16,13 +16,16 @@ import trio
 
 from cluster.client.config import ClientConfig
 from cluster.client.connection import BrokerConnection, KafkaConnectionError, parse_bootstrap
-from cluster.client.errors import KafkaError, KafkaTimeoutError
+from cluster.client.errors import METADATA_ERRORS, KafkaError, KafkaTimeoutError
+from cluster.common.backoff import Backoff
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.sentinels import COORDINATOR_GROUP
 
 log = logging.getLogger("dcmirror.client")
 
-METADATA = 3
-FIND_COORDINATOR = 10
+# leader_request: tries before the last error is raised (each after a metadata refresh).
+LEADER_ATTEMPTS = 5
 BOOTSTRAP_NODE_BASE = -1000  # bootstrap addresses before their node ids are known
 
 
@@ -95,7 +98,7 @@ class ClientCluster:
         self._connections: dict[tuple[int, str], BrokerConnection] = {}
         self._connect_locks: dict[tuple[int, str], trio.Lock] = {}
         self._reconnect_after_s: dict[int, float] = {}
-        self._reconnect_backoff_s: dict[int, float] = {}
+        self._reconnect_backoff: dict[int, Backoff] = {}
         self._wanted_topics: set[str] = set()
         self._all_topics = False
         self._refresh_lock = trio.Lock()
@@ -134,11 +137,13 @@ class ClientCluster:
             try:
                 await conn.connect(self.config["socket.connection.setup.timeout.ms"] / 1000)
             except KafkaConnectionError:
-                backoff = self._reconnect_backoff_s.get(node_id, self.config["reconnect.backoff.ms"] / 1000)
-                self._reconnect_after_s[node_id] = trio.current_time() + backoff * random.uniform(0.8, 1.2)
-                self._reconnect_backoff_s[node_id] = min(2 * backoff, self.config["reconnect.backoff.max.ms"] / 1000)
+                backoff = self._reconnect_backoff.get(node_id)
+                if backoff is None:
+                    backoff = self._reconnect_backoff[node_id] = Backoff(
+                        self.config["reconnect.backoff.ms"] / 1000, self.config["reconnect.backoff.max.ms"] / 1000)
+                self._reconnect_after_s[node_id] = trio.current_time() + backoff.next_delay_s()
                 raise
-            self._reconnect_backoff_s.pop(node_id, None)
+            self._reconnect_backoff.pop(node_id, None)
             self._reconnect_after_s.pop(node_id, None)
             self._connections[key] = conn
             return conn
@@ -195,7 +200,7 @@ class ClientCluster:
                         "allow_auto_topic_creation": False,
                         "include_cluster_authorized_operations": False,
                         "include_topic_authorized_operations": False}
-                resp = await conn.request(METADATA, body, timeout_s=self.config["request.timeout.ms"] / 1000)
+                resp = await conn.request(ApiKey.METADATA, body, timeout_s=self.config["request.timeout.ms"] / 1000)
                 self.metadata.update(resp, trio.current_time(), all_topics=all_topics)
             except (KafkaConnectionError, KafkaError) as exc:
                 self._refresh_error = exc
@@ -213,7 +218,7 @@ class ClientCluster:
         count = self.metadata.partition_count(topic)
         if count is not None:
             return count
-        backoff_s = self.config["retry.backoff.ms"] / 1000
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         last_error: Exception | None = None
         with trio.move_on_after(timeout_s):
             while True:
@@ -227,16 +232,58 @@ class ClientCluster:
                                             ErrorCode.unknown_topic_or_partition)
                 except KafkaConnectionError as exc:
                     last_error = exc
-                await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-                backoff_s = min(2 * backoff_s, self.config["retry.backoff.max.ms"] / 1000)
+                await backoff.sleep()
         raise KafkaTimeoutError(f"topic {topic!r} unavailable after {timeout_s:g} s: {last_error}")
 
-    async def coordinator(self, group_id: str, *, key_type: int = 0) -> int:
+    async def coordinator(self, group_id: str, *, key_type: int = COORDINATOR_GROUP) -> int:
         """Node id of the group's coordinator (FindCoordinator); raises KafkaError."""
         conn = await self.any_connection()
-        resp = await conn.request(FIND_COORDINATOR, {"key": group_id, "key_type": key_type},
+        resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": key_type},
                                   timeout_s=self.config["request.timeout.ms"] / 1000)
         if resp.error_code != 0:
             raise KafkaError(f"finding the coordinator of group {group_id!r}", resp.error_code)
         self.metadata.brokers.setdefault(resp.node_id, (resp.host, resp.port))
         return int(resp.node_id)
+
+    async def leader_request(self, topic: str, partition: int, api_key: ApiKey, body: dict[str, Any]) -> Any:
+        """A request about one partition, answered by its current leader (Fetch, ListOffsets,
+        OffsetForLeaderEpoch with that one partition). On a moved leader (a metadata error
+        in the answer) or a dead connection the metadata is refreshed and the request sent
+        again, up to LEADER_ATTEMPTS times; then the last answer or error is the caller's."""
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
+        for attempt in range(LEADER_ATTEMPTS):
+            last = attempt == LEADER_ATTEMPTS - 1
+            leader = self.metadata.leader(topic, partition)
+            if leader < 0 or attempt:
+                await self.refresh({topic})
+                leader = self.metadata.leader(topic, partition)
+                if leader < 0:
+                    if last:
+                        raise KafkaError(f"{topic}-{partition} has no leader", ErrorCode.leader_not_available)
+                    await backoff.sleep()
+                    continue
+            try:
+                conn = await self.connection(leader)
+                resp = await conn.request(api_key, body)
+            except KafkaConnectionError:
+                if last:
+                    raise
+                await backoff.sleep()
+                continue
+            if _first_partition_error(api_key, resp) in METADATA_ERRORS and not last:
+                await backoff.sleep()
+                continue
+            return resp
+        raise AssertionError("unreachable")
+
+
+def _first_partition_error(api_key: ApiKey, resp: Any) -> int:
+    """The error code of the one partition a leader request asked about."""
+    try:
+        if api_key == ApiKey.LIST_OFFSETS:
+            return int(resp.topics[0].partitions[0].error_code)
+        if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            return int(resp.topics[0].partitions[0].error_code)
+        return int(resp.responses[0].partitions[0].error_code)
+    except (IndexError, AttributeError):
+        return 0

@@ -45,6 +45,8 @@ from cluster.client.errors import (
 )
 from cluster.client.metadata import ClientCluster
 from cluster.client.partitioner import partition_for_key
+from cluster.common.backoff import Backoff
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.records import CODEC_IDS, Record
 
@@ -52,8 +54,6 @@ __all__ = ["Producer", "RecordMetadata", "DeliveryFuture", "BufferFull"]
 
 log = logging.getLogger("dcmirror.client.producer")
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
 Headers = list[tuple[str, bytes | None]] | tuple[tuple[str, bytes | None], ...]
 # A record's framing in a batch and a produce request, beyond key, value and headers.
 RECORD_MAX_OVERHEAD_BYTES = 61 + 128
@@ -72,6 +72,14 @@ class DeliveryFuture:
     @property
     def done(self) -> bool:
         return self.metadata is not None or self.error is not None
+
+    @classmethod
+    def completed(cls, metadata: RecordMetadata) -> DeliveryFuture:
+        """A future that is already done (for callers that track outcomes in one list, some
+        of which need no delivery)."""
+        future = cls()
+        future._resolve(metadata, None)
+        return future
 
     def _resolve(self, metadata: RecordMetadata | None, error: Exception | None) -> None:
         self.metadata, self.error = metadata, error
@@ -92,6 +100,7 @@ class DeliveryFuture:
 class Producer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = producer_config(config)
+        self._retry_backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         c = self.config
         self.acks = {"all": -1, "-1": -1, "0": 0, "1": 1}[c["acks"]]
         self.idempotent: bool = c["enable.idempotence"]
@@ -417,11 +426,11 @@ class Producer:
             self._flush_soon()
 
     async def _init_producer_id_until_done(self) -> None:
-        backoff_s = self.config["retry.backoff.ms"] / 1000
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         while True:
             try:
                 conn = await self.cluster.any_connection()
-                resp = await conn.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": -1},
+                resp = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": -1},
                                           timeout_s=self.request_timeout_s)
                 if resp.error_code == 0:
                     break
@@ -431,8 +440,7 @@ class Producer:
                 log.debug("InitProducerId: retriable error %s", resp.error_code)
             except KafkaConnectionError as exc:
                 log.debug("InitProducerId: %s", exc)
-            await trio.sleep(backoff_s * random.uniform(0.8, 1.2))
-            backoff_s = min(2 * backoff_s, self.config["retry.backoff.max.ms"] / 1000)
+            await backoff.sleep()
         if self.accumulator.producer_id >= 0:
             self.metrics["producer_id_resets"] += 1
             log.warning("producer id %d epoch %d replaced by %d epoch %d: sequences restart at 0",
@@ -499,7 +507,7 @@ class Producer:
                     "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
             try:
                 conn = await self.cluster.connection(node)
-                pending = await conn.send(PRODUCE, body, expect_response=self.acks != 0)
+                pending = await conn.send(ApiKey.PRODUCE, body, expect_response=self.acks != 0)
             except (KafkaConnectionError, OSError) as exc:
                 self._request_failed(node, batches, exc)
                 continue
@@ -582,9 +590,7 @@ class Producer:
         if retriable and batch.attempts <= self.config["retries"] and now - batch.created_s < self.delivery_timeout_s \
                 and not self._closing:
             self.metrics["retries"] += 1
-            base = self.config["retry.backoff.ms"] / 1000
-            backoff = min(base * 2 ** (batch.attempts - 1), self.config["retry.backoff.max.ms"] / 1000)
-            self.accumulator.requeue(batch, now + backoff * random.uniform(0.8, 1.2))
+            self.accumulator.requeue(batch, now + self._retry_backoff.delay_s(batch.attempts))
             return
         if batch.base_sequence >= 0 and self.idempotent:
             self._need_reset = True  # later sequences of the partition can no longer follow on

@@ -16,10 +16,11 @@ from typing import Any
 
 from cluster.client.admin import Admin
 from cluster.client.connection import BrokerConnection, KafkaConnectionError
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import iter_headers
+from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, READ_UNCOMMITTED
 
-DEBUGGING_REPLICA_ID = -2
 FETCH_BYTES = 1 << 20
 
 
@@ -62,9 +63,9 @@ class ReplicaReadError(Exception):
 
 
 async def _fetch(conn: BrokerConnection, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
-    resp = await conn.request(1, {
+    resp = await conn.request(ApiKey.FETCH, {
         "replica_id": DEBUGGING_REPLICA_ID, "max_wait": 0, "min_bytes": 0, "max_bytes": max_bytes,
-        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "isolation_level": READ_UNCOMMITTED, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": topic, "partitions": [{
             "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],

@@ -22,15 +22,18 @@ import trio
 
 from cluster.client.accumulator import RecordMetadata
 from cluster.client.admin import Admin
-from cluster.client.consumer import Consumer, TopicPartition
+from cluster.client.consumer import Consumer
 from cluster.client.producer import Producer
+from cluster.client.topic_partition import TopicPartition
 from cluster.protocol.records import Record
 
 T = TypeVar("T")
 
 
-class _TrioThread:
-    """A thread running trio with one async client entered as a context manager."""
+class TrioThread:
+    """A thread running trio with one async client entered as a context manager: the way
+    to use any of this library's async clients (or one built on them, like the warehouse
+    loader's range fetcher) from synchronous code. `run` calls into it and waits."""
 
     def __init__(self, factory: Callable[[], Any], name: str) -> None:
         self._factory = factory
@@ -80,7 +83,7 @@ class _TrioThread:
 
 class SyncProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self._t = _TrioThread(lambda: Producer(config), "dcmirror-producer")
+        self._t = TrioThread(lambda: Producer(config), "dcmirror-producer")
         self.producer: Producer = self._t.client
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **kwargs: Any) -> None:
@@ -129,7 +132,7 @@ async def _report(future: Any, callback: Callable[..., None]) -> None:
 
 class SyncConsumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self._t = _TrioThread(lambda: Consumer(config), "dcmirror-consumer")
+        self._t = TrioThread(lambda: Consumer(config), "dcmirror-consumer")
         self.consumer: Consumer = self._t.client
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -173,7 +176,7 @@ class SyncAdmin:
     """Every `Admin` coroutine method, called synchronously."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin") -> None:
-        self._t = _TrioThread(lambda: Admin(bootstrap, client_id=client_id), "dcmirror-admin")
+        self._t = TrioThread(lambda: Admin(bootstrap, client_id=client_id), "dcmirror-admin")
         self.admin: Admin = self._t.client
 
     def __getattr__(self, name: str) -> Any:

@@ -51,9 +51,14 @@ class Backoff:
     def next_delay_s(self) -> float:
         """The wait before the next attempt; each call counts one more failure."""
         self.failures += 1
+        return self.delay_s(self.failures)
+
+    def delay_s(self, attempt: int) -> float:
+        """The wait before retry number `attempt` (1: the first), for callers that count
+        attempts themselves (a producer batch carries its own)."""
         if self.initial_s == 0:
             return 0.0
-        delay: float = self._wait(_Attempt(self.failures))  # type: ignore[arg-type]
+        delay: float = self._wait(_Attempt(max(1, attempt)))  # type: ignore[arg-type]
         return min(delay, self.max_s)
 
     async def sleep(self) -> None:

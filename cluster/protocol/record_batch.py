@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from cluster.protocol.sentinels import NO_SEQUENCE
+
 BATCH_HEADER_SIZE = 61
 # baseOffset i64, batchLength i32 — enough to walk batches.
 LOG_OVERHEAD = 12
@@ -31,8 +33,6 @@ TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 
-NO_PRODUCER_ID = -1
-NO_SEQUENCE = -1
 
 
 class InvalidRecordBatch(ValueError):

@@ -12,12 +12,15 @@ followers to the ISR.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import trio
 
 from cluster.client.connection import BrokerConnection, KafkaConnectionError
 from cluster.common.backoff import Backoff
+from cluster.common.clock import Clock
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.record_batch import InvalidRecordBatch
@@ -26,19 +29,39 @@ from cluster.replication.fetch_sessions import FollowerSession
 from cluster.replication.partition import Partition
 from cluster.storage.log import StorageError
 
-if TYPE_CHECKING:
-    from cluster.replication.replica_manager import ReplicaManager
-
 log = logging.getLogger(__name__)
 
 # After an answer with partition errors (not leader yet, epoch mismatch): wait this long
 # before asking again, so a fetcher does not spin while the metadata catches up.
 ERROR_PAUSE_S = 0.1
 
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    """Broker configs of the replica fetchers (Kafka's names in the comments)."""
+
+    max_bytes: int = 1_048_576  # replica.fetch.max.bytes (per partition)
+    response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerContext:
+    """What the fetchers of one broker share: who they are, the replicas they fill (the
+    replica manager's live map), where leaders listen, their settings and the clock."""
+
+    node_id: int
+    partitions: Mapping[Key, Partition]
+    leader_address: Callable[[int], tuple[str, int] | None]
+    settings: FetcherSettings
+    clock: Clock
+
 
 class ReplicaFetcherManager:
-    def __init__(self, replicas: ReplicaManager) -> None:
-        self.replicas = replicas
+    def __init__(self, context: FollowerContext) -> None:
+        self.replicas = context
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -69,7 +92,7 @@ class ReplicaFetcherManager:
 
 
 class ReplicaFetcher:
-    def __init__(self, replicas: ReplicaManager, leader_id: int) -> None:
+    def __init__(self, replicas: FollowerContext, leader_id: int) -> None:
         self.replicas = replicas
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -121,10 +144,9 @@ class ReplicaFetcher:
             self._conn = None
 
     async def _connection(self) -> BrokerConnection:
-        reg = self.replicas.image.brokers.get(self.leader_id)
-        if reg is None:
+        address = self.replicas.leader_address(self.leader_id)
+        if address is None:
             raise KafkaConnectionError(f"broker {self.leader_id} is not registered")
-        address = (reg.host, reg.port)
         if self._conn is None or self._address != address:
             await self._close()
             self._conn = await BrokerConnection(*address, client_id=f"replica-{self.replicas.node_id}").connect()
@@ -162,7 +184,7 @@ class ReplicaFetcher:
     async def _fetch(self, conn: BrokerConnection) -> None:
         settings = self.replicas.settings
         node_id = self.replicas.node_id
-        max_bytes = settings.replica_fetch_max_bytes
+        max_bytes = settings.max_bytes
         wanted = {key: (part.log.log_end_offset, part.log.log_start_offset, part.leader_epoch, max_bytes)
                   for key, part in self.partitions.items() if part.fetching}
         if not wanted:
@@ -179,10 +201,10 @@ class ReplicaFetcher:
         gone: dict[str, list[int]] = {}
         for topic, index in forgotten:
             gone.setdefault(topic, []).append(index)
-        wait_ms = settings.replica_fetch_wait_max_ms
+        wait_ms = settings.wait_max_ms
         resp = await conn.request(ApiKey.FETCH, {
             "replica_id": node_id, "max_wait": wait_ms, "min_bytes": 1,
-            "max_bytes": settings.replica_fetch_response_max_bytes, "isolation_level": READ_UNCOMMITTED,
+            "max_bytes": settings.response_max_bytes, "isolation_level": READ_UNCOMMITTED,
             "session_id": session_id, "session_epoch": session_epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()], "rack_id": "",

@@ -27,7 +27,7 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic, scan_batches
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID
 from cluster.replication.fetch_sessions import FetchSessionCache
-from cluster.replication.fetcher import ReplicaFetcherManager
+from cluster.replication.fetcher import FetcherSettings, FollowerContext, ReplicaFetcherManager
 from cluster.replication.metrics import ReplicationMetrics
 from cluster.replication.partition import AlterIsr, Partition, PartitionRole
 from cluster.storage.config import LogConfig
@@ -113,10 +113,8 @@ class ReplicaSettings:
 
     replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
     fetch_max_bytes: int = 57_671_680  # fetch.max.bytes
-    replica_fetch_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
-    replica_fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
-    replica_fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
+    fetcher: FetcherSettings = FetcherSettings()  # replica.fetch.*
 
 
 class ReplicaManager:
@@ -135,7 +133,8 @@ class ReplicaManager:
         self.partitions: dict[Key, Partition] = {}
         self.waiters = AppendWaiters()
         self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
-        self.fetchers = ReplicaFetcherManager(self)
+        self.fetchers = ReplicaFetcherManager(FollowerContext(node_id, self.partitions, self._leader_address,
+                                                              settings.fetcher, clock))
         # Called after every reconciliation with the keys of replicas dropped or recreated.
         self.on_partitions_changed: list[Callable[[], None]] = []
         self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
@@ -145,6 +144,10 @@ class ReplicaManager:
     @property
     def image(self) -> MetadataImage:
         return self._image()
+
+    def _leader_address(self, broker_id: int) -> tuple[str, int] | None:
+        reg = self.image.brokers.get(broker_id)
+        return (reg.host, reg.port) if reg is not None else None
 
     # ---- running ---------------------------------------------------------------------
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from cluster.protocol.sentinels import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from cluster.storage.checkpoint import write_atomic
 
 log = logging.getLogger(__name__)
-
-UNDEFINED_EPOCH = -1
-UNDEFINED_OFFSET = -1
 
 
 class LeaderEpochCache:

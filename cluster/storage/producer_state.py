@@ -13,7 +13,8 @@ from enum import Enum
 
 import orjson
 
-from cluster.protocol.record_batch import NO_SEQUENCE, BatchHeader
+from cluster.protocol.record_batch import BatchHeader
+from cluster.protocol.sentinels import NO_SEQUENCE
 
 NUM_BATCHES_TO_RETAIN = 5
 _SEQUENCE_MODULUS = 0x80000000
