@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2
 
-.PHONY: test demo bench lint sysdeps venv clean
+.PHONY: test demo bench soak lint sysdeps venv clean
 
 venv: $(STAMP)
 
@@ -29,14 +29,18 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf and not spark_session" -q --durations=40 -n 2 --dist loadfile
-	$(PY) -m pytest -m "spark_session and not perf" -q --durations=10
+	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --durations=40 -n 2 --dist loadfile
+	$(PY) -m pytest -m "spark_session and not perf and not soak" -q --durations=10
 
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
 
 bench: venv sysdeps
 	$(PY) -m pytest -m perf -q -s tests/perf
+
+# The replication simulation, many more seeds than make test runs (DCMIRROR_SOAK_SEEDS).
+soak: venv
+	$(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -39,16 +39,15 @@ class ControllerChannel:
         topics: list[dict[str, Any]] = result["topics"]
         return topics
 
-    async def alter_partition(self, change: AlterIsr) -> str | None:
-        """An ISR change a partition leader decided (see ReplicaManager's IsrChannel)."""
+    async def alter_partition(self, change: AlterIsr) -> int:
+        """An ISR change a partition leader decided: the controller's error code, once this
+        broker has applied it when it committed (see ReplicaManager's IsrChannel)."""
         result = await self.call("alter_partition", {
             "broker_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic_id": change.topic_id,
             "partition": change.partition, "leader_epoch": change.leader_epoch,
             "partition_epoch": change.partition_epoch, "isr": list(change.isr),
         }, timeout_s=10.0)
-        if result["error_code"] == ErrorCode.none:
-            return None
-        return str(result.get("error_message") or ErrorCode(result["error_code"]).name)
+        return int(result["error_code"])
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """A block of producer ids: (first id, how many)."""

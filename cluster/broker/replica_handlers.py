@@ -123,17 +123,8 @@ class ReplicaHandlers:
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                part = self.replicas.partitions.get((t.topic, p.partition))
-                out: dict[str, Any] = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-                if part is None:
-                    out["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif not part.is_leader:
-                    out["error_code"] = ErrorCode.not_leader_or_follower
-                elif (code := part.check_leader_epoch(getattr(p, "current_leader_epoch", -1))) != ErrorCode.none:
-                    out["error_code"] = code
-                else:
-                    epoch, end = part.end_offset_for_epoch(p.leader_epoch)
-                    out.update(error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end)
-                parts.append(out)
+                code, epoch, end = self.replicas.end_offset_for_epoch(
+                    t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)
+                parts.append({"partition": p.partition, "error_code": code, "leader_epoch": epoch, "end_offset": end})
             topics.append({"topic": t.topic, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}

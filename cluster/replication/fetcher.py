@@ -23,7 +23,6 @@ from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode, ProtocolError
-from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import READ_UNCOMMITTED
 from cluster.replication.fetch_sessions import FollowerSession
 from cluster.replication.partition import Partition
@@ -227,23 +226,20 @@ class ReplicaFetcher:
                 if found is None or not found.fetching:
                     continue
                 part = found
-                if p.error_code == ErrorCode.offset_out_of_range:
-                    before = part.log.log_end_offset
-                    if part.on_fetch_out_of_range(p.log_start_offset, now):
-                        log.info("broker %d: %s ended at %d, below the leader's log start %d: starting over there",
-                                 node_id, part.log.name, before, p.log_start_offset)
-                    errors += 1
-                    continue
-                if p.error_code != ErrorCode.none:
-                    errors += 1  # not leader / epoch mismatch: the metadata will catch up
-                    continue
+                before = part.log.log_end_offset
                 try:
-                    part.append_fetched(bytes(p.records) if p.records else b"", p.high_watermark, now)
-                except InvalidRecordBatch as exc:
-                    log.warning("broker %d: fetched data for %s does not fit: %s", node_id, part.log.name, exc)
-                    errors += 1
+                    outcome = part.handle_fetch_answer(p.error_code, bytes(p.records) if p.records else b"",
+                                                       p.high_watermark, p.log_start_offset, now)
                 except StorageError as exc:
                     log.error("%s", exc)
                     errors += 1
+                    continue
+                if outcome.restarted_at is not None:
+                    log.info("broker %d: %s ended at %d, below the leader's log start %d: starting over there",
+                             node_id, part.log.name, before, outcome.restarted_at)
+                if outcome.problem is not None:
+                    log.warning("broker %d: fetched data for %s does not fit: %s", node_id, part.log.name,
+                                outcome.problem)
+                errors += outcome.retry
         if errors:
             await trio.sleep(ERROR_PAUSE_S)

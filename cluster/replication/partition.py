@@ -15,16 +15,20 @@ High watermark rules (checked by the replication simulation in tests/):
 - The ISR the leader acts on for the high watermark is the *maximal* ISR (KIP-497): while
   an expansion it asked for is in flight, the new member already counts; a shrink counts
   only once the controller committed it. Otherwise the controller could elect a replica
-  that lacks records the old leader had already exposed below its high watermark.
+  that lacks records the old leader had already exposed below its high watermark. An
+  expansion whose outcome is not known (no answer, or an answer about an older partition
+  epoch) keeps counting until metadata newer than the request shows what happened.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
-from cluster.storage.log import AppendResult, Log, NotEnoughReplicas
+from cluster.storage.log import AppendResult, Log, NotEnoughReplicas, OffsetOutOfRange
 
 # A leader whose ISR change was refused (say, the follower is still fenced) asks again no
 # sooner than this; every follower fetch would otherwise repeat the request.
@@ -56,6 +60,35 @@ class AlterIsr:
     reason: str
 
 
+class IsrAnswer(Enum):
+    """What the controller's answer to an AlterIsr says about it."""
+
+    COMMITTED = "committed"  # the change is in the metadata (and was applied here)
+    REFUSED = "refused"  # the controller did not make it (ineligible replica, bad request)
+    STALE = "stale"  # it was about an older leader or partition epoch: newer metadata will tell
+    UNKNOWN = "unknown"  # no answer (controller unreachable, timed out): it may or may not be in
+
+
+# Controller error codes and what they mean for an AlterIsr.
+ISR_ANSWERS: dict[int, IsrAnswer] = {
+    ErrorCode.none: IsrAnswer.COMMITTED,
+    ErrorCode.ineligible_replica: IsrAnswer.REFUSED,
+    ErrorCode.invalid_request: IsrAnswer.REFUSED,
+    ErrorCode.fenced_leader_epoch: IsrAnswer.STALE,
+    ErrorCode.invalid_update_version: IsrAnswer.STALE,
+    ErrorCode.not_leader_or_follower: IsrAnswer.STALE,
+    ErrorCode.unknown_topic_or_partition: IsrAnswer.STALE,
+    ErrorCode.stale_broker_epoch: IsrAnswer.STALE,
+    ErrorCode.request_timed_out: IsrAnswer.UNKNOWN,  # proposed, not known to be committed
+}
+
+
+def isr_answer(error_code: int) -> IsrAnswer:
+    """An error code the table does not know is treated as an unknown outcome (the change
+    is sent again until the controller says something definite, or metadata settles it)."""
+    return ISR_ANSWERS.get(error_code, IsrAnswer.UNKNOWN)
+
+
 @dataclass(frozen=True, slots=True)
 class RoleChange:
     """What applying the metadata changed, for the shell's bookkeeping and wake-ups."""
@@ -77,6 +110,18 @@ class FollowerFetch:
     alter_isr: AlterIsr | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """One partition's part of a Fetch answer, as the leader (or a replica the debugging
+    consumer reads) gives it."""
+
+    error: int
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    follower: FollowerFetch | None = None  # a follower's fetch: what it changed
+
+
 @dataclass(slots=True)
 class FollowerState:
     """What a follower replica knows about its fetching from one leader epoch."""
@@ -84,6 +129,16 @@ class FollowerState:
     leader_id: int
     leader_epoch: int
     needs_truncation: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOutcome:
+    """What a follower made of its leader's answer for one partition."""
+
+    appended: int = 0  # offsets appended
+    retry: bool = False  # an error: fetch again after a pause
+    restarted_at: int | None = None  # its whole log lay below the leader's log start: now empty there
+    problem: str | None = None  # why the fetched data did not fit (then truncation is redone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +164,10 @@ class Partition:
     isr: tuple[int, ...] = ()
     follower: FollowerState | None = None  # set while this replica follows a leader
     isr_change_pending: bool = False  # leader: an AlterIsr is in flight
-    pending_isr: tuple[int, ...] | None = None  # leader: the ISR that AlterIsr asks for
+    # Leader: the ISR an AlterIsr asked for while its outcome is not known, and the partition
+    # epoch it was based on (metadata newer than that settles it).
+    pending_isr: tuple[int, ...] | None = None
+    pending_isr_epoch: int = -1
     isr_retry_at_ms: int = 0  # leader: after a refused or failed ISR change, not before this
     # Leader: each follower's log end offset (its last fetch offset) and when it last was
     # caught up with the leader's log end.
@@ -153,8 +211,11 @@ class Partition:
             # caught-up follower) or the controller (a fenced broker leaves every ISR).
             shrunk = not set(old_isr) <= set(self.isr)
             expanded = not set(self.isr) <= set(old_isr)
-        if self.pending_isr is not None and (self.isr == self.pending_isr or epoch_changed or not self.is_leader):
-            self.pending_isr = None  # the change committed, or leadership moved on without it
+        if self.pending_isr is not None and (role.partition_epoch > self.pending_isr_epoch or epoch_changed
+                                             or not self.is_leader):
+            # Metadata newer than the AlterIsr: whatever the controller did with it is known now.
+            self.pending_isr = None
+            self.isr_change_pending = False
         if self.is_leader and not was_leader:
             # A new leader starts from the high watermark it learned as a follower (or read
             # from its checkpoint); the followers' next fetches move it on.
@@ -225,6 +286,27 @@ class Partition:
             return ErrorCode.fenced_leader_epoch
         return ErrorCode.unknown_leader_epoch
 
+    def read_records(self, fetch_offset: int, max_bytes: int, *, replica_id: int, current_leader_epoch: int,
+                     min_one_batch: bool, now_ms: int) -> ReadResult:
+        """Whole batches from `fetch_offset`: a consumer's up to the high watermark, a
+        follower's (which also reports its position) and the debugging consumer's up to the
+        log end. At most `max_bytes`, except that with `min_one_batch` a first batch larger
+        than that comes whole."""
+        debugging = replica_id == DEBUGGING_REPLICA_ID
+        if not (self.is_leader or debugging) or (replica_id >= 0 and replica_id not in self.replicas):
+            return ReadResult(ErrorCode.not_leader_or_follower)
+        hw, log_start = self.high_watermark, self.log.log_start_offset
+        epoch_error = self.check_leader_epoch(current_leader_epoch, replica_id)
+        if epoch_error != ErrorCode.none:
+            return ReadResult(epoch_error, b"", hw, log_start)
+        follower = self.on_follower_fetch(replica_id, fetch_offset, now_ms) if replica_id >= 0 else None
+        try:
+            data = self.log.read(fetch_offset, max(0, max_bytes), self.read_upper_bound(replica_id),
+                                 min_one_batch=min_one_batch)
+        except OffsetOutOfRange:
+            return ReadResult(ErrorCode.offset_out_of_range, b"", hw, log_start, follower)
+        return ReadResult(ErrorCode.none, data, hw, log_start, follower)
+
     def read_upper_bound(self, replica_id: int) -> int:
         """Followers and the replica verifier read to the log end; consumers only what is committed."""
         if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
@@ -260,17 +342,28 @@ class Partition:
     def _alter_isr(self, isr: tuple[int, ...], reason: str) -> AlterIsr:
         self.isr_change_pending = True
         self.pending_isr = isr
+        self.pending_isr_epoch = self.partition_epoch
         self._advance_high_watermark()  # an added member counts from now on (maximal ISR)
         return AlterIsr(self.topic, self.index, self.topic_id, self.leader_epoch, self.partition_epoch, isr, reason)
 
-    def isr_change_done(self, accepted: bool, now_ms: int) -> None:
-        """The controller answered an AlterIsr (or could not be reached). The shell calls
-        this only after applying the metadata up to the controller's answer, so an accepted
-        change (or whatever the controller decided after it) is the ISR now."""
+    def isr_change_answered(self, change: AlterIsr, answer: IsrAnswer, now_ms: int) -> bool:
+        """The controller answered `change` (or could not be reached). The shell calls this
+        for a committed change only after applying the metadata up to the controller's
+        answer. True when the shell should send `change` again (its outcome is unknown and
+        it still matters)."""
+        current = (self.is_leader and self.leader_epoch == change.leader_epoch
+                   and self.pending_isr == change.isr and self.pending_isr_epoch == change.partition_epoch)
+        if not current:
+            return False  # newer metadata settled it already (apply_role)
         self.isr_change_pending = False
-        self.pending_isr = None
-        if not accepted:
+        if answer is IsrAnswer.COMMITTED or answer is IsrAnswer.REFUSED:
+            self.pending_isr = None  # committed: the metadata shows it; refused: it never happened
+        if answer is not IsrAnswer.COMMITTED:
             self.isr_retry_at_ms = now_ms + ISR_CHANGE_RETRY_BACKOFF_MS
+        if answer is IsrAnswer.UNKNOWN:
+            self.isr_change_pending = True  # the shell sends it again
+            return True
+        return False
 
     def _advance_high_watermark(self) -> bool:
         """Leader: HW = smallest log end offset in the (maximal) ISR; never moves back. True if it moved."""
@@ -320,6 +413,22 @@ class Partition:
         self.hw = min(self.hw, lg.log_end_offset)
         return Truncation(before, lg.log_end_offset)
 
+    def handle_fetch_answer(self, error: int, records: bytes, leader_high_watermark: int, leader_log_start: int,
+                            now_ms: int) -> FetchOutcome:
+        """A follower takes its leader's answer for this partition. Raises StorageError
+        (the disk refused the append; nothing was appended)."""
+        if error == ErrorCode.offset_out_of_range:
+            if self.on_fetch_out_of_range(leader_log_start, now_ms):
+                return FetchOutcome(retry=True, restarted_at=self.log.log_end_offset)
+            return FetchOutcome(retry=True)
+        if error != ErrorCode.none:
+            return FetchOutcome(retry=True)  # not leader / epoch mismatch: the metadata will catch up
+        try:
+            appended = self.append_fetched(records, leader_high_watermark, now_ms)
+        except InvalidRecordBatch as exc:
+            return FetchOutcome(retry=True, problem=str(exc))
+        return FetchOutcome(appended=appended)
+
     def append_fetched(self, records: bytes, leader_high_watermark: int, now_ms: int) -> int:
         """Append what the leader sent (unchanged) and learn its high watermark; the offsets
         appended. Raises InvalidRecordBatch (then truncation is redone) or StorageError."""
@@ -327,7 +436,7 @@ class Partition:
         if records:
             try:
                 appended = self.log.append_as_follower(records, now_ms=now_ms)
-            except ValueError:  # InvalidRecordBatch: the fetched data does not continue our log
+            except InvalidRecordBatch:  # the fetched data does not continue our log
                 if self.follower is not None:
                     self.follower.needs_truncation = True
                 raise
@@ -350,12 +459,17 @@ class Partition:
 
 __all__ = [
     "AlterIsr",
+    "FetchOutcome",
     "FollowerFetch",
     "FollowerState",
+    "ISR_ANSWERS",
     "ISR_CHANGE_RETRY_BACKOFF_MS",
+    "IsrAnswer",
+    "isr_answer",
     "NotEnoughReplicas",
     "Partition",
     "PartitionRole",
+    "ReadResult",
     "RoleChange",
     "Truncation",
 ]

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import trio
 
+from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage, PartitionState, TopicImage
 from cluster.controller.service import ControllerUnavailable
@@ -29,11 +30,18 @@ from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID
 from cluster.replication.fetch_sessions import FetchSessionCache
 from cluster.replication.fetcher import FetcherSettings, FollowerContext, ReplicaFetcherManager
 from cluster.replication.metrics import ReplicationMetrics
-from cluster.replication.partition import AlterIsr, Partition, PartitionRole
+from cluster.replication.partition import (
+    ISR_CHANGE_RETRY_BACKOFF_MS,
+    AlterIsr,
+    IsrAnswer,
+    Partition,
+    PartitionRole,
+    ReadResult,
+    isr_answer,
+)
 from cluster.storage.config import LogConfig
 from cluster.storage.log import (
     NotEnoughReplicas,
-    OffsetOutOfRange,
     OutOfOrderSequence,
     ProducerFenced,
     RecordTooLarge,
@@ -55,9 +63,9 @@ Key = tuple[str, int]
 class IsrChannel(Protocol):
     """How ISR changes reach the controller (the broker wires its controller channel)."""
 
-    async def alter_partition(self, change: AlterIsr) -> str | None:
-        """None when the controller committed the change (and this broker applied the
-        metadata carrying it), else why it was refused. Raises ControllerUnavailable."""
+    async def alter_partition(self, change: AlterIsr) -> int:
+        """The controller's error code (none: committed, and this broker has applied the
+        metadata carrying it). Raises ControllerUnavailable when no controller answered."""
         ...
 
 
@@ -322,29 +330,27 @@ class ReplicaManager:
     def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
                        first: bool) -> tuple[dict[str, Any], int, bool]:
         """One partition of a fetch: (answer, bytes of records, whether it is an error)."""
-        debugging = replica_id == DEBUGGING_REPLICA_ID
         part = self.partitions.get((fp.topic, fp.partition))
-        if part is None or not (part.is_leader or debugging) or (replica_id >= 0 and replica_id not in part.replicas):
-            code = (ErrorCode.not_leader_or_follower if part is not None or self.image.partition(fp.topic, fp.partition)
+        if part is None:
+            code = (ErrorCode.not_leader_or_follower if self.image.partition(fp.topic, fp.partition)
                     else ErrorCode.unknown_topic_or_partition)
-            return {"partition_index": fp.partition, "error_code": code,
-                    "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                    "preferred_read_replica": -1, "records": b""}, 0, True
-        hw = part.high_watermark
-        base = {"partition_index": fp.partition, "high_watermark": hw, "last_stable_offset": hw,
-                "log_start_offset": part.log.log_start_offset, "preferred_read_replica": -1,
-                "aborted_transactions": None}
-        epoch_error = part.check_leader_epoch(fp.current_leader_epoch, replica_id)
-        if epoch_error != ErrorCode.none:
-            return {**base, "error_code": epoch_error, "records": b""}, 0, True
-        limit = max(0, min(fp.partition_max_bytes, budget))
-        if replica_id >= 0:
-            self._on_follower_fetch(part, replica_id, fp.fetch_offset)
-        try:
-            data = part.log.read(fp.fetch_offset, limit, part.read_upper_bound(replica_id), min_one_batch=first)
-        except OffsetOutOfRange:
-            return {**base, "error_code": ErrorCode.offset_out_of_range, "records": b""}, 0, True
-        return {**base, "error_code": ErrorCode.none, "records": data}, len(data), False
+            result = ReadResult(code)
+        else:
+            result = part.read_records(fp.fetch_offset, min(fp.partition_max_bytes, budget), replica_id=replica_id,
+                                       current_leader_epoch=fp.current_leader_epoch, min_one_batch=first,
+                                       now_ms=self.clock.now_ms())
+            if result.follower is not None:
+                if result.follower.high_watermark_moved:
+                    self.waiters.notify(part.key)
+                if result.follower.alter_isr is not None:
+                    self.send_isr_change(part, result.follower.alter_isr)
+        answer = {"partition_index": fp.partition, "error_code": result.error,
+                  "high_watermark": result.high_watermark, "last_stable_offset": result.high_watermark,
+                  "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
+                  "records": result.records}
+        if result.high_watermark >= 0:
+            answer["aborted_transactions"] = None
+        return answer, len(result.records), result.error != ErrorCode.none
 
     def read_all(self, wanted: list[FetchPartition], replica_id: int,
                  max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
@@ -384,51 +390,67 @@ class ReplicaManager:
 
     # ---- ISR changes -----------------------------------------------------------------
 
-    def _on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        outcome = part.on_follower_fetch(replica_id, fetch_offset, self.clock.now_ms())
-        if outcome.high_watermark_moved:
-            self.waiters.notify(part.key)
-        if outcome.alter_isr is not None:
-            self._send_isr_change(part, outcome.alter_isr)
-
     async def isr_shrink_loop(self) -> None:
         """Leader: followers not caught up for replica.lag.time.max.ms leave the ISR."""
-        lag_max_ms = self.settings.replica_lag_time_max_ms
         while True:
-            await trio.sleep(lag_max_ms / 2000)
-            now = self.clock.now_ms()
-            for part in list(self.partitions.values()):
-                change = part.maybe_shrink_isr(now, lag_max_ms)
-                if change is not None:
-                    self._send_isr_change(part, change)
+            await trio.sleep(self.settings.replica_lag_time_max_ms / 2000)
+            self.check_isr_lag()
 
-    def _send_isr_change(self, part: Partition, change: AlterIsr) -> None:
+    def check_isr_lag(self) -> None:
+        now = self.clock.now_ms()
+        for part in list(self.partitions.values()):
+            change = part.maybe_shrink_isr(now, self.settings.replica_lag_time_max_ms)
+            if change is not None:
+                self.send_isr_change(part, change)
+
+    def send_isr_change(self, part: Partition, change: AlterIsr) -> None:
+        """The one place an ISR decision leaves the replica manager: to the controller, in
+        the background (the replication simulation routes it over its own network)."""
         if self._nursery is None:
-            part.isr_change_done(False, self.clock.now_ms())
+            part.isr_change_answered(change, IsrAnswer.UNKNOWN, self.clock.now_ms())
             return
         self._nursery.start_soon(self._alter_isr, part, change)
 
     async def _alter_isr(self, part: Partition, change: AlterIsr) -> None:
-        accepted = False
-        try:
-            refused = await self.isr_channel.alter_partition(change)
-            if refused is None:
-                accepted = True
+        """Send `change` until its outcome is known (or no longer matters)."""
+        backoff = Backoff(ISR_CHANGE_RETRY_BACKOFF_MS / 1000, 5.0)
+        while True:
+            try:
+                code = await self.isr_channel.alter_partition(change)
+                answer = isr_answer(code)
+                detail = ErrorCode(code).name
+            except ControllerUnavailable as exc:
+                answer, detail = IsrAnswer.UNKNOWN, str(exc)
+            if answer is IsrAnswer.COMMITTED:
                 log.info("broker %d: ISR of %s-%d is now %s (%s)", self.node_id, part.topic, part.index,
                          list(change.isr), change.reason)
             else:
-                log.info("ISR %s of %s-%d refused: %s", change.reason, part.topic, part.index, refused)
-        except ControllerUnavailable as exc:
-            log.warning("ISR %s of %s-%d failed: %s", change.reason, part.topic, part.index, exc)
-        finally:
-            part.isr_change_done(accepted, self.clock.now_ms())
+                log.info("ISR %s of %s-%d: %s (%s)", change.reason, part.topic, part.index, answer.value, detail)
+            again = part.isr_change_answered(change, answer, self.clock.now_ms())
             self.waiters.notify(part.key)
+            if not again or self.partitions.get(part.key) is not part:
+                return
+            await backoff.sleep()
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
 
     # ---- helpers for the API handlers ------------------------------------------------
+
+    def end_offset_for_epoch(self, topic: str, index: int, current_leader_epoch: int,
+                             leader_epoch: int) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch for one partition: (error, epoch, end offset)."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            return ErrorCode.unknown_topic_or_partition, -1, -1
+        if not part.is_leader:
+            return ErrorCode.not_leader_or_follower, -1, -1
+        code = part.check_leader_epoch(current_leader_epoch)
+        if code != ErrorCode.none:
+            return code, -1, -1
+        epoch, end = part.end_offset_for_epoch(leader_epoch)
+        return ErrorCode.none, epoch, end
 
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
         """The replica if this broker leads it (and the client's epoch matches), else the error."""
