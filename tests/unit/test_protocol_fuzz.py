@@ -41,11 +41,11 @@ from cluster.broker.broker import SUPPORTED_APIS, Broker
 from cluster.broker.config import BrokerConfig
 from cluster.broker.server import BrokerServer
 from cluster.controller import service as controller_service
-from cluster.protocol.internal import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
 from cluster.protocol import messages
 from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import FrameTooLarge, ProtocolError
 from cluster.protocol.framing import FrameDecoder, encode_frame
+from cluster.protocol.internal import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
 from cluster.protocol.legacy import refuse_legacy_produce
 from cluster.protocol.record_batch import (
     InvalidRecordBatch,
