@@ -1,1 +1,2 @@
-"""Warehouse loads (to come): PySpark Data Source over a cluster, load job, offset ledger."""
+"""Warehouse loads: the PySpark Data Source over a cluster, the load job (plan, stage in
+Spark tasks, publish, commit) and its offset ledger, exactly once across crashes."""

@@ -1,4 +1,4 @@
-"""Load and validate a topology file (TOML; see DESIGN.md "Topology file").
+"""Load and validate a topology file (TOML; see docs/design.md, "The topology file").
 
 Validation is strict: unknown keys, wrong types, bad addresses, impossible replication
 factors, dangling cluster references, invalid regexes and rename templates, mirror flows

@@ -1,1 +1,2 @@
-"""trio client library: connections, admin (producer and consumer to come)."""
+"""The trio client library: connections, cluster metadata and leader requests, producer
+(idempotent), consumer (classic groups), admin, cluster description, a synchronous facade."""

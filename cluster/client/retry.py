@@ -4,22 +4,12 @@ a broken or unreachable connection, or an error code Kafka marks retriable."""
 
 from __future__ import annotations
 
-import logging
-
-import trio
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_delay,
-    wait_exponential_jitter,
-)
+from tenacity import AsyncRetrying
 
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError, is_retriable
+from cluster.common import backoff
 from cluster.protocol.errors import ErrorCode
-
-log = logging.getLogger("dcmirror.client")
 
 # Retriable for a client even though the broker's error table says otherwise: the request
 # went to a node that is not (or no longer) the one in charge.
@@ -33,11 +23,6 @@ def retriable_exception(exc: BaseException) -> bool:
     return isinstance(exc, KafkaError) and (is_retriable(exc.code) or exc.code in ALSO_RETRIABLE)
 
 
-def _log_retry(state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome else None
-    log.debug("attempt %d failed (%s); retrying", state.attempt_number, exc)
-
-
 def retrying(deadline_s: float, backoff_ms: int, backoff_max_ms: int, *,
              final_codes: frozenset[int] = frozenset()) -> AsyncRetrying:
     """`async for attempt in retrying(...): with attempt: ...` — the last error is re-raised
@@ -46,7 +31,4 @@ def retrying(deadline_s: float, backoff_ms: int, backoff_max_ms: int, *,
     def retry_on(exc: BaseException) -> bool:
         return retriable_exception(exc) and not (isinstance(exc, KafkaError) and exc.code in final_codes)
 
-    return AsyncRetrying(
-        sleep=trio.sleep, stop=stop_after_delay(deadline_s), reraise=True,
-        wait=wait_exponential_jitter(multiplier=backoff_ms / 1000, max=backoff_max_ms / 1000, jitter=backoff_ms / 1000),
-        retry=retry_if_exception(retry_on), before_sleep=_log_retry)
+    return backoff.retrying(deadline_s, backoff_ms / 1000, backoff_max_ms / 1000, retry_on=retry_on)

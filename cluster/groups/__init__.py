@@ -1,1 +1,2 @@
-"""Consumer groups: the sans-IO group coordinator and its __consumer_offsets records."""
+"""Consumer groups: the sans-IO group coordinator, its state and `__consumer_offsets`
+records, and its trio shell (ownership, persistence, timers)."""

@@ -1,6 +1,6 @@
 """A Topology back to TOML text that `topology.loads` reads into an equal Topology.
 
-Field names are the file's keys (DESIGN.md "Topology file"), so every spec dataclass is
+Field names are the file's keys (docs/design.md, "The topology file"), so every spec dataclass is
 written field by field; values that equal the field's default are left out.
 """
 

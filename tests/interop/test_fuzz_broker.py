@@ -1,4 +1,4 @@
-"""Fuzzing a real broker process over raw sockets (shared/PROTOCOL.md, "Framing and headers").
+"""Fuzzing a real broker process over raw sockets (docs/protocol.md, "Frames and headers").
 
 What must hold whatever arrives on a connection:
 - the broker process stays up, and a fresh connection still completes an ApiVersions v0
@@ -663,7 +663,7 @@ def list_offsets_v1(corr: int, topic: bytes, timestamp: int) -> bytes:
 
 
 def test_acks0_produce_is_never_answered(broker_factory: Callable[..., BrokerProcess]) -> None:
-    """PROTOCOL.md: acks=0 produce gets no response at all, whatever the outcome."""
+    """docs/protocol.md: acks=0 produce gets no response at all, whatever the outcome."""
     broker = start_broker(broker_factory)
     health = Health(broker)
     cases = {

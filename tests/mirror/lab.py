@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions
 
-from tests.cluster import NotYet, admin, create_topic, metadata
+from tests.cluster_helpers import NotYet, admin, create_topic, metadata
 from tests.harness import REPO, ClusterProcesses
 
 SOURCE_CLUSTER = "dcmirror.source.cluster"

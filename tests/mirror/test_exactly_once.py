@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cluster import metadata, partitions_of
-from tests.cluster.workload import fault_rng, wait_fully_replicated
+from tests.cluster_helpers import metadata, partitions_of
+from tests.fault_workload import fault_rng, wait_fully_replicated
 from tests.mirror.lab import (
     Flow,
     MirrorLab,

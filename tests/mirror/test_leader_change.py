@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cluster import metadata, partitions_of
-from tests.cluster.workload import wait_fully_replicated
+from tests.cluster_helpers import metadata, partitions_of
+from tests.fault_workload import wait_fully_replicated
 from tests.mirror.lab import Flow, MirrorLab, TimedOut, new_topic, write
 
 FLOW = "east-to-aggregate"

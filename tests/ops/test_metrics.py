@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.cluster import create_topic, wait_until
+from tests.cluster_helpers import create_topic, wait_until
 from tests.harness import REPO, BrokerProcess, ClusterProcesses, free_port
 from tests.ops.common import cluster_view, get, scrape, value
 

@@ -19,7 +19,7 @@ from deploy.perf_stats import (
     Throttler,
     percentiles,
 )
-from tests.cluster import create_topic
+from tests.cluster_helpers import create_topic
 from tests.harness import REPO, BrokerProcess
 from tests.mirror.lab import end_offsets
 

@@ -33,7 +33,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.cluster import (
+from tests.cluster_helpers import (
     ACTIVE,
     ELECTION_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,

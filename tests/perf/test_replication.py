@@ -43,8 +43,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.cluster import create_topic as create_replicated_topic
-from tests.cluster import log_tails, metadata, partitions_of, topic_ready, wait_until
+from tests.cluster_helpers import create_topic as create_replicated_topic
+from tests.cluster_helpers import log_tails, metadata, partitions_of, topic_ready, wait_until
 from tests.harness import BrokerProcess, ClusterProcesses
 from tests.perf.benchlib import (
     PARTITIONS,

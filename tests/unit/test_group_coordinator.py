@@ -669,7 +669,7 @@ def test_commit_during_completing_rebalance_is_refused() -> None:
 
 def test_commit_during_preparing_rebalance_validates_member_and_generation() -> None:
     """Unknown members and old generations are refused whatever the answer for the current
-    generation is (PROTOCOL.md says 27, Kafka stores the offsets: see the test below)."""
+    generation is (an older reading of the protocol said 27; Kafka stores the offsets: see the test below)."""
     s = stable_group(2)
     c = s.coord
     join_new(c, s.now)

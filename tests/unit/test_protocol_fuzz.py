@@ -3,7 +3,7 @@
 No broker process: FrameDecoder, record-batch validation, request decoding (every API and
 version the broker advertises) and `BrokerServer.dispatch` on a Broker in a temp dir.
 
-The contract under test (shared/PROTOCOL.md, "Framing and headers" and "Pitfalls"):
+The contract under test (docs/protocol.md, "Frames and headers"):
 - frames come out exactly as sent whatever the TCP chunking; a declared size above
   socket.request.max.bytes raises FrameTooLarge before any buffer is allocated; a negative
   size raises ProtocolError;
@@ -838,7 +838,7 @@ def _produce_error(resp: bytes | None, corr: int) -> int:
 @pytest.mark.parametrize("transactional_id", [None, "tx"])
 @pytest.mark.parametrize("records", ["valid", "corrupt"])
 def test_acks0_produce_gets_no_response(server: BrokerServer, transactional_id: str | None, records: str) -> None:
-    """PROTOCOL.md: "acks=0 produce gets no response at all" (Kafka: not even an error)."""
+    """docs/protocol.md: "acks=0 produce gets no response at all" (Kafka: not even an error)."""
     batch = encode_batch([(b"k", b"v", ())])
     if records == "corrupt":
         batch = batch[:-1] + bytes([batch[-1] ^ 0xFF])

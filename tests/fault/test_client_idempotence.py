@@ -23,7 +23,7 @@ import trio
 from cluster.client.accumulator import BufferFull, RecordMetadata
 from cluster.client.consumer import Consumer
 from cluster.client.producer import Producer
-from tests.cluster import (
+from tests.cluster_helpers import (
     PartitionView,
     create_topic,
     fast_teardown,
@@ -32,7 +32,7 @@ from tests.cluster import (
     topic_ready,
     wait_until,
 )
-from tests.cluster.workload import Acked, fault_rng, read_all, wait_fully_replicated
+from tests.fault_workload import Acked, fault_rng, read_all, wait_fully_replicated
 from tests.harness import ClusterProcesses
 
 TOPIC = "client-ledger"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.cluster import (
+from tests.cluster_helpers import (
     ACTIVE,
     PartitionView,
     create_topic,
@@ -23,7 +23,7 @@ from tests.cluster import (
     topic_ready,
     wait_until,
 )
-from tests.cluster.workload import (
+from tests.fault_workload import (
     ProducerWorkload,
     check_outcome,
     fault_rng,

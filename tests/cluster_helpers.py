@@ -1,5 +1,6 @@
-"""Multi-broker fault tests: real `dcmirror broker --config --cluster --node` processes, real
-Kafka clients (confluent-kafka, kafka-python where librdkafka hides a field).
+"""Helpers for tests of multi-broker clusters (tests/fault, tests/mirror, tests/ops,
+tests/perf): real `dcmirror broker --config --cluster --node` processes, real Kafka clients
+(confluent-kafka, kafka-python where librdkafka hides a field).
 
 The helpers here poll with deadlines and, when a deadline passes, fail with what was last
 seen and the tail of every broker's log.

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
-from tests.cluster import (
+from tests.cluster_helpers import (
     NotYet,
     admin,
     fast_teardown,
@@ -40,7 +40,7 @@ from tests.cluster import (
     partitions_of,
     wait_until,
 )
-from tests.cluster.workload import (
+from tests.fault_workload import (
     ProducerWorkload,
     check_outcome,
     read_all,

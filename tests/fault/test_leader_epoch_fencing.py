@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from cluster.client.connection import BrokerConnection
 from cluster.protocol.errors import ErrorCode
-from tests.cluster import (
+from tests.cluster_helpers import (
     NotYet,
     create_topic,
     fast_teardown,

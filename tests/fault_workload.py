@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from tests.cluster import NotYet, metadata, partitions_of, wait_until
+from tests.cluster_helpers import NotYet, metadata, partitions_of, wait_until
 from tests.harness import REPO, ClusterProcesses
 
 

@@ -23,7 +23,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from tests.cluster import (
+from tests.cluster_helpers import (
     ACTIVE,
     ELECTION_TIMEOUT_S,
     SESSION_TIMEOUT_S,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.cluster import (
+from tests.cluster_helpers import (
     ACTIVE,
     RESIGNED,
     SESSION_TIMEOUT_S,

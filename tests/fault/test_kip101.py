@@ -43,7 +43,7 @@ from cluster.storage.log_manager import (
     REPLICATION_OFFSET_FILE,
     read_offset_checkpoint,
 )
-from tests.cluster import (
+from tests.cluster_helpers import (
     NotYet,
     PartitionView,
     admin,
@@ -54,7 +54,7 @@ from tests.cluster import (
     partitions_of,
     wait_until,
 )
-from tests.cluster.workload import read_all, verify_replicas
+from tests.fault_workload import read_all, verify_replicas
 from tests.harness import REPO, BrokerProcess, ClusterProcesses
 
 TOPIC = "kip101"

@@ -1,0 +1,129 @@
+"""The sans-IO Partition (cluster/replication/partition.py) as plain calls on a real log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.protocol.errors import ErrorCode
+from cluster.replication.partition import AlterIsr, IsrAnswer, Partition, PartitionRole, isr_answer
+from cluster.storage.config import LogConfig
+from cluster.storage.log import Log, NotEnoughReplicas
+from tests.batches import values_batch
+
+NOW = 1_700_000_000_000
+
+
+def leader(tmp_path: Path, isr: tuple[int, ...] = (1, 2, 3), min_isr: int = 2) -> Partition:
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({"min.insync.replicas": str(min_isr)}), NOW)
+    part = Partition("t", 0, lg, "topic-id", local_id=1)
+    part.apply_role(PartitionRole(1, 5, 10, (1, 2, 3), isr), NOW)
+    return part
+
+
+def append(part: Partition, n: int = 1, *, acks_all: bool = True) -> int:
+    return part.append_as_leader(values_batch([b"v"] * n), min_isr_checked=acks_all, now_ms=NOW).base_offset
+
+
+def test_the_high_watermark_is_the_slowest_in_sync_log_end_and_never_moves_back(tmp_path: Path) -> None:
+    part = leader(tmp_path)
+    append(part, 4)
+    assert part.high_watermark == 0
+    assert part.on_follower_fetch(2, 4, NOW).high_watermark_moved is False  # 3 has nothing yet
+    assert part.on_follower_fetch(3, 3, NOW).high_watermark_moved and part.high_watermark == 3
+    part.on_follower_fetch(3, 1, NOW)  # a follower that truncated reports less: the HW stays
+    assert part.high_watermark == 3
+    assert part.acks_all_outcome(3) == ErrorCode.none and part.acks_all_outcome(4) is None
+
+
+def test_a_member_being_added_counts_at_once_and_a_shrink_only_once_committed(tmp_path: Path) -> None:
+    part = leader(tmp_path, isr=(1, 2), min_isr=1)
+    append(part, 2)
+    part.on_follower_fetch(2, 2, NOW)
+    assert part.high_watermark == 2
+    append(part, 2)  # offsets 2, 3
+    change = part.on_follower_fetch(3, 4, NOW).alter_isr  # 3 caught up with the log end
+    assert change == AlterIsr("t", 0, "topic-id", 5, 10, (1, 2, 3), "expand with 3")
+    assert part.maximal_isr == (1, 2, 3)
+    part.on_follower_fetch(2, 3, NOW)
+    # 2 is at 3, 3 at 4: without the maximal ISR the HW would be 3 too; with 3 pending, the
+    # slowest of {1, 2, 3} is still 3 -- and once 3 stops, the HW waits for it.
+    assert part.high_watermark == 3
+    append(part, 1)  # offset 4
+    part.on_follower_fetch(2, 5, NOW)
+    assert part.high_watermark == 4, "the HW must wait for 3, whose addition may have committed"
+    # A shrink decided by the leader does not lower what the HW waits for until committed.
+    shrink_part = leader(tmp_path / "b", isr=(1, 2, 3), min_isr=1)
+    append(shrink_part, 1)
+    shrink = shrink_part.maybe_shrink_isr(NOW + 60_000, 30_000)
+    assert shrink is not None and shrink.isr == (1,)
+    assert shrink_part.maximal_isr == (1, 2, 3) and shrink_part.high_watermark == 0
+
+
+@pytest.mark.parametrize(("answer", "pending_after", "resend"), [
+    (IsrAnswer.COMMITTED, None, False),
+    (IsrAnswer.REFUSED, None, False),
+    (IsrAnswer.STALE, (1, 2, 3), False),  # about an older epoch: newer metadata settles it
+    (IsrAnswer.UNKNOWN, (1, 2, 3), True),  # no answer: it may be in; sent again
+])
+def test_an_isr_change_keeps_counting_until_its_outcome_is_known(
+        tmp_path: Path, answer: IsrAnswer, pending_after: tuple[int, ...] | None, resend: bool) -> None:
+    part = leader(tmp_path, isr=(1, 2), min_isr=1)
+    append(part, 1)
+    change = part.on_follower_fetch(3, 1, NOW).alter_isr
+    assert change is not None and part.isr_change_pending
+    assert part.isr_change_answered(change, answer, NOW) is resend
+    assert part.pending_isr == pending_after
+    # Metadata with a newer partition epoch always settles it.
+    part.apply_role(PartitionRole(1, 5, 11, (1, 2, 3), (1, 2)), NOW)
+    assert part.pending_isr is None and not part.isr_change_pending
+    assert part.isr_change_answered(change, IsrAnswer.UNKNOWN, NOW) is False  # a late answer changes nothing
+
+
+def test_controller_errors_map_to_outcomes() -> None:
+    assert isr_answer(ErrorCode.none) is IsrAnswer.COMMITTED
+    assert isr_answer(ErrorCode.ineligible_replica) is IsrAnswer.REFUSED
+    assert isr_answer(ErrorCode.invalid_update_version) is IsrAnswer.STALE
+    assert isr_answer(ErrorCode.request_timed_out) is IsrAnswer.UNKNOWN
+    assert isr_answer(ErrorCode.unknown_server_error) is IsrAnswer.UNKNOWN  # unknown means unknown
+
+
+def test_acks_all_below_min_insync_replicas(tmp_path: Path) -> None:
+    part = leader(tmp_path, isr=(1,), min_isr=2)
+    with pytest.raises(NotEnoughReplicas):
+        append(part)
+    assert append(part, acks_all=False) == 0  # acks=1 still appends
+    assert part.acks_all_outcome(1) == ErrorCode.not_enough_replicas_after_append
+    part.apply_role(PartitionRole(2, 6, 12, (1, 2, 3), (2, 1)), NOW)  # leadership moved
+    assert part.acks_all_outcome(1) == ErrorCode.not_leader_or_follower
+    assert part.follower is not None and part.follower.leader_id == 2 and part.needs_truncation
+
+
+def test_a_follower_truncates_where_its_history_leaves_the_leaders(tmp_path: Path) -> None:
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), NOW)
+    part = Partition("t", 0, lg, "id", local_id=2)
+    part.apply_role(PartitionRole(2, 3, 1, (1, 2), (1, 2)), NOW)  # led epoch 3 for a while
+    for _ in range(3):
+        append(part, 1, acks_all=False)  # batches at offsets 0, 1, 2
+    part.apply_role(PartitionRole(1, 4, 2, (1, 2), (1, 2)), NOW)  # now 1 leads, epoch 4
+    assert part.needs_truncation and not part.fetching
+    # The leader says epoch 3 ended at offset 1 on its side: our offsets 1, 2 diverged.
+    cut = part.truncate_to_leader(3, 1, NOW)
+    assert cut is not None and (cut.before, cut.after) == (3, 1) and part.fetching
+    outcome = part.handle_fetch_answer(ErrorCode.none, b"", 1, 0, NOW)
+    assert outcome.appended == 0 and not outcome.retry and part.high_watermark == 1
+    assert part.handle_fetch_answer(ErrorCode.not_leader_or_follower, b"", -1, -1, NOW).retry
+
+
+def test_reads_end_at_the_high_watermark_for_consumers_and_the_log_end_for_followers(tmp_path: Path) -> None:
+    part = leader(tmp_path, isr=(1, 2), min_isr=1)
+    append(part, 2)
+    consumer = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=5, min_one_batch=True, now_ms=NOW)
+    assert consumer.error == ErrorCode.none and consumer.records == b"" and consumer.high_watermark == 0
+    follower = part.read_records(0, 1 << 20, replica_id=2, current_leader_epoch=5, min_one_batch=True, now_ms=NOW)
+    assert follower.records and follower.follower is not None
+    fenced = part.read_records(0, 100, replica_id=-1, current_leader_epoch=4, min_one_batch=True, now_ms=NOW)
+    assert fenced.error == ErrorCode.fenced_leader_epoch
+    stranger = part.read_records(0, 100, replica_id=7, current_leader_epoch=-1, min_one_batch=True, now_ms=NOW)
+    assert stranger.error == ErrorCode.not_leader_or_follower
