@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import socket
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from cluster.client.consumer import Consumer
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.common.admin_http import prometheus_text
+from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
 from mirror import checkpoints, provenance, tail
 from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
@@ -102,7 +102,9 @@ class WorkerConfig:
 
 
 class MirrorWorker:
-    def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None) -> None:
+    def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.topology = topology
         self.flow = flow
         self.name = name or f"{flow.name}-{socket.gethostname()}-{id(self) & 0xFFFF:x}"
@@ -112,7 +114,7 @@ class MirrorWorker:
         self.partitions: dict[TopicPartition, PartitionMirror] = {}
         self.topics: dict[str, str] = {}  # source topic -> target topic
         self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "skipped_cycle": 0, "data_loss_records": 0,
-                                        "claims": 0, "fenced": 0, "started_s": time.time()}
+                                        "claims": 0, "fenced": 0, "started_ms": clock.now_ms()}
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._source_admin: Admin | None = None
@@ -459,7 +461,7 @@ class MirrorWorker:
                 log.warning("creating %s: %s", HEARTBEATS_TOPIC, exc)
         while True:
             beat = {"flow": self.flow.name, "source": self.flow.source, "target": self.flow.target,
-                    "worker": self.name, "timestamp_ms": int(time.time() * 1000), "lag_records": self.lag_records()}
+                    "worker": self.name, "timestamp_ms": self.clock.now_ms(), "lag_records": self.lag_records()}
             try:
                 self._producer.produce(HEARTBEATS_TOPIC, orjson.dumps(beat), f"{self.flow.name}/{self.name}".encode(),
                                        headers=[(provenance.HEARTBEAT, b"1")])
@@ -496,7 +498,7 @@ class MirrorWorker:
                         if target_offset is None:
                             continue  # the mirror has not copied that far yet
                         cp = checkpoints.Checkpoint(group, self.flow.source, tp[0], tp[1], offset, pm.target[0],
-                                                    target_offset, int(time.time() * 1000))
+                                                    target_offset, self.clock.now_ms())
                         self._producer.produce(checkpoints.CHECKPOINTS_TOPIC, cp.value(), cp.key)
                         written[(group, tp)] = offset
                         self.metrics["checkpoints"] = self.metrics.get("checkpoints", 0) + 1
@@ -517,7 +519,7 @@ class MirrorWorker:
 
     def status(self) -> dict[str, Any]:
         """Metrics per flow and partition (lag in records and seconds, record age, throughput)."""
-        now_ms = time.time() * 1000
+        now_ms = self.clock.now_ms()
         parts = []
         consumer = self._consumer
         for tp, pm in sorted(self.partitions.items()):
@@ -535,9 +537,9 @@ class MirrorWorker:
                           "lag_records": lag, "records": pm.records, "bytes": pm.bytes,
                           "record_age_s": None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000,
                           "lag_s": lag_s, "source_silent_s": silent_s})
-        uptime = max(1e-9, time.time() - self.metrics["started_s"])
+        uptime = max(1e-9, (self.clock.now_ms() - self.metrics["started_ms"]) / 1000)
         return {"flow": self.flow.name, "worker": self.name, "source": self.flow.source, "target": self.flow.target,
-                "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_s"},
+                "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_ms"},
                 "records_per_s": self.metrics["records"] / uptime, "lag_records": sum(p["lag_records"] or 0 for p in parts),
                 "partitions": parts}
 

@@ -14,7 +14,6 @@ field names (cluster/protocol/messages.build), or None for no answer (acks=0).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -89,12 +88,12 @@ class RequestRouter:
     async def handle(self, frame: bytearray, client_host: str = "") -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce, quorum
         messages). Its time from here to the answer goes into the API's latency histogram."""
-        start = time.perf_counter()
+        start = trio.current_time()
         try:
             return await self._handle(frame, client_host)
         finally:
             if self._observe is not None and len(frame) >= 2:
-                self._observe((frame[0] << 8) | frame[1], time.perf_counter() - start)
+                self._observe((frame[0] << 8) | frame[1], trio.current_time() - start)
 
     async def _handle(self, frame: bytearray, client_host: str) -> bytes | None:
         api_key, version, correlation_id = peek_api(frame)

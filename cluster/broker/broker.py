@@ -101,10 +101,10 @@ class Broker:
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         apis = api_table(ReplicaHandlers(self.replicas, auto_topics), MetadataHandlers(self.cache, auto_topics, config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups), self.producer_ids)
-        self.request_metrics = RequestMetrics([api.key for api in apis])
+        self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
                                     observe=self.request_metrics.observe_request)
-        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready)
+        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock)
 
     @property
     def cluster_id(self) -> str:

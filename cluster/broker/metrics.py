@@ -15,7 +15,6 @@ cluster) and /healthz (200 once the broker is ready, 503 before) when the broker
 from __future__ import annotations
 
 import bisect
-import time
 from typing import Any
 
 import orjson
@@ -23,6 +22,7 @@ import trio
 
 from cluster.broker.metadata_cache import MetadataCache
 from cluster.common.admin_http import Route, Sample, prometheus_text
+from cluster.common.clock import Clock
 from cluster.protocol.api_keys import api_name
 from cluster.protocol.sentinels import NO_LEADER
 from cluster.replication.replica_manager import ReplicaManager
@@ -64,8 +64,8 @@ class Histogram:
 class RequestMetrics:
     """Request latencies per API since the process started (Kafka's TotalTimeMs)."""
 
-    def __init__(self, api_keys: list[int]) -> None:
-        self.started_s = time.time()
+    def __init__(self, api_keys: list[int], started_ms: int) -> None:
+        self.started_ms = started_ms
         # Only the APIs the broker answers get a histogram: label values stay bounded.
         self.requests: dict[int, Histogram] = {k: Histogram() for k in api_keys}
 
@@ -82,7 +82,8 @@ class BrokerMetrics:
     """What the admin HTTP server shows of one broker: its counters and its state."""
 
     def __init__(self, replicas: ReplicaManager, cache: MetadataCache, requests: RequestMetrics,
-                 ready: trio.Event) -> None:
+                 ready: trio.Event, clock: Clock) -> None:
+        self.clock = clock
         self.replicas = replicas
         self.cache = cache
         self.requests = requests
@@ -175,7 +176,7 @@ class BrokerMetrics:
             "dcmirror_broker_ready": ("gauge", "1 once registered, logs loaded and unfenced",
                                       [(node, 1.0 if self.ready.is_set() else 0.0)]),
             "dcmirror_broker_uptime_seconds": ("gauge", "Seconds since the broker process started",
-                                               [(node, round(time.time() - self.requests.started_s, 3))]),
+                                               [(node, round((self.clock.now_ms() - self.requests.started_ms) / 1000, 3))]),
             "dcmirror_controller_active": ("gauge", "1 on the active controller (ActiveControllerCount)",
                                            [(node, 1.0 if metadata.is_active_controller else 0.0)]),
             "dcmirror_controller_id": ("gauge", "Node id of the quorum leader as this broker sees it (-1: none)",

@@ -18,7 +18,6 @@ import logging
 import math
 import random
 import re
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -78,7 +77,7 @@ class PartitionPosition:
     parked: bool = False  # by an error the application must act on (seek clears it)
     high_watermark: int = -1
     log_start_offset: int = -1
-    answered_at_s: float = -1.0  # time.monotonic() of the last fetch answer without error
+    answered_at_s: float = -1.0  # trio.current_time() of the last fetch answer without error
     retry_after_s: float = 0.0
     epoch: int = 0  # bumped on seek: fetch answers for an older epoch are dropped
 
@@ -193,7 +192,7 @@ class Consumer:
         old highwater() is. Long polls keep it under fetch.max.wait.ms while the leader is
         reachable, even when nothing is written."""
         at = self._state(tp).answered_at_s
-        return None if at < 0 else time.monotonic() - at
+        return None if at < 0 else trio.current_time() - at
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Next getmany() starts at `offset` (EARLIEST / LATEST also accepted)."""
@@ -585,7 +584,7 @@ class Consumer:
                 if p.error_code == 0:
                     state.high_watermark = p.high_watermark
                     state.log_start_offset = p.log_start_offset
-                    state.answered_at_s = time.monotonic()
+                    state.answered_at_s = trio.current_time()
                     if p.records:
                         try:
                             next_offset = _next_fetch_offset(p.records, asked[0])

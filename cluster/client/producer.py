@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
@@ -46,6 +45,7 @@ from cluster.client.errors import (
 from cluster.client.metadata import ClientCluster
 from cluster.client.partitioner import partition_for_key
 from cluster.common.backoff import Backoff
+from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.records import CODEC_IDS, Record
@@ -98,7 +98,8 @@ class DeliveryFuture:
 
 
 class Producer:
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock  # record timestamps (CreateTime)
         self.config = producer_config(config)
         self._retry_backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         c = self.config
@@ -187,7 +188,7 @@ class Producer:
             raise KafkaError(f"a record of about {size + RECORD_MAX_OVERHEAD_BYTES} bytes (key, value, headers) "
                              f"exceeds max.request.size {self.max_request_size}", ErrorCode.message_too_large)
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = self.clock.now_ms()
         if self._unresolved and topic in self._unresolved:
             # Records held for metadata go first: a later record must not overtake them.
             self._release_unresolved(trio.current_time())
