@@ -97,6 +97,7 @@ class Faults:
     pause_ms: tuple[int, int] = (50, 1200)  # a GC pause or SIGSTOP longer than the session timeout, too
     elect_every_ms: int = 700  # preferred-leader elections
     controller_failover_every_ms: int = 2500
+    clean_restart_every_ms: int = 1800  # controlled shutdown, clean close, restart
 
 
 @dataclass
@@ -140,7 +141,7 @@ def scenario(seed: int) -> tuple[SimConfig, Faults]:
         drop=rng.choice((0.0, 0.02, 0.05)), max_delay_ms=rng.choice((5, 15, 40)),
         crash_every_ms=every(900), machine_crash=rng.choice((0.0, 0.5, 0.5, 1.0)),
         partition_every_ms=every(1200), pause_every_ms=every(1500), elect_every_ms=every(700),
-        controller_failover_every_ms=every(2500))
+        controller_failover_every_ms=every(2500), clean_restart_every_ms=every(1800))
     return config, faults
 
 
@@ -371,6 +372,7 @@ class SimBroker:
         self.isr_committed: list[tuple[int, Partition, AlterIsr]] = []  # answered, until the metadata arrives
         self.fetching: dict[tuple[str, int], tuple[int, int, int]] = {}  # key → (leader, leader epoch, request)
         self.requests = 0
+        self.shutting_down = False
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -400,6 +402,26 @@ class SimBroker:
                     seg.close()
         self.alive = False
         self._reset()
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM: a controlled shutdown (BrokerLifecycle.controlled_shutdown), then a clean close."""
+        self.shutting_down = True
+        self.schedule(self.sim.config.session_timeout_ms, self.finish_shutdown)  # controlled.shutdown.timeout
+
+    def finish_shutdown(self) -> None:
+        """Broker.close: high watermarks checkpointed, every log flushed, the clean-shutdown marker."""
+        if not self.alive:
+            return
+        if self.logs_loaded and self.rm is not None and self.logs is not None:
+            self.rm.close()
+            self.logs.close()
+            self.disk.sync_all()  # close fsyncs what it wrote
+            self.alive = False
+            self._reset()
+        else:
+            self.stop_process()
+        self.sim.stats["clean_restarts"] += 1
+        self.sim.push(self.sim.now + self.sim.rng.randint(*self.sim.faults.down_ms), self.sim.restart, (self.node_id,))
 
     def schedule(self, delay_ms: int, fn: Callable[..., None], *args: Any) -> None:
         self.sim.push(self.sim.now + delay_ms, fn, args, self.node_id, self.incarnation)
@@ -489,10 +511,13 @@ class SimBroker:
         reg = self.image.brokers.get(self.node_id)
         caught_up = reg is not None and reg.broker_epoch == self.broker_epoch
         self.sim.send(self.node_id, CONTROLLER, "heartbeat", self.node_id, self.incarnation, self.broker_epoch,
-                      caught_up)
+                      caught_up, self.shutting_down)
         self.schedule(self.sim.config.heartbeat_ms, self.heartbeat)
 
     def on_heartbeat(self, result: dict[str, Any]) -> None:
+        if self.shutting_down and result["error_code"] == ErrorCode.none and result.get("should_shut_down"):
+            self.finish_shutdown()  # the controller moved leadership away
+            return
         if result["error_code"] == ErrorCode.stale_broker_epoch and self.broker_epoch >= 0:
             # Registered again elsewhere or forgotten: register anew (BrokerLifecycle does).
             self.incarnation_id += "+"
@@ -847,6 +872,7 @@ class SimConsumer:
         self.position = 0
         self.records: dict[int, tuple[bytes, int]] = {}  # offset → (value, when read)
         self.leader = (-1, -1)  # (leader, leader epoch): only newer metadata replaces it (KIP-320)
+        self.fetched_at: dict[int, int] = {}  # request → the position it fetched from
         self.request = 0
         self.answered = 0
 
@@ -861,6 +887,7 @@ class SimConsumer:
             self.leader = view
         leader, epoch = self.leader
         self.request += 1
+        self.fetched_at[self.request] = self.position
         if leader > 0:
             fp = FetchPartition(self.key[0], self.key[1], self.position, 2048, epoch)
             sim.send(self.address, leader, "fetch", self.address, -1, self.request, fp, -1)
@@ -870,6 +897,10 @@ class SimConsumer:
         if token <= self.answered:
             return  # reordered: an older answer
         self.answered = token
+        for old in [r for r in self.fetched_at if r < token]:
+            del self.fetched_at[old]
+        if self.fetched_at.pop(token, None) != self.position:
+            return  # asked from a position this consumer has since left (a reset), as clients drop it
         sim = self.sim
         if answer["error_code"] == ErrorCode.offset_out_of_range:
             self._out_of_range(log_end)
@@ -987,7 +1018,7 @@ class ReplicationSim:
         self.stats = {k: 0 for k in ("events", "messages", "dropped", "process_crashes", "machine_crashes",
                                      "bytes_lost", "partitions", "pauses", "elections", "controller_failovers",
                                      "appends", "fetches", "truncations", "isr_changes_sent", "acked", "acked_all",
-                                     "destroyed", "consumed", "leader_changes", "resets")}
+                                     "destroyed", "consumed", "leader_changes", "resets", "clean_restarts")}
         self.trace = hashlib.sha256()
         self._leaders_seen: dict[tuple[str, int], tuple[int, int]] = {}
 
@@ -1041,9 +1072,9 @@ class ReplicationSim:
                                                   "host": "sim", "port": broker, "rack": None}, True)
             self.send(CONTROLLER, broker, "registered", result, dst_incarnation=inc)
         elif kind == "heartbeat":
-            broker, inc, epoch, caught_up = args
+            broker, inc, epoch, caught_up, want_shutdown = args
             result = ctrl.run("broker_heartbeat", {"broker_id": broker, "broker_epoch": epoch, "caught_up": caught_up,
-                                                   "want_shutdown": False}, True)
+                                                   "want_shutdown": want_shutdown}, True)
             self.send(CONTROLLER, broker, "heartbeat", result, dst_incarnation=inc)
         elif kind == "alter_partition":
             broker, inc, token, request = args
@@ -1077,7 +1108,8 @@ class ReplicationSim:
         f = self.faults
         for every, fn in ((f.crash_every_ms, self._crash), (f.partition_every_ms, self._partition),
                           (f.pause_every_ms, self._pause), (f.elect_every_ms, self._elect),
-                          (f.controller_failover_every_ms, self._controller_failover)):
+                          (f.controller_failover_every_ms, self._controller_failover),
+                          (f.clean_restart_every_ms, self._clean_restart)):
             self.push(self.rng.randint(200, 200 + 2 * every), self._fault, (fn, every))
         self.push(c.duration_ms, self._stop_faults, ())
         end = c.duration_ms + c.settle_ms
@@ -1160,7 +1192,7 @@ class ReplicationSim:
         else:
             self.down_holdings[b.node_id] = before
         self.stats["machine_crashes" if machine else "process_crashes"] += 1
-        self.push(self.now + self.rng.randint(*self.faults.down_ms), self._restart, (b.node_id,))
+        self.push(self.now + self.rng.randint(*self.faults.down_ms), self.restart, (b.node_id,))
 
     def _recovered_records(self, b: SimBroker, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict[int, bytes]]:
         """What a machine-crashed broker will hold once it has recovered its logs: the real
@@ -1229,7 +1261,7 @@ class ReplicationSim:
             return self._log_records(b, key)
         return self.down_holdings.get(b.node_id, {}).get(key, {})
 
-    def _restart(self, node_id: int) -> None:
+    def restart(self, node_id: int) -> None:
         b = self.brokers[node_id]
         if not b.alive:
             b.start()
@@ -1254,6 +1286,11 @@ class ReplicationSim:
         self.controller.run("elect_leaders", {"election_type": 0, "partitions": None}, False)
         self.stats["elections"] += 1
 
+    def _clean_restart(self) -> None:
+        live = [b for b in self.brokers.values() if b.alive and b.logs_loaded and not b.shutting_down]
+        if len(live) > 1:
+            self.rng.choice(live).begin_shutdown()
+
     def _controller_failover(self) -> None:
         self.controller.failover()
 
@@ -1266,7 +1303,7 @@ class ReplicationSim:
         for b in self.brokers.values():
             b.paused_until = min(b.paused_until, self.now)
             if not b.alive:
-                self.push(self.now + self.rng.randint(1, 50), self._restart, (b.node_id,))
+                self.push(self.now + self.rng.randint(1, 50), self.restart, (b.node_id,))
 
     # ---- what the checkers look at ------------------------------------------------------
 

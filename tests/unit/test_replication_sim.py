@@ -60,7 +60,7 @@ def test_simulated_replication_is_safe(chunk: int) -> None:
     # The faults and the traffic really happened (a simulation that injects nothing proves nothing).
     runs = len(range(chunk, SEEDS, CHUNKS))
     for what in ("process_crashes", "machine_crashes", "bytes_lost", "partitions", "pauses", "truncations",
-                 "controller_failovers"):
+                 "controller_failovers", "clean_restarts", "elections"):
         assert totals[what] > 0, f"chunk {chunk}: no {what} in {runs} runs"
     assert totals["leader_changes"] > 2 * runs and totals["isr_changes_sent"] > 2 * runs
     assert totals["acked_all"] > 10 * runs and totals["consumed"] > 20 * runs
