@@ -71,6 +71,10 @@ def test_services_restart_jobs_repeat_and_stop_escalates_to_sigkill(tmp_path: Pa
             assert sup.record("steady").restarts == 1
             while (tmp_path / "steady.log").read_bytes().count(b"ready") < 2:  # its SIGTERM handler is set
                 await trio.sleep(0.05)
+            # stop the crasher between two of its runs (it would otherwise die of the SIGTERM, not exit 3);
+            # stop() signals before its first checkpoint, so nothing can start it in between
+            while sup.record("crasher").running:
+                await trio.sleep(0.01)
             t = time.monotonic()
             codes = await sup.stop(["crasher", "steady", "job"], timeout_s=5)
             assert time.monotonic() - t < 3
