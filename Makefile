@@ -2,7 +2,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2
+APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2 openssl
 
 .PHONY: test demo bench soak lint sysdeps venv clean
 
@@ -21,6 +21,7 @@ sysdeps:
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

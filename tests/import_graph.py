@@ -16,14 +16,14 @@ from pathlib import Path
 ROOTS = ("cluster", "mirror", "topology", "spark_aggregate", "deploy")
 
 # Layers of `cluster/`, lowest first: a package may import its own layer and those below.
-CLUSTER_LAYERS = ("common", "protocol", "storage", "quorum", "controller", "replication", "groups", "broker")
+CLUSTER_LAYERS = ("common", "protocol", "security", "storage", "quorum", "controller", "replication", "groups", "broker")
 # The client library stands beside the layers and uses only these.
-CLIENT_MAY_IMPORT = frozenset({"common", "protocol", "client"})
+CLIENT_MAY_IMPORT = frozenset({"common", "protocol", "security", "client"})
 # Top-level packages, lowest first: each may import those before it.
 PROJECT_LAYERS = ("cluster", "topology", "mirror", "spark_aggregate", "deploy")
 # What the packages above `cluster/` may use of it: the client library and the shared
 # definitions; only deploy (which starts brokers and controllers) reaches further.
-ABOVE_CLUSTER_MAY_IMPORT = frozenset({"common", "protocol", "client"})
+ABOVE_CLUSTER_MAY_IMPORT = frozenset({"common", "protocol", "security", "client"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from cluster.broker.context import RequestContext
 from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import CONFIG_OP_DELETE, CONFIG_OP_SET, RESOURCE_TOPIC
+from cluster.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,14 @@ class AdminHandlers:
 
     async def handle_create_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         specs = []
+        denied = []
+        cluster_create = ctx.allowed_on_cluster(AclOperation.CREATE)
         for t in req.topics:
+            if not cluster_create and not ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, t.name):
+                denied.append({"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
+                               "error_message": f"{ctx.principal} may not create topic {t.name}",
+                               "num_partitions": -1, "replication_factor": -1, "configs": None})
+                continue
             assignments = sorted(t.assignments, key=lambda a: a.partition_index)
             specs.append({
                 "name": t.name,
@@ -57,9 +65,11 @@ class AdminHandlers:
                 "assignments": [list(a.broker_ids) for a in assignments] or None,
                 "configs": {c.name: c.value for c in t.configs if c.value is not None},
             })
+        if not specs:
+            return {"throttle_time": 0, "topics": denied}
         result = await self._call("create_topics", {"topics": specs, "validate_only": req.validate_only},
                                   self._timeout_s(req))
-        topics = []
+        topics = denied
         for r in self._each(result, "topics", [s["name"] for s in specs]):
             topics.append({"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message"),
                            "num_partitions": r.get("num_partitions", -1),
@@ -67,9 +77,14 @@ class AdminHandlers:
         return {"throttle_time": 0, "topics": topics}
 
     async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        names = list(req.topic_names)
+        names = [n for n in req.topic_names if ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, n)]
+        denied = [{"name": n, "error_code": ErrorCode.topic_authorization_failed,
+                   "error_message": f"{ctx.principal} may not delete topic {n}"}
+                  for n in req.topic_names if n not in names]
+        if not names:
+            return {"throttle_time": 0, "responses": denied}
         result = await self._call("delete_topics", {"names": names}, self._timeout_s(req))
-        return {"throttle_time": 0, "responses": [
+        return {"throttle_time": 0, "responses": denied + [
             {"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message")}
             for r in self._each(result, "topics", names)
         ]}
@@ -77,21 +92,35 @@ class AdminHandlers:
     async def handle_create_partitions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         specs = [{"name": t.name, "count": t.count,
                   "assignments": [list(a.broker_ids) for a in t.assignments] if t.assignments else None}
-                 for t in req.topics]
+                 for t in req.topics if ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+        denied = [{"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
+                   "error_message": f"{ctx.principal} may not alter topic {t.name}"}
+                  for t in req.topics if not ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+        if not specs:
+            return {"throttle_time": 0, "results": denied}
         result = await self._call("create_partitions", {"topics": specs, "validate_only": req.validate_only},
                                   self._timeout_s(req))
-        return {"throttle_time": 0, "results": [
+        return {"throttle_time": 0, "results": denied + [
             {"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message")}
             for r in self._each(result, "topics", [s["name"] for s in specs])
         ]}
 
     # ---- configs -------------------------------------------------------------------------
 
-    async def _alter_configs(self, req: Any, incremental: bool) -> dict[str, Any]:
+    async def _alter_configs(self, req: Any, incremental: bool, ctx: RequestContext) -> dict[str, Any]:
         responses: list[dict[str, Any]] = []
         specs = []
         for r in req.resources:
             base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+            if r.resource_type == RESOURCE_TOPIC and not ctx.allowed(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC,
+                                                                     r.resource_name):
+                responses.append({**base, "error_code": ErrorCode.topic_authorization_failed,
+                                  "error_message": f"{ctx.principal} may not alter the configs of {r.resource_name}"})
+                continue
+            if r.resource_type != RESOURCE_TOPIC and not ctx.allowed_on_cluster(AclOperation.ALTER_CONFIGS):
+                responses.append({**base, "error_code": ErrorCode.cluster_authorization_failed,
+                                  "error_message": "ALTER_CONFIGS on the cluster is needed"})
+                continue
             if r.resource_type != RESOURCE_TOPIC:
                 responses.append({**base, "error_code": ErrorCode.invalid_request,
                                   "error_message": "only topic configs can be changed; broker configs are static"})
@@ -118,14 +147,17 @@ class AdminHandlers:
         return {"throttle_time": 0, "responses": responses}
 
     async def handle_incremental_alter_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        return await self._alter_configs(req, incremental=True)
+        return await self._alter_configs(req, True, ctx)
 
     async def handle_alter_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        return await self._alter_configs(req, incremental=False)
+        return await self._alter_configs(req, False, ctx)
 
     # ---- leaders and reassignment -----------------------------------------------------------
 
     async def handle_elect_leaders(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed_on_cluster(AclOperation.ALTER):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                    "replica_election_results": []}
         partitions = None
         if req.topic_partitions is not None:
             partitions = [[t.topic, p] for t in req.topic_partitions for p in t.partitions]
@@ -141,6 +173,9 @@ class AdminHandlers:
             {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
 
     async def handle_alter_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed_on_cluster(AclOperation.ALTER):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                    "error_message": "ALTER on the cluster is needed", "responses": []}
         specs = [{"topic": t.name, "partition": p.partition_index,
                   "replicas": list(p.replicas) if p.replicas is not None else None}
                  for t in req.topics for p in t.partitions]
@@ -156,6 +191,9 @@ class AdminHandlers:
                 "responses": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
 
     async def handle_list_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed_on_cluster(AclOperation.DESCRIBE):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                    "error_message": "DESCRIBE on the cluster is needed", "topics": []}
         partitions = None
         if req.topics is not None:
             partitions = [[t.name, p] for t in req.topics for p in t.partition_indexes]

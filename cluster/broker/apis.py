@@ -4,8 +4,10 @@ Each row is an API key, the versions advertised and the handler; ApiVersions is 
 from the same table, so what is advertised is exactly what is routed. Every request frame
 of a connection comes through `RequestRouter.handle`: it checks the version, decodes the
 body with kio, hands it to the handler and encodes the answer in the client's version.
-This is the one place where a request is accepted or refused before any handler runs
-(an authorizer plugs in at `_admit`). The cluster's own frames (quorum messages and
+This is the one place where a request is accepted or refused before any handler runs:
+before SASL authentication only ApiVersions, SaslHandshake and SaslAuthenticate pass;
+cluster-internal frames need CLUSTER_ACTION; every handler gets the principal and the
+authorizer in its RequestContext and checks the resources it touches. The cluster's own frames (quorum messages and
 controller calls, cluster/protocol/internal.py) are routed here too.
 
 Handlers take `(version, request, context)` and answer with a dict of the response's
@@ -20,7 +22,9 @@ from typing import Any
 
 import trio
 
-from cluster.broker.context import RequestContext
+from cluster.broker.context import PLAINTEXT_SESSION, RequestContext, Session
+from cluster.broker.security import BrokerSecurity
+from cluster.broker.security_handlers import SaslHandlers
 from cluster.controller.service import MetadataService
 from cluster.protocol.api_keys import ApiKey, api_name
 from cluster.protocol.errors import ErrorCode
@@ -37,6 +41,7 @@ from cluster.protocol.messages import (
     parse_request_header,
     peek_api,
 )
+from cluster.security.acl import AclOperation, ResourceType
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
 # Answers a version the broker advertises but does not decode: (version, correlation id,
@@ -62,7 +67,8 @@ class Api:
 
 class RequestRouter:
     def __init__(self, apis: Iterable[Api], *, ready: trio.Event, metadata: MetadataService,
-                 observe: Callable[[int, float], None] | None = None) -> None:
+                 observe: Callable[[int, float], None] | None = None, security: BrokerSecurity | None = None,
+                 sasl: SaslHandlers | None = None) -> None:
         self.apis: dict[int, Api] = {}
         for api in apis:
             assert api.key not in self.apis, f"{api.key.api_name} is routed twice"
@@ -72,6 +78,8 @@ class RequestRouter:
         self.ready = ready
         self.metadata = metadata
         self._observe = observe
+        self.security = security
+        self.sasl = sasl
 
     def supported(self) -> dict[int, tuple[int, int]]:
         """API key → (min, max) version, as ApiVersions advertises them."""
@@ -85,27 +93,36 @@ class RequestRouter:
             "throttle_time": 0,
         }
 
-    async def handle(self, frame: bytearray, client_host: str = "") -> bytes | None:
+    async def handle(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce, quorum
         messages). Its time from here to the answer goes into the API's latency histogram."""
         start = trio.current_time()
         try:
-            return await self._handle(frame, client_host)
+            return await self._handle(frame, session)
         finally:
             if self._observe is not None and len(frame) >= 2:
                 self._observe((frame[0] << 8) | frame[1], trio.current_time() - start)
 
-    async def _handle(self, frame: bytearray, client_host: str) -> bytes | None:
+    async def _handle(self, frame: bytearray, session: Session) -> bytes | None:
+        sasl = session.sasl
+        if sasl is not None and sasl.raw_tokens and sasl.state == "authenticate":
+            return self._raw_sasl_token(frame, session)
         api_key, version, correlation_id = peek_api(frame)
+        if sasl is not None and api_key not in _BEFORE_LOGIN and (
+                not sasl.authenticated or sasl.state != "done"):
+            raise CloseConnection(f"{api_name(api_key)} before SASL authentication completed")
+        if sasl is not None and sasl.expired(self.metadata.clock.now_ms()) and api_key not in _BEFORE_LOGIN:
+            raise CloseConnection("SASL session expired (connections.max.reauth.ms) without re-authentication")
         if api_key in INTERNAL_API_KEYS:
             if version != 0:
                 raise CloseConnection(f"internal API {api_key} v{version} does not exist")
+            self._admit_internal(session)
             if api_key == QUORUM_API_KEY:
                 await self.metadata.deliver(frame)
                 return None
             assert api_key == CONTROLLER_API_KEY
             return rpc_response(correlation_id, await self.metadata.handle_rpc(frame))
-        if not self.ready.is_set() and api_key != ApiKey.API_VERSIONS:
+        if not self.ready.is_set() and api_key not in _BEFORE_LOGIN:
             # Clients wait while the broker registers and catches up with the metadata log.
             await self.ready.wait()
         if api_key == ApiKey.API_VERSIONS:
@@ -119,13 +136,50 @@ class RequestRouter:
             return api.raw(version, correlation_id, frame, header.body_offset)
         header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
         request = decode_request(api_key, version, frame, header.body_offset)
-        ctx = RequestContext(header.client_id or "", client_host)
-        self._admit(api, ctx)
+        if api_key in _BEFORE_LOGIN:
+            return encode_response(api_key, version, correlation_id, self._sasl_request(api_key, version, request,
+                                                                                       session))
+        ctx = RequestContext(header.client_id or "", "/" + session.client_ip, session.principal, session.listener,
+                             None if self.security is None else self.security.authorizer())
         assert api.handler is not None
         answer = await api.handler(version, request, ctx)
         if answer is None:
             return None
         return encode_response(api_key, version, correlation_id, answer)
+
+    def _admit_internal(self, session: Session) -> None:
+        """Quorum messages and controller calls come from other nodes only: with an
+        authorizer, the principal needs CLUSTER_ACTION on the cluster (brokers are super users)."""
+        authorizer = None if self.security is None else self.security.authorizer()
+        if authorizer is not None and not authorizer.authorize(session.principal, session.client_ip,
+                                                               AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                                               "kafka-cluster"):
+            raise CloseConnection(f"{session.principal} may not send cluster-internal requests (CLUSTER_ACTION)")
+
+    def _sasl_request(self, api_key: int, version: int, request: Any, session: Session) -> dict[str, Any]:
+        if self.sasl is None or session.sasl is None:
+            if api_key == ApiKey.SASL_HANDSHAKE:
+                return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+            return {"error_code": ErrorCode.illegal_sasl_state, "error_message":
+                    f"listener {session.listener} ({session.protocol}) does not use SASL",
+                    "auth_bytes": b"", "session_lifetime": 0}
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            return self.sasl.handshake(version, request, session)
+        if session.sasl.raw_tokens or session.sasl.state != "authenticate":
+            session.close_after_s = 0.0
+            return {"error_code": ErrorCode.illegal_sasl_state,
+                    "error_message": "SaslAuthenticate without a SaslHandshake v1 before it",
+                    "auth_bytes": b"", "session_lifetime": 0}
+        code, message, reply, lifetime_ms = self.sasl.authenticate(bytes(request.auth_bytes), session)
+        return {"error_code": code, "error_message": message, "auth_bytes": reply, "session_lifetime": lifetime_ms}
+
+    def _raw_sasl_token(self, frame: bytearray, session: Session) -> bytes:
+        """After SaslHandshake v0 the tokens come bare: answer bare, or close on failure."""
+        assert self.sasl is not None
+        code, _, reply, _ = self.sasl.authenticate(bytes(frame), session)
+        if code != ErrorCode.none:
+            raise CloseConnection("SASL authentication failed")
+        return len(reply).to_bytes(4, "big") + reply
 
     def _api_versions(self, version: int, correlation_id: int, frame: bytearray) -> bytes:
         lo, hi = self.supported()[ApiKey.API_VERSIONS]
@@ -137,6 +191,6 @@ class RequestRouter:
         decode_request(ApiKey.API_VERSIONS, version, frame, header.body_offset)
         return encode_response(ApiKey.API_VERSIONS, version, correlation_id, self.api_versions_body())
 
-    def _admit(self, api: Api, ctx: RequestContext) -> None:
-        """Where every decoded request is checked before its handler runs. Today every
-        request is admitted: the broker has no authorizer yet."""
+
+
+_BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 
+from cluster.broker.context import RequestContext
 from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from cluster.broker.metadata_cache import MetadataCache
 from cluster.controller.image import TopicImage
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
+from cluster.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +22,9 @@ class AutoTopicCreation:
         self.controller = controller
         self.enabled = enabled
 
-    async def topic(self, name: str) -> tuple[TopicImage | None, int]:
-        """(topic, error) for a reference to a topic that may not exist yet."""
+    async def topic(self, name: str, ctx: RequestContext | None = None) -> tuple[TopicImage | None, int]:
+        """(topic, error) for a reference to a topic that may not exist yet; creating it
+        needs CREATE on the cluster or the topic (as in Kafka)."""
         t = self.cache.image.topic(name)
         if t is not None:
             return t, ErrorCode.none
@@ -30,6 +33,9 @@ class AutoTopicCreation:
         except InvalidTopic:
             return None, ErrorCode.invalid_topic_exception
         if not self.enabled:
+            return None, ErrorCode.unknown_topic_or_partition
+        if ctx is not None and not (ctx.allowed_on_cluster(AclOperation.CREATE)
+                                    or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
             return None, ErrorCode.unknown_topic_or_partition
         try:
             results = await self.controller.create_topics([{"name": name, "num_partitions": -1,

@@ -32,6 +32,8 @@ from cluster.broker.metadata_quorum import build_metadata_service
 from cluster.broker.metrics import BrokerMetrics, RequestMetrics
 from cluster.broker.producer_ids import ProducerIdManager
 from cluster.broker.replica_handlers import ReplicaHandlers
+from cluster.broker.security import BrokerSecurity
+from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
@@ -39,6 +41,7 @@ from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.legacy import refuse_legacy_produce
 from cluster.replication.fetcher import FetcherSettings
 from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
+from cluster.security.connector import LinkSecurity
 from cluster.storage.cleaner import CleanerConfig
 from cluster.storage.config import LogConfig
 from cluster.storage.log_manager import METADATA_LOG_DIR, LogManager
@@ -60,7 +63,8 @@ class ClusterMembership:
 
 class Broker:
     def __init__(self, data_dir: Path, config: BrokerConfig, advertised_host: str, advertised_port: int,
-                 membership: ClusterMembership | None = None, *, clock: Clock = SYSTEM_CLOCK) -> None:
+                 membership: ClusterMembership | None = None, *, clock: Clock = SYSTEM_CLOCK,
+                 listen_host: str | None = None) -> None:
         if membership is None:
             # A standalone broker: node 1 (or node.id), its own single-voter quorum.
             node_id = int(config["node.id"])
@@ -72,20 +76,24 @@ class Broker:
         self.node_id = node_id = membership.node_id
         self.ready = trio.Event()
         self._logs_loaded = False
+        self.security = BrokerSecurity(config, listen_host or advertised_host, advertised_port, advertised_host,
+                                       lambda: self.metadata.image)
 
         self.metadata = build_metadata_service(
-            node_id, membership.voters, data_dir / METADATA_LOG_DIR, config, clock=clock,
+            node_id, membership.voters, data_dir / METADATA_LOG_DIR, config, clock=clock, link=self.security.link,
             observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
         self.metadata.on_applied = self._on_metadata_applied
         self.cache = MetadataCache(self.metadata, node_id, membership.cluster_id)
         self.lifecycle = BrokerLifecycle(
-            self.metadata, Registration(node_id, advertised_host, advertised_port, config["broker.rack"] or None),
+            self.metadata, Registration(node_id, advertised_host, advertised_port, config["broker.rack"] or None,
+                                        self.security.advertised_listeners()),
             heartbeat_interval_ms=int(config["broker.heartbeat.interval.ms"]))
         self.controller = ControllerChannel(self.metadata, node_id, lambda: self.lifecycle.broker_epoch)
 
         self.logs = LogManager(data_dir)
         self.log_tasks = LogTasks(self.logs, _log_task_settings(config), clock)
-        self.replicas = ReplicaManager(node_id, data_dir, self.logs, _replica_settings(config), clock=clock,
+        self.replicas = ReplicaManager(node_id, data_dir, self.logs, _replica_settings(config, self.security.link),
+                                       clock=clock,
                                        image=lambda: self.metadata.image, log_config=config.log_config,
                                        isr_channel=self.controller)
         self.groups = GroupService(
@@ -100,10 +108,12 @@ class Broker:
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         apis = api_table(ReplicaHandlers(self.replicas, auto_topics), MetadataHandlers(self.cache, auto_topics, config),
-                         AdminHandlers(self.controller), GroupHandlers(self.groups), self.producer_ids)
+                         AdminHandlers(self.controller), GroupHandlers(self.groups), self.producer_ids,
+                         ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
-                                    observe=self.request_metrics.observe_request)
+                                    observe=self.request_metrics.observe_request, security=self.security,
+                                    sasl=SaslHandlers(self.security, clock))
         self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock)
 
     @property
@@ -177,7 +187,7 @@ class Broker:
 
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
-              producer_ids: ProducerIdManager) -> list[Api]:
+              producer_ids: ProducerIdManager, users: ScramUserHandlers, acls: AclHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -208,6 +218,13 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 0, admin.handle_alter_partition_reassignments),  # flexible only
         Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, admin.handle_list_partition_reassignments),  # flexible only
         Api(ApiKey.DESCRIBE_CLUSTER, 0, 0, meta.handle_describe_cluster),  # flexible only
+        Api(ApiKey.SASL_HANDSHAKE, 0, 1, None),  # answered by the router: they change the session
+        Api(ApiKey.SASL_AUTHENTICATE, 0, 2, None),
+        Api(ApiKey.DESCRIBE_ACLS, 1, 3, acls.handle_describe_acls),
+        Api(ApiKey.CREATE_ACLS, 1, 3, acls.handle_create_acls),
+        Api(ApiKey.DELETE_ACLS, 1, 3, acls.handle_delete_acls),
+        Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, users.handle_describe_user_scram_credentials),
+        Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, users.handle_alter_user_scram_credentials),
     ]
 
 
@@ -221,13 +238,14 @@ class _Unwired:
 def advertised_versions() -> dict[int, tuple[int, int]]:
     """API key → (min, max) version, as every broker advertises them in ApiVersions."""
     nothing: Any = _Unwired()
-    return {api.key: (api.min_version, api.max_version) for api in api_table(nothing, nothing, nothing, nothing, nothing)}
+    return {api.key: (api.min_version, api.max_version)
+            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
 
 
 SUPPORTED_APIS = advertised_versions()
 
 
-def _replica_settings(config: BrokerConfig) -> ReplicaSettings:
+def _replica_settings(config: BrokerConfig, link: LinkSecurity) -> ReplicaSettings:
     return ReplicaSettings(
         replica_lag_time_max_ms=int(config["replica.lag.time.max.ms"]),
         fetch_max_bytes=int(config["fetch.max.bytes"]),
@@ -236,6 +254,7 @@ def _replica_settings(config: BrokerConfig) -> ReplicaSettings:
             max_bytes=int(config["replica.fetch.max.bytes"]),
             response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
             wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
+            link=link,
         ),
     )
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
+from cluster.security.listeners import DEFAULT_PROTOCOL_MAP
+from cluster.security.sasl import SUPPORTED_MECHANISMS
 from cluster.storage.config import TOPIC_CONFIG_DEFS, LogConfig
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
@@ -67,8 +69,58 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Serve admin HTTP on the Kafka listener's host at its port + this (0: off); "
                   "one setting for every broker of a topology cluster", 0),
         ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
+        # ---- listeners and security (cluster/security) ----
+        ConfigDef("listeners", str, "", None,
+                  "NAME://HOST:PORT,... to accept connections on (empty: one PLAINTEXT listener at --listen)"),
+        ConfigDef("advertised.listeners", str, "", None, "NAME://HOST:PORT,... given to clients (empty: listeners)"),
+        ConfigDef("listener.security.protocol.map", str, DEFAULT_PROTOCOL_MAP, None,
+                  "NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"),
+        ConfigDef("inter.broker.listener.name", str, "", None,
+                  "Listener other nodes reach this one on (replication, controller, quorum)"),
+        ConfigDef("security.inter.broker.protocol", str, "PLAINTEXT", None,
+                  "Protocol of the inter-broker listener when inter.broker.listener.name is not set",
+                  choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        ConfigDef("controller.listener.names", str, "", None, "Listener(s) the quorum uses (this broker: the inter-broker one)"),
+        ConfigDef("ssl.keystore.type", str, "PEM", None, "Keystore format", choices=("PEM",)),
+        ConfigDef("ssl.keystore.location", str, "", None, "PEM file with this broker's private key and certificate chain"),
+        ConfigDef("ssl.key.password", str, "", None, "Password of an encrypted key (a ${file:...}/${env:...} reference)"),
+        ConfigDef("ssl.truststore.type", str, "PEM", None, "Truststore format", choices=("PEM",)),
+        ConfigDef("ssl.truststore.location", str, "", None, "PEM file with the CA certificates this broker trusts"),
+        ConfigDef("ssl.client.auth", str, "none", None, "Client certificates: none, requested, required",
+                  choices=("none", "requested", "required")),
+        ConfigDef("ssl.enabled.protocols", str, "TLSv1.2,TLSv1.3", None, "TLS versions accepted",
+                  choices=("TLSv1.2", "TLSv1.3")),
+        ConfigDef("ssl.cipher.suites", str, "", None, "OpenSSL cipher list (empty: the library's defaults)"),
+        ConfigDef("ssl.endpoint.identification.algorithm", str, "https", None,
+                  "Check peer host names on inter-broker TLS links (https) or not (empty)"),
+        ConfigDef("ssl.principal.mapping.rules", str, "DEFAULT", None,
+                  "Certificate subject → user name: RULE:pattern/replacement/[LU],...,DEFAULT"),
+        ConfigDef("sasl.enabled.mechanisms", str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", None,
+                  "SASL mechanisms SASL listeners accept", choices=SUPPORTED_MECHANISMS),
+        ConfigDef("sasl.mechanism.inter.broker.protocol", str, "SCRAM-SHA-512", None,
+                  "SASL mechanism of inter-broker links", choices=SUPPORTED_MECHANISMS),
+        ConfigDef("sasl.jaas.config", str, "", None,
+                  "Credentials this broker logs in with on SASL inter-broker links (Kafka's JAAS line; "
+                  "password as a ${file:...}/${env:...} reference)"),
+        ConfigDef("connections.max.reauth.ms", int, 0, None, "SASL sessions end after this unless re-authenticated (0: never)", 0),
+        ConfigDef("connection.failed.authentication.delay.ms", int, 100, None,
+                  "A connection whose login failed is answered and closed after this delay", 0),
+        ConfigDef("authorizer.class.name", str, "", None,
+                  "Empty: no authorization; StandardAuthorizer (org.apache.kafka.metadata.authorizer.StandardAuthorizer): ACLs"),
+        ConfigDef("super.users", str, "", None, "Principals allowed everything: User:admin;User:broker"),
+        ConfigDef("allow.everyone.if.no.acl.found", bool, False, None, "Allow a resource that has no ACL at all"),
     )
 }
+
+# Values DescribeConfigs never shows (Kafka's PASSWORD type).
+SENSITIVE_CONFIGS = frozenset({"ssl.key.password", "sasl.jaas.config"})
+# Settings a listener may override as listener.name.<listener>.<setting>.
+PER_LISTENER_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.client.auth", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.principal.mapping.rules",
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms", "sasl.jaas.config",
+    "plain.sasl.jaas.config", "scram-sha-256.sasl.jaas.config", "scram-sha-512.sasl.jaas.config",
+})
 
 # Broker-level defaults for topic configs (log.segment.bytes, log.retention.ms, ...).
 LOG_DEFAULT_DEFS: dict[str, ConfigDef] = {
@@ -103,6 +155,9 @@ class BrokerConfig:
                 values[key] = parse_value(BROKER_CONFIG_DEFS[key], raw)
             elif key in LOG_DEFAULT_DEFS:
                 log_defaults[key] = parse_value(LOG_DEFAULT_DEFS[key], raw)
+            elif (listener_key := _per_listener(key)) is not None:
+                base = BROKER_CONFIG_DEFS.get(listener_key)
+                values[key] = parse_value(base, raw) if base is not None else str(raw)
             else:
                 raise InvalidConfig(
                     f"unknown broker config {key!r} (use Kafka's broker config names, e.g. log.retention.ms)"
@@ -112,6 +167,12 @@ class BrokerConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
 
     @property
     def log_defaults(self) -> dict[str, Any]:
@@ -126,7 +187,21 @@ class BrokerConfig:
         for name, d in {**BROKER_CONFIG_DEFS, **LOG_DEFAULT_DEFS}.items():
             value = self.values.get(name, d.default)
             out.append((name, _render(value), value == d.default))
+        out.extend((name, _render(value), False) for name, value in sorted(self.values.items())
+                   if _per_listener(name) is not None)
         return out
+
+
+def _per_listener(key: str) -> str | None:
+    """`listener.name.<listener>.<setting>` → setting, when it may be set per listener."""
+    if not key.startswith("listener.name."):
+        return None
+    listener, sep, setting = key[len("listener.name."):].partition(".")
+    return setting if sep and listener and setting in PER_LISTENER_CONFIGS else None
+
+
+def is_sensitive(name: str) -> bool:
+    return name in SENSITIVE_CONFIGS or name.endswith(".sasl.jaas.config") or name.endswith(".ssl.key.password")
 
 
 def _render(value: Any) -> str:

@@ -1,13 +1,59 @@
-"""Who sent a request, as the handlers and (later) the authorizer see it."""
+"""Who sent a request: the connection's session, and what each handler sees of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from cluster.security.acl import AclOperation, Authorizer, ResourceType
+from cluster.security.principal import ANONYMOUS, KafkaPrincipal
+from cluster.security.sasl import SaslServerSession
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's security state (the server creates it, the router updates it)."""
+
+    listener: str = "PLAINTEXT"
+    protocol: str = "PLAINTEXT"
+    client_ip: str = ""
+    principal: KafkaPrincipal = ANONYMOUS  # the TLS principal until SASL authenticates
+    sasl: SaslServerSession | None = None  # None: not a SASL listener
+    # Set when a login failed: the server sends the answer, waits this long and closes.
+    close_after_s: float | None = None
+    failed_logins: int = field(default=0)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl is None or self.sasl.authenticated
+
+
+PLAINTEXT_SESSION = Session()
 
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """What JoinGroup / DescribeGroups report as client id and host."""
+    """What handlers see: the client's id and host (JoinGroup, DescribeGroups report them),
+    its principal and listener, and the authorizer (None: no authorization configured)."""
 
     client_id: str
     client_host: str
+    principal: KafkaPrincipal = ANONYMOUS
+    listener: str = "PLAINTEXT"
+    authorizer: Authorizer | None = None
+
+    @property
+    def client_ip(self) -> str:
+        return self.client_host.lstrip("/")
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        if self.authorizer is None:
+            return True
+        return self.authorizer.authorize(self.principal, self.client_ip, operation, resource_type, name)
+
+    def allowed_on_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        if self.authorizer is None:
+            return True
+        return self.authorizer.any_allowed(self.principal, self.client_ip, operation, resource_type)
+
+    def allowed_on_cluster(self, operation: AclOperation) -> bool:
+        return self.allowed(operation, ResourceType.CLUSTER, "kafka-cluster")

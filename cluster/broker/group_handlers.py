@@ -16,6 +16,7 @@ from cluster.controller.service import ControllerUnavailable
 from cluster.groups.service import GroupService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import AUTHORIZED_OPERATIONS_OMITTED, COORDINATOR_GROUP
+from cluster.security.acl import AclOperation, ResourceType
 
 
 class GroupHandlers:
@@ -27,6 +28,10 @@ class GroupHandlers:
         if key_type != COORDINATOR_GROUP:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
                     "error_message": "transaction coordinators are not supported", "node_id": -1, "host": "",
+                    "port": -1}
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, req.key):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed,
+                    "error_message": f"{ctx.principal} may not use group {req.key}", "node_id": -1, "host": "",
                     "port": -1}
         unavailable = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
                        "error_message": "the group coordinator is not available yet", "node_id": -1, "host": "",
@@ -40,10 +45,16 @@ class GroupHandlers:
         if node is None:
             return unavailable
         leader = self.service.image.brokers[node]
+        endpoint = leader.endpoint(ctx.listener)
+        if endpoint is None:
+            return unavailable
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "node_id": leader.broker_id, "host": leader.host, "port": leader.port}
+                "node_id": leader.broker_id, "host": endpoint[0], "port": endpoint[1]}
 
     async def handle_join_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
+                    "protocol_name": None, "leader": "", "member_id": req.member_id, "members": []}
         if not self.service.owns(req.group_id):
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "generation_id": -1,
                     "protocol_name": None, "leader": "", "member_id": req.member_id, "members": []}
@@ -62,6 +73,8 @@ class GroupHandlers:
         return {"throttle_time": 0, **result}
 
     async def handle_sync_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "assignment": b""}
         if not self.service.owns(req.group_id):
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "assignment": b""}
         pending = self.service.coordinator.sync_group(
@@ -73,6 +86,8 @@ class GroupHandlers:
         return {"throttle_time": 0, "error_code": result["error_code"], "assignment": result.get("assignment", b"")}
 
     async def handle_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
         if not self.service.owns(req.group_id):
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator}
         result = self.service.coordinator.heartbeat(group_id=req.group_id, member_id=req.member_id,
@@ -83,6 +98,8 @@ class GroupHandlers:
         return {"throttle_time": 0, **result}
 
     async def handle_leave_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
         if not self.service.owns(req.group_id):
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "members": []}
         if version >= 3:
@@ -97,9 +114,15 @@ class GroupHandlers:
         known: list[tuple[str, int, int, int, str | None]] = []
         results: dict[tuple[str, int], int] = {}
         owned = self.service.owns(req.group_id)
+        group_ok = ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id)
         for t in req.topics:
+            topic_ok = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
             for p in t.partitions:
-                if not owned:
+                if not group_ok:
+                    results[(t.name, p.partition_index)] = ErrorCode.group_authorization_failed
+                elif not topic_ok:
+                    results[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+                elif not owned:
                     results[(t.name, p.partition_index)] = ErrorCode.not_coordinator
                 elif self.service.image.partition(t.name, p.partition_index) is None:
                     results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
@@ -122,12 +145,20 @@ class GroupHandlers:
         ]}
 
     async def handle_offset_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
         if not self.service.owns(req.group_id):
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "topics": []}
         wanted = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
         offsets = self.service.coordinator.fetch_offsets(req.group_id, wanted)
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for (topic, partition), committed in offsets.items():
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+                if wanted is not None:
+                    by_topic[topic].append({"partition_index": partition, "committed_offset": -1,
+                                            "committed_leader_epoch": -1, "metadata": "",
+                                            "error_code": ErrorCode.topic_authorization_failed})
+                continue  # all offsets asked for: the topics the principal may not see are left out
             by_topic[topic].append({
                 "partition_index": partition,
                 "committed_offset": committed.offset if committed else -1,
@@ -141,6 +172,11 @@ class GroupHandlers:
     async def handle_describe_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         groups = []
         for group_id in req.groups:
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id,
+                               "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
             if not self.service.owns(group_id):
                 groups.append({"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": [],
@@ -152,13 +188,17 @@ class GroupHandlers:
         return {"throttle_time": 0, "groups": groups}
 
     async def handle_list_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        cluster_ok = ctx.allowed_on_cluster(AclOperation.DESCRIBE)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": [
             {"group_id": g, "protocol_type": ptype, "group_state": state}
             for g, ptype, state in self.service.coordinator.list_groups()
+            if cluster_ok or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)
         ]}
 
     async def handle_delete_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        results = [{"group_id": g, "error_code": self.service.coordinator.delete_group(g, self.service.clock.now_ms()) if self.service.owns(g)
+        results = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed
+                    if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
+                    else self.service.coordinator.delete_group(g, self.service.clock.now_ms()) if self.service.owns(g)
                     else ErrorCode.not_coordinator} for g in req.groups_names]
         self.service.flush_records()
         return {"throttle_time": 0, "results": results}

@@ -30,6 +30,7 @@ class Registration:
     host: str
     port: int
     rack: str | None
+    listeners: dict[str, list[object]] | None = None  # advertised: name → [host, port]
 
 
 class BrokerLifecycle:
@@ -55,7 +56,7 @@ class BrokerLifecycle:
             try:
                 result = await self.metadata.call("register_broker", {
                     "broker_id": r.node_id, "incarnation_id": self.incarnation_id,
-                    "host": r.host, "port": r.port, "rack": r.rack,
+                    "host": r.host, "port": r.port, "rack": r.rack, "listeners": r.listeners or {},
                 }, timeout_s=10.0)
             except ControllerUnavailable as exc:
                 log.warning("broker %d is waiting for the metadata quorum: %s", r.node_id, exc)

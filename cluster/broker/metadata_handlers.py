@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from cluster.broker.auto_topics import AutoTopicCreation
-from cluster.broker.config import BrokerConfig, render_config_value
+from cluster.broker.config import BrokerConfig, is_sensitive, render_config_value
 from cluster.broker.context import RequestContext
 from cluster.broker.metadata_cache import MetadataCache
 from cluster.protocol.errors import ErrorCode
@@ -23,6 +23,7 @@ from cluster.protocol.sentinels import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
+from cluster.security.acl import AclOperation, ResourceType
 from cluster.storage.config import TOPIC_CONFIG_DEFS
 
 
@@ -60,22 +61,29 @@ class MetadataHandlers:
         requested = req.topics
         image = self.cache.image
         if requested is None or (version == 0 and not requested):
-            topics = [self._topic_metadata(n) for n in sorted(image.topics_by_name)]
+            # Every topic the principal may describe; the others are not mentioned.
+            topics = [self._topic_metadata(n) for n in sorted(image.topics_by_name)
+                      if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             topics = []
             for t in requested:
                 error: int = ErrorCode.none
+                if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    topics.append({"error_code": ErrorCode.topic_authorization_failed, "name": t.name,
+                                   "is_internal": False, "partitions": [],
+                                   "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                    continue
                 if self.cache.image.topic(t.name) is None:
                     if allow_auto:
-                        _, error = await self.auto_topics.topic(t.name)
+                        _, error = await self.auto_topics.topic(t.name, ctx)
                     else:
                         error = ErrorCode.unknown_topic_or_partition
                 topics.append(self._topic_metadata(t.name, error))
         return {
             "throttle_time": 0,
-            "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                        for b in self.cache.alive_brokers()],
+            "brokers": [{"node_id": b.broker_id, "host": e[0], "port": e[1], "rack": b.rack}
+                        for b in self.cache.alive_brokers() if (e := b.endpoint(ctx.listener)) is not None],
             "cluster_id": self.cache.cluster_id,
             "controller_id": self.cache.controller_id,
             "topics": topics,
@@ -87,8 +95,8 @@ class MetadataHandlers:
     async def handle_describe_cluster(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "cluster_id": self.cache.cluster_id, "controller_id": self.cache.controller_id, "endpoint_type": 1,
-                "brokers": [{"broker_id": r.broker_id, "host": r.host, "port": r.port, "rack": r.rack}
-                            for r in self.cache.alive_brokers()],
+                "brokers": [{"broker_id": r.broker_id, "host": e[0], "port": e[1], "rack": r.rack}
+                            for r in self.cache.alive_brokers() if (e := r.endpoint(ctx.listener)) is not None],
                 "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
     # ---- DescribeConfigs -------------------------------------------------------------
@@ -101,7 +109,14 @@ class MetadataHandlers:
             result: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                       "resource_type": r.resource_type, "resource_name": r.resource_name}
             entries: list[dict[str, Any]] = []
-            if r.resource_type == RESOURCE_TOPIC:
+            if r.resource_type == RESOURCE_TOPIC and not ctx.allowed(AclOperation.DESCRIBE_CONFIGS,
+                                                                     ResourceType.TOPIC, r.resource_name):
+                result.update(error_code=ErrorCode.topic_authorization_failed,
+                              error_message=f"{ctx.principal} may not describe the configs of {r.resource_name}")
+            elif r.resource_type == RESOURCE_BROKER and not ctx.allowed_on_cluster(AclOperation.DESCRIBE_CONFIGS):
+                result.update(error_code=ErrorCode.cluster_authorization_failed,
+                              error_message="DESCRIBE_CONFIGS on the cluster is needed")
+            elif r.resource_type == RESOURCE_TOPIC:
                 info = self.cache.image.topic(r.resource_name)
                 if info is None:
                     result.update(error_code=ErrorCode.unknown_topic_or_partition,
@@ -124,10 +139,11 @@ class MetadataHandlers:
                     for name, value, is_default in self.config.describe():
                         if keys is not None and name not in keys:
                             continue
-                        entries.append({"name": name, "value": value, "read_only": True,
+                        hidden = is_sensitive(name)
+                        entries.append({"name": name, "value": None if hidden else value, "read_only": True,
                                         "config_source": CONFIG_SOURCE_DEFAULT if is_default
                                         else CONFIG_SOURCE_STATIC_BROKER,
-                                        "is_sensitive": False, "synonyms": []})
+                                        "is_sensitive": hidden, "synonyms": []})
             else:
                 result.update(error_code=ErrorCode.invalid_request,
                               error_message=f"resource type {r.resource_type} is not supported")

@@ -10,13 +10,14 @@ from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.controller.controller import ControllerConfig
 from cluster.controller.service import MetadataService
 from cluster.quorum.raft import RaftConfig
+from cluster.security.connector import PLAINTEXT, LinkSecurity
 
 
 def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, config: BrokerConfig,
                            observers: dict[int, tuple[str, int]] | None = None, *,
-                           clock: Clock = SYSTEM_CLOCK) -> MetadataService:
+                           clock: Clock = SYSTEM_CLOCK, link: LinkSecurity = PLAINTEXT) -> MetadataService:
     return MetadataService(
-        node_id, voters, data_dir, observers=observers, clock=clock,
+        node_id, voters, data_dir, observers=observers, clock=clock, link=link,
         raft_config=RaftConfig(
             election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
             fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),

@@ -15,6 +15,7 @@ import trio
 from cluster.broker.context import RequestContext
 from cluster.controller.service import ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
+from cluster.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ class ProducerIdManager:
     async def handle_init_producer_id(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if req.transactional_id is not None:
             return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                    "producer_id": -1, "producer_epoch": -1}
+        if not (ctx.allowed_on_cluster(AclOperation.IDEMPOTENT_WRITE)
+                or ctx.allowed_on_any(AclOperation.WRITE, ResourceType.TOPIC)):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                     "producer_id": -1, "producer_epoch": -1}
         try:
             producer_id = await self.next_id()

@@ -13,6 +13,12 @@ from cluster.broker.context import RequestContext
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from cluster.replication.replica_manager import FetchPartition, ReplicaManager
+from cluster.security.acl import AclOperation, ResourceType
+
+
+def _denied_fetch(partition: int) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": [], "records": None}
 
 
 class ReplicaHandlers:
@@ -36,7 +42,12 @@ class ReplicaHandlers:
         responses = []
         metrics = self.replicas.metrics
         for t in req.topic_data:
-            info, error = await self.auto_topics.topic(t.name)
+            if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
+                responses.append({"name": t.name, "partition_responses": [
+                    {"index": p.index, "error_code": ErrorCode.topic_authorization_failed, "base_offset": -1}
+                    for p in t.partition_data]})
+                continue
+            info, error = await self.auto_topics.topic(t.name, ctx)
             if info is not None and info.internal:
                 info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
             if info is None:
@@ -57,6 +68,10 @@ class ReplicaHandlers:
     # ---- Fetch -----------------------------------------------------------------------
 
     async def handle_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if req.replica_id >= 0 and not ctx.allowed_on_cluster(AclOperation.CLUSTER_ACTION):
+            # Only brokers fetch as replicas (they are super users, or hold CLUSTER_ACTION).
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "session_id": 0,
+                    "responses": []}
         session = None
         full = True
         if req.replica_id >= 0 and getattr(req, "session_epoch", -1) >= 0:
@@ -69,13 +84,18 @@ class ReplicaHandlers:
                                      fp.current_leader_epoch)
                       for (topic, _), fp in session.partitions.items()]
         else:
+            denied = {t.topic for t in req.topics if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)}
             wanted = [FetchPartition(t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                      getattr(fp, "current_leader_epoch", -1))
-                      for t in req.topics for fp in t.partitions]
+                      for t in req.topics if t.topic not in denied for fp in t.partitions]
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
                                                min_bytes=req.min_bytes, max_bytes=req.max_bytes)
         by_topic: dict[str, list[dict[str, Any]]] = {}
+        if session is None:
+            for t in req.topics:
+                if t.topic in denied:
+                    by_topic[t.topic] = [_denied_fetch(fp.partition) for fp in t.partitions]
         for topic, resp in answers:
             if session is None or session.include((topic, resp["partition_index"]), resp, full):
                 by_topic.setdefault(topic, []).append(resp)
@@ -109,6 +129,11 @@ class ReplicaHandlers:
     async def handle_list_offsets(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         topics = []
         for t in req.topics:
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                parts = [{"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
+                          "timestamp": -1, "offset": -1, "leader_epoch": -1} for p in t.partitions]
+                topics.append({"name": t.name, "partitions": parts})
+                continue
             parts = [
                 self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
                 for p in t.partitions
@@ -120,8 +145,19 @@ class ReplicaHandlers:
 
     async def handle_offset_for_leader_epoch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         topics = []
+        replica = getattr(req, "replica_id", -1) >= 0
+        if replica and not ctx.allowed_on_cluster(AclOperation.CLUSTER_ACTION):
+            return {"throttle_time": 0, "topics": [
+                {"topic": t.topic, "partitions": [
+                    {"partition": p.partition, "error_code": ErrorCode.cluster_authorization_failed,
+                     "leader_epoch": -1, "end_offset": -1} for p in t.partitions]} for t in req.topics]}
         for t in req.topics:
             parts = []
+            if not replica and not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic):
+                topics.append({"topic": t.topic, "partitions": [
+                    {"partition": p.partition, "error_code": ErrorCode.topic_authorization_failed,
+                     "leader_epoch": -1, "end_offset": -1} for p in t.partitions]})
+                continue
             for p in t.partitions:
                 code, epoch, end = self.replicas.end_offset_for_epoch(
                     t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,12 @@ import trio
 from cluster.broker.apis import CloseConnection
 from cluster.broker.broker import Broker, ClusterMembership
 from cluster.broker.config import BrokerConfig
+from cluster.broker.context import PLAINTEXT_SESSION, Session
+from cluster.broker.security import ListenerRuntime
 from cluster.common import admin_http
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.security.tls import peer_subject
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +30,27 @@ _RECV_BYTES = 256 * 1024
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    """Every listener of the broker (listeners= / --listen): TCP, TLS where the listener's
+    protocol says so, then frames to the request router with the connection's session."""
+
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.host = host
-        self.port = port
+        self.security = broker.security
         self.max_frame_bytes = int(broker.config["socket.request.max.bytes"])
         self.idle_timeout_s = int(broker.config["connections.max.idle.ms"]) / 1000
         self.connections = 0
         self.max_connections = int(broker.config["max.connections"])
+        self.tls_handshake_timeout_s = 10.0
+        self.failed_tls_handshakes = 0
 
-    async def dispatch(self, frame: bytearray, client_host: str = "") -> bytes | None:
+    async def dispatch(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""
-        return await self.broker.router.handle(frame, client_host)
+        return await self.broker.router.handle(frame, session)
 
     # ---- connections ---------------------------------------------------------------------
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.SocketStream, listener: ListenerRuntime | None = None) -> None:
+        listener = listener or self.security.listeners[0]
         peer = "?"
         try:
             peer = "{}:{}".format(*stream.socket.getpeername()[:2])
@@ -51,8 +61,34 @@ class BrokerServer:
             await stream.aclose()
             return
         self.connections += 1
+        transport: trio.abc.Stream = stream
         try:
-            await self._serve(stream, peer)
+            subject = None
+            if listener.tls is not None:
+                tls_stream = trio.SSLStream(stream, listener.tls.context, server_side=True)
+                transport = tls_stream
+                with trio.move_on_after(self.tls_handshake_timeout_s) as timed_out:
+                    try:
+                        await tls_stream.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        self.failed_tls_handshakes += 1
+                        cause = exc.__cause__
+                        # A port probe (connect, close) is not worth a warning; a refused handshake is.
+                        level = logging.INFO if isinstance(cause, ssl.SSLEOFError) else logging.WARNING
+                        log.log(level, "TLS handshake with %s on listener %s failed: %s", peer, listener.name,
+                                cause or exc)
+                        return
+                if timed_out.cancelled_caught:
+                    self.failed_tls_handshakes += 1
+                    log.warning("TLS handshake with %s on listener %s timed out", peer, listener.name)
+                    return
+                subject = peer_subject(tls_stream._ssl_object)  # noqa: SLF001 - trio exposes no public getter
+            try:
+                session = self.security.new_session(listener, peer.rsplit(":", 1)[0], subject)
+            except ValueError as exc:
+                log.warning("refusing %s on listener %s: %s", peer, listener.name, exc)
+                return
+            await self._serve(transport, peer, session)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
         except (ProtocolError, CloseConnection) as exc:
@@ -62,24 +98,37 @@ class BrokerServer:
         finally:
             self.connections -= 1
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                with trio.move_on_after(1):
+                    await transport.aclose()
 
-    async def _serve(self, stream: trio.SocketStream, peer: str) -> None:
+    async def _serve(self, stream: trio.abc.Stream, peer: str, session: Session) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
-        sock = stream.socket
-        peer_host = "/" + peer.rsplit(":", 1)[0]
+        # Plain TCP reads straight into the frame's buffer; TLS goes through SSLStream.
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+
+        async def answer(frame: bytearray) -> None:
+            response = await self.dispatch(frame, session)
+            if session.close_after_s is not None:
+                # A failed login: wait before answering (no fast guessing), answer, close.
+                await trio.sleep(session.close_after_s)
+                if response is not None:
+                    await stream.send_all(response)
+                raise CloseConnection(f"closed after a failed login by {session.client_ip}")
+            if response is not None:
+                await stream.send_all(response)
+
         while True:
             frame = decoder.next_frame()
             if frame is None:
                 with trio.move_on_after(self.idle_timeout_s) as idle:
                     target = decoder.frame_buffer
-                    if target is not None and len(target) > 0:
+                    if sock is not None and target is not None and len(target) > 0:
                         n = await sock.recv_into(target)
                         if n == 0:
                             return
                         decoder.filled(n)
                     else:
-                        data = await sock.recv(_RECV_BYTES)
+                        data = await (sock.recv(_RECV_BYTES) if sock is not None else stream.receive_some(_RECV_BYTES))
                         if not data:
                             return
                         try:
@@ -87,26 +136,34 @@ class BrokerServer:
                         except ProtocolError:
                             # Answer the whole requests that came before the bad one, then close.
                             while (queued := decoder.next_frame()) is not None:
-                                response = await self.dispatch(queued, peer_host)
-                                if response is not None:
-                                    await stream.send_all(response)
+                                await answer(queued)
                             raise
                 if idle.cancelled_caught:
                     log.info("closing idle connection from %s", peer)
                     return
                 continue
-            response = await self.dispatch(frame, peer_host)
+            await answer(frame)
             del frame
-            if response is not None:
-                await stream.send_all(response)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        log.info("broker %d listening on %s:%d", self.broker.node_id, self.host, self.port)
         async with trio.open_nursery() as nursery:
+            for listener in self.security.listeners:
+                a = listener.address
+                host = a.host or "0.0.0.0"
+                try:
+                    sockets = await trio.open_tcp_listeners(a.port, host=host)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"listener {a}: {exc.strerror or exc}") from None
+                log.info("broker %d listening on %s (%s)", self.broker.node_id, a, listener.protocol)
+                await nursery.start(trio.serve_listeners, partial(self.handle_connection, listener=listener), sockets)
             await nursery.start(self.broker.run_background)
-            await nursery.start(trio.serve_listeners, self.handle_connection, listeners)
+            nursery.start_soon(self._reload_certificates)
             task_status.started()
+
+    async def _reload_certificates(self) -> None:
+        while True:
+            await trio.sleep(30)
+            self.security.reload_certificates()
 
 
 def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:
@@ -138,12 +195,12 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
     host, port = parse_listen(listen)
     http = admin_http_address(config, host, port)
     advertised = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
-    broker = Broker(data_dir, config, advertised, port, membership)
-    server = BrokerServer(broker, host, port)
+    broker = Broker(data_dir, config, advertised, port, membership, listen_host=host)
+    server = BrokerServer(broker)
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                await _start_listener(nursery, "Kafka listener", host, port, server.run)
+                await nursery.start(server.run)
                 if http is not None:
                     await _start_listener(nursery, "admin HTTP listener", http[0], http[1], admin_http.serve,
                                           http[0], http[1], broker.metrics.routes())

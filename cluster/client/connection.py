@@ -7,18 +7,18 @@ requests strictly in order, as the protocol guarantees on one connection.
 
 from __future__ import annotations
 
-import io
 import math
 import struct
 from typing import Any
 
 import trio
-from kio.serial import entity_reader, entity_writer
 
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
-from cluster.protocol.messages import build, request_schema, response_schema
+from cluster.protocol.messages import decode_response, encode_request
+from cluster.security.connector import PLAINTEXT, LinkSecurity, open_stream
+from cluster.security.errors import AuthenticationFailed
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -34,6 +34,10 @@ CLIENT_MAX_VERSIONS = {
 
 class KafkaConnectionError(Exception):
     """The broker could not be reached or the connection broke; names the broker."""
+
+
+class KafkaAuthenticationError(KafkaConnectionError):
+    """The broker refused this client's login (SASL) or certificate; retrying will not help."""
 
 
 class UnsupportedApi(Exception):
@@ -59,14 +63,16 @@ class BrokerConnection:
     """
 
     def __init__(self, host: str, port: int, *, client_id: str = "dcmirror",
-                 max_in_flight: int = 5, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_in_flight: int = 5, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 link: LinkSecurity = PLAINTEXT) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max.in.flight.requests.per.connection must be at least 1, not {max_in_flight}")
         self.host = host
         self.port = port
         self.client_id = client_id
         self._client_id_bytes = client_id.encode()
-        self._stream: trio.SocketStream | None = None
+        self.link = link
+        self._stream: trio.abc.Stream | None = None
         self._decoder = FrameDecoder(max_response_bytes)
         self._correlation_id = 0
         self._send_lock = trio.Lock()
@@ -88,8 +94,11 @@ class BrokerConnection:
     async def connect(self, timeout_s: float = 10.0) -> BrokerConnection:
         try:
             with trio.fail_after(timeout_s):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                self._stream = await open_stream(self.host, self.port, self.link, client_id=self._client_id_bytes)
                 await self._negotiate()
+        except AuthenticationFailed as exc:
+            await self.aclose()
+            raise KafkaAuthenticationError(f"broker {self.address}: {exc}") from None
         except (OSError, trio.TooSlowError, KafkaConnectionError) as exc:
             await self.aclose()
             raise KafkaConnectionError(f"cannot reach broker {self.address}: {exc}") from None
@@ -129,19 +138,7 @@ class BrokerConnection:
             raise KafkaConnectionError(f"broker {self.address} did not answer API {api_key} within {timeout_s} s") from None
 
     def _encode(self, api_key: int, version: int, correlation_id: int, body: dict[str, Any] | Any) -> bytes:
-        req_cls = request_schema(api_key, version)
-        out = io.BytesIO()
-        out.write(b"\x00\x00\x00\x00")
-        out.write(_I16.pack(api_key) + _I16.pack(version) + _I32.pack(correlation_id))
-        cid = self._client_id_bytes
-        out.write(_I16.pack(len(cid)) + cid)
-        if req_cls.__flexible__:
-            out.write(b"\x00")
-        entity_writer(req_cls)(out, body if isinstance(body, req_cls) else build(req_cls, body))
-        buf = out.getbuffer()
-        _I32.pack_into(buf, 0, len(buf) - 4)
-        del buf
-        return out.getvalue()
+        return encode_request(api_key, version, correlation_id, self._client_id_bytes, body)
 
     async def send(self, api_key: int, body: dict[str, Any] | Any, *,
                    expect_response: bool = True) -> PendingResponse | None:
@@ -261,10 +258,7 @@ class PendingResponse:
         finally:
             conn._slots.pop(self.correlation_id, None)
             conn._in_flight.release()
-        resp_cls = response_schema(self.api_key, self.version)
-        offset = 4 + (1 if resp_cls.__flexible__ and self.api_key != API_VERSIONS else 0)
-        value, _ = entity_reader(resp_cls)(bytes(frame), offset)
-        return value
+        return decode_response(self.api_key, self.version, frame)
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
@@ -277,11 +271,12 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-async def connect_any(bootstrap: str, *, client_id: str = "dcmirror", timeout_s: float = 10.0) -> BrokerConnection:
+async def connect_any(bootstrap: str, *, client_id: str = "dcmirror", timeout_s: float = 10.0,
+                      link: LinkSecurity = PLAINTEXT) -> BrokerConnection:
     errors = []
     for host, port in parse_bootstrap(bootstrap):
         try:
-            return await BrokerConnection(host, port, client_id=client_id).connect(timeout_s)
+            return await BrokerConnection(host, port, client_id=client_id, link=link).connect(timeout_s)
         except KafkaConnectionError as exc:
             errors.append(str(exc))
     raise KafkaConnectionError("; ".join(errors))

@@ -118,7 +118,8 @@ class QuorumController:
         epoch = self.image.next_broker_epoch
         self._emit(record("RegisterBroker", broker_id=broker_id, broker_epoch=epoch,
                           incarnation_id=str(args["incarnation_id"]), host=str(args["host"]),
-                          port=int(args["port"]), rack=args.get("rack")))
+                          port=int(args["port"]), rack=args.get("rack"),
+                          **({"listeners": dict(args["listeners"])} if args.get("listeners") else {})))
         self.last_heartbeat_ms[broker_id] = now_ms
         return _ok(broker_epoch=epoch)
 
@@ -525,3 +526,43 @@ class QuorumController:
                 out.append({"topic": name, "partition": index, "replicas": p.replicas, "adding": p.adding,
                             "removing": p.removing})
         return _ok(partitions=out)
+
+    # ---- credentials and ACLs (validated by the broker that took the request) -------------
+
+    def alter_scram(self, args: dict[str, Any]) -> Result:
+        """Deletions and upsertions of SCRAM credentials: per (user, mechanism) error codes."""
+        results = []
+        for d in args.get("deletions", []):
+            key = (str(d["name"]), str(d["mechanism"]))
+            if key not in self.image.scram:
+                results.append({"name": key[0], "error_code": ErrorCode.resource_not_found,
+                                "error_message": f"user {key[0]} has no {key[1]} credential"})
+                continue
+            self._emit(record("RemoveScramCredential", name=key[0], mechanism=key[1]))
+            results.append({"name": key[0], "error_code": ErrorCode.none, "error_message": None})
+        for u in args.get("upsertions", []):
+            self._emit(record("ScramCredential", name=str(u["name"]), mechanism=str(u["mechanism"]),
+                              salt=str(u["salt"]), iterations=int(u["iterations"]),
+                              stored_key=str(u["stored_key"]), server_key=str(u["server_key"])))
+            results.append({"name": str(u["name"]), "error_code": ErrorCode.none, "error_message": None})
+        return _ok(results=results)
+
+    def create_acls(self, args: dict[str, Any]) -> Result:
+        """New ACL bindings (an existing identical binding is kept, not doubled)."""
+        existing = {tuple(sorted(a.items())) for a in self.image.acls.values()}
+        for binding in args.get("acls", []):
+            fields = {k: binding[k] for k in ("resource_type", "resource_name", "pattern_type", "principal", "host",
+                                              "operation", "permission")}
+            if tuple(sorted(fields.items())) in existing:
+                continue
+            existing.add(tuple(sorted(fields.items())))
+            acl_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+            self._emit(record("Acl", id=acl_id, **fields))
+        return _ok()
+
+    def delete_acls(self, args: dict[str, Any]) -> Result:
+        """Removes the bindings with the given ids (the broker matched the filters)."""
+        for acl_id in args.get("ids", []):
+            if acl_id in self.image.acls:
+                self._emit(record("RemoveAcl", id=str(acl_id)))
+        return _ok()

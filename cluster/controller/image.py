@@ -15,6 +15,11 @@ Record types (field "type", format version "v"):
   TopicConfig     topic_id key value|null
   RemoveTopic     topic_id
   ProducerIds     broker_id next_producer_id   (a block [previous next, next) went to the broker)
+  ScramCredential name mechanism salt iterations stored_key server_key   (base64; never a password)
+  RemoveScramCredential  name mechanism
+  Acl             id resource_type resource_name pattern_type principal host operation permission
+  RemoveAcl       id
+RegisterBroker may carry `listeners`: {listener name: [host, port]} (advertised.listeners).
 """
 
 from __future__ import annotations
@@ -42,7 +47,15 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     fenced: bool = True
+    listeners: dict[str, list[Any]] = field(default_factory=dict)  # advertised: name → [host, port]
     in_controlled_shutdown: bool = False
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of `listener` reach this broker (None: it has no such listener)."""
+        if not self.listeners:
+            return self.host, self.port
+        address = self.listeners.get(listener)
+        return None if address is None else (str(address[0]), int(address[1]))
 
     @property
     def active(self) -> bool:
@@ -88,6 +101,10 @@ class MetadataImage:
         self.next_producer_id = 0
         self.next_broker_epoch = 1
         self.offset = 0  # metadata log offset applied through (exclusive)
+        # SCRAM credentials by (user, mechanism): the record's fields (base64 salt and keys)
+        self.scram: dict[tuple[str, str], dict[str, Any]] = {}
+        self.acls: dict[str, dict[str, Any]] = {}  # by ACL id: the binding's fields
+        self.security_version = 0  # bumped by every credential or ACL change
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -132,7 +149,8 @@ class MetadataImage:
 
     def _register(self, r: dict[str, Any]) -> None:
         self.brokers[r["broker_id"]] = BrokerRegistration(
-            r["broker_id"], r["broker_epoch"], r["incarnation_id"], r["host"], r["port"], r.get("rack"))
+            r["broker_id"], r["broker_epoch"], r["incarnation_id"], r["host"], r["port"], r.get("rack"),
+            listeners=dict(r.get("listeners") or {}))
         self.next_broker_epoch = max(self.next_broker_epoch, r["broker_epoch"] + 1)
 
     def _broker(self, r: dict[str, Any]) -> BrokerRegistration | None:
@@ -199,6 +217,22 @@ class MetadataImage:
     def _producer_ids(self, r: dict[str, Any]) -> None:
         self.next_producer_id = max(self.next_producer_id, r["next_producer_id"])
 
+    def _scram(self, r: dict[str, Any]) -> None:
+        self.scram[(r["name"], r["mechanism"])] = {k: r[k] for k in ("salt", "iterations", "stored_key", "server_key")}
+        self.security_version += 1
+
+    def _remove_scram(self, r: dict[str, Any]) -> None:
+        self.scram.pop((r["name"], r["mechanism"]), None)
+        self.security_version += 1
+
+    def _acl(self, r: dict[str, Any]) -> None:
+        self.acls[r["id"]] = {k: v for k, v in r.items() if k not in ("type", "v", "id")}
+        self.security_version += 1
+
+    def _remove_acl(self, r: dict[str, Any]) -> None:
+        self.acls.pop(r["id"], None)
+        self.security_version += 1
+
     # ---- snapshots ---------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
@@ -213,6 +247,8 @@ class MetadataImage:
                  "partitions": [vars(p) for p in t.partitions.values()]}
                 for t in self.topics.values()
             ],
+            "scram": [{"name": n, "mechanism": m, **c} for (n, m), c in self.scram.items()],
+            "acls": [{"id": i, **a} for i, a in self.acls.items()],
         })
 
     @classmethod
@@ -232,6 +268,12 @@ class MetadataImage:
                 topic.partitions[p["partition"]] = PartitionState(**p)
             image.topics[topic.topic_id] = topic
             image.topics_by_name[topic.name] = topic
+        for c in doc.get("scram", []):
+            image.scram[(c["name"], c["mechanism"])] = {k: c[k] for k in ("salt", "iterations", "stored_key",
+                                                                          "server_key")}
+        for a in doc.get("acls", []):
+            image.acls[a["id"]] = {k: v for k, v in a.items() if k != "id"}
+        image.security_version = len(image.scram) + len(image.acls)
         return image
 
     def copy(self) -> MetadataImage:
@@ -249,6 +291,10 @@ _APPLY = {
     "TopicConfig": MetadataImage._topic_config,
     "RemoveTopic": MetadataImage._remove_topic,
     "ProducerIds": MetadataImage._producer_ids,
+    "ScramCredential": MetadataImage._scram,
+    "RemoveScramCredential": MetadataImage._remove_scram,
+    "Acl": MetadataImage._acl,
+    "RemoveAcl": MetadataImage._remove_acl,
 }
 
 

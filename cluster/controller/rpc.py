@@ -18,6 +18,8 @@ from cluster.protocol.internal import (
     internal_frame,
     rpc_response_body,
 )
+from cluster.security.connector import PLAINTEXT, LinkSecurity, open_stream
+from cluster.security.errors import AuthenticationFailed
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +31,12 @@ class RpcUnavailable(Exception):
 class RpcClient:
     """Calls one node's controller endpoint; one connection, one call at a time."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 5.0, link: LinkSecurity = PLAINTEXT) -> None:
+        self.link = link
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.abc.Stream | None = None
         self._decoder = FrameDecoder(MAX_RPC_FRAME_BYTES)
         self._lock = trio.Lock()
         self._ids = itertools.count(1)
@@ -45,7 +48,7 @@ class RpcClient:
             try:
                 with trio.fail_after(timeout_s or self.timeout_s):
                     if self._stream is None:
-                        self._stream = await trio.open_tcp_stream(self.host, self.port)
+                        self._stream = await open_stream(self.host, self.port, self.link, client_id=b"controller-rpc")
                         self._decoder = FrameDecoder(MAX_RPC_FRAME_BYTES)
                     await self._stream.send_all(frame)
                     while (answer := self._decoder.next_frame()) is None:
@@ -53,7 +56,8 @@ class RpcClient:
                         if not data:
                             raise OSError("connection closed")
                         self._decoder.receive_data(data)
-            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError,
+                    AuthenticationFailed) as exc:
                 await self._reset()
                 raise RpcUnavailable(f"{self.host}:{self.port}: {str(exc) or type(exc).__name__}") from None
             got_id, result = rpc_response_body(answer)

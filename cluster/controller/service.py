@@ -26,6 +26,7 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import internal_payload
 from cluster.quorum.driver import NotLeader, QuorumDriver
 from cluster.quorum.raft import RaftConfig, Role
+from cluster.security.connector import PLAINTEXT, LinkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ OPERATIONS: dict[str, bool] = {
     "alter_partition": False,
     "alter_reassignments": False,
     "list_reassignments": False,
+    "alter_scram": False,
+    "create_acls": False,
+    "delete_acls": False,
 }
 
 
@@ -54,12 +58,14 @@ class MetadataService:
                  observers: dict[int, tuple[str, int]] | None = None,
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
-                 snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK,
+                 link: LinkSecurity = PLAINTEXT) -> None:
+        self.link = link
         self.node_id = node_id
         self.voters = voters
         self.clock = clock
         self.driver = QuorumDriver(node_id, voters, data_dir, raft_config, seed=seed, serve=False,
-                                   observers=observers, clock=clock)
+                                   observers=observers, clock=clock, link=link)
         self.controller_config = controller_config
         self.validate_configs = validate_configs
         self.commit_timeout_s = commit_timeout_s
@@ -263,7 +269,7 @@ class MetadataService:
             elif leader in self.voters:
                 client = self._clients.get(leader)
                 if client is None:
-                    client = self._clients[leader] = RpcClient(*self.voters[leader])
+                    client = self._clients[leader] = RpcClient(*self.voters[leader], link=self.link)
                 try:
                     result = await client.call(op, args, max(0.1, min(5.0, deadline - trio.current_time())))
                 except RpcUnavailable as exc:

@@ -40,6 +40,8 @@ from cluster.quorum.raft import (
     VoteResponse,
 )
 from cluster.quorum.storage import QuorumStorage
+from cluster.security.connector import PLAINTEXT, LinkSecurity, open_stream
+from cluster.security.errors import AuthenticationFailed
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +93,10 @@ def decode_message(frame: bytes | bytearray | memoryview) -> tuple[int, Message]
 class QuorumDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path,
                  config: RaftConfig | None = None, *, seed: int | None = None, serve: bool = True,
-                 observers: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 observers: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 link: LinkSecurity = PLAINTEXT) -> None:
         self.node_id = node_id
+        self.link = link  # how this node reaches its peers (the inter-broker listener)
         self.clock = clock
         self.voters = voters
         # Everyone this node talks to: voters, and observers (brokers beside dedicated
@@ -298,8 +302,10 @@ class QuorumDriver:
         backoff = Backoff(0.05, 1.0)
         while True:
             try:
-                stream = await trio.open_tcp_stream(*address)
-            except OSError:
+                stream = await open_stream(*address, self.link, client_id=f"quorum-{self.node_id}".encode())
+            except (OSError, AuthenticationFailed) as exc:
+                if isinstance(exc, AuthenticationFailed):
+                    log.warning("quorum link to node %d: %s", peer_id, exc)
                 # Drop what queued while the peer was away: Raft resends what still matters.
                 while True:
                     try:

@@ -26,6 +26,7 @@ from cluster.protocol.errors import ErrorCode, ProtocolError
 from cluster.protocol.sentinels import READ_UNCOMMITTED
 from cluster.replication.fetch_sessions import FollowerSession
 from cluster.replication.partition import Partition
+from cluster.security.connector import PLAINTEXT, LinkSecurity
 from cluster.storage.log import StorageError
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class FetcherSettings:
     max_bytes: int = 1_048_576  # replica.fetch.max.bytes (per partition)
     response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
     wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    link: LinkSecurity = PLAINTEXT  # the inter-broker listener's protocol and this broker's login
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,8 @@ class ReplicaFetcher:
             raise KafkaConnectionError(f"broker {self.leader_id} is not registered")
         if self._conn is None or self._address != address:
             await self._close()
-            self._conn = await BrokerConnection(*address, client_id=f"replica-{self.replicas.node_id}").connect()
+            self._conn = await BrokerConnection(*address, client_id=f"replica-{self.replicas.node_id}",
+                                                link=self.replicas.settings.link).connect()
             self._address = address
         return self._conn
 

@@ -642,7 +642,7 @@ def open_broker(data_dir: Path) -> BrokerServer:
     broker = Broker(data_dir, BrokerConfig.from_overrides(BROKER_OVERRIDES), "127.0.0.1", 9092,
                     clock=VirtualWallClock())
     broker.metadata.driver.sync_in_thread = False  # no worker threads under the MockClock
-    srv = BrokerServer(broker, "127.0.0.1", 9092)
+    srv = BrokerServer(broker)
 
     async def start() -> None:
         # Register and load once; each later trio.run restarts only the background tasks
