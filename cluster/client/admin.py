@@ -109,7 +109,7 @@ class Admin:
                 return await self.cluster.connection(node_id)
         conn = self._by_address.get((host, port))
         if conn is None or conn.closed:
-            conn = await BrokerConnection(host, port, client_id=self.client_id).connect()
+            conn = await BrokerConnection(host, port, client_id=self.client_id, link=self.cluster.link).connect()
             self._by_address[(host, port)] = conn
         return conn
 

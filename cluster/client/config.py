@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
+from cluster.common.secrets import Secret
 
 __all__ = ["ClientConfig", "InvalidConfig", "COMMON", "PRODUCER", "CONSUMER"]
 
@@ -32,7 +33,29 @@ COMMON: dict[str, ConfigDef] = {d.name: d for d in [
     _d("reconnect.backoff.max.ms", int, 1000, "Largest wait before reconnecting", 0),
     _d("max.in.flight.requests.per.connection", int, 5, "Pipelined requests per broker connection", 1),
     _d("receive.message.max.bytes", int, 256 << 20, "Largest response accepted (checked before allocating)", 1024),
+    # security (cluster/security/connector.py): librdkafka's names and the Java client's PEM ones
+    _d("security.protocol", str, "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+       choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", "plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    _d("sasl.mechanism", str, "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    _d("sasl.mechanisms", str, "", "librdkafka's name for sasl.mechanism"),
+    _d("sasl.username", str, "", "SASL user"),
+    _d("sasl.password", str, "", "SASL password: a ${file:...}, ${dir:...} or ${env:...} reference"),
+    _d("sasl.jaas.config", str, "", "The Java client's JAAS line (username=... password=...)"),
+    _d("ssl.ca.location", str, "", "PEM file of the CAs to trust (empty: the system's)"),
+    _d("ssl.truststore.location", str, "", "The Java client's name for ssl.ca.location (PEM)"),
+    _d("ssl.truststore.type", str, "PEM", "Truststore format", choices=("PEM",)),
+    _d("ssl.certificate.location", str, "", "PEM certificate (chain) for mutual TLS"),
+    _d("ssl.key.location", str, "", "PEM private key for mutual TLS"),
+    _d("ssl.keystore.location", str, "", "PEM file with key and certificate (the Java client's name)"),
+    _d("ssl.keystore.type", str, "PEM", "Keystore format", choices=("PEM",)),
+    _d("ssl.key.password", str, "", "Password of an encrypted key (a reference, like sasl.password)"),
+    _d("ssl.endpoint.identification.algorithm", str, "https", "https: check the broker's host name; none: do not",
+       choices=("https", "none", "")),
+    _d("enable.ssl.certificate.verification", bool, True, "Verify the broker's certificate"),
 ]}
+
+# Values kept as Secret (printing a config never shows them).
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "sasl.jaas.config"})
 
 PRODUCER: dict[str, ConfigDef] = COMMON | {d.name: d for d in [
     _d("acks", str, "all", "0, 1 or all (-1)", choices=("0", "1", "all", "-1")),
@@ -82,7 +105,9 @@ class ClientConfig:
                 close = difflib.get_close_matches(key, defs, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise InvalidConfig(f"unknown {kind} config {key!r}{hint}")
-            self._values[key] = parse_value(defs[key], raw)
+            self._values[key] = parse_value(defs[key], raw.reveal() if isinstance(raw, Secret) else raw)
+            if key in SECRET_KEYS and self._values[key]:
+                self._values[key] = Secret(self._values[key])
         for key, d in defs.items():
             self._values.setdefault(key, d.default)
         if not self._values["bootstrap.servers"]:

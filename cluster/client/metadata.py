@@ -21,6 +21,7 @@ from cluster.common.backoff import Backoff
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import COORDINATOR_GROUP
+from cluster.security.connector import LinkSecurity
 
 log = logging.getLogger("dcmirror.client")
 
@@ -91,6 +92,7 @@ class ClientCluster:
         self.config = config
         self.bootstrap = parse_bootstrap(config["bootstrap.servers"])
         self.client_id: str = config["client.id"]
+        self.link = LinkSecurity.from_config(config.as_dict())  # TLS and SASL of every connection
         self.metadata = ClusterMetadata()
         # One connection per (broker, lane): group coordination gets its own lane so that
         # heartbeats and commits never queue behind a long-polling Fetch (a broker answers a
@@ -133,7 +135,7 @@ class ClientCluster:
             host, port = self.address(node_id)
             conn = BrokerConnection(host, port, client_id=self.client_id,
                                     max_in_flight=self.config["max.in.flight.requests.per.connection"],
-                                    max_response_bytes=self.config["receive.message.max.bytes"])
+                                    max_response_bytes=self.config["receive.message.max.bytes"], link=self.link)
             try:
                 await conn.connect(self.config["socket.connection.setup.timeout.ms"] / 1000)
             except KafkaConnectionError:

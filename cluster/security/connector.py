@@ -87,22 +87,24 @@ class LinkSecurity:
                 return None
 
             verify = str(values.get("enable.ssl.certificate.verification", "true")).lower() != "false"
-            endpoint = str(values.get("ssl.endpoint.identification.algorithm", "https")).lower()
-            key_password = values.get("ssl.key.password")
+            endpoint = str(values.get("ssl.endpoint.identification.algorithm") or "none").lower()
+            key_password = values.get("ssl.key.password") or None
             cert = path("ssl.certificate.location", "ssl.keystore.location")
             tls = client_context(ClientTls(
                 truststore=path("ssl.ca.location", "ssl.truststore.location"), certificate=cert,
                 key=path("ssl.key.location"),
-                key_password=secret(str(key_password), "ssl.key.password").reveal() if key_password else None,
+                key_password=secret(key_password if isinstance(key_password, Secret) else str(key_password),
+                                    "ssl.key.password").reveal() if key_password else None,
                 check_hostname=endpoint == "https", verify=verify))
         mechanism, username, password = "", "", None
         if uses_sasl(protocol):
             mechanism = str(values.get("sasl.mechanism") or values.get("sasl.mechanisms") or "PLAIN").upper()
-            if values.get("sasl.jaas.config"):
-                username, password = parse_jaas(str(values["sasl.jaas.config"]))
+            jaas = values.get("sasl.jaas.config")
+            if jaas:
+                username, password = parse_jaas(jaas.reveal() if isinstance(jaas, Secret) else str(jaas))
             else:
                 username = str(values.get("sasl.username") or "")
-                raw = values.get("sasl.password")
+                raw = values.get("sasl.password") or None
                 password = None if raw is None else secret(raw if isinstance(raw, Secret) else str(raw),
                                                            "sasl.password")
         return cls(protocol, tls, mechanism, username, password)

@@ -110,6 +110,15 @@ def _saslname_encode(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
+def _alphanumeric_nonce() -> str:
+    """Letters and digits only, as Kafka's own nonces: some clients (older librdkafka) do
+    not carry a nonce holding '+' or '/' through unchanged."""
+    return "".join(secrets.choice(_NONCE_ALPHABET) for _ in range(NONCE_BYTES + 8))
+
+
+_NONCE_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
 def _xor(a: bytes, b: bytes) -> bytes:
     return bytes(x ^ y for x, y in zip(a, b, strict=True))
 
@@ -125,7 +134,7 @@ class ScramServer:
         self.mechanism = mechanism
         self.algo = check_mechanism(mechanism)
         self._lookup = lookup
-        self._nonce = nonce or (lambda: _b64(secrets.token_bytes(NONCE_BYTES)))
+        self._nonce = nonce or _alphanumeric_nonce
         self._state = "first"
         self.username: str | None = None
         self._credential: ScramCredential | None = None
@@ -187,7 +196,9 @@ class ScramServer:
         attrs = _attributes(without_proof, "client-final message")
         if attrs.get("c") != _b64(self._gs2.encode()):
             raise AuthenticationFailed("SCRAM channel binding does not match")
-        if attrs.get("r") != self._nonce_value:
+        # Kafka's check (ScramSaslServer): the client's nonce ends with the server's. Older
+        # librdkafka (Debian's kcat) sends the client part twice; Kafka accepts that too.
+        if not attrs.get("r", "").endswith(self._nonce_value):
             raise AuthenticationFailed("SCRAM nonce does not match")
         proof = _unb64(proof_part, "client proof")
         credential = self._credential
@@ -213,7 +224,7 @@ class ScramClient:
         self.algo = check_mechanism(mechanism)
         self.username = username
         self._password = password
-        self._nonce = nonce or _b64(secrets.token_bytes(NONCE_BYTES))
+        self._nonce = nonce or _alphanumeric_nonce()
         self._first_bare = f"n={_saslname_encode(username)},r={self._nonce}"
         self._server_signature = b""
 
