@@ -18,7 +18,7 @@ from cluster.security.acl import AclOperation, ResourceType
 
 def _denied_fetch(partition: int) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1,
-            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": [], "records": None}
+            "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1, "records": b""}
 
 
 class ReplicaHandlers:

@@ -94,7 +94,7 @@ class ScramUserHandlers:
             return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                     "error_message": "DESCRIBE on the cluster is needed", "results": []}
         store = self.security.scram_store()
-        names = sorted({n for n, _ in store}) if req.users is None else [u.name for u in req.users]
+        names = sorted({n for n, _ in store}) if not req.users else [u.name for u in req.users]  # null or []: all
         results: list[dict[str, Any]] = []
         seen: set[str] = set()
         for name in names:
