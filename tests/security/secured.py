@@ -4,6 +4,7 @@
               as an operator's internal loopback listener would be)
     SSL       TLS with client certificates required (mutual TLS; CN=<name> → User:<name>)
     SASL_SSL  TLS, then SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512
+    SASL_PLAINTEXT  SASL without TLS (the SASL fuzzer's way in)
 
 and the StandardAuthorizer (allow.everyone.if.no.acl.found=false). Client settings for every
 client library come from `ClientSecurity`.
@@ -55,6 +56,7 @@ class SecuredBroker:
     pki: Pki
     ssl_port: int
     sasl_ssl_port: int
+    sasl_plaintext_port: int
 
     @property
     def internal(self) -> str:
@@ -71,10 +73,11 @@ class SecuredBroker:
 
 def start_secured_broker(root: Path, **extra: object) -> SecuredBroker:
     pki = make_pki(root / "pki")
-    port, ssl_port, sasl_port = free_port(), free_port(), free_port()
+    port, ssl_port, sasl_port, sasl_plain_port = free_port(), free_port(), free_port(), free_port()
     config = {
-        "listeners": f"INTERNAL://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_port}",
-        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
+        "listeners": f"INTERNAL://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_port},"
+                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_plain_port}",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
         "ssl.keystore.location": str(pki.broker),
         "ssl.truststore.location": str(pki.ca.cert_path),
@@ -89,7 +92,7 @@ def start_secured_broker(root: Path, **extra: object) -> SecuredBroker:
         **extra,
     }
     proc = BrokerProcess(root / "broker", port, **config).start()
-    return SecuredBroker(proc, pki, ssl_port, sasl_port)
+    return SecuredBroker(proc, pki, ssl_port, sasl_port, sasl_plain_port)
 
 
 def add_users(bootstrap: str, names: tuple[str, ...] = ("alice", "bob", "admin")) -> None:
