@@ -80,7 +80,7 @@ def _read_frame(sock: socket.socket) -> bytes | None:
         assert 0 <= size <= 1 << 20, f"answer declares {size} bytes"
         body = sock.recv(size, socket.MSG_WAITALL) if size else b""
         return body if len(body) == size else None
-    except (ConnectionResetError, TimeoutError, socket.timeout):
+    except (ConnectionResetError, TimeoutError):
         return None
 
 
