@@ -125,6 +125,13 @@ def _writer(cls: type) -> Any:
 def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset: int) -> Any:
     cls = request_schema(api_key, version)
     buf = memoryview(frame).toreadonly() if isinstance(frame, bytearray) else frame
+    if cls.__flexible__:
+        # kio's native reader reserves memory for a compact array's declared length before
+        # reading it: a forged length aborts the process. Check every length first.
+        try:
+            _check_lengths(cls, frame, offset, len(frame))
+        except IndexError:
+            raise ProtocolError(f"{api_name(api_key)} v{version} request is truncated") from None
     try:
         value, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises several types for malformed input
@@ -138,6 +145,76 @@ def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset:
     if missing is not None:
         raise ProtocolError(f"{api_name(api_key)} v{version} request: non-nullable field {missing} is null")
     return value
+
+
+_FIXED_BYTES = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "timedelta_i32": 4,
+                "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
+_VARIABLE = frozenset({"string", "bytes", "records"})
+
+
+_FIXED, _VARIABLE_BYTES, _STRUCT, _NULLABLE_STRUCT = 0, 1, 2, 3
+
+
+@cache
+def _length_plan(cls: type) -> tuple[tuple[bool, int, Any, str], ...]:
+    """A flexible entity's fields in wire order (tagged fields live in the tag buffer), as
+    (is array, kind, fixed size or nested class, name)."""
+    tagged = {f.name for f in dataclasses.fields(cls) if "tag" in f.metadata}
+    out = []
+    for p in _plan(cls):
+        if p.name in tagged:
+            continue
+        if p.nested is not None:
+            kind, arg = (_NULLABLE_STRUCT if p.nullable and not p.is_tuple else _STRUCT), p.nested
+        elif p.kafka_type in _VARIABLE:
+            kind, arg = _VARIABLE_BYTES, None
+        elif p.kafka_type in _FIXED_BYTES:
+            kind, arg = _FIXED, _FIXED_BYTES[p.kafka_type]
+        else:
+            raise ProtocolError(f"field {p.name} has a type ({p.kafka_type}) this broker does not check")
+        out.append((p.is_tuple, kind, arg, p.name))
+    return tuple(out)
+
+
+def _check_lengths(cls: type, buf: bytes | bytearray, pos: int, end: int) -> int:
+    """Walk a flexible (compact) encoding of `cls` checking that no declared length or
+    count exceeds the bytes left; returns the end position. Raises ProtocolError, or
+    IndexError when the frame ends early."""
+    for is_array, kind, arg, name in _length_plan(cls):
+        count = 1
+        if is_array:
+            count, pos = _uvarint(buf, pos)
+            count -= 1  # compact: length + 1, 0 is null
+            if count > end - pos:
+                raise ProtocolError(f"field {name} declares {count} elements in {end - pos} bytes")
+            if kind == _FIXED:
+                pos += max(count, 0) * arg
+                continue
+        for _ in range(count):
+            if kind == _FIXED:
+                pos += arg
+            elif kind == _VARIABLE_BYTES:
+                n, pos = _uvarint(buf, pos)
+                if n - 1 > end - pos:
+                    raise ProtocolError(f"field {name} declares {n - 1} bytes in {end - pos}")
+                if n > 1:
+                    pos += n - 1
+            elif kind == _NULLABLE_STRUCT and buf[pos] == 0xFF:
+                pos += 1
+            else:
+                pos = _check_lengths(arg, buf, pos + (kind == _NULLABLE_STRUCT), end)
+        if pos > end:
+            raise IndexError
+    n_tags, pos = _uvarint(buf, pos)
+    if n_tags > end - pos:
+        raise ProtocolError(f"{n_tags} tagged fields declared in {end - pos} bytes")
+    for _ in range(n_tags):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        if size > end - pos:
+            raise ProtocolError(f"a tagged field declares {size} bytes in {end - pos}")
+        pos += size
+    return pos
 
 
 def _null_field(cls: type, value: Any) -> str | None:
