@@ -164,6 +164,7 @@ def _length_plan(cls: type) -> tuple[tuple[bool, int, Any, str], ...]:
     for p in _plan(cls):
         if p.name in tagged:
             continue
+        arg: Any
         if p.nested is not None:
             kind, arg = (_NULLABLE_STRUCT if p.nullable and not p.is_tuple else _STRUCT), p.nested
         elif p.kafka_type in _VARIABLE:
