@@ -114,7 +114,7 @@ class Broker:
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
                                     observe=self.request_metrics.observe_request, security=self.security,
                                     sasl=SaslHandlers(self.security, clock))
-        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock)
+        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock, self.security)
 
     @property
     def cluster_id(self) -> str:

@@ -21,6 +21,7 @@ import orjson
 import trio
 
 from cluster.broker.metadata_cache import MetadataCache
+from cluster.broker.security import BrokerSecurity
 from cluster.common.admin_http import Route, Sample, prometheus_text
 from cluster.common.clock import Clock
 from cluster.protocol.api_keys import api_name
@@ -82,8 +83,9 @@ class BrokerMetrics:
     """What the admin HTTP server shows of one broker: its counters and its state."""
 
     def __init__(self, replicas: ReplicaManager, cache: MetadataCache, requests: RequestMetrics,
-                 ready: trio.Event, clock: Clock) -> None:
+                 ready: trio.Event, clock: Clock, security: BrokerSecurity | None = None) -> None:
         self.clock = clock
+        self.security = security
         self.replicas = replicas
         self.cache = cache
         self.requests = requests
@@ -189,6 +191,16 @@ class BrokerMetrics:
             "dcmirror_cluster_offline_partitions": ("gauge", "Partitions without a leader (OfflinePartitionsCount)",
                                                     [(node, float(len(health["offline"])))]),
         }
+        if self.security is not None:
+            sec = self.security
+            families["dcmirror_broker_failed_authentication_total"] = (
+                "counter", "Failed SASL logins (failed-authentication-total)", [(node, float(sec.failed_authentications))])
+            families["dcmirror_broker_successful_authentication_total"] = (
+                "counter", "Successful SASL logins (successful-authentication-total)",
+                [(node, float(sec.successful_authentications))])
+            families["dcmirror_broker_failed_tls_handshakes_total"] = (
+                "counter", "TLS handshakes that failed (bad, expired or missing certificates, not TLS at all)",
+                [(node, float(sec.failed_tls_handshakes))])
         families["dcmirror_broker_request_latency_seconds"] = (
             "histogram", "Time from reading a request to its answer, by API (TotalTimeMs)", latency)
         return prometheus_text(families)

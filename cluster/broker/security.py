@@ -111,6 +111,7 @@ class BrokerSecurity:
         self.failed_login_delay_s = int(config["connection.failed.authentication.delay.ms"]) / 1000
         self.failed_authentications = 0
         self.successful_authentications = 0
+        self.failed_tls_handshakes = 0
         self._recent_failures: dict[str, int] = {}
         self.link = self._inter_broker_link(config, inter)
 

@@ -41,7 +41,6 @@ class BrokerServer:
         self.connections = 0
         self.max_connections = int(broker.config["max.connections"])
         self.tls_handshake_timeout_s = 10.0
-        self.failed_tls_handshakes = 0
 
     async def dispatch(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""
@@ -71,7 +70,7 @@ class BrokerServer:
                     try:
                         await tls_stream.do_handshake()
                     except trio.BrokenResourceError as exc:
-                        self.failed_tls_handshakes += 1
+                        self.security.failed_tls_handshakes += 1
                         cause = exc.__cause__
                         # A port probe (connect, close) is not worth a warning; a refused handshake is.
                         level = logging.INFO if isinstance(cause, ssl.SSLEOFError) else logging.WARNING
@@ -79,7 +78,7 @@ class BrokerServer:
                                 cause or exc)
                         return
                 if timed_out.cancelled_caught:
-                    self.failed_tls_handshakes += 1
+                    self.security.failed_tls_handshakes += 1
                     log.warning("TLS handshake with %s on listener %s timed out", peer, listener.name)
                     return
                 subject = peer_subject(tls_stream._ssl_object)  # noqa: SLF001 - trio exposes no public getter

@@ -57,6 +57,17 @@ class SecuredBroker:
     ssl_port: int
     sasl_ssl_port: int
     sasl_plaintext_port: int
+    admin_http_port: int
+
+    def metric(self, name: str) -> float:
+        """One counter of the broker's /metrics (admin HTTP, loopback)."""
+        import httpx
+
+        text = httpx.get(f"http://127.0.0.1:{self.admin_http_port}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{name} is not in /metrics")
 
     @property
     def internal(self) -> str:
@@ -73,7 +84,7 @@ class SecuredBroker:
 
 def start_secured_broker(root: Path, **extra: object) -> SecuredBroker:
     pki = make_pki(root / "pki")
-    port, ssl_port, sasl_port, sasl_plain_port = free_port(), free_port(), free_port(), free_port()
+    port, ssl_port, sasl_port, sasl_plain_port, admin_port = (free_port() for _ in range(5))
     config = {
         "listeners": f"INTERNAL://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_port},"
                      f"SASL_PLAINTEXT://127.0.0.1:{sasl_plain_port}",
@@ -89,10 +100,11 @@ def start_secured_broker(root: Path, **extra: object) -> SecuredBroker:
         "offsets.topic.num.partitions": 3,
         "group.initial.rebalance.delay.ms": 0,
         "connection.failed.authentication.delay.ms": 50,
+        "admin.http.listener": f"127.0.0.1:{admin_port}",
         **extra,
     }
     proc = BrokerProcess(root / "broker", port, **config).start()
-    return SecuredBroker(proc, pki, ssl_port, sasl_port, sasl_plain_port)
+    return SecuredBroker(proc, pki, ssl_port, sasl_port, sasl_plain_port, admin_port)
 
 
 def add_users(bootstrap: str, names: tuple[str, ...] = ("alice", "bob", "admin")) -> None:

@@ -204,6 +204,7 @@ def _librdkafka_error(conf: dict[str, Any], timeout_s: float = 10.0) -> str:
 
 @pytest.mark.parametrize("mode", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
 def test_wrong_password_and_unknown_user_are_refused_with_kafkas_error(secured: SecuredBroker, mode: str) -> None:
+    failed_before = secured.metric("dcmirror_broker_failed_authentication_total")
     wrong = _librdkafka_error(ClientSecurity(secured, mode, password="not-the-password").librdkafka())
     assert "Authentication failed" in wrong and "invalid credentials" in wrong, wrong
     unknown = _librdkafka_error(ClientSecurity(secured, mode, user="mallory", password="x").librdkafka())
@@ -212,6 +213,7 @@ def test_wrong_password_and_unknown_user_are_refused_with_kafkas_error(secured: 
     log = secured.proc.log_text()
     assert "not-the-password" not in log and PASSWORDS["alice"] not in log
     assert "failed SASL" in log
+    assert secured.metric("dcmirror_broker_failed_authentication_total") >= failed_before + 2
     topic = f"sec.after-bad-login.{mode.lower()}"
     _create_topic(secured.internal, topic)
     assert _confluent(ClientSecurity(secured, mode), topic, _records("ok")) == _records("ok")
@@ -280,3 +282,33 @@ def test_certificate_subject_is_the_principal(secured: SecuredBroker, tmp_path: 
     p.produce(topic, b"x", on_delivery=lambda e, m: errors.append(e))
     p.flush(15)
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_failed_logins_are_answered_ever_more_slowly(secured: SecuredBroker) -> None:
+    """connection.failed.authentication.delay.ms (50 ms here) doubles with each failure from
+    one address in a row: guessing passwords costs more and more time per try."""
+    import trio
+
+    from cluster.security.connector import LinkSecurity, open_stream
+    from cluster.security.errors import AuthenticationFailed
+
+    bad = LinkSecurity.from_config(ClientSecurity(secured, "SCRAM-SHA-512", password="guess").librdkafka())
+    good = LinkSecurity.from_config(ClientSecurity(secured, "SCRAM-SHA-512").librdkafka())
+
+    async def attempt(link: LinkSecurity) -> float:
+        start = trio.current_time()
+        try:
+            stream = await open_stream("127.0.0.1", secured.sasl_ssl_port, link)
+            await stream.aclose()
+        except AuthenticationFailed:
+            pass
+        return trio.current_time() - start
+
+    async def main() -> tuple[list[float], float]:
+        await attempt(good)  # a success resets the count
+        return [await attempt(bad) for _ in range(5)], await attempt(good)
+
+    failures, success = trio.run(main)
+    assert failures[0] >= 0.05 and failures[4] >= 0.8, failures  # 50, 100, 200, 400, 800 ms
+    assert all(b > a * 1.5 for a, b in zip(failures, failures[1:], strict=False)), failures
+    assert success < 0.5, success
