@@ -26,6 +26,7 @@ from deploy import (
     mirror_cmd,
     perf_cmd,
     render_cmd,
+    security_cmds,
     topology_cmd,
     up_cmd,
 )
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf_cmd.add_parser(sub)      # perf produce|consume
     render_cmd.add_parser(sub)    # deploy render
     lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
+    security_cmds.add_parsers(sub)  # users, acls
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")

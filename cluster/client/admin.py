@@ -31,6 +31,15 @@ from cluster.protocol.sentinels import (
     READ_UNCOMMITTED,
     RESOURCE_TOPIC,
 )
+from cluster.security.acl import (
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from cluster.security.scram import MECHANISM_TYPES
 
 T = TypeVar("T")
 # An admin asking about a topic that does not exist wants that answer now.
@@ -328,3 +337,67 @@ class Admin:
         for r in resp.results:
             if r.error_code != 0:
                 raise AdminError(f"deleting group {group_id!r}", r.error_code)
+
+    # ---- users (SCRAM) and ACLs ---------------------------------------------------------------
+
+    @_retried
+    async def alter_scram_credentials(self, upsertions: list[tuple[str, str, int, bytes, bytes]],
+                                      deletions: list[tuple[str, str]]) -> dict[str, tuple[int, str | None]]:
+        """upsertions: (user, mechanism, iterations, salt, salted password); deletions:
+        (user, mechanism). The password never leaves this process: only its salted form."""
+        body = {"upsertions": [{"name": n, "mechanism": MECHANISM_TYPES[m], "iterations": i, "salt": s,
+                                "salted_password": sp} for n, m, i, s, sp in upsertions],
+                "deletions": [{"name": n, "mechanism": MECHANISM_TYPES[m]} for n, m in deletions]}
+        resp = await (await self._any()).request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        return {r.user: (int(r.error_code), r.error_message) for r in resp.results}
+
+    @_retried
+    async def describe_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:
+        resp = await (await self._any()).request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+            "users": None if users is None else [{"name": u} for u in users]})
+        if resp.error_code != 0:
+            raise AdminError("describing SCRAM users", resp.error_code)
+        names = {v: k for k, v in MECHANISM_TYPES.items()}
+        out = {}
+        for r in resp.results:
+            if r.error_code != 0:
+                raise AdminError(f"describing user {r.user!r}", r.error_code)
+            out[r.user] = [(names.get(i.mechanism, str(i.mechanism)), int(i.iterations)) for i in r.credential_infos]
+        return out
+
+    @_retried
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        resp = await (await self._any()).request(ApiKey.CREATE_ACLS, {"creations": [
+            {"resource_type": int(b.resource_type), "resource_name": b.resource_name,
+             "resource_pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
+             "operation": int(b.operation), "permission_type": int(b.permission)} for b in bindings]})
+        for b, r in zip(bindings, resp.results, strict=False):
+            if r.error_code != 0:
+                raise AdminError(f"creating ACL {b} ({r.error_message})", r.error_code)
+
+    @staticmethod
+    def _filter_body(f: AclFilter) -> dict[str, Any]:
+        return {"resource_type_filter": int(f.resource_type), "resource_name_filter": f.resource_name,
+                "pattern_type_filter": int(f.pattern_type), "principal_filter": f.principal, "host_filter": f.host,
+                "operation": int(f.operation), "permission_type": int(f.permission)}
+
+    @_retried
+    async def describe_acls(self, f: AclFilter) -> list[AclBinding]:
+        resp = await (await self._any()).request(ApiKey.DESCRIBE_ACLS, self._filter_body(f))
+        if resp.error_code != 0:
+            raise AdminError(f"describing ACLs ({resp.error_message})", resp.error_code)
+        return [AclBinding(ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type), a.principal,
+                           a.host, AclOperation(a.operation), AclPermissionType(a.permission_type))
+                for r in resp.resources for a in r.acls]
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[AclBinding]:
+        resp = await (await self._any()).request(ApiKey.DELETE_ACLS, {"filters": [self._filter_body(f)
+                                                                                  for f in filters]})
+        out = []
+        for r in resp.filter_results:
+            if r.error_code != 0:
+                raise AdminError(f"deleting ACLs ({r.error_message})", r.error_code)
+            out += [AclBinding(ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type),
+                               m.principal, m.host, AclOperation(m.operation), AclPermissionType(m.permission_type))
+                    for m in r.matching_acls]
+        return out

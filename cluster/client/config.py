@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
-from cluster.common.secrets import Secret
+from cluster.common.secrets import Secret, secret
 
 __all__ = ["ClientConfig", "InvalidConfig", "COMMON", "PRODUCER", "CONSUMER"]
 
@@ -107,7 +107,7 @@ class ClientConfig:
                 raise InvalidConfig(f"unknown {kind} config {key!r}{hint}")
             self._values[key] = parse_value(defs[key], raw.reveal() if isinstance(raw, Secret) else raw)
             if key in SECRET_KEYS and self._values[key]:
-                self._values[key] = Secret(self._values[key])
+                self._values[key] = secret(self._values[key], key)  # ${file:...}/${dir:...}/${env:...} resolved
         for key, d in defs.items():
             self._values.setdefault(key, d.default)
         if not self._values["bootstrap.servers"]:

@@ -1,0 +1,90 @@
+"""`dcmirror users` and `dcmirror acls` against a secured broker, run as an operator would:
+over SASL_SSL as the admin user, with the password in a file referenced from a client
+properties file (--command-config), never on the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import REPO
+from tests.security.secured import PASSWORDS, ClientSecurity, SecuredBroker, add_users, start_secured_broker
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    broker = start_secured_broker(tmp_path_factory.mktemp("cli"))
+    try:
+        add_users(broker.internal, ("admin",))
+        yield broker
+    finally:
+        broker.proc.stop()
+
+
+def dcmirror(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          input=stdin, timeout=60)
+
+
+def test_users_and_acls_commands_over_sasl_ssl(secured: SecuredBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    (tmp_path / "admin-password").write_text(PASSWORDS["admin"] + "\n")
+    props = tmp_path / "admin.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\n"
+                     f"sasl.password=${{dir:{tmp_path}:admin-password}}\n"
+                     f"ssl.ca.location={secured.pki.ca.cert_path}\n")
+    conn = ["--bootstrap", secured.sasl_ssl, "--command-config", str(props)]
+    (tmp_path / "carol-password").write_text("carol-password-9\n")
+    added = dcmirror("users", "add", "carol", "--password-file", str(tmp_path / "carol-password"), *conn)
+    assert added.returncode == 0, added.stderr
+    listed = dcmirror("users", "list", *conn)
+    assert listed.returncode == 0 and "carol  SCRAM-SHA-256(iterations=8192)  SCRAM-SHA-512(iterations=8192)" \
+        in listed.stdout, listed
+    grant = dcmirror("acls", "add", "--allow-principal", "User:carol", "--operation", "Read", "--topic", "carol.",
+                     "--group", "carol.", "--resource-pattern-type", "prefixed", *conn)
+    assert grant.returncode == 0, grant.stderr
+    assert dcmirror("acls", "list", "--principal", "User:carol", *conn).stdout.splitlines() == [
+        "topic:carol. (prefixed)  User:carol  ALLOW  READ  from *",
+        "group:carol. (prefixed)  User:carol  ALLOW  READ  from *"]
+    # carol reads her topic
+    p = Producer({"bootstrap.servers": secured.internal})
+    for i in range(3):
+        p.produce("carol.events", f"e{i}".encode())
+    assert p.flush(15) == 0
+    carol = {**ClientSecurity(secured, "SCRAM-SHA-512", "carol", "carol-password-9").librdkafka(),
+             "group.id": "carol.readers", "auto.offset.reset": "earliest"}
+    c = Consumer(carol)
+    c.subscribe(["carol.events"])
+    got = []
+    for _ in range(60):
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+        if len(got) == 3:
+            break
+    c.close()
+    assert got == [b"e0", b"e1", b"e2"]
+    # revoke and remove
+    removed = dcmirror("acls", "remove", "--principal", "User:carol", "--topic", "carol.", "--resource-pattern-type",
+                       "prefixed", *conn)
+    assert removed.returncode == 0 and removed.stdout.splitlines() == [
+        "removed  topic:carol. (prefixed)  User:carol  ALLOW  READ  from *"], removed
+    gone = dcmirror("users", "remove", "carol", *conn)
+    assert gone.returncode == 0, gone.stderr
+    assert "carol" not in dcmirror("users", "list", *conn).stdout
+    # no password anywhere in what the commands printed or the broker logged
+    log = secured.proc.log_text()
+    for secret in (PASSWORDS["admin"], "carol-password-9"):
+        assert secret not in log
+        for out in (added, listed, grant, removed, gone):
+            assert secret not in out.stdout + out.stderr
+    # a wrong admin password is a clear error, without the password
+    (tmp_path / "admin-password").write_text("not-the-admin-password\n")
+    refused = dcmirror("users", "list", *conn)
+    assert refused.returncode == 1 and "Authentication failed" in refused.stderr, refused
+    assert "not-the-admin-password" not in refused.stderr
