@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.harness import REPO
-from tests.security.secured import PASSWORDS, ClientSecurity, SecuredBroker, add_users, start_secured_broker
+from tests.security.secured import (
+    PASSWORDS,
+    ClientSecurity,
+    SecuredBroker,
+    add_users,
+    start_secured_broker,
+)
 
 
 @pytest.fixture(scope="module")
