@@ -31,6 +31,7 @@ from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
+from cluster.security.connector import CLIENT_SECURITY_KEYS
 from mirror import checkpoints, provenance, tail
 from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 
@@ -64,6 +65,11 @@ class PartitionMirror:
     broken: str | None = None  # why it must be claimed again
 
 
+def _admin_part(client: dict[str, Any]) -> dict[str, Any]:
+    """The security settings of a side's client config, for its admin client."""
+    return {k: v for k, v in client.items() if k in CLIENT_SECURITY_KEYS}
+
+
 @dataclass
 class WorkerConfig:
     topic_refresh_s: float = 5.0
@@ -74,6 +80,10 @@ class WorkerConfig:
     batch_records: int = 5000
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
+    # This flow's own principal on each side (source.* / target.*: sasl.*, ssl.*), over the
+    # cluster's `client` settings, for every client of that side (consumer/producer and admin).
+    source: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_flow(cls, flow: MirrorSpec) -> WorkerConfig:
@@ -95,6 +105,10 @@ class WorkerConfig:
                 c.producer[key.removeprefix("producer.")] = value
             elif key.startswith("consumer."):
                 c.consumer[key.removeprefix("consumer.")] = value
+            elif key.startswith("source."):
+                c.source[key.removeprefix("source.")] = value
+            elif key.startswith("target."):
+                c.target[key.removeprefix("target.")] = value
             else:
                 raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} ("
                                  + ", ".join(MIRROR_CONFIG_KEYS) + ", producer.*, consumer.*)")
@@ -128,15 +142,17 @@ class MirrorWorker:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         c = self.config
-        producer_config = {"bootstrap.servers": self.target.bootstrap(), "client.id": self.name, "acks": "all",
+        source_client = self.source.client_config(c.source)
+        target_client = self.target.client_config(c.target)
+        producer_config = {**target_client, "client.id": self.name, "acks": "all",
                            "enable.idempotence": True, "linger.ms": 5, "max.block.ms": 30000, **c.producer}
-        consumer_config = {"bootstrap.servers": self.source.bootstrap(), "client.id": self.name,
+        consumer_config = {**source_client, "client.id": self.name,
                            "group.id": group_id(self.flow), "enable.auto.commit": False,
                            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                            "heartbeat.interval.ms": 1000, "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
                            **c.consumer}
-        async with Admin(self.source.bootstrap(), client_id=self.name) as sadmin, \
-                Admin(self.target.bootstrap(), client_id=self.name) as tadmin, \
+        async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
+                Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
                 Producer(producer_config) as producer, Consumer(consumer_config) as consumer:
             self._source_admin, self._target_admin = sadmin, tadmin
             self._producer, self._consumer = producer, consumer

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from cluster.common.secrets import is_reference
+from cluster.security.connector import CLIENT_SECURITY_KEYS
+from cluster.security.errors import SecurityConfigError
+from cluster.security.tls import check_certificates, check_keystore
 from topology._lines import KeyPath, line_index, line_of
 from topology.ddl import DdlError, column_names
 from topology.errors import TopologyError
@@ -63,7 +67,7 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
-CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config")
+CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
@@ -75,6 +79,15 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 DEFAULTS_KEYS = ("partitions", "replication_factor", "config")
 
 # Broker configs the topology itself decides (from brokers, controllers, data_dir).
+def _only_references(value: str, key: str) -> bool:
+    """A secret setting written as references only (a JAAS line may hold other text, but its
+    password must be a reference)."""
+    if key.endswith("sasl.jaas.config"):
+        m = re.search(r'password\s*=\s*"([^"]*)"', value)
+        return m is None or is_reference(m.group(1))
+    return is_reference(value)
+
+
 RESERVED_BROKER_CONFIGS = frozenset(
     {
         "node.id",
@@ -230,11 +243,11 @@ class _Loader:
         return self.base_dir / Path(value).expanduser()
 
     def config(self, table: dict[str, Any], path: KeyPath, reserved: frozenset[str] = frozenset(),
-               why_reserved: str = "") -> dict[str, str]:
-        if "config" not in table:
+               why_reserved: str = "", key: str = "config") -> dict[str, str]:
+        if key not in table:
             return {}
-        cpath = path + ("config",)
-        raw = self.table(table["config"], cpath, hint=' of Kafka config names to values, e.g. { "retention.ms" = 60000 }')
+        cpath = path + (key,)
+        raw = self.table(table[key], cpath, hint=' of Kafka config names to values, e.g. { "retention.ms" = 60000 }')
         out: dict[str, str] = {}
         self._flatten(raw, cpath, (), out)
         for name in out:
@@ -270,6 +283,36 @@ class _Loader:
                                  'string, e.g. "compact,delete"')
             else:
                 self.fail(vpath, f"config values must be strings, integers, booleans or floats, not {_type_name(value)}")
+
+    def security_settings(self, settings: dict[str, str], path: KeyPath, *, broker: bool, prefix: str = "",
+                          into: dict[str, str] | None = None) -> None:
+        """Secrets only by reference; files of ssl.* settings made absolute (relative to the
+        topology file), present, readable and holding valid certificates."""
+        target = settings if into is None else into
+        for key, value in settings.items():
+            kpath = path + (prefix + key,)
+            bare = key.rsplit(".", 1)[-1] if key.startswith("listener.name.") else key
+            secret_key = key.endswith(("sasl.password", "ssl.key.password", "sasl.jaas.config", "ssl.keystore.password",
+                                       "ssl.truststore.password"))
+            if secret_key and value and not _only_references(value, key):
+                self.fail(kpath, f"{prefix + key} holds a secret inline; write a reference instead: "
+                                 '"${file:/etc/dcmirror/secrets.properties:KEY}", "${dir:/run/secrets:FILE}" '
+                                 'or "${env:VARIABLE}"')
+            if key.endswith(".location") and value:
+                file = Path(value).expanduser()
+                if not file.is_absolute():
+                    file = self.base_dir / file
+                    target[prefix + key] = str(file)
+                try:
+                    if key.endswith(("ssl.keystore.location",)) and broker:
+                        check_keystore(file, setting=prefix + key)
+                    elif bare in ("ssl.key.location", "ssl.keystore.location"):
+                        if not file.is_file():
+                            raise SecurityConfigError(f"{prefix + key}: {file} does not exist")
+                    else:
+                        check_certificates(file, setting=prefix + key)
+                except SecurityConfigError as exc:
+                    self.fail(kpath, str(exc))
 
     def array_of_tables(self, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
         value = doc.get(key, [])
@@ -361,8 +404,17 @@ class _Loader:
             data_dirs[data_dir] = dpath
             config = self.config(table, path, RESERVED_BROKER_CONFIGS,
                                  "set by the topology (brokers, controllers, data_dir)")
+            self.security_settings(config, path + ("config",), broker=True)
+            client = self.config(table, path, key="client")
+            for key in client:
+                if key not in CLIENT_SECURITY_KEYS:
+                    close = difflib.get_close_matches(key, CLIENT_SECURITY_KEYS, n=1)
+                    self.fail(path + ("client", key), f"unknown client security setting {key!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + "; known: " + ", ".join(CLIENT_SECURITY_KEYS))
+            self.security_settings(client, path + ("client",), broker=False)
             clusters[name] = ClusterSpec(name=name, datacenter=datacenter, brokers=brokers,
-                                         controllers=controllers, data_dir=data_dir, config=config)
+                                         controllers=controllers, data_dir=data_dir, config=config, client=client)
         return clusters
 
     def nodes(self, table: dict[str, Any], path: KeyPath, key: str, first_id: int, low: int,
@@ -473,6 +525,9 @@ class _Loader:
             workers = self.integer(table, path, "workers", 1, 1, MAX_WORKERS)
             groups = self.regex(table, path, "groups", None)
             config = self.config(table, path)
+            for side in MIRROR_CONFIG_PREFIXES:
+                self.security_settings({k.removeprefix(side): v for k, v in config.items() if k.startswith(side)},
+                                       path + ("config",), broker=False, prefix=side, into=config)
             for key, value in config.items():
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():

@@ -13,7 +13,7 @@ DEFAULT_RENAME = "{source}.{topic}"
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base")
-MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.")
+MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
 RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
 # The warehouse's `config` keys (spark_aggregate/settings.py reads them, with their types and
 # defaults); spark.* and kafka.* pass through to Spark and to the cluster client.
@@ -48,6 +48,9 @@ class ClusterSpec:
     data_dir: Path
     config: dict[str, str] = field(default_factory=dict, hash=False)
     """Broker configs with Kafka's names, every value a string."""
+    client: dict[str, str] = field(default_factory=dict, hash=False)
+    """How every dcmirror client reaches this cluster: security.protocol, sasl.*, ssl.*
+    (secrets as ${file:...}/${dir:...}/${env:...} references, never inline)."""
 
     @property
     def nodes(self) -> tuple[NodeAddress, ...]:
@@ -80,6 +83,14 @@ class ClusterSpec:
     def bootstrap(self) -> str:
         """``host:port,host:port,...`` of the brokers, for Kafka clients."""
         return ",".join(str(a) for a in self.brokers)
+
+    def client_config(self, *overrides: dict[str, str]) -> dict[str, str]:
+        """Client settings for this cluster: bootstrap.servers, the cluster's `client`
+        table, then `overrides` (a flow's principal for one side)."""
+        out = {"bootstrap.servers": self.bootstrap(), **self.client}
+        for o in overrides:
+            out.update(o)
+        return out
 
 
 @dataclass(frozen=True)

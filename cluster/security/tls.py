@@ -165,8 +165,9 @@ def check_certificates(path: Path, *, setting: str = "ssl.truststore.location", 
     from cryptography import x509
 
     if certs is None:
+        data = _readable(path, setting).read_bytes()
         try:
-            certs = list(x509.load_pem_x509_certificates(_readable(path, setting).read_bytes()))
+            certs = list(x509.load_pem_x509_certificates(data))
         except ValueError:
             raise SecurityConfigError(f"{setting}: {path} holds no PEM certificate") from None
     now = now or datetime.datetime.now(datetime.UTC)

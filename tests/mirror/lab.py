@@ -141,7 +141,8 @@ class MirrorLab:
                 broker.wait_ready(timeout_s)
         return self
 
-    def write_topology(self, flows: Iterable[Flow], replication_factor: int | None = None) -> Path:
+    def write_topology(self, flows: Iterable[Flow], replication_factor: int | None = None,
+                       client: dict[str, str] | None = None) -> Path:
         """The combined topology: every cluster (the brokers' addresses, data_dir pointing at
         that cluster's data directory, so the mirror state dir lands beside it) and the flows.
         `replication_factor` (default: the smallest cluster's size) is what target topics get."""
@@ -151,7 +152,10 @@ class MirrorLab:
         for name, cluster in self.clusters.items():
             lines += [f"[clusters.{name}]", f'datacenter = "{name}"',
                       "brokers = [" + ", ".join(f'"{b.bootstrap}"' for b in cluster.brokers.values()) + "]",
-                      f'data_dir = "{cluster.root / "data" / name}"', ""]
+                      f'data_dir = "{cluster.root / "data" / name}"']
+            if client:  # every cluster's `client` table (security settings)
+                lines.append("client = { " + ", ".join(f'"{k}" = "{v}"' for k, v in client.items()) + " }")
+            lines.append("")
         lines += ["[defaults]", f"replication_factor = {rf}", ""]
         for flow in self.flows:
             lines += flow.toml()

@@ -1,0 +1,5 @@
+"""Fixtures of tests/security: the mirror lab of tests/mirror."""
+
+from tests.mirror.conftest import mirror_lab
+
+__all__ = ["mirror_lab"]
