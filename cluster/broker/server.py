@@ -23,6 +23,7 @@ from cluster.common import admin_http
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.security.tls import peer_subject
+from cluster.security.tls_stream import TlsServerStream
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class BrokerServer:
         try:
             subject = None
             if listener.tls is not None:
-                tls_stream = trio.SSLStream(stream, listener.tls.context, server_side=True)
+                tls_stream = TlsServerStream(stream, listener.tls.context)
                 transport = tls_stream
                 with trio.move_on_after(self.tls_handshake_timeout_s) as timed_out:
                     try:
@@ -81,7 +82,7 @@ class BrokerServer:
                     self.security.failed_tls_handshakes += 1
                     log.warning("TLS handshake with %s on listener %s timed out", peer, listener.name)
                     return
-                subject = peer_subject(tls_stream._ssl_object)  # noqa: SLF001 - trio exposes no public getter
+                subject = peer_subject(tls_stream.ssl_object)
             try:
                 session = self.security.new_session(listener, peer.rsplit(":", 1)[0], subject)
             except ValueError as exc:

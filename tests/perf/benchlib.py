@@ -413,13 +413,13 @@ def consumer_conf(bootstrap: str, **extra: object) -> dict[str, object]:
 
 
 def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int,
-                  stall_timeout_s: float = 60.0, progress_every_s: float = 10.0) -> Rate:
+                  stall_timeout_s: float = 60.0, progress_every_s: float = 10.0, **client: object) -> Rate:
     """assign() every partition from the beginning and consume(10000) until `expected` records.
 
     The clock starts at assign() (connection set-up is done beforehand by a metadata request)
     and stops when the last expected record has been returned.
     """
-    c = Consumer(consumer_conf(bootstrap))
+    c = Consumer(consumer_conf(bootstrap, **client))
     try:
         c.list_topics(topic=topic, timeout=10)
         count = 0
