@@ -37,6 +37,17 @@ def _bootstrap(args: argparse.Namespace) -> str:
     raise ValueError("give --bootstrap HOST:PORT or --config FILE --cluster NAME")
 
 
+def _admin(args: argparse.Namespace) -> Admin:
+    """The admin client for the command's cluster, with the topology cluster's `client`
+    security settings (--config --cluster)."""
+    client: dict[str, str] = {}
+    if not args.bootstrap and args.config and args.cluster:
+        from topology import load
+
+        client = dict(load(args.config).cluster(args.cluster).client)
+    return Admin(_bootstrap(args), config=client)
+
+
 def _kv(pairs: list[str], flag: str) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -138,7 +149,7 @@ async def _partitions_of(admin: Admin, topics: list[str] | None) -> dict[str, li
 
 
 async def _topics(args: argparse.Namespace) -> int:
-    async with Admin(_bootstrap(args)) as admin:
+    async with _admin(args) as admin:
         if args.action == "create":
             assignments = None
             if args.replica_assignment:
@@ -223,7 +234,7 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
 async def _elect(args: argparse.Namespace) -> int:
     if args.all_topic_partitions == bool(args.topic):
         raise ValueError("give --all-topic-partitions or --topic T [--partition P ...]")
-    async with Admin(_bootstrap(args)) as admin:
+    async with _admin(args) as admin:
         partitions = None
         if args.topic:
             if args.partition:
@@ -267,7 +278,7 @@ def _read_assignment(path: str) -> dict[tuple[str, int], list[int]]:
 
 
 async def _reassign(args: argparse.Namespace) -> int:
-    async with Admin(_bootstrap(args)) as admin:
+    async with _admin(args) as admin:
         if args.action == "generate":
             topics = [t.strip() for t in args.topics.split(",") if t.strip()]
             brokers = sorted(int(b) for b in args.brokers.split(","))
@@ -331,7 +342,7 @@ async def _reassign(args: argparse.Namespace) -> int:
 async def _verify_replicas(args: argparse.Namespace) -> int:
     """Exit 0 when every partition is consistent, 1 when a replica differs below the high
     watermark or an in-sync replica could not be read."""
-    async with Admin(_bootstrap(args)) as admin:
+    async with _admin(args) as admin:
         reports = await verify_replicas(admin, args.topics or None)
     bad = [r for r in reports if not r.consistent]
     if args.json:

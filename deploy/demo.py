@@ -218,7 +218,7 @@ async def produce_traffic(topology: Topology, records: int, seed: int,
             return report
 
         callbacks = {t: delivered(t) for t in TOPICS}
-        async with Producer({"bootstrap.servers": spec.bootstrap(), "acks": "all", "enable.idempotence": True,
+        async with Producer({**spec.client_config(), "acks": "all", "enable.idempotence": True,
                              "linger.ms": 10, "compression.type": "lz4",
                              "client.id": f"dcmirror-demo-{cluster}"}) as producer:
             for i in range(count):
@@ -260,7 +260,8 @@ async def source_offsets(topology: Topology) -> dict[tuple[str, str, int], tuple
 
     out: dict[tuple[str, str, int], tuple[int, int]] = {}
     for cluster in sorted({s.cluster for s in streams_of(topology)}):
-        async with Admin(topology.cluster(cluster).bootstrap(), client_id="dcmirror-demo") as admin:
+        async with Admin(topology.cluster(cluster).bootstrap(), client_id="dcmirror-demo",
+                         config=dict(topology.cluster(cluster).client)) as admin:
             tps = [(t.name, p) for t in topology.topics_of(cluster) for p in range(t.partitions)]
             starts = await admin.list_offsets(tps, EARLIEST)
             ends = await admin.list_offsets(tps, LATEST)
@@ -287,8 +288,7 @@ async def count_aggregate(topology: Topology, stream: Stream,
     partitions = [p for (c, t, p) in offsets if c == stream.cluster and t == stream.topic]
     seen: dict[int, set[int]] = {p: set() for p in partitions}
     result = AggregateCount()
-    bootstrap = topology.cluster(stream.target_cluster).bootstrap()
-    async with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+    async with Consumer({**topology.cluster(stream.target_cluster).client_config(), "auto.offset.reset": "earliest",
                          "client.id": "dcmirror-demo", "enable.auto.commit": False}) as consumer:
         tps = [(stream.target_topic, p) for p in partitions]
         ends = await consumer.end_offsets(tps)

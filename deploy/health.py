@@ -20,6 +20,7 @@ import trio
 from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
 from cluster.client.describe import PartitionDescription, describe_cluster, describe_topics
 from cluster.client.errors import KafkaError, error_name
+from cluster.security.connector import PLAINTEXT, LinkSecurity
 from topology.model import ClusterSpec
 
 LISTED_MAX = 5  # partitions named in a problem line; the rest are counted
@@ -145,9 +146,10 @@ def assess(spec: ClusterSpec, views: Sequence[BrokerView], controllers: Sequence
                          tuple(a.node_id for a in spec.controllers), controllers_up)
 
 
-async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_partitions: bool) -> BrokerView:
+async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_partitions: bool,
+                 link: LinkSecurity = PLAINTEXT) -> BrokerView:
     address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    conn = BrokerConnection(host, port, client_id="dcmirror-status")
+    conn = BrokerConnection(host, port, client_id="dcmirror-status", link=link)
     try:
         with trio.fail_after(timeout_s):
             await conn.connect(timeout_s)
@@ -189,11 +191,12 @@ async def observe_cluster(spec: ClusterSpec, timeout_s: float = 5.0, *,
     controllers)."""
     nodes = spec.brokers + spec.controllers
     views: list[BrokerView | None] = [None] * len(nodes)
+    link = LinkSecurity.from_config(spec.client) if spec.client else PLAINTEXT  # the cluster's `client` table
 
     async def run(i: int) -> None:
         a = nodes[i]
         if i < len(spec.brokers):
-            views[i] = await _probe(a.node_id, a.host, a.port, timeout_s, with_partitions)
+            views[i] = await _probe(a.node_id, a.host, a.port, timeout_s, with_partitions, link)
         else:
             views[i] = await _connectable(a.node_id, a.host, a.port, timeout_s)
 

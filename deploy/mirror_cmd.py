@@ -189,9 +189,9 @@ async def translate_group(topology: Any, flows: list[Any], group: str, live: boo
         try:
             if live:
                 source = topology.cluster(flow.source)
-                async with Admin(source.bootstrap()) as sadmin:
+                async with Admin(source.bootstrap(), config=dict(source.client)) as sadmin:
                     committed = await sadmin.committed_offsets(group)
-                tcluster = ClientCluster(admin_config({"bootstrap.servers": target.bootstrap()}))
+                tcluster = ClientCluster(admin_config(target.client_config()))
                 try:
                     for (topic, p), offset in sorted(committed.items()):
                         if not flow.matches(topic):
@@ -208,7 +208,7 @@ async def translate_group(topology: Any, flows: list[Any], group: str, live: boo
                 finally:
                     await tcluster.aclose()
             else:
-                async with Consumer({"bootstrap.servers": target.bootstrap(), "auto.offset.reset": "earliest"}) as c:
+                async with Consumer({**target.client_config(), "auto.offset.reset": "earliest"}) as c:
                     ends = await c.end_offsets([(checkpoints.CHECKPOINTS_TOPIC, 0)])
                     end = ends[(checkpoints.CHECKPOINTS_TOPIC, 0)]
                     c.assign([(checkpoints.CHECKPOINTS_TOPIC, 0)])
@@ -230,7 +230,7 @@ async def translate_group(topology: Any, flows: list[Any], group: str, live: boo
             rows.append({"flow": flow.name, **cp.__dict__})
         if apply and offsets:
             try:
-                async with Admin(target.bootstrap()) as tadmin:
+                async with Admin(target.bootstrap(), config=dict(target.client)) as tadmin:
                     await tadmin.commit_offsets(group, offsets)
             except (KafkaError, AdminError, OSError) as exc:
                 print(f"dcmirror mirror translate: committing in {flow.target}: {exc}", file=sys.stderr)

@@ -81,7 +81,9 @@ class WarehouseSettings:
         config = dict(spec.config)
         spark_conf = {k: v for k, v in config.items() if k.startswith("spark.")}
         spark_conf.setdefault("spark.master", DEFAULT_MASTER)
-        kafka = {k[len("kafka."):]: v for k, v in config.items() if k.startswith("kafka.")}
+        # the source cluster's `client` table (security settings), then the load's own kafka.*
+        kafka = {**topology.cluster(spec.source).client,
+                 **{k[len("kafka."):]: v for k, v in config.items() if k.startswith("kafka.")}}
         path = Path(spec.path)
         return cls(
             source=spec.source,

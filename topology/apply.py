@@ -114,7 +114,7 @@ async def _plan_one(topology: Topology, spec: ClusterSpec, timeout_s: float) -> 
     with trio.move_on_after(timeout_s):
         try:
             async with Admin(spec.bootstrap(), client_id="dcmirror-topology",
-                             config=_admin_settings(timeout_s)) as admin:
+                             config={**spec.client, **_admin_settings(timeout_s)}) as admin:
                 observed = await observe(admin, spec, topics)
         except CLIENT_ERRORS as exc:
             observed = _unreachable(spec, exc, timeout_s)
@@ -277,7 +277,8 @@ async def _apply_one(topology: Topology, spec: ClusterSpec, timeout_s: float) ->
         with trio.move_on_after(timeout_s):
             try:
                 admin = await stack.enter_async_context(
-                    Admin(spec.bootstrap(), client_id="dcmirror-topology", config=_admin_settings(timeout_s)))
+                    Admin(spec.bootstrap(), client_id="dcmirror-topology",
+                          config={**spec.client, **_admin_settings(timeout_s)}))
                 observed = await observe(admin, spec, topics)
             except CLIENT_ERRORS as exc:
                 observed = _unreachable(spec, exc, timeout_s)

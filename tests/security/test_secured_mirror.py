@@ -95,6 +95,17 @@ def test_flow_mirrors_exactly_once_over_mutual_tls_with_its_own_principals(
     c.close()
     assert len(got) == 500 and sorted(got) == sorted(f"r{i}".encode() for i in range(500)), \
         (len(got), lab.mirror_log_tail())
+    # the operator's commands reach the secured clusters with the topology's `client` tables
+    # (the tester's certificate: a super user)
+    tester = {"ssl.key.location": str(certs["tester"][0]), "ssl.certificate.location": str(certs["tester"][1])}
+    lab.write_topology(lab.flows, client={"security.protocol": "SSL", "ssl.ca.location": str(ca.cert_path), **tester})
+    status = subprocess.run([sys.executable, "-m", "deploy.cli", "status", "--config", str(lab.topology_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    described = subprocess.run([sys.executable, "-m", "deploy.cli", "topics", "describe", "east.pv", "--config",
+                                str(lab.topology_path), "--cluster", "aggregate"], cwd=REPO, capture_output=True,
+                               text=True, timeout=60)
+    assert described.returncode == 0 and "east.pv" in described.stdout, described.stdout + described.stderr
     # the intruder's certificate is valid, but no ACL names it
     errors: list[KafkaError] = []
     intruder = Consumer({**_client(ca, lab.bootstrap("aggregate"), certs["intruder"]), "group.id": "x",
