@@ -312,3 +312,45 @@ def test_failed_logins_are_answered_ever_more_slowly(secured: SecuredBroker) -> 
     assert failures[0] >= 0.05 and failures[4] >= 0.8, failures  # 50, 100, 200, 400, 800 ms
     assert all(b > a * 1.5 for a, b in zip(failures, failures[1:], strict=False)), failures
     assert success < 0.5, success
+
+
+def test_sessions_expire_and_clients_log_in_again_without_losing_records(tmp_path: Path) -> None:
+    """connections.max.reauth.ms on the SASL listener: a producer running across several
+    session lifetimes re-authenticates (KIP-368) or reconnects; every record arrives once."""
+    from confluent_kafka import Producer
+
+    broker = start_secured_broker(tmp_path, **{"connections.max.reauth.ms": 1000})
+    try:
+        add_users(broker.internal, ("alice",))
+        _acls(broker.internal, [("TOPIC", "sec.", "PREFIXED", "User:alice", "ALL", "ALLOW"),
+                                ("GROUP", "sec.", "PREFIXED", "User:alice", "READ", "ALLOW")])
+        _create_topic(broker.internal, "sec.reauth")
+        logins_before = broker.metric("dcmirror_broker_successful_authentication_total")
+        conf = ClientSecurity(broker, "SCRAM-SHA-512").librdkafka()
+        p = Producer({**conf, "enable.idempotence": True})
+        sent = []
+        deadline = time.monotonic() + 5
+        i = 0
+        while time.monotonic() < deadline:
+            p.produce("sec.reauth", f"r{i}".encode(), key=b"k")
+            sent.append((b"k", f"r{i}".encode()))
+            i += 1
+            p.poll(0)
+            time.sleep(0.01)
+        assert p.flush(30) == 0
+        assert broker.metric("dcmirror_broker_successful_authentication_total") >= logins_before + 4
+        from kafka import KafkaConsumer, TopicPartition
+
+        c = KafkaConsumer(**ClientSecurity(broker, "SCRAM-SHA-512").kafka_python(), group_id=None,
+                          enable_auto_commit=False)
+        c.assign([TopicPartition("sec.reauth", 0)])
+        c.seek_to_beginning()
+        got: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            for batch in c.poll(500).values():
+                got.extend((r.key, r.value) for r in batch)
+        c.close()
+        assert got == sent
+    finally:
+        broker.proc.stop()
