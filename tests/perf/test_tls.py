@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.perf.benchlib import PARTITIONS, create_topic, emit, env_int, kafka_consume, kafka_produce, payloads
+from tests.perf.benchlib import (
+    PARTITIONS,
+    create_topic,
+    emit,
+    env_int,
+    kafka_consume,
+    kafka_produce,
+    payloads,
+)
 from tests.security.secured import ClientSecurity, add_users, start_secured_broker
 
 pytestmark = pytest.mark.perf
