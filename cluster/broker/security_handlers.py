@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _MECHANISM_NAMES = {v: k for k, v in MECHANISM_TYPES.items()}
 MAX_USER_NAME_CHARS = 256
+MAX_ACLS_PER_REQUEST = 1000  # ACLs or credential changes: each becomes a record of one controller entry
 
 
 class SaslHandlers:
@@ -120,6 +121,11 @@ class ScramUserHandlers:
             return {"throttle_time": 0, "results": [
                 {"user": u, "error_code": ErrorCode.cluster_authorization_failed,
                  "error_message": "ALTER on the cluster is needed"} for u in sorted(users)]}
+        if len(req.deletions) + len(req.upsertions) > MAX_ACLS_PER_REQUEST:
+            return {"throttle_time": 0, "results": [
+                {"user": u, "error_code": ErrorCode.invalid_request,
+                 "error_message": f"at most {MAX_ACLS_PER_REQUEST} credential changes per request"}
+                for u in sorted(users)]}
         errors: dict[str, tuple[int, str]] = {}
         seen: set[tuple[str, int]] = set()
         for item in [*req.deletions, *req.upsertions]:
@@ -195,10 +201,7 @@ class AclHandlers:
         if not ctx.allowed_on_cluster(AclOperation.DESCRIBE):
             return answer(ErrorCode.cluster_authorization_failed, "DESCRIBE on the cluster is needed", [])
         try:
-            f = AclFilter(ResourceType(req.resource_type_filter), req.resource_name_filter,
-                          PatternType(getattr(req, "pattern_type_filter", PatternType.LITERAL)),
-                          req.principal_filter, req.host_filter, AclOperation(req.operation),
-                          AclPermissionType(req.permission_type))
+            f = _acl_filter(req)
         except ValueError as exc:
             return answer(ErrorCode.invalid_request, f"bad ACL filter: {exc}", [])
         grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
@@ -220,6 +223,8 @@ class AclHandlers:
             return all_failed(ErrorCode.security_disabled, why)
         if not ctx.allowed_on_cluster(AclOperation.ALTER):
             return all_failed(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed")
+        if len(req.creations) > MAX_ACLS_PER_REQUEST:
+            return all_failed(ErrorCode.invalid_request, f"at most {MAX_ACLS_PER_REQUEST} ACLs per request")
         results: list[dict[str, Any]] = []
         valid = []
         for c in req.creations:
@@ -257,10 +262,7 @@ class AclHandlers:
         ids: list[str] = []
         for raw in req.filters:
             try:
-                f = AclFilter(ResourceType(raw.resource_type_filter), raw.resource_name_filter,
-                              PatternType(getattr(raw, "pattern_type_filter", PatternType.LITERAL)),
-                              raw.principal_filter, raw.host_filter, AclOperation(raw.operation),
-                              AclPermissionType(raw.permission_type))
+                f = _acl_filter(raw)
             except ValueError as exc:
                 results.append({"error_code": ErrorCode.invalid_request, "error_message": f"bad ACL filter: {exc}",
                                 "matching_acls": []})
@@ -280,6 +282,13 @@ class AclHandlers:
             if answer["error_code"] != ErrorCode.none:
                 return all_failed(answer["error_code"], str(answer.get("error_message")))
         return {"throttle_time": 0, "filter_results": results}
+
+
+def _acl_filter(raw: Any) -> AclFilter:
+    """A DescribeAcls request or a DeleteAcls filter (v0 has no pattern type: LITERAL)."""
+    return AclFilter(ResourceType(raw.resource_type_filter), raw.resource_name_filter,
+                     PatternType(getattr(raw, "pattern_type_filter", PatternType.LITERAL)), raw.principal_filter,
+                     raw.host_filter, AclOperation(raw.operation), AclPermissionType(raw.permission_type))
 
 
 def _sort_key(b: AclBinding) -> tuple[Any, ...]:
