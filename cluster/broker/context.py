@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cluster.security.acl import AclOperation, Authorizer, ResourceType
 from cluster.security.principal import ANONYMOUS, KafkaPrincipal
@@ -20,7 +20,6 @@ class Session:
     sasl: SaslServerSession | None = None  # None: not a SASL listener
     # Set when a login failed: the server sends the answer, waits this long and closes.
     close_after_s: float | None = None
-    failed_logins: int = field(default=0)
 
     @property
     def authenticated(self) -> bool:

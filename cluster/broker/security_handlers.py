@@ -16,7 +16,6 @@ from cluster.broker.context import RequestContext, Session
 from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from cluster.broker.security import BrokerSecurity
 from cluster.common.clock import Clock
-from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.security.acl import (
     AclBinding,
@@ -67,7 +66,6 @@ class SaslHandlers:
         except AuthenticationFailed as exc:
             delay_s = self.security.login_failed(session.client_ip)
             session.close_after_s = delay_s
-            session.failed_logins += 1
             mechanism = session.sasl.mechanism or "?"
             # The reason is logged (it never holds the password); the client gets Kafka's text.
             log.warning("failed SASL %s login from %s on %s: %s", mechanism, session.client_ip, session.listener, exc)
@@ -295,5 +293,3 @@ def _sort_key(b: AclBinding) -> tuple[Any, ...]:
     return (int(b.resource_type), b.resource_name, int(b.pattern_type), b.principal, b.host, int(b.operation),
             int(b.permission))
 
-
-SECURITY_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from cluster.security.errors import AuthenticationFailed
 from cluster.security.principal import KafkaPrincipal, user
-from cluster.security.scram import MECHANISMS, ScramCredential, ScramServer, password_matches
+from cluster.security.scram import ScramCredential, ScramServer, password_matches
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_PLAIN_BYTES = 1024
@@ -117,7 +117,3 @@ class SaslServerSession:
 
     def session_lifetime_ms(self, now_ms: int) -> int:
         return 0 if self.expires_ms is None else max(0, self.expires_ms - now_ms)
-
-
-def scram_mechanisms() -> tuple[str, ...]:
-    return tuple(MECHANISMS)
