@@ -15,9 +15,10 @@ from typing import Any
 
 from cluster.broker.config import BrokerConfig
 from cluster.broker.context import Session
+from cluster.common.secrets import resolve
 from cluster.controller.image import MetadataImage
 from cluster.security.acl import AclBinding, Authorizer
-from cluster.security.connector import LinkSecurity, parse_jaas
+from cluster.security.connector import LinkSecurity
 from cluster.security.errors import SecurityConfigError
 from cluster.security.listeners import (
     PROTOCOLS,
@@ -31,7 +32,7 @@ from cluster.security.listeners import (
 from cluster.security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from cluster.security.sasl import SaslServerSession
 from cluster.security.scram import ScramCredential
-from cluster.security.tls import ClientTls, ReloadingContext, ServerTls, client_context
+from cluster.security.tls import ReloadingContext, ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,6 @@ class BrokerSecurity:
             raise SecurityConfigError(f"listener {name} uses TLS: set ssl.keystore.location "
                                       f"(or listener.name.{name.lower()}.ssl.keystore.location)")
         password = setting("ssl.key.password")
-        from cluster.common.secrets import resolve
-
         return ReloadingContext(ServerTls(
             keystore=Path(setting("ssl.keystore.location")),
             truststore=Path(setting("ssl.truststore.location")) if setting("ssl.truststore.location") else None,
@@ -143,36 +142,33 @@ class BrokerSecurity:
             cipher_suites=setting("ssl.cipher.suites")))
 
     def _inter_broker_link(self, config: BrokerConfig, inter: ListenerRuntime) -> LinkSecurity:
+        """How this broker connects to the others: the client settings of the inter-broker
+        listener (its keystore as the client certificate, its truststore, its JAAS login),
+        read by the same code as every client's (LinkSecurity.from_config)."""
         values = config.values
-        tls = None
-        if uses_tls(inter.protocol):
-            def setting(key: str) -> str:
-                return str(listener_setting(values, inter.name, key) or "")
 
-            truststore = setting("ssl.truststore.location")
-            password = setting("ssl.key.password")
-            from cluster.common.secrets import resolve
+        def setting(key: str) -> str:
+            return str(listener_setting(values, inter.name, key) or "")
 
-            tls = client_context(ClientTls(
-                truststore=Path(truststore) if truststore else None,
-                certificate=Path(setting("ssl.keystore.location")) if setting("ssl.keystore.location") else None,
-                key_password=resolve(password, "ssl.key.password") if password else None,
-                check_hostname=str(config["ssl.endpoint.identification.algorithm"]).lower() == "https"))
-        if not uses_sasl(inter.protocol):
-            return LinkSecurity(inter.protocol, tls)
-        mechanism = str(config["sasl.mechanism.inter.broker.protocol"])
-        jaas = ""
-        for key in (f"listener.name.{inter.name.lower()}.{mechanism.lower()}.sasl.jaas.config",
-                    f"listener.name.{inter.name.lower()}.sasl.jaas.config", "sasl.jaas.config"):
-            if values.get(key):
-                jaas = str(values[key])
-                break
-        if not jaas:
-            raise SecurityConfigError(f"the inter-broker listener {inter.name} uses SASL: set "
-                                      f"listener.name.{inter.name.lower()}.{mechanism.lower()}.sasl.jaas.config "
-                                      "(or sasl.jaas.config) with this broker's user")
-        username, login_password = parse_jaas(jaas)
-        return LinkSecurity(inter.protocol, tls, mechanism, username, login_password)
+        client: dict[str, object] = {
+            "security.protocol": inter.protocol,
+            "ssl.truststore.location": setting("ssl.truststore.location"),
+            "ssl.keystore.location": setting("ssl.keystore.location"),
+            "ssl.key.password": setting("ssl.key.password"),
+            "ssl.endpoint.identification.algorithm": str(config["ssl.endpoint.identification.algorithm"]),
+        }
+        if uses_sasl(inter.protocol):
+            mechanism = str(config["sasl.mechanism.inter.broker.protocol"])
+            for key in (f"listener.name.{inter.name.lower()}.{mechanism.lower()}.sasl.jaas.config",
+                        f"listener.name.{inter.name.lower()}.sasl.jaas.config", "sasl.jaas.config"):
+                if values.get(key):
+                    client.update({"sasl.mechanism": mechanism, "sasl.jaas.config": str(values[key])})
+                    break
+            else:
+                raise SecurityConfigError(f"the inter-broker listener {inter.name} uses SASL: set "
+                                          f"listener.name.{inter.name.lower()}.{mechanism.lower()}.sasl.jaas.config "
+                                          "(or sasl.jaas.config) with this broker's user")
+        return LinkSecurity.from_config(client)
 
     # ---- sessions ----------------------------------------------------------------------
 
