@@ -20,6 +20,7 @@ import trio
 
 from cluster.client.admin import Admin, AdminError
 from cluster.client.connection import KafkaConnectionError
+from cluster.common.secrets import read_properties_file
 from cluster.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -32,26 +33,10 @@ from cluster.security.acl import (
 )
 from cluster.security.scram import DEFAULT_ITERATIONS, MECHANISMS, check_iterations, salted_password
 
-MAX_PROPERTIES_BYTES = 1 << 20
-
 
 def read_properties(path: str | None) -> dict[str, str]:
-    """A Java-style client properties file (key=value, # comments)."""
-    if not path:
-        return {}
-    p = Path(path)
-    if p.stat().st_size > MAX_PROPERTIES_BYTES:
-        raise ValueError(f"--command-config {path} is larger than {MAX_PROPERTIES_BYTES} bytes")
-    out = {}
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"--command-config {path}:{n}: expected key=value")
-        out[key.strip()] = value.strip()
-    return out
+    """The --command-config client properties file (key=value, # comments)."""
+    return read_properties_file(Path(path), "--command-config") if path else {}
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -71,16 +71,32 @@ def resolve(value: str, setting: str) -> str:
             if "/" in key or key in ("", ".", ".."):
                 raise InvalidConfig(f"{setting}: ${{dir:...}} names a file in the directory, not {key!r}")
             return _read(Path(path_text) / key, setting).rstrip("\r\n")
-        for line in _read(Path(path_text), setting).splitlines():
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            m2 = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)", line)
-            if m2 is not None and m2.group(1) == key:
-                return m2.group(2)
-        raise InvalidConfig(f"{setting}: {path_text} has no key {key!r}")
+        properties = parse_properties(_read(Path(path_text), setting), f"{setting}: {path_text}")
+        if key not in properties:
+            raise InvalidConfig(f"{setting}: {path_text} has no key {key!r}")
+        return properties[key]
 
     return _REF.sub(one, value)
+
+
+def parse_properties(text: str, where: str) -> dict[str, str]:
+    """A Java properties file as Kafka's tools read them: `key=value` or `key: value`,
+    `#`/`!` comments. A line without a separator is an error naming `where` and the line."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)", line)
+        if m is None:
+            raise InvalidConfig(f"{where}:{n}: expected key=value")
+        out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def read_properties_file(path: Path, setting: str) -> dict[str, str]:
+    """A properties file of at most MAX_SECRET_BYTES (checked before reading)."""
+    return parse_properties(_read(path, setting), f"{setting} {path}")
 
 
 def secret(value: str | Secret, setting: str) -> Secret:
