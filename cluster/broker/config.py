@@ -102,6 +102,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("sasl.jaas.config", str, "", None,
                   "Credentials this broker logs in with on SASL inter-broker links (Kafka's JAAS line; "
                   "password as a ${file:...}/${env:...} reference)"),
+        ConfigDef("sasl.server.max.receive.size", int, 524_288, None,
+                  "Largest frame a connection may send before its SASL login completes", 1024),
         ConfigDef("connections.max.reauth.ms", int, 0, None, "SASL sessions end after this unless re-authenticated (0: never)", 0),
         ConfigDef("connection.failed.authentication.delay.ms", int, 100, None,
                   "A connection whose login failed is answered and closed after this delay", 0),

@@ -38,6 +38,9 @@ class BrokerServer:
         self.broker = broker
         self.security = broker.security
         self.max_frame_bytes = int(broker.config["socket.request.max.bytes"])
+        # Before a SASL login completes, frames are small (Kafka's sasl.server.max.receive.size):
+        # an anonymous peer cannot make the broker reserve socket.request.max.bytes.
+        self.max_login_frame_bytes = min(self.max_frame_bytes, int(broker.config["sasl.server.max.receive.size"]))
         self.idle_timeout_s = int(broker.config["connections.max.idle.ms"]) / 1000
         self.connections = 0
         self.max_connections = int(broker.config["max.connections"])
@@ -103,7 +106,9 @@ class BrokerServer:
 
     async def _serve(self, stream: trio.abc.Stream, peer: str, session: Session) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
-        # Plain TCP reads straight into the frame's buffer; TLS goes through SSLStream.
+        if session.sasl is not None:
+            decoder = FrameDecoder(self.max_login_frame_bytes, "sasl.server.max.receive.size")
+        # Plain TCP reads straight into the frame's buffer; TLS goes through TlsServerStream.
         sock = stream.socket if isinstance(stream, trio.SocketStream) else None
 
         async def answer(frame: bytearray) -> None:
@@ -116,6 +121,8 @@ class BrokerServer:
                 raise CloseConnection(f"closed after a failed login by {session.client_ip}")
             if response is not None:
                 await stream.send_all(response)
+            if decoder.limit_name != "socket.request.max.bytes" and session.authenticated:
+                decoder.max_frame_bytes, decoder.limit_name = self.max_frame_bytes, "socket.request.max.bytes"
 
         while True:
             frame = decoder.next_frame()

@@ -16,8 +16,9 @@ class FrameDecoder:
     frame is allocated; the frame buffer is then filled in place (one copy per byte).
     """
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes") -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.limit_name = limit_name  # the setting the limit comes from, for the error
         self._size_buf = bytearray()
         self._frame: bytearray | None = None
         self._filled = 0
@@ -45,7 +46,7 @@ class FrameDecoder:
                     raise ProtocolError(f"negative frame size {size}")
                 if size > self.max_frame_bytes:
                     raise FrameTooLarge(
-                        f"frame of {size} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}"
+                        f"frame of {size} bytes exceeds {self.limit_name}={self.max_frame_bytes}"
                     )
                 self._frame = bytearray(size)
                 self._filled = 0

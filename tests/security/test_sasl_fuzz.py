@@ -117,6 +117,26 @@ def test_fuzzed_sasl_exchanges_never_authenticate_nor_harm_the_broker(secured: S
             assert _read_frame(sock) is None, "a request was answered without a login"
 
 
+def _closed_at_once(port: int, declared: int) -> bool:
+    """Declare a frame of `declared` bytes and send none of it: True when the broker closes
+    the connection, False when it waits for the bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(struct.pack(">i", declared))
+        try:
+            return sock.recv(1) == b""
+        except TimeoutError:
+            return False
+
+
+def test_frames_before_login_are_small(secured: SecuredBroker) -> None:
+    """sasl.server.max.receive.size (512 KiB): an anonymous peer on a SASL listener cannot
+    make the broker reserve socket.request.max.bytes (1 MiB here); a listener without SASL
+    takes the full size."""
+    assert _closed_at_once(secured.sasl_plaintext_port, 600_000)
+    assert not _closed_at_once(secured.proc.port, 600_000)
+    assert "exceeds sasl.server.max.receive.size=524288" in secured.proc.log_text()
+
+
 def test_broker_is_whole_after_the_fuzzing(secured: SecuredBroker) -> None:
     """Runs after the fuzzer (same module, in order): alive, no traceback, bounded memory,
     and a real login still works on the fuzzed listener."""
