@@ -125,6 +125,25 @@ def add_users(bootstrap: str, names: tuple[str, ...] = ("alice", "bob", "admin")
         future.result(15)
 
 
+def create_acls(conf: dict[str, Any], rows: list[tuple[str, str, str, str, str, str]]) -> None:
+    """ACLs with librdkafka's admin API: rows of (resource type, name, pattern type,
+    principal, operation, permission) by confluent-kafka's enum names (BROKER: the cluster)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient(conf)
+    bindings = [AclBinding(ResourceType[rt], name, ResourcePatternType[pt], principal, "*", AclOperation[op],
+                           AclPermissionType[perm]) for rt, name, pt, principal, op, perm in rows]
+    for future in admin.create_acls(bindings).values():
+        future.result(15)
+
+
 @dataclass(frozen=True)
 class ClientSecurity:
     """One way in: `mode` is mtls, or a SASL mechanism over SASL_SSL."""

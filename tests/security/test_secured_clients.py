@@ -22,6 +22,7 @@ from tests.security.secured import (
     ClientSecurity,
     SecuredBroker,
     add_users,
+    create_acls,
     start_secured_broker,
 )
 
@@ -44,20 +45,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]
 
 
 def _acls(bootstrap: str, rows: list[tuple[str, str, str, str, str, str]]) -> None:
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    bindings = [AclBinding(ResourceType[rt], name, ResourcePatternType[pt], principal, "*", AclOperation[op],
-                           AclPermissionType[perm]) for rt, name, pt, principal, op, perm in rows]
-    for future in admin.create_acls(bindings).values():
-        future.result(15)
+    create_acls({"bootstrap.servers": bootstrap}, rows)
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 from deploy.certs import Authority, issue, make_ca, split_keystore
 from tests.harness import REPO
 from tests.mirror.lab import Flow, MirrorLab
+from tests.security.secured import create_acls
 
 
 @pytest.fixture
@@ -34,22 +35,8 @@ def _client(ca: Authority, bootstrap: str, pair: tuple[Path, Path]) -> dict[str,
 
 
 def _grant_all(conf: dict[str, str], principal: str) -> None:
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    admin = AdminClient(conf)
-    bindings = [AclBinding(rt, name, ResourcePatternType.LITERAL, principal, "*", AclOperation.ALL,
-                           AclPermissionType.ALLOW)
-                for rt, name in ((ResourceType.TOPIC, "*"), (ResourceType.GROUP, "*"),
-                                 (ResourceType.BROKER, "kafka-cluster"))]
-    for f in admin.create_acls(bindings).values():
-        f.result(20)
+    create_acls(conf, [(rt, name, "LITERAL", principal, "ALL", "ALLOW")
+                       for rt, name in (("TOPIC", "*"), ("GROUP", "*"), ("BROKER", "kafka-cluster"))])
 
 
 def test_flow_mirrors_exactly_once_over_mutual_tls_with_its_own_principals(
