@@ -51,6 +51,23 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def bootstrap_scram_records(users: dict[str, str]) -> tuple[dict[str, object], ...]:
+    """ScramCredential records (SCRAM-SHA-256 and -512) of the topology's users, passwords
+    read from their references: what a new cluster's metadata log starts with, as Kafka's
+    `kafka-storage format --add-scram`. Raises ValueError naming the user, never the secret."""
+    from cluster.common.secrets import resolve
+    from cluster.controller.image import record
+    from cluster.security.scram import MECHANISMS, make_credential
+
+    out = []
+    for user, reference in users.items():
+        password = resolve(reference, f"users.{user}")
+        for mechanism in MECHANISMS:
+            out.append(record("ScramCredential", name=user, **make_credential(mechanism, password.encode())
+                              .record_fields()))
+    return tuple(out)
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     from cluster.broker.config import BrokerConfig
     from cluster.broker.server import serve_until_signalled
@@ -72,8 +89,15 @@ def cmd_broker(args: argparse.Namespace) -> int:
             return 2
         voters = {v.node_id: (v.host, v.port) for v in spec.voters}
         brokers = {b.node_id: (b.host, b.port) for b in spec.brokers}
-        membership = ClusterMembership(node.node_id, voters, f"{args.cluster}", brokers)
+        try:
+            records = bootstrap_scram_records(spec.users)
+        except ValueError as exc:
+            print(f"dcmirror broker: {exc}", file=sys.stderr)
+            return 2
+        membership = ClusterMembership(node.node_id, voters, f"{args.cluster}", brokers, records)
         overrides = {**spec.config, "node.id": node.node_id}
+        if spec.listeners:
+            overrides["listeners"] = spec.node_listeners(node.node_id)
         data_dir = args.data_dir or str(spec.node_data_dir(node.node_id))
         listen = args.listen or f"{node.host}:{node.port}"
     else:
@@ -99,7 +123,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
             from cluster.broker.server import parse_listen
 
             controller = ControllerNode(membership.node_id, membership.voters, membership.brokers, Path(data_dir),
-                                        config, membership.cluster_id)
+                                        config, membership.cluster_id, membership.bootstrap_records)
             trio.run(serve_controller_until_signalled, controller, *parse_listen(listen))
             return 0
         trio.run(serve_until_signalled, Path(data_dir), listen, config, membership)

@@ -21,31 +21,40 @@ from cluster.protocol.errors import ErrorCode
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 
-def _add_target(p: argparse.ArgumentParser) -> None:
+def add_target(p: argparse.ArgumentParser, cluster_flag: str = "--cluster") -> None:
+    """--bootstrap, or --config FILE with `cluster_flag` NAME (acls keep --cluster for the
+    cluster resource, as kafka-acls); --command-config."""
     p.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of the cluster")
-    p.add_argument("--config", help="topology file (with --cluster instead of --bootstrap)")
-    p.add_argument("--cluster", help="cluster name in the topology file")
+    p.add_argument("--config", help=f"topology file (with {cluster_flag} instead of --bootstrap)")
+    p.add_argument(cluster_flag, dest="target_cluster", metavar="NAME", help="cluster name in the topology file")
+    p.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*; secrets as "
+                                            "${file:...}/${env:...}) over the topology cluster's `client` table")
 
 
 def _bootstrap(args: argparse.Namespace) -> str:
     if args.bootstrap:
         return str(args.bootstrap)
-    if args.config and args.cluster:
+    if args.config and args.target_cluster:
         from topology import load
 
-        return load(args.config).cluster(args.cluster).bootstrap()
+        return load(args.config).cluster(args.target_cluster).bootstrap()
     raise ValueError("give --bootstrap HOST:PORT or --config FILE --cluster NAME")
 
 
-def _admin(args: argparse.Namespace) -> Admin:
-    """The admin client for the command's cluster, with the topology cluster's `client`
-    security settings (--config --cluster)."""
+def admin_for(args: argparse.Namespace, client_id: str = "dcmirror-admin") -> Admin:
+    """The admin client for the command's cluster: --bootstrap, or --config --cluster (the
+    topology cluster's client listener and `client` security settings), overlaid by the
+    --command-config properties file."""
+    from cluster.common.secrets import read_properties_file
+
     client: dict[str, str] = {}
-    if not args.bootstrap and args.config and args.cluster:
+    if not args.bootstrap and args.config and args.target_cluster:
         from topology import load
 
-        client = dict(load(args.config).cluster(args.cluster).client)
-    return Admin(_bootstrap(args), config=client)
+        client = dict(load(args.config).cluster(args.target_cluster).client)
+    if getattr(args, "command_config", None):
+        client.update(read_properties_file(Path(args.command_config), "--command-config"))
+    return Admin(_bootstrap(args), client_id=client_id, config=client)
 
 
 def _kv(pairs: list[str], flag: str) -> dict[str, str]:
@@ -89,11 +98,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     delete = actions.add_parser("delete", help="delete a topic")
     delete.add_argument("topic")
     for p in (create, lst, describe, alter, delete):
-        _add_target(p)
+        add_target(p)
     topics.set_defaults(func=_runner(_topics))
 
     elect = sub.add_parser("elect-leaders", help="preferred or unclean leader election")
-    _add_target(elect)
+    add_target(elect)
     elect.add_argument("--election-type", choices=sorted(ELECTION_TYPES), default="preferred")
     elect.add_argument("--topic")
     elect.add_argument("--partition", type=int, action="append")
@@ -113,15 +122,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                        ("cancel", "cancel the moves in a reassignment file")):
         p = ractions.add_parser(name, help=text)
         p.add_argument("--reassignment-json-file", required=True)
-        _add_target(p)
-    _add_target(gen)
+        add_target(p)
+    add_target(gen)
     reassign.set_defaults(func=_runner(_reassign))
 
     verify = sub.add_parser("verify-replicas",
                             help="compare every replica byte for byte up to the high watermark, report lag")
     verify.add_argument("topics", nargs="*", help="topics (default: every non-internal topic)")
     verify.add_argument("--json", action="store_true", help="one JSON array of partition reports")
-    _add_target(verify)
+    add_target(verify)
     verify.set_defaults(func=_runner(_verify_replicas))
 
 
@@ -149,7 +158,7 @@ async def _partitions_of(admin: Admin, topics: list[str] | None) -> dict[str, li
 
 
 async def _topics(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_for(args) as admin:
         if args.action == "create":
             assignments = None
             if args.replica_assignment:
@@ -234,7 +243,7 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
 async def _elect(args: argparse.Namespace) -> int:
     if args.all_topic_partitions == bool(args.topic):
         raise ValueError("give --all-topic-partitions or --topic T [--partition P ...]")
-    async with _admin(args) as admin:
+    async with admin_for(args) as admin:
         partitions = None
         if args.topic:
             if args.partition:
@@ -278,7 +287,7 @@ def _read_assignment(path: str) -> dict[tuple[str, int], list[int]]:
 
 
 async def _reassign(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_for(args) as admin:
         if args.action == "generate":
             topics = [t.strip() for t in args.topics.split(",") if t.strip()]
             brokers = sorted(int(b) for b in args.brokers.split(","))
@@ -342,7 +351,7 @@ async def _reassign(args: argparse.Namespace) -> int:
 async def _verify_replicas(args: argparse.Namespace) -> int:
     """Exit 0 when every partition is consistent, 1 when a replica differs below the high
     watermark or an in-sync replica could not be read."""
-    async with _admin(args) as admin:
+    async with admin_for(args) as admin:
         reports = await verify_replicas(admin, args.topics or None)
     bad = [r for r in reports if not r.consistent]
     if args.json:

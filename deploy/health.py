@@ -189,7 +189,7 @@ async def observe_cluster(spec: ClusterSpec, timeout_s: float = 5.0, *,
                           with_partitions: bool = True) -> tuple[list[BrokerView], list[BrokerView]]:
     """Every node of ``spec`` asked at once, each within ``timeout_s``: (brokers, dedicated
     controllers)."""
-    nodes = spec.brokers + spec.controllers
+    nodes = spec.listener_addresses() + spec.controllers  # brokers on the client listener
     views: list[BrokerView | None] = [None] * len(nodes)
     link = LinkSecurity.from_config(spec.client) if spec.client else PLAINTEXT  # the cluster's `client` table
 

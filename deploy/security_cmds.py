@@ -20,7 +20,6 @@ import trio
 
 from cluster.client.admin import Admin, AdminError
 from cluster.client.connection import KafkaConnectionError
-from cluster.common.secrets import read_properties_file
 from cluster.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -32,16 +31,11 @@ from cluster.security.acl import (
     ResourceType,
 )
 from cluster.security.scram import DEFAULT_ITERATIONS, MECHANISMS, check_iterations, salted_password
+from deploy.cluster_cmds import add_target, admin_for
 
 
-def read_properties(path: str | None) -> dict[str, str]:
-    """The --command-config client properties file (key=value, # comments)."""
-    return read_properties_file(Path(path), "--command-config") if path else {}
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
-    p.add_argument("--command-config", help="client properties: security.protocol, sasl.*, ssl.*")
+def _common(p: argparse.ArgumentParser, cluster_flag: str = "--cluster") -> None:
+    add_target(p, cluster_flag)  # --bootstrap, or --config FILE --cluster NAME; --command-config
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,12 +73,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--cluster", action="store_true")
         p.add_argument("--resource-pattern-type", default="literal",
                        choices=["literal", "prefixed", "any", "match"])
-        _common(p)
+        _common(p, "--topology-cluster")
     acls.set_defaults(func=run_acls)
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(args.bootstrap, client_id="dcmirror-security", config=read_properties(args.command_config))
+    return admin_for(args, "dcmirror-security")
 
 
 def _password(args: argparse.Namespace) -> bytes:

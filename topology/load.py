@@ -8,6 +8,7 @@ that would collide or loop are all errors. The first problem found is raised as 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.resources
 import ipaddress
@@ -67,7 +68,10 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
-CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client")
+CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client", "listeners",
+                "client_listener", "users")
+_LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
@@ -413,9 +417,74 @@ class _Loader:
                               + (f" (did you mean {close[0]!r}?)" if close else "")
                               + "; known: " + ", ".join(CLIENT_SECURITY_KEYS))
             self.security_settings(client, path + ("client",), broker=False)
-            clusters[name] = ClusterSpec(name=name, datacenter=datacenter, brokers=brokers,
-                                         controllers=controllers, data_dir=data_dir, config=config, client=client)
+            spec = ClusterSpec(name=name, datacenter=datacenter, brokers=brokers, controllers=controllers,
+                               data_dir=data_dir, config=config, client=client)
+            listeners = self.listeners(table, path, spec)
+            client_listener = ""
+            if "client_listener" in table:
+                client_listener = self.string(table, path, "client_listener").upper()
+                known = [spec.inter_broker_listener, *listeners]
+                if client_listener not in known:
+                    self.fail(path + ("client_listener",), f"{client_listener!r} is not a listener of cluster "
+                                                           f"{name!r}; its listeners: {', '.join(known)}")
+            clusters[name] = dataclasses.replace(spec, listeners=listeners, client_listener=client_listener,
+                                                 users=self.users(table, path))
         return clusters
+
+    def listeners(self, table: dict[str, Any], path: KeyPath, spec: ClusterSpec) -> dict[str, tuple[NodeAddress, ...]]:
+        """More listeners of every broker: NAME = ["host:port", ...] (one per broker); each
+        name needs a protocol (it is one, or listener.security.protocol.map maps it)."""
+        if "listeners" not in table:
+            return {}
+        lpath = path + ("listeners",)
+        raw = self.table(table["listeners"], lpath, hint=' of listener names to broker addresses, e.g. '
+                                                         '{ EXTERNAL = ["10.0.0.1:9093", "10.0.0.2:9093"] }')
+        mapped = {}
+        for pair in spec.config.get("listener.security.protocol.map", "").split(","):
+            key, _, protocol = pair.partition(":")
+            if key.strip():
+                mapped[key.strip().upper()] = protocol.strip().upper()
+        inter = spec.inter_broker_listener
+        if inter not in _PROTOCOLS and inter not in mapped:
+            self.fail(path + ("config",), f"the inter-broker listener {inter} needs a protocol: add "
+                                          f'"listener.security.protocol.map" = "{inter}:SSL,..."')
+        out: dict[str, tuple[NodeAddress, ...]] = {}
+        for raw_name in raw:
+            npath = lpath + (raw_name,)
+            listener = raw_name.upper()
+            if not _LISTENER_NAME.fullmatch(raw_name):
+                self.fail(npath, f"listener name {raw_name!r}: letters, digits and '_', starting with a letter")
+            if listener == inter or listener in out:
+                self.fail(npath, f"listener {listener} is declared twice (the `brokers` addresses are the "
+                                 f"inter-broker listener {inter})" if listener == inter
+                          else f"listener {listener} is declared twice")
+            if listener not in _PROTOCOLS and listener not in mapped:
+                self.fail(npath, f"listener {listener} has no protocol: name it after one ({', '.join(_PROTOCOLS)}) "
+                                 f'or map it in config "listener.security.protocol.map" (e.g. "{listener}:SASL_SSL")')
+            if not isinstance(raw[raw_name], list) or len(raw[raw_name]) != len(spec.brokers):
+                self.fail(npath, f'must be an array of {len(spec.brokers)} "host:port" strings, one per broker '
+                                 "in the order of `brokers`")
+            addresses = self.nodes(raw, lpath, raw_name, first_id=1, low=0, high=len(spec.brokers))
+            out[listener] = addresses
+        return out
+
+    def users(self, table: dict[str, Any], path: KeyPath) -> dict[str, str]:
+        """SCRAM users: name = "${file:...}" / "${dir:...}" / "${env:...}" (never a password)."""
+        if "users" not in table:
+            return {}
+        upath = path + ("users",)
+        raw = self.table(table["users"], upath, hint=' of user names to password references, e.g. '
+                                                     '{ admin = "${file:/etc/dcmirror/passwords.properties:admin}" }')
+        out: dict[str, str] = {}
+        for user, value in raw.items():
+            if not user or len(user) > MAX_NAME or any(c in user for c in ",=") or not user.isprintable():
+                self.fail(upath + (user,), f"user name {user!r}: 1 to {MAX_NAME} printable characters without ',' or '='")
+            if not isinstance(value, str) or not is_reference(value):
+                self.fail(upath + (user,), "must be a reference to the password, never the password: "
+                                           '"${file:/etc/dcmirror/passwords.properties:KEY}", "${dir:/run/secrets:FILE}" '
+                                           'or "${env:VARIABLE}"')
+            out[user] = value
+        return out
 
     def nodes(self, table: dict[str, Any], path: KeyPath, key: str, first_id: int, low: int,
               high: int) -> tuple[NodeAddress, ...]:

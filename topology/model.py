@@ -51,6 +51,15 @@ class ClusterSpec:
     client: dict[str, str] = field(default_factory=dict, hash=False)
     """How every dcmirror client reaches this cluster: security.protocol, sasl.*, ssl.*
     (secrets as ${file:...}/${dir:...}/${env:...} references, never inline)."""
+    listeners: dict[str, tuple[NodeAddress, ...]] = field(default_factory=dict, hash=False)
+    """More listeners of every broker, by listener name: one address per broker, in broker
+    order (the `brokers` addresses are the inter-broker listener's)."""
+    client_listener: str = ""
+    """The listener dcmirror's clients bootstrap from (empty: the inter-broker one)."""
+    users: dict[str, str] = field(default_factory=dict, hash=False)
+    """SCRAM users the cluster starts with (written into its metadata log when it is first
+    formed, as kafka-storage format --add-scram) and `topology apply` keeps present:
+    user name -> password reference."""
 
     @property
     def nodes(self) -> tuple[NodeAddress, ...]:
@@ -80,13 +89,41 @@ class ClusterSpec:
         self.node(node_id)  # unknown ids raise
         return self.data_dir / f"node-{node_id}"
 
-    def bootstrap(self) -> str:
-        """``host:port,host:port,...`` of the brokers, for Kafka clients."""
-        return ",".join(str(a) for a in self.brokers)
+    @property
+    def inter_broker_listener(self) -> str:
+        """The name of the listener the `brokers` addresses serve (Kafka's
+        inter.broker.listener.name, else security.inter.broker.protocol, else PLAINTEXT)."""
+        return (self.config.get("inter.broker.listener.name") or self.config.get("security.inter.broker.protocol")
+                or "PLAINTEXT").upper()
+
+    def listener_addresses(self, name: str = "") -> tuple[NodeAddress, ...]:
+        """Every broker's address on listener `name` (empty: the client listener)."""
+        name = (name or self.client_listener or self.inter_broker_listener).upper()
+        if name == self.inter_broker_listener:
+            return self.brokers
+        if name not in self.listeners:
+            known = ", ".join([self.inter_broker_listener, *self.listeners])
+            raise TopologyError(f"cluster {self.name!r} has no listener {name!r}; its listeners: {known}")
+        return self.listeners[name]
+
+    def node_listeners(self, node_id: int) -> str:
+        """The node's Kafka `listeners` config: NAME://host:port,... (dedicated controllers
+        serve the inter-broker listener only)."""
+        node = self.node(node_id)
+        out = [f"{self.inter_broker_listener}://{node}"]
+        if node in self.brokers:
+            index = self.brokers.index(node)
+            out += [f"{name}://{addresses[index]}" for name, addresses in self.listeners.items()]
+        return ",".join(out)
+
+    def bootstrap(self, listener: str = "") -> str:
+        """``host:port,host:port,...`` of the brokers on `listener` (default: the client
+        listener), for Kafka clients."""
+        return ",".join(str(a) for a in self.listener_addresses(listener))
 
     def client_config(self, *overrides: dict[str, str]) -> dict[str, str]:
-        """Client settings for this cluster: bootstrap.servers, the cluster's `client`
-        table, then `overrides` (a flow's principal for one side)."""
+        """Client settings for this cluster: bootstrap.servers (the client listener), the
+        cluster's `client` table, then `overrides` (a flow's principal for one side)."""
         out = {"bootstrap.servers": self.bootstrap(), **self.client}
         for o in overrides:
             out.update(o)

@@ -59,6 +59,8 @@ class ClusterMembership:
     voters: dict[int, tuple[str, int]]
     cluster_id: str
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # every broker (observers of dedicated controllers)
+    bootstrap_records: tuple[dict[str, Any], ...] = ()
+    """What a new cluster's metadata log starts with (the topology's SCRAM users)."""
 
 
 class Broker:
@@ -81,7 +83,7 @@ class Broker:
 
         self.metadata = build_metadata_service(
             node_id, membership.voters, data_dir / METADATA_LOG_DIR, config, clock=clock, link=self.security.link,
-            observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
+            bootstrap_records=membership.bootstrap_records, observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
         self.metadata.on_applied = self._on_metadata_applied
         self.cache = MetadataCache(self.metadata, node_id, membership.cluster_id)
         self.lifecycle = BrokerLifecycle(

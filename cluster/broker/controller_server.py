@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -27,13 +28,14 @@ log = logging.getLogger(__name__)
 
 class ControllerNode:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], brokers: dict[int, tuple[str, int]],
-                 data_dir: Path, config: BrokerConfig, cluster_id: str) -> None:
+                 data_dir: Path, config: BrokerConfig, cluster_id: str,
+                 bootstrap_records: tuple[dict[str, Any], ...] = ()) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
         self.cluster_id = cluster_id
         self.config = config
         self.metadata: MetadataService = build_metadata_service(
-            node_id, voters, data_dir / METADATA_LOG_DIR, config,
+            node_id, voters, data_dir / METADATA_LOG_DIR, config, bootstrap_records=bootstrap_records,
             observers={b: a for b, a in brokers.items() if b not in voters})
         self.max_frame_bytes = int(config["socket.request.max.bytes"])
 

@@ -3,7 +3,9 @@ configs under Kafka's names; brokers and dedicated controllers build theirs here
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cluster.broker.config import BrokerConfig
 from cluster.common.clock import SYSTEM_CLOCK, Clock
@@ -15,9 +17,10 @@ from cluster.security.connector import PLAINTEXT, LinkSecurity
 
 def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, config: BrokerConfig,
                            observers: dict[int, tuple[str, int]] | None = None, *,
-                           clock: Clock = SYSTEM_CLOCK, link: LinkSecurity = PLAINTEXT) -> MetadataService:
+                           clock: Clock = SYSTEM_CLOCK, link: LinkSecurity = PLAINTEXT,
+                           bootstrap_records: Sequence[dict[str, Any]] = ()) -> MetadataService:
     return MetadataService(
-        node_id, voters, data_dir, observers=observers, clock=clock, link=link,
+        node_id, voters, data_dir, observers=observers, clock=clock, link=link, bootstrap_records=bootstrap_records,
         raft_config=RaftConfig(
             election_timeout_ms=int(config["controller.quorum.election.timeout.ms"]),
             fetch_timeout_ms=int(config["controller.quorum.fetch.timeout.ms"]),

@@ -8,7 +8,6 @@ controller; a broker answers reads from its own image.
 
 from __future__ import annotations
 
-import base64
 import logging
 from typing import Any
 
@@ -150,9 +149,7 @@ class ScramUserHandlers:
                 continue
             c = credential_from_salted(_MECHANISM_NAMES[u.mechanism], bytes(u.salted_password), bytes(u.salt),
                                        int(u.iterations))
-            upsertions.append({"name": u.name, "mechanism": c.mechanism, "salt": base64.b64encode(c.salt).decode(),
-                               "iterations": c.iterations, "stored_key": base64.b64encode(c.stored_key).decode(),
-                               "server_key": base64.b64encode(c.server_key).decode()})
+            upsertions.append({"name": u.name, **c.record_fields()})
         deletions = [{"name": d.name, "mechanism": _MECHANISM_NAMES[d.mechanism]} for d in req.deletions
                      if d.name not in errors]
         results: dict[str, dict[str, Any]] = {

@@ -547,6 +547,14 @@ class QuorumController:
             results.append({"name": str(u["name"]), "error_code": ErrorCode.none, "error_message": None})
         return _ok(results=results)
 
+    def bootstrap(self, records: list[dict[str, Any]]) -> None:
+        """The records a new cluster starts with (kafka-storage format --add-scram): SCRAM
+        credentials, written by the first active controller of an empty metadata log."""
+        for rec in records:
+            if rec.get("type") != "ScramCredential":
+                raise ValueError(f"bootstrap records are SCRAM credentials, not {rec.get('type')}")
+            self._emit(rec)
+
     def create_acls(self, args: dict[str, Any]) -> Result:
         """New ACL bindings (an existing identical binding is kept, not doubled)."""
         existing = {tuple(sorted(a.items())) for a in self.image.acls.values()}

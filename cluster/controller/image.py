@@ -108,6 +108,12 @@ class MetadataImage:
 
     # ---- queries -----------------------------------------------------------------------
 
+    @property
+    def is_empty(self) -> bool:
+        """Nothing was ever recorded: a new cluster's log (bootstrap records go in first)."""
+        return (not self.brokers and not self.topics and not self.scram and not self.acls
+                and self.next_producer_id == 0 and self.next_broker_epoch == 1)
+
     def topic(self, name: str) -> TopicImage | None:
         return self.topics_by_name.get(name)
 

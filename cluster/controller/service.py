@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,9 @@ class MetadataService:
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
                  snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK,
-                 link: LinkSecurity = PLAINTEXT) -> None:
+                 link: LinkSecurity = PLAINTEXT, bootstrap_records: Sequence[dict[str, Any]] = ()) -> None:
         self.link = link
+        self.bootstrap_records = list(bootstrap_records)
         self.node_id = node_id
         self.voters = voters
         self.clock = clock
@@ -152,6 +153,10 @@ class MetadataService:
             # Everything earlier leaders wrote is committed and applied: decide from here.
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
                                                 self._rng, self.clock.now_ms())
+            if self.bootstrap_records and self._controller.image.is_empty:
+                # A new cluster: its first records (proposed with the first operation).
+                self._controller.bootstrap(self.bootstrap_records)
+                log.info("bootstrapping the metadata log with %d record(s)", len(self.bootstrap_records))
             self._controller_epoch = d.epoch
             self._generation += 1
             self._proposed_end = d.log_end_offset

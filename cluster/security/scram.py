@@ -18,6 +18,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cluster.security.errors import AuthenticationFailed
 
@@ -38,6 +39,11 @@ class ScramCredential:
     iterations: int
     stored_key: bytes
     server_key: bytes
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields of a ScramCredential metadata record (base64; never the password)."""
+        return {"mechanism": self.mechanism, "salt": _b64(self.salt), "iterations": self.iterations,
+                "stored_key": _b64(self.stored_key), "server_key": _b64(self.server_key)}
 
 
 def check_mechanism(mechanism: str) -> str:

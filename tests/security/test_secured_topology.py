@@ -1,0 +1,120 @@
+"""`dcmirror up` on a secured topology, the shape of a real deployment: every broker has an
+inter-broker listener with mutual TLS (replication, quorum, controller calls; the brokers'
+certificate is a super user), a SASL_SSL listener for other datacenters (the mirror and the
+operator's commands log in with SCRAM users the topology bootstraps into each cluster's
+metadata log, as `kafka-storage format --add-scram`), and a plaintext listener on loopback
+for local producers. Records written locally in east arrive in the aggregate exactly once
+over SASL_SSL; wrong credentials are refused; `status` and `topics` work over SASL_SSL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from deploy.certs import issue, make_ca
+from tests.deploy.conftest import UpRun, dcmirror, status
+from tests.harness import free_port
+
+
+def secured_topology(root: Path, sizes: dict[str, int], *, flow_topics: str = "pv") -> Path:
+    """Clusters with BROKER (SSL, mTLS), EXTERNAL (SASL_SSL) and LOCAL (PLAINTEXT) listeners;
+    SCRAM users admin (a super user) and mirror; passwords in a properties file."""
+    root.mkdir(parents=True, exist_ok=True)
+    ca = make_ca(root / "ca")
+    issue(ca, root / "certs", "broker")
+    passwords = root / "passwords.properties"
+    passwords.write_text("admin=admin-secret-1\nmirror=mirror-secret-2\n")
+    passwords.chmod(0o600)
+    lines: list[str] = []
+    def ports(size: int) -> str:
+        return "[" + ", ".join(f'"127.0.0.1:{free_port()}"' for _ in range(size)) + "]"
+
+    for name, size in sizes.items():
+        lines += [
+            f"[clusters.{name}]", f'datacenter = "{name}"', f"brokers = {ports(size)}",
+            f"listeners = {{ EXTERNAL = {ports(size)}, LOCAL = {ports(size)} }}",
+            'client_listener = "EXTERNAL"',
+            f'users = {{ admin = "${{file:{passwords}:admin}}", mirror = "${{file:{passwords}:mirror}}" }}',
+            "config = { " + ", ".join(f'"{k}" = "{v}"' for k, v in {
+                "listener.security.protocol.map": "BROKER:SSL,EXTERNAL:SASL_SSL,LOCAL:PLAINTEXT",
+                "inter.broker.listener.name": "BROKER",
+                "listener.name.broker.ssl.client.auth": "required",
+                "ssl.keystore.location": "certs/broker.pem",
+                "ssl.truststore.location": "ca/ca.pem",
+                "ssl.principal.mapping.rules": "RULE:^CN=([^,]*)(,.*)?$/$1/,DEFAULT",
+                "authorizer.class.name": "StandardAuthorizer",
+                # LOCAL binds to loopback: whoever reaches it is on the host (User:ANONYMOUS)
+                "super.users": "User:broker;User:admin;User:mirror;User:ANONYMOUS",
+                "broker.session.timeout.ms": "2000",
+            }.items()) + " }",
+            'client = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", '
+            f'"sasl.username" = "admin", "sasl.password" = "${{file:{passwords}:admin}}", '
+            '"ssl.ca.location" = "ca/ca.pem" }',
+            "",
+        ]
+    lines += ["[[topics]]", 'cluster = "east"', 'name = "pv"', "partitions = 2",
+              f"replication_factor = {sizes['east']}", "",
+              "[[mirrors]]", 'source = "east"', 'target = "aggregate"', f'topics = "{flow_topics}"',
+              'config = { "topic.refresh.ms" = "1000", "source.sasl.username" = "mirror", '
+              f'"source.sasl.password" = "${{file:{passwords}:mirror}}", "target.sasl.username" = "mirror", '
+              f'"target.sasl.password" = "${{file:{passwords}:mirror}}" }}', ""]
+    path = root / "topology.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_up_runs_a_secured_topology_and_the_mirror_copies_over_sasl_ssl(
+        tmp_path: Path, up_runs: Callable[[Path], UpRun]) -> None:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+    from topology import load
+
+    config = secured_topology(tmp_path, {"east": 2, "aggregate": 1})
+    checked = dcmirror("topology", "check", str(config))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "admin-secret" not in checked.stdout + checked.stderr
+    topo = load(config)
+    east, agg = topo.cluster("east"), topo.cluster("aggregate")
+    up = up_runs(config)
+    up.wait_for_line("dcmirror up: ready", 150)
+    # a local producer on the plaintext loopback listener
+    p = Producer({"bootstrap.servers": east.bootstrap("LOCAL"), "enable.idempotence": True})
+    for i in range(400):
+        p.produce("pv", f"v{i}".encode(), key=str(i % 11).encode())
+    assert p.flush(30) == 0
+    # read back from the aggregate over SASL_SSL as the admin user
+    secure = {"bootstrap.servers": agg.bootstrap(), "security.protocol": "SASL_SSL",
+              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "admin", "sasl.password": "admin-secret-1",
+              "ssl.ca.location": str(tmp_path / "ca" / "ca.pem")}
+    c = Consumer({**secure, "group.id": "check", "auto.offset.reset": "earliest"})
+    c.subscribe(["east.pv"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(got) < 400 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            if any(k == "dcmirror.fence" for k, _ in m.headers() or []):
+                continue  # the mirror's fence records (issue 19 removes them from user topics)
+            got.append(m.value())
+    c.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(400)), (len(got), up.output()[-3000:])
+    # the SASL_SSL listener refuses a wrong password with Kafka's error
+    bad = Consumer({**secure, "sasl.password": "wrong", "group.id": "x"})
+    try:
+        bad.list_topics(timeout=10)
+        raise AssertionError("a wrong password was let in")
+    except KafkaException as exc:
+        assert exc.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT), exc
+    finally:
+        bad.close()
+    # the operator's commands go through the cluster's `client` table (SASL_SSL, admin)
+    code, doc = status(config)
+    assert code == 0, doc
+    described = dcmirror("topics", "describe", "east.pv", "--config", str(config), "--cluster", "aggregate")
+    assert described.returncode == 0 and "east.pv" in described.stdout, described.stdout + described.stderr
+    users = dcmirror("users", "list", "--config", str(config), "--cluster", "east")
+    assert users.returncode == 0 and "admin" in users.stdout and "mirror" in users.stdout, users.stdout + users.stderr
+    # no secret in any log of the run
+    logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "data").rglob("*.log"))
+    assert "admin-secret-1" not in logs and "mirror-secret-2" not in logs and "admin-secret" not in up.output()
