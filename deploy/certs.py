@@ -26,7 +26,7 @@ class Authority:
     cert: x509.Certificate
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -53,7 +53,7 @@ def make_ca(directory: Path, name: str = "dcmirror CA", *, days: int = 365) -> A
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "ca.pem"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(directory / "ca.key", _key_pem(key))
+    write_private(directory / "ca.key", _key_pem(key))
     return Authority(path, key, cert)
 
 
@@ -82,7 +82,7 @@ def issue(ca: Authority, directory: Path, name: str, *, hosts: tuple[str, ...] =
                            critical=False)
             .sign(ca.key, hashes.SHA256()))
     path = directory / f"{name}.pem"
-    _write_private(path, _key_pem(key) + cert.public_bytes(serialization.Encoding.PEM)
+    write_private(path, _key_pem(key) + cert.public_bytes(serialization.Encoding.PEM)
                    + ca.cert.public_bytes(serialization.Encoding.PEM))
     return path
 
@@ -94,6 +94,6 @@ def split_keystore(keystore: Path) -> tuple[Path, Path]:
     key_end = data.index("-----END PRIVATE KEY-----") + len("-----END PRIVATE KEY-----\n")
     key_path = keystore.with_suffix(".key")
     cert_path = keystore.with_suffix(".crt")
-    _write_private(key_path, data[:key_end].encode())
+    write_private(key_path, data[:key_end].encode())
     cert_path.write_text(data[key_end:])
     return key_path, cert_path

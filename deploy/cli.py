@@ -20,6 +20,7 @@ import trio
 from cluster.common.config_def import InvalidConfig
 from deploy import (
     cluster_cmds,
+    dev_secrets,
     groups_cmd,
     lab_cmd,
     load_cmd,
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf_cmd.add_parser(sub)      # perf produce|consume
     render_cmd.add_parser(sub)    # deploy render
     lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
+    dev_secrets.add_parser(sub)   # dev-secrets
     security_cmds.add_parsers(sub)  # users, acls
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")

@@ -2,7 +2,10 @@
 
 1. a copy of topology/default.toml with free ports (datacenters east and west, 3 brokers
    each, a 3-broker aggregate in central; data and warehouse in the temporary directory),
-   run by `dcmirror up` (brokers, topics, mirror workers);
+   secured as the file says (mutual TLS between brokers, SASL_SSL for the mirror and the
+   operator's commands, plaintext on loopback for local producers) with a CA, certificates
+   and passwords `dcmirror dev-secrets` makes up on the fly, run by `dcmirror up` (brokers,
+   topics, mirror workers);
 2. a traffic generator (the project's own producer) writing pageview and click events —
    JSON with user, url and ts, keyed by user — into east and west;
 3. waits until the mirror has copied every source partition (lag 0 everywhere);
@@ -37,7 +40,8 @@ from typing import Any
 
 import trio
 
-from topology import Topology, default_topology_text, load
+from deploy.dev_secrets import dev_secrets
+from topology import ClusterSpec, Topology, default_topology_text, load
 
 DEFAULT_RECORDS = 20_000
 TOPICS = ("pageviews", "clicks")
@@ -84,6 +88,14 @@ def demo_topology_text(text: str) -> str:
     ports = sorted({int(m) for m in ADDRESS.findall(text)})
     mapping = dict(zip(ports, free_ports(len(ports)), strict=True))
     return ADDRESS.sub(lambda m: f'"127.0.0.1:{mapping[int(m.group(1))]}"', text)
+
+
+def local_client(spec: ClusterSpec) -> dict[str, str]:
+    """Client settings of a producer on the cluster's own host: the plaintext loopback
+    listener LOCAL where the topology has one, else the cluster's client settings."""
+    if "LOCAL" in spec.listeners:
+        return {"bootstrap.servers": spec.bootstrap("LOCAL")}
+    return spec.client_config()
 
 
 def table_name(topic: str) -> str:
@@ -218,7 +230,7 @@ async def produce_traffic(topology: Topology, records: int, seed: int,
             return report
 
         callbacks = {t: delivered(t) for t in TOPICS}
-        async with Producer({**spec.client_config(), "acks": "all", "enable.idempotence": True,
+        async with Producer({**local_client(spec), "acks": "all", "enable.idempotence": True,
                              "linger.ms": 10, "compression.type": "lz4",
                              "client.id": f"dcmirror-demo-{cluster}"}) as producer:
             for i in range(count):
@@ -260,8 +272,8 @@ async def source_offsets(topology: Topology) -> dict[tuple[str, str, int], tuple
 
     out: dict[tuple[str, str, int], tuple[int, int]] = {}
     for cluster in sorted({s.cluster for s in streams_of(topology)}):
-        async with Admin(topology.cluster(cluster).bootstrap(), client_id="dcmirror-demo",
-                         config=dict(topology.cluster(cluster).client)) as admin:
+        local = local_client(topology.cluster(cluster))
+        async with Admin(local.pop("bootstrap.servers"), client_id="dcmirror-demo", config=local) as admin:
             tps = [(t.name, p) for t in topology.topics_of(cluster) for p in range(t.partitions)]
             starts = await admin.list_offsets(tps, EARLIEST)
             ends = await admin.list_offsets(tps, LATEST)
@@ -436,8 +448,13 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
     config = workdir / "topology.toml"
     config.write_text(demo_topology_text(default_topology_text()))
+    made = dev_secrets(config)  # a CA, the brokers' certificate and passwords, made up on the fly
     topology = load(config)
     say(f"dcmirror demo: the default topology with free ports, everything under {workdir}")
+    say(f"   secured as a deployment across datacenters would be: mutual TLS between brokers, SASL_SSL "
+        f"(SCRAM) for the mirror and operators, plaintext on loopback for local producers; "
+        f"{len(made.files)} certificate files and {len(made.passwords)} passwords made up under "
+        f"{workdir / 'secrets'}")
     summary: dict[str, Any] = {"ok": False, "records": records, "workdir": str(workdir)}
     up: UpProcess | None = None
     try:

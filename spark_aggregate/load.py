@@ -192,7 +192,7 @@ class Loader:
 
     def discover(self) -> tuple[dict[TopicPartition, PartitionOffsets], dict[str, str]]:
         """Log start offsets and high watermarks of the wanted partitions, and topic -> table."""
-        with SyncAdmin(self.settings.bootstrap, client_id="dcmirror-load") as admin:
+        with SyncAdmin(self.settings.bootstrap, client_id="dcmirror-load", config=self.settings.kafka) as admin:
             meta = admin.metadata(None)
             partitions = [(t.name, p.partition_index) for t in meta.topics
                           if t.error_code == 0 and self.settings.wanted(t.name) for p in t.partitions]

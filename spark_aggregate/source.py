@@ -63,7 +63,7 @@ class RangePartition(InputPartition):
 def plan_ranges(options: ReadOptions, *, timeout_ms: int = 60_000) -> list[OffsetRange]:
     """The offset ranges a read covers (empty ones included), from the cluster's metadata
     and offsets now."""
-    with SyncAdmin(options.bootstrap_servers) as admin:
+    with SyncAdmin(options.bootstrap_servers, config=options.client_config()) as admin:
         admin.admin.api_timeout_s = timeout_ms / 1000
         meta = admin.metadata(None)
         partitions: dict[str, list[int]] = {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cluster.common.secrets import is_reference
+from cluster.common.secrets import absolute_references, is_reference
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 from cluster.security.errors import SecurityConfigError
 from cluster.security.tls import check_certificates, check_keystore
@@ -162,10 +162,11 @@ class _Template:
 
 
 class _Loader:
-    def __init__(self, text: str, file: str, base_dir: Path) -> None:
+    def __init__(self, text: str, file: str, base_dir: Path, check_files: bool = True) -> None:
         self.text = text
         self.file = file
         self.base_dir = base_dir
+        self.check_files = check_files
         self._index: dict[KeyPath, int] | None = None
         self.addresses: dict[tuple[str, int], KeyPath] = {}
 
@@ -293,8 +294,10 @@ class _Loader:
         """Secrets only by reference; files of ssl.* settings made absolute (relative to the
         topology file), present, readable and holding valid certificates."""
         target = settings if into is None else into
-        for key, value in settings.items():
+        for key, value in list(settings.items()):
             kpath = path + (prefix + key,)
+            if "${" in value:
+                target[prefix + key] = absolute_references(value, self.base_dir)
             bare = key.rsplit(".", 1)[-1] if key.startswith("listener.name.") else key
             secret_key = key.endswith(("sasl.password", "ssl.key.password", "sasl.jaas.config", "ssl.keystore.password",
                                        "ssl.truststore.password"))
@@ -307,6 +310,8 @@ class _Loader:
                 if not file.is_absolute():
                     file = self.base_dir / file
                     target[prefix + key] = str(file)
+                if not self.check_files:
+                    continue
                 try:
                     if key.endswith(("ssl.keystore.location",)) and broker:
                         check_keystore(file, setting=prefix + key)
@@ -483,7 +488,7 @@ class _Loader:
                 self.fail(upath + (user,), "must be a reference to the password, never the password: "
                                            '"${file:/etc/dcmirror/passwords.properties:KEY}", "${dir:/run/secrets:FILE}" '
                                            'or "${env:VARIABLE}"')
-            out[user] = value
+            out[user] = absolute_references(value, self.base_dir)
         return out
 
     def nodes(self, table: dict[str, Any], path: KeyPath, key: str, first_id: int, low: int,
@@ -758,12 +763,15 @@ class _Loader:
         return tuple(out)
 
 
-def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None) -> Topology:
+def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None,
+          check_files: bool = True) -> Topology:
     """Parse and validate topology TOML ``text``.
 
     ``path`` names the file in error messages and is kept as ``Topology.path``; relative
-    ``data_dir`` and ``warehouse.path`` are resolved against ``base_dir``, by default the
-    directory of ``path``, else the current directory.
+    ``data_dir``, ``warehouse.path`` and secret file paths are resolved against
+    ``base_dir``, by default the directory of ``path``, else the current directory.
+    ``check_files=False`` leaves out the checks of certificate and key files (present,
+    readable, valid): for rendering files of other hosts; inline secrets are refused anyway.
     """
     file = str(path) if path is not None else "<string>"
     try:
@@ -774,10 +782,10 @@ def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None) 
                             line=int(found.group(1)) if found else None) from None
     if base_dir is None:
         base_dir = path.parent if path is not None else Path.cwd()
-    return _Loader(text, file, base_dir.absolute()).load(doc, path)
+    return _Loader(text, file, base_dir.absolute(), check_files).load(doc, path)
 
 
-def load(path: str | Path) -> Topology:
+def load(path: str | Path, *, check_files: bool = True) -> Topology:
     """Read, parse and validate the topology file at ``path``."""
     path = Path(path)
     try:
@@ -786,7 +794,7 @@ def load(path: str | Path) -> Topology:
         raise TopologyError(f"cannot read the topology file: {exc.strerror or exc}", file=str(path)) from None
     except UnicodeDecodeError as exc:
         raise TopologyError(f"not UTF-8 text: {exc}", file=str(path)) from None
-    return loads(text, path=path)
+    return loads(text, path=path, check_files=check_files)
 
 
 def default_topology_text() -> str:
@@ -794,6 +802,7 @@ def default_topology_text() -> str:
     return importlib.resources.files("topology").joinpath("default.toml").read_text(encoding="utf-8")
 
 
-def load_default(base_dir: Path | None = None) -> Topology:
-    """The embedded default topology, data directories under ``base_dir`` (default: cwd)."""
-    return loads(default_topology_text(), base_dir=base_dir)
+def load_default(base_dir: Path | None = None, *, check_files: bool = False) -> Topology:
+    """The embedded default topology, data directories under ``base_dir`` (default: cwd);
+    its secret files (``dcmirror dev-secrets``) are only checked with ``check_files``."""
+    return loads(default_topology_text(), base_dir=base_dir, check_files=check_files)

@@ -26,6 +26,7 @@ from cluster.client.consumer import Consumer
 from cluster.client.producer import Producer
 from cluster.client.topic_partition import TopicPartition
 from cluster.protocol.records import Record
+from cluster.security.connector import CLIENT_SECURITY_KEYS
 
 T = TypeVar("T")
 
@@ -175,8 +176,12 @@ class SyncConsumer:
 class SyncAdmin:
     """Every `Admin` coroutine method, called synchronously."""
 
-    def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin") -> None:
-        self._t = TrioThread(lambda: Admin(bootstrap, client_id=client_id), "dcmirror-admin")
+    def __init__(self, bootstrap: str, *, client_id: str = "dcmirror-admin",
+                 config: Mapping[str, Any] | None = None) -> None:
+        """`config`: client settings; its security settings (security.protocol, sasl.*,
+        ssl.*) are used, consumer-only settings of a shared dict are left out."""
+        security = {k: v for k, v in (config or {}).items() if k in CLIENT_SECURITY_KEYS}
+        self._t = TrioThread(lambda: Admin(bootstrap, client_id=client_id, config=security), "dcmirror-admin")
         self.admin: Admin = self._t.client
 
     def __getattr__(self, name: str) -> Any:

@@ -46,6 +46,22 @@ def is_reference(value: str) -> bool:
     return _REF.fullmatch(value.strip()) is not None
 
 
+def absolute_references(value: str, base_dir: Path) -> str:
+    """`value` with the relative paths of its ${file:...} / ${dir:...} references made
+    absolute against `base_dir` (a topology's references are relative to its file)."""
+
+    def one(m: re.Match[str]) -> str:
+        provider, arg = m.group(1), m.group(2)
+        if provider == "env":
+            return m.group(0)
+        path_text, sep, key = arg.rpartition(":")
+        if not sep or not path_text or Path(path_text).expanduser().is_absolute():
+            return m.group(0)
+        return f"${{{provider}:{base_dir / path_text}:{key}}}"
+
+    return _REF.sub(one, value)
+
+
 def _read(path: Path, setting: str) -> str:
     try:
         if path.stat().st_size > MAX_SECRET_BYTES:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from deploy import topology_cmd
+from deploy.dev_secrets import dev_secrets
 from topology import (
     ClusterSpec,
     Defaults,
@@ -95,14 +96,25 @@ def test_default_topology_loads_with_expected_nodes(tmp_path: Path) -> None:
         assert c.controllers == ()
         assert c.voters == c.brokers
         assert c.data_dir == tmp_path / "data" / name
-        assert c.config == {}
+        # secured: mutual TLS between brokers, SASL_SSL for clients, plaintext on loopback
+        assert c.inter_broker_listener == "BROKER" and c.client_listener == "EXTERNAL"
+        assert c.node_listeners(1) == (f"BROKER://127.0.0.1:{port},EXTERNAL://127.0.0.1:{port + 3},"
+                                       f"LOCAL://127.0.0.1:{port + 6}")
+        assert c.bootstrap() == ",".join(f"127.0.0.1:{port + 3 + i}" for i in range(3))
+        assert c.config["ssl.keystore.location"] == str(tmp_path / "secrets" / "broker.pem")
+        assert c.client["security.protocol"] == "SASL_SSL"
+        assert c.users == {u: f"${{file:{tmp_path}/secrets/passwords.properties:{u}}}" for u in ("admin", "mirror")}
     assert topo.topics == tuple(
         TopicSpec(cluster, name, 6, 3, {"min.insync.replicas": "2"})
         for cluster, name in [("east", "pageviews"), ("east", "clicks"), ("west", "pageviews"), ("west", "clicks")]
     )
+    mirror_login = {f"{side}.{k}": v for side in ("source", "target") for k, v in (
+        ("sasl.username", "mirror"), ("sasl.password", f"${{file:{tmp_path}/secrets/passwords.properties:mirror}}"))}
     assert topo.mirrors == (
-        MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None, {}),
-        MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None, {}),
+        MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
+                   mirror_login),
+        MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
+                   mirror_login),
     )
     assert topo.warehouse == WarehouseSpec("aggregate", tmp_path / "warehouse", ".*", {})
     assert topo.defaults == Defaults(6, 3, {})
@@ -118,7 +130,7 @@ def test_default_topology_text_is_the_packaged_file() -> None:
 
 def test_default_topology_without_base_dir_resolves_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    topo = loads(default_topology_text())
+    topo = loads(default_topology_text(), check_files=False)
     assert topo.cluster("west").data_dir == tmp_path / "data" / "west"
 
 
@@ -126,6 +138,7 @@ def test_load_from_file_resolves_paths_against_its_directory(tmp_path: Path, mon
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "t.toml").write_text(default_topology_text())
+    dev_secrets(conf / "t.toml")  # the CA, certificates and passwords it references
     topo = load(conf / "t.toml")
     assert topo.path == conf / "t.toml"
     assert topo.cluster("east").data_dir == conf / "data" / "east"
@@ -856,12 +869,16 @@ def run_cli(argv: list[str]) -> int:
 def test_topology_check_prints_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = default_topology_text().replace('brokers = ["127.0.0.1:29092", "127.0.0.1:29093", "127.0.0.1:29094"]',
                                            'brokers = ["127.0.0.1:29092"]\ncontrollers = ["127.0.0.1:29192"]')
+    text = text.replace('EXTERNAL = ["127.0.0.1:29095", "127.0.0.1:29096", "127.0.0.1:29097"]',
+                        'EXTERNAL = ["127.0.0.1:29095"]')
+    text = text.replace('LOCAL = ["127.0.0.1:29098", "127.0.0.1:29099", "127.0.0.1:29100"]', 'LOCAL = ["127.0.0.1:29098"]')
     text = text.replace('[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 3',
                         '[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 1')
     text = text.replace('[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 3',
                         '[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 1')
     path = tmp_path / "topology.toml"
     path.write_text(text)
+    dev_secrets(path)
     assert run_cli(["topology", "check", str(path)]) == 0
     out, err_text = capsys.readouterr()
     assert err_text == ""
