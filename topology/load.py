@@ -425,6 +425,13 @@ class _Loader:
             spec = ClusterSpec(name=name, datacenter=datacenter, brokers=brokers, controllers=controllers,
                                data_dir=data_dir, config=config, client=client)
             listeners = self.listeners(table, path, spec)
+            protocol = dict(pair.strip().upper().split(":", 1) for pair in
+                            config.get("listener.security.protocol.map", "").split(",") if ":" in pair)
+            inter_protocol = protocol.get(spec.inter_broker_listener, spec.inter_broker_listener)
+            if controllers and inter_protocol != "PLAINTEXT":
+                self.fail(path + ("controllers",), "dedicated controllers speak PLAINTEXT only so far; with a "
+                                                   f"{inter_protocol} inter-broker listener leave `controllers` out "
+                                                   "(every broker is then a voter)")
             client_listener = ""
             if "client_listener" in table:
                 client_listener = self.string(table, path, "client_listener").upper()

@@ -872,6 +872,11 @@ def test_topology_check_prints_summary(tmp_path: Path, capsys: pytest.CaptureFix
     text = text.replace('EXTERNAL = ["127.0.0.1:29095", "127.0.0.1:29096", "127.0.0.1:29097"]',
                         'EXTERNAL = ["127.0.0.1:29095"]')
     text = text.replace('LOCAL = ["127.0.0.1:29098", "127.0.0.1:29099", "127.0.0.1:29100"]', 'LOCAL = ["127.0.0.1:29098"]')
+    # dedicated controllers speak plaintext: west's BROKER listener is PLAINTEXT here
+    head, west = text.split("[clusters.west]\n", 1)
+    west, tail = west.split("[clusters.aggregate]\n", 1)
+    west = west.replace('"BROKER:SSL,', '"BROKER:PLAINTEXT,')
+    text = head + "[clusters.west]\n" + west + "[clusters.aggregate]\n" + tail
     text = text.replace('[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 3',
                         '[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 1')
     text = text.replace('[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 3',
@@ -984,3 +989,78 @@ config = { "topic.refresh.msx" = "1000" }
     ok = loads(text.replace('"topic.refresh.msx" = "1000"', '"topic.refresh.ms" = 1000, "producer.linger.ms" = 10'),
                path=None)
     assert ok.mirrors[0].config == {"topic.refresh.ms": "1000", "producer.linger.ms": "10"}
+
+
+# -- listeners, client_listener, users -------------------------------------------------------
+
+SECURED = """\
+[clusters.east]
+datacenter = "east"
+brokers = ["127.0.0.1:19092", "127.0.0.1:19093"]
+client_listener = "external"
+listeners = { EXTERNAL = ["127.0.0.1:19095", "127.0.0.1:19096"], LOCAL = ["127.0.0.1:19098", "127.0.0.1:19099"] }
+users = { admin = "${file:secrets/p.properties:admin}", "svc.x" = "${env:X_PW}" }
+config = { "listener.security.protocol.map" = "BROKER:SSL,EXTERNAL:SASL_SSL,LOCAL:PLAINTEXT", "inter.broker.listener.name" = "BROKER" }
+"""
+
+
+def test_listeners_give_every_broker_its_addresses_and_clients_their_bootstrap() -> None:
+    c = ok(SECURED).cluster("east")
+    assert c.inter_broker_listener == "BROKER" and c.client_listener == "EXTERNAL"
+    assert c.node_listeners(2) == "BROKER://127.0.0.1:19093,EXTERNAL://127.0.0.1:19096,LOCAL://127.0.0.1:19099"
+    assert c.bootstrap() == "127.0.0.1:19095,127.0.0.1:19096" and c.bootstrap("local") == "127.0.0.1:19098,127.0.0.1:19099"
+    assert c.client_config()["bootstrap.servers"] == "127.0.0.1:19095,127.0.0.1:19096"
+    # relative reference paths resolve against the file's directory; env names stay
+    assert c.users == {"admin": "${file:/base/secrets/p.properties:admin}", "svc.x": "${env:X_PW}"}
+    with pytest.raises(TopologyError, match="has no listener 'OTHER'"):
+        c.bootstrap("other")
+
+
+@pytest.mark.parametrize(("change", "key_path", "problem"), [
+    ('LOCAL = ["127.0.0.1:19098", "127.0.0.1:19099"]', "clusters.east.listeners.LOCAL",
+     'must be an array of 2 "host:port" strings, one per broker in the order of `brokers`'),
+    ('LOCAL = ["127.0.0.1:19098", "127.0.0.1:19092"]', "clusters.east.listeners.LOCAL[1]",
+     "address '127.0.0.1:19092' is already used by clusters.east.brokers[0] (line 3); every broker and controller "
+     "needs its own host:port"),
+    ('OTHER = ["127.0.0.1:19198", "127.0.0.1:19199"]', "clusters.east.listeners.OTHER",
+     'listener OTHER has no protocol: name it after one (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or map it in '
+     'config "listener.security.protocol.map" (e.g. "OTHER:SASL_SSL")'),
+    ('users = { admin = "hunter2-inline" }', "clusters.east.users.admin",
+     'must be a reference to the password, never the password: "${file:/etc/dcmirror/passwords.properties:KEY}", '
+     '"${dir:/run/secrets:FILE}" or "${env:VARIABLE}"'),
+    ('client_listener = "nope"', "clusters.east.client_listener",
+     "'NOPE' is not a listener of cluster 'east'; its listeners: BROKER, EXTERNAL, LOCAL"),
+    ('controllers = ["127.0.0.1:19192"]', "clusters.east.controllers",
+     "dedicated controllers speak PLAINTEXT only so far; with a SSL inter-broker listener leave `controllers` "
+     "out (every broker is then a voter)"),
+])
+def test_listener_and_user_mistakes_are_named(change: str, key_path: str, problem: str) -> None:
+    lines = SECURED.splitlines()
+    if change.startswith("LOCAL") or change.startswith("OTHER"):
+        two = "LOCAL = [\"127.0.0.1:19098\", \"127.0.0.1:19099\"]"
+        text = SECURED.replace(two, change.replace('"127.0.0.1:19099"]', '"127.0.0.1:19099"]')
+                               if change != two else 'LOCAL = ["127.0.0.1:19098"]')
+        if change.startswith("OTHER"):
+            text = SECURED.replace(" }\nusers", f", {change} }}\nusers")
+    else:
+        key = change.split(" =")[0]
+        kept = [ln for ln in lines if not ln.startswith(key + " =")]
+        text = "\n".join(kept[:3] + [change] + kept[3:]) + "\n"
+    exc = err(text)
+    assert exc.key_path == key_path and exc.problem == problem, str(exc)
+    assert "hunter2-inline" not in str(exc)
+
+
+def test_dev_secrets_makes_what_the_topology_references_once(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(default_topology_text())
+    made = dev_secrets(path)
+    assert sorted(p.name for p in made.files) == ["broker.pem", "ca.pem"]
+    assert made.passwords == [f"{tmp_path}/secrets/passwords.properties:admin",
+                              f"{tmp_path}/secrets/passwords.properties:mirror"]
+    assert (tmp_path / "secrets" / "passwords.properties").stat().st_mode & 0o777 == 0o600
+    before = {p.name: p.read_bytes() for p in (tmp_path / "secrets").iterdir()}
+    again = dev_secrets(path)
+    assert again.files == [] and again.passwords == []
+    assert {p.name: p.read_bytes() for p in (tmp_path / "secrets").iterdir()} == before
+    load(path)  # every referenced file exists and is valid
