@@ -428,10 +428,10 @@ class _Loader:
             protocol = dict(pair.strip().upper().split(":", 1) for pair in
                             config.get("listener.security.protocol.map", "").split(",") if ":" in pair)
             inter_protocol = protocol.get(spec.inter_broker_listener, spec.inter_broker_listener)
-            if controllers and inter_protocol != "PLAINTEXT":
-                self.fail(path + ("controllers",), "dedicated controllers speak PLAINTEXT only so far; with a "
-                                                   f"{inter_protocol} inter-broker listener leave `controllers` out "
-                                                   "(every broker is then a voter)")
+            if controllers and inter_protocol.startswith("SASL"):
+                self.fail(path + ("controllers",), f"dedicated controllers cannot use SASL (the inter-broker listener "
+                                                   f"{spec.inter_broker_listener} is {inter_protocol}): the quorum "
+                                                   "forms before any SCRAM user exists; use SSL (mutual TLS)")
             client_listener = ""
             if "client_listener" in table:
                 client_listener = self.string(table, path, "client_listener").upper()

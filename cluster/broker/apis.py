@@ -41,7 +41,6 @@ from cluster.protocol.messages import (
     parse_request_header,
     peek_api,
 )
-from cluster.security.acl import AclOperation, ResourceType
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
 # Answers a version the broker advertises but does not decode: (version, correlation id,
@@ -148,12 +147,7 @@ class RequestRouter:
         return encode_response(api_key, version, correlation_id, answer)
 
     def _admit_internal(self, session: Session) -> None:
-        """Quorum messages and controller calls come from other nodes only: with an
-        authorizer, the principal needs CLUSTER_ACTION on the cluster (brokers are super users)."""
-        authorizer = None if self.security is None else self.security.authorizer()
-        if authorizer is not None and not authorizer.authorize(session.principal, session.client_ip,
-                                                               AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                                                               "kafka-cluster"):
+        if self.security is not None and not self.security.may_send_internal(session):
             raise CloseConnection(f"{session.principal} may not send cluster-internal requests (CLUSTER_ACTION)")
 
     def _sasl_request(self, api_key: int, version: int, request: Any, session: Session) -> dict[str, Any]:

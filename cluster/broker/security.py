@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import base64
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from cluster.broker.config import BrokerConfig
 from cluster.broker.context import Session
 from cluster.common.secrets import resolve
 from cluster.controller.image import MetadataImage
-from cluster.security.acl import AclBinding, Authorizer
+from cluster.security.acl import AclBinding, AclOperation, Authorizer, ResourceType
 from cluster.security.connector import LinkSecurity
 from cluster.security.errors import SecurityConfigError
 from cluster.security.listeners import (
@@ -32,7 +35,8 @@ from cluster.security.listeners import (
 from cluster.security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from cluster.security.sasl import SaslServerSession
 from cluster.security.scram import ScramCredential
-from cluster.security.tls import ReloadingContext, ServerTls
+from cluster.security.tls import ReloadingContext, ServerTls, peer_subject
+from cluster.security.tls_stream import TlsServerStream
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +175,39 @@ class BrokerSecurity:
         return LinkSecurity.from_config(client)
 
     # ---- sessions ----------------------------------------------------------------------
+
+    async def accept_tls(self, stream: trio.SocketStream, listener: ListenerRuntime, peer: str,
+                         timeout_s: float) -> tuple[trio.abc.Stream, str | None] | None:
+        """The connection's transport and TLS subject: the TLS handshake on a TLS listener
+        (None: it failed or timed out, logged and counted), the plain stream otherwise."""
+        if listener.tls is None:
+            return stream, None
+        tls_stream = TlsServerStream(stream, listener.tls.context)
+        with trio.move_on_after(timeout_s) as timed_out:
+            try:
+                await tls_stream.do_handshake()
+            except trio.BrokenResourceError as exc:
+                self.failed_tls_handshakes += 1
+                cause = exc.__cause__
+                # A port probe (connect, close) is not worth a warning; a refused handshake is.
+                level = logging.INFO if isinstance(cause, ssl.SSLEOFError) else logging.WARNING
+                log.log(level, "TLS handshake with %s on listener %s failed: %s", peer, listener.name, cause or exc)
+                await tls_stream.aclose()
+                return None
+        if timed_out.cancelled_caught:
+            self.failed_tls_handshakes += 1
+            log.warning("TLS handshake with %s on listener %s timed out", peer, listener.name)
+            await tls_stream.aclose()
+            return None
+        return tls_stream, peer_subject(tls_stream.ssl_object)
+
+    def may_send_internal(self, session: Session) -> bool:
+        """Quorum messages and controller calls come from other nodes only: with an
+        authorizer, the principal needs CLUSTER_ACTION on the cluster (brokers are super users)."""
+        authorizer = self.authorizer()
+        return authorizer is None or authorizer.authorize(session.principal, session.client_ip,
+                                                          AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                                          "kafka-cluster")
 
     def new_session(self, listener: ListenerRuntime, client_ip: str, tls_subject: str | None) -> Session:
         principal = ANONYMOUS

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import ssl
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -22,8 +21,6 @@ from cluster.broker.security import ListenerRuntime
 from cluster.common import admin_http
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
-from cluster.security.tls import peer_subject
-from cluster.security.tls_stream import TlsServerStream
 
 log = logging.getLogger(__name__)
 
@@ -66,26 +63,10 @@ class BrokerServer:
         self.connections += 1
         transport: trio.abc.Stream = stream
         try:
-            subject = None
-            if listener.tls is not None:
-                tls_stream = TlsServerStream(stream, listener.tls.context)
-                transport = tls_stream
-                with trio.move_on_after(self.tls_handshake_timeout_s) as timed_out:
-                    try:
-                        await tls_stream.do_handshake()
-                    except trio.BrokenResourceError as exc:
-                        self.security.failed_tls_handshakes += 1
-                        cause = exc.__cause__
-                        # A port probe (connect, close) is not worth a warning; a refused handshake is.
-                        level = logging.INFO if isinstance(cause, ssl.SSLEOFError) else logging.WARNING
-                        log.log(level, "TLS handshake with %s on listener %s failed: %s", peer, listener.name,
-                                cause or exc)
-                        return
-                if timed_out.cancelled_caught:
-                    self.security.failed_tls_handshakes += 1
-                    log.warning("TLS handshake with %s on listener %s timed out", peer, listener.name)
-                    return
-                subject = peer_subject(tls_stream.ssl_object)
+            accepted = await self.security.accept_tls(stream, listener, peer, self.tls_handshake_timeout_s)
+            if accepted is None:
+                return
+            transport, subject = accepted
             try:
                 session = self.security.new_session(listener, peer.rsplit(":", 1)[0], subject)
             except ValueError as exc:

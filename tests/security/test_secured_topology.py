@@ -17,7 +17,8 @@ from tests.deploy.conftest import UpRun, dcmirror, status
 from tests.harness import free_port
 
 
-def secured_topology(root: Path, sizes: dict[str, int], *, flow_topics: str = "pv") -> Path:
+def secured_topology(root: Path, sizes: dict[str, int], *, flow_topics: str = "pv",
+                     controllers: dict[str, int] | None = None) -> Path:
     """Clusters with BROKER (SSL, mTLS), EXTERNAL (SASL_SSL) and LOCAL (PLAINTEXT) listeners;
     SCRAM users admin (a super user) and mirror; passwords in a properties file."""
     root.mkdir(parents=True, exist_ok=True)
@@ -33,6 +34,7 @@ def secured_topology(root: Path, sizes: dict[str, int], *, flow_topics: str = "p
     for name, size in sizes.items():
         lines += [
             f"[clusters.{name}]", f'datacenter = "{name}"', f"brokers = {ports(size)}",
+            *([f"controllers = {ports((controllers or {})[name])}"] if (controllers or {}).get(name) else []),
             f"listeners = {{ EXTERNAL = {ports(size)}, LOCAL = {ports(size)} }}",
             'client_listener = "EXTERNAL"',
             f'users = {{ admin = "${{file:{passwords}:admin}}", mirror = "${{file:{passwords}:mirror}}" }}',
@@ -118,3 +120,53 @@ def test_up_runs_a_secured_topology_and_the_mirror_copies_over_sasl_ssl(
     # no secret in any log of the run
     logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "data").rglob("*.log"))
     assert "admin-secret-1" not in logs and "mirror-secret-2" not in logs and "admin-secret" not in up.output()
+
+
+def test_dedicated_controllers_run_the_quorum_over_mutual_tls(tmp_path: Path, up_runs: Callable[[Path], UpRun]) -> None:
+    """Brokers reach the dedicated controllers (and the controllers each other) over the
+    BROKER listener with mutual TLS; a peer without a certificate gets no TLS session there,
+    and the controllers keep serving."""
+    import socket
+    import ssl
+
+    from confluent_kafka import Consumer, Producer
+
+    from topology import load
+
+    config = secured_topology(tmp_path, {"east": 1, "aggregate": 1}, controllers={"east": 3})
+    topo = load(config)
+    east = topo.cluster("east")
+    up = up_runs(config)
+    up.wait_for_line("dcmirror up: ready", 150)
+    # the controller speaks TLS: with the brokers' certificate the handshake completes ...
+    controller = east.controllers[0]
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca" / "ca.pem"))
+    with_cert = ssl.create_default_context(cafile=str(tmp_path / "ca" / "ca.pem"))
+    with_cert.load_cert_chain(str(tmp_path / "certs" / "broker.pem"))
+    with socket.create_connection((controller.host, controller.port), timeout=10) as raw:
+        with with_cert.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    # ... and without a certificate it is refused
+    with socket.create_connection((controller.host, controller.port), timeout=10) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"\x00\x00\x00\x04junk")
+                assert tls.recv(16) == b"", "a controller answered a peer without a certificate"
+        except (ssl.SSLError, ConnectionError):
+            pass  # the handshake (or the first read) is refused: no client certificate
+    p = Producer({"bootstrap.servers": east.bootstrap("LOCAL"), "enable.idempotence": True})
+    for i in range(100):
+        p.produce("pv", f"c{i}".encode())
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": east.bootstrap("LOCAL"), "group.id": "g", "auto.offset.reset": "earliest"})
+    c.subscribe(["pv"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 100 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert sorted(got) == sorted(f"c{i}".encode() for i in range(100)), (len(got), up.output()[-3000:])
+    logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "data" / "east").glob("node-*.log"))
+    assert "TLS handshake with" in logs  # the refused peer was logged by a controller

@@ -872,11 +872,6 @@ def test_topology_check_prints_summary(tmp_path: Path, capsys: pytest.CaptureFix
     text = text.replace('EXTERNAL = ["127.0.0.1:29095", "127.0.0.1:29096", "127.0.0.1:29097"]',
                         'EXTERNAL = ["127.0.0.1:29095"]')
     text = text.replace('LOCAL = ["127.0.0.1:29098", "127.0.0.1:29099", "127.0.0.1:29100"]', 'LOCAL = ["127.0.0.1:29098"]')
-    # dedicated controllers speak plaintext: west's BROKER listener is PLAINTEXT here
-    head, west = text.split("[clusters.west]\n", 1)
-    west, tail = west.split("[clusters.aggregate]\n", 1)
-    west = west.replace('"BROKER:SSL,', '"BROKER:PLAINTEXT,')
-    text = head + "[clusters.west]\n" + west + "[clusters.aggregate]\n" + tail
     text = text.replace('[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 3',
                         '[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 1')
     text = text.replace('[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 3',
@@ -1030,9 +1025,10 @@ def test_listeners_give_every_broker_its_addresses_and_clients_their_bootstrap()
      '"${dir:/run/secrets:FILE}" or "${env:VARIABLE}"'),
     ('client_listener = "nope"', "clusters.east.client_listener",
      "'NOPE' is not a listener of cluster 'east'; its listeners: BROKER, EXTERNAL, LOCAL"),
-    ('controllers = ["127.0.0.1:19192"]', "clusters.east.controllers",
-     "dedicated controllers speak PLAINTEXT only so far; with a SSL inter-broker listener leave `controllers` "
-     "out (every broker is then a voter)"),
+    ('controllers = ["127.0.0.1:19192"]\nconfig = { "listener.security.protocol.map" = "BROKER:SASL_SSL,EXTERNAL:SSL,LOCAL:SSL", '
+     '"inter.broker.listener.name" = "BROKER" }', "clusters.east.controllers",
+     "dedicated controllers cannot use SASL (the inter-broker listener BROKER is SASL_SSL): the quorum forms "
+     "before any SCRAM user exists; use SSL (mutual TLS)"),
 ])
 def test_listener_and_user_mistakes_are_named(change: str, key_path: str, problem: str) -> None:
     lines = SECURED.splitlines()
@@ -1043,8 +1039,8 @@ def test_listener_and_user_mistakes_are_named(change: str, key_path: str, proble
         if change.startswith("OTHER"):
             text = SECURED.replace(" }\nusers", f", {change} }}\nusers")
     else:
-        key = change.split(" =")[0]
-        kept = [ln for ln in lines if not ln.startswith(key + " =")]
+        keys = [ln.split(" =")[0] + " =" for ln in change.splitlines()]
+        kept = [ln for ln in lines if not ln.startswith(tuple(keys))]
         text = "\n".join(kept[:3] + [change] + kept[3:]) + "\n"
     exc = err(text)
     assert exc.key_path == key_path and exc.problem == problem, str(exc)
