@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from cluster.security.acl import (
     PatternType,
     ResourceType,
 )
-from cluster.security.scram import DEFAULT_ITERATIONS, MECHANISMS, check_iterations, salted_password
+from cluster.security.scram import DEFAULT_ITERATIONS, MECHANISMS
 from deploy.cluster_cmds import add_target, admin_for
 
 
@@ -112,13 +111,7 @@ async def _users(args: argparse.Namespace) -> int:
             return 0
         mechanisms = args.mechanism or sorted(MECHANISMS)
         if args.action == "add":
-            check_iterations(args.iterations)
-            password = _password(args)
-            ups = []
-            for m in mechanisms:
-                salt = secrets.token_bytes(32)
-                ups.append((args.name, m, args.iterations, salt, salted_password(m, password, salt, args.iterations)))
-            results = await admin.alter_scram_credentials(ups, [])
+            results = await admin.set_scram_password(args.name, _password(args), mechanisms, args.iterations)
         else:
             results = await admin.alter_scram_credentials([], [(args.name, m) for m in mechanisms])
         failed = {u: r for u, r in results.items() if r[0] != 0}

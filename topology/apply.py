@@ -21,6 +21,7 @@ from cluster.client.connection import KafkaConnectionError, UnsupportedApi
 from cluster.client.describe import describe_topic_configs, describe_topics
 from cluster.client.errors import KafkaError, error_name
 from cluster.common.backoff import Backoff
+from cluster.common.secrets import resolve
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import CONFIG_SOURCE_TOPIC
 from topology.model import ClusterSpec, TopicSpec, Topology
@@ -31,6 +32,7 @@ from topology.plan import (
     Change,
     ClusterPlan,
     CreateTopic,
+    CreateUser,
     ObservedCluster,
     ObservedTopic,
     Problem,
@@ -100,7 +102,15 @@ async def observe(admin: Admin, spec: ClusterSpec, topics: Sequence[TopicSpec]) 
                 if getattr(entry, "config_source", -1) == CONFIG_SOURCE_TOPIC:
                     overrides.add(entry.name)
         observed[t.name] = ObservedTopic(t.name, len(partitions), replica_counts, configs, frozenset(overrides))
-    return ObservedCluster(spec.name, spec.bootstrap(), tuple(sorted(b.node_id for b in meta.brokers)), observed)
+    users: frozenset[str] | None = None
+    users_error = None
+    if spec.users:
+        try:
+            users = frozenset(await admin.describe_scram_credentials())
+        except CLIENT_ERRORS as exc:
+            users_error = str(exc)
+    return ObservedCluster(spec.name, spec.bootstrap(), tuple(sorted(b.node_id for b in meta.brokers)), observed,
+                           users, users_error)
 
 
 def _unreachable(spec: ClusterSpec, exc: BaseException | None, timeout_s: float) -> UnreachableCluster:
@@ -118,7 +128,7 @@ async def _plan_one(topology: Topology, spec: ClusterSpec, timeout_s: float) -> 
                 observed = await observe(admin, spec, topics)
         except CLIENT_ERRORS as exc:
             observed = _unreachable(spec, exc, timeout_s)
-    return ClusterPlan(spec, observed, plan_cluster(topics, observed))
+    return ClusterPlan(spec, observed, plan_cluster(topics, observed, spec.users))
 
 
 async def _each(specs: Sequence[ClusterSpec], work: Callable[[ClusterSpec], Any]) -> list[Any]:
@@ -184,6 +194,15 @@ async def _execute(admin: Admin, change: Change, timeout_s: float) -> Outcome:
                 await admin.create_partitions(change.topic, change.desired)
             elif isinstance(change, AlterConfigs):
                 await admin.alter_topic_configs(change.topic, change.set_configs, [])
+            elif isinstance(change, CreateUser):
+                try:
+                    password = resolve(change.password_reference, f"users.{change.user}")
+                except ValueError as exc:  # a missing file or variable: named, the secret never shown
+                    return Outcome(change, "failed", str(exc))
+                failed = {u: r for u, r in (await admin.set_scram_password(change.user, password.encode())).items()
+                          if r[0] != ErrorCode.none}
+                if failed:
+                    return Outcome(change, "failed", "; ".join(f"{m or error_name(c)}" for c, m in failed.values()))
             return Outcome(change, "done")
         except CLIENT_ERRORS as exc:
             return Outcome(change, "failed", str(exc))
@@ -206,7 +225,7 @@ def _expectations(outcomes: Sequence[Outcome]) -> list[_Expectation]:
     configs: dict[str, dict[str, str]] = {}
     for o in outcomes:
         c = o.change
-        if o.status != "done" or isinstance(c, Problem):
+        if o.status != "done" or isinstance(c, Problem | CreateUser):
             continue
         partitions.setdefault(c.topic, None)
         configs.setdefault(c.topic, {})
@@ -282,7 +301,7 @@ async def _apply_one(topology: Topology, spec: ClusterSpec, timeout_s: float) ->
                 observed = await observe(admin, spec, topics)
             except CLIENT_ERRORS as exc:
                 observed = _unreachable(spec, exc, timeout_s)
-        result = ClusterApply(ClusterPlan(spec, observed, plan_cluster(topics, observed)))
+        result = ClusterApply(ClusterPlan(spec, observed, plan_cluster(topics, observed, spec.users)))
         if isinstance(observed, UnreachableCluster):
             result.outcomes = [Outcome(c, "refused") for c in result.plan.changes]
             return result

@@ -26,6 +26,7 @@ __all__ = [
     "ClusterPlan",
     "ConfigChange",
     "CreateTopic",
+    "CreateUser",
     "ObservedCluster",
     "ObservedTopic",
     "Problem",
@@ -47,6 +48,7 @@ REPLICATION_FACTOR = "replication-factor"
 UNREACHABLE = "unreachable"
 TOO_FEW_BROKERS = "too-few-brokers"
 TOPIC_ERROR = "topic-error"
+USERS_UNKNOWN = "users-unknown"
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
@@ -83,6 +85,10 @@ class ObservedCluster:
     """Brokers the cluster's metadata lists (registered and unfenced)."""
     topics: Mapping[str, ObservedTopic] = field(default_factory=dict, hash=False)
     """The topics that exist, by name (at least every topic the file declares that exists)."""
+    users: frozenset[str] | None = None
+    """SCRAM users that exist (None: not asked, or the cluster would not tell)."""
+    users_error: str | None = None
+    """Why the users could not be listed."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,25 @@ class AlterConfigs:
 
 
 @dataclass(frozen=True)
+class CreateUser:
+    """A SCRAM user of the file's `users` table the cluster does not have (it formed before
+    the user was added); its password is read from the reference when applied."""
+
+    cluster: str
+    user: str
+    password_reference: str = field(repr=False)
+
+    symbol = "+"
+    action = "create-user"
+
+    def describe(self) -> str:
+        return f"create SCRAM user {self.cluster}/{self.user} (SCRAM-SHA-256, SCRAM-SHA-512)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "cluster": self.cluster, "user": self.user}
+
+
+@dataclass(frozen=True)
 class Problem:
     """Something the file asks for that apply will not do; ``hint`` says what would."""
 
@@ -193,7 +218,7 @@ class Problem:
                 "message": self.message, "hint": self.hint}
 
 
-Change = CreateTopic | AddPartitions | AlterConfigs | Problem
+Change = CreateTopic | AddPartitions | AlterConfigs | CreateUser | Problem
 
 
 # ---- config values ------------------------------------------------------------------------------
@@ -285,15 +310,26 @@ def _plan_topic(spec: TopicSpec, observed: ObservedCluster) -> list[Change]:
     return changes
 
 
-def plan_cluster(topics: Sequence[TopicSpec], observed: ObservedCluster | UnreachableCluster) -> list[Change]:
-    """The changes that make one cluster hold ``topics`` (the file's topics of that cluster)."""
+def plan_cluster(topics: Sequence[TopicSpec], observed: ObservedCluster | UnreachableCluster,
+                 users: Mapping[str, str] | None = None) -> list[Change]:
+    """The changes that make one cluster hold ``topics`` (the file's topics of that cluster)
+    and ``users`` (its `users` table: name -> password reference)."""
     if isinstance(observed, UnreachableCluster):
         return [Problem(UNREACHABLE, observed.name, None,
                         f"cannot reach cluster {observed.name} at {observed.bootstrap}: {observed.error}",
                         "start its brokers or fix `brokers` in the file")]
     for spec in topics:
         assert spec.cluster == observed.name, (spec.cluster, observed.name)
-    return [change for spec in topics for change in _plan_topic(spec, observed)]
+    changes: list[Change] = [change for spec in topics for change in _plan_topic(spec, observed)]
+    if users:
+        if observed.users is None:
+            changes.append(Problem(USERS_UNKNOWN, observed.name, None,
+                                   f"cannot list the SCRAM users of cluster {observed.name}: "
+                                   f"{observed.users_error or 'not asked'}",
+                                   "give the cluster's `client` a principal allowed to DESCRIBE the cluster"))
+        else:
+            changes += [CreateUser(observed.name, u, ref) for u, ref in users.items() if u not in observed.users]
+    return changes
 
 
 def plan(topology: Topology, observed: Mapping[str, ObservedCluster | UnreachableCluster]) -> list[Change]:
@@ -302,13 +338,13 @@ def plan(topology: Topology, observed: Mapping[str, ObservedCluster | Unreachabl
     changes: list[Change] = []
     for name in topology.clusters:
         if name in observed:
-            changes += plan_cluster(topology.topics_of(name), observed[name])
+            changes += plan_cluster(topology.topics_of(name), observed[name], topology.cluster(name).users)
     return changes
 
 
 def summary_counts(changes: Sequence[Change]) -> tuple[int, int, int]:
     """(to create, to change, problems): one count per line of the plan."""
-    create = sum(isinstance(c, CreateTopic) for c in changes)
+    create = sum(isinstance(c, CreateTopic | CreateUser) for c in changes)
     problems = sum(isinstance(c, Problem) for c in changes)
     return create, len(changes) - create - problems, problems
 

@@ -10,7 +10,8 @@ partition's leader (Metadata).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,7 +40,12 @@ from cluster.security.acl import (
     PatternType,
     ResourceType,
 )
-from cluster.security.scram import MECHANISM_TYPES
+from cluster.security.scram import (
+    DEFAULT_ITERATIONS,
+    MECHANISM_TYPES,
+    check_iterations,
+    salted_password,
+)
 
 T = TypeVar("T")
 # An admin asking about a topic that does not exist wants that answer now.
@@ -350,6 +356,17 @@ class Admin:
                 "deletions": [{"name": n, "mechanism": MECHANISM_TYPES[m]} for n, m in deletions]}
         resp = await (await self._any()).request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
         return {r.user: (int(r.error_code), r.error_message) for r in resp.results}
+
+    async def set_scram_password(self, user: str, password: bytes, mechanisms: Sequence[str] = tuple(MECHANISM_TYPES),
+                                 iterations: int = DEFAULT_ITERATIONS) -> dict[str, tuple[int, str | None]]:
+        """The user's credential for each mechanism, from a fresh salt (as kafka-configs
+        --add-config 'SCRAM-SHA-512=[password=...]'); only the salted password is sent."""
+        check_iterations(iterations)
+        ups = []
+        for mechanism in mechanisms:
+            salt = secrets.token_bytes(32)
+            ups.append((user, mechanism, iterations, salt, salted_password(mechanism, password, salt, iterations)))
+        return await self.alter_scram_credentials(ups, [])
 
     @_retried
     async def describe_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:

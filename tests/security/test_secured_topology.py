@@ -117,6 +117,22 @@ def test_up_runs_a_secured_topology_and_the_mirror_copies_over_sasl_ssl(
     assert described.returncode == 0 and "east.pv" in described.stdout, described.stdout + described.stderr
     users = dcmirror("users", "list", "--config", str(config), "--cluster", "east")
     assert users.returncode == 0 and "admin" in users.stdout and "mirror" in users.stdout, users.stdout + users.stderr
+    # a user added to the file after the cluster formed: `topology apply` creates it
+    passwords = tmp_path / "passwords.properties"
+    passwords.write_text(passwords.read_text() + "carol=carol-secret-3\n")
+    config.write_text(config.read_text().replace(
+        'users = { admin', f'users = {{ carol = "${{file:{passwords}:carol}}", admin', 1))
+    planned = dcmirror("topology", "plan", str(config))
+    assert planned.returncode == 2 and "+ create SCRAM user east/carol" in planned.stdout, planned.stdout + planned.stderr
+    applied = dcmirror("topology", "apply", str(config))
+    assert applied.returncode == 0 and "create SCRAM user east/carol (SCRAM-SHA-256, SCRAM-SHA-512) ... done" \
+        in applied.stdout, applied.stdout + applied.stderr
+    carol = Consumer({**secure, "bootstrap.servers": east.bootstrap(), "sasl.username": "carol",
+                      "sasl.password": "carol-secret-3", "group.id": "c"})
+    md = carol.list_topics(timeout=20)  # logged in (a wrong password raises here) ...
+    assert md.brokers and "pv" not in md.topics  # ... but no ACL lets carol see pv
+    carol.close()
+    assert "carol-secret-3" not in planned.stdout + applied.stdout + applied.stderr
     # no secret in any log of the run
     logs = "".join(f.read_text(errors="replace") for f in (tmp_path / "data").rglob("*.log"))
     assert "admin-secret-1" not in logs and "mirror-secret-2" not in logs and "admin-secret" not in up.output()

@@ -14,6 +14,7 @@ from topology.plan import (
     ClusterPlan,
     ConfigChange,
     CreateTopic,
+    CreateUser,
     ObservedCluster,
     ObservedTopic,
     Problem,
@@ -290,3 +291,17 @@ def test_no_changes_says_so(topology):
     text = format_plan(plans, topology)
     assert "No changes. The clusters match the topology file." in text
     assert text.splitlines()[-1] == "Plan: 0 to create, 0 to change, 0 problems."
+
+
+def test_users_the_cluster_lacks_are_planned_and_unknown_users_are_a_problem() -> None:
+    wanted = {"admin": "${env:A}", "carol": "${env:C}"}
+    seen = ObservedCluster("east", "b:1", (1,), {}, frozenset({"admin"}))
+    (change,) = plan_cluster([], seen, wanted)
+    assert isinstance(change, CreateUser) and (change.cluster, change.user) == ("east", "carol")
+    assert change.describe() == "create SCRAM user east/carol (SCRAM-SHA-256, SCRAM-SHA-512)"
+    assert change.to_json() == {"action": "create-user", "cluster": "east", "user": "carol"}  # no reference
+    assert summary_counts([change]) == (1, 0, 0)
+    assert plan_cluster([], ObservedCluster("east", "b:1", (1,), {}, frozenset({"admin", "carol"})), wanted) == []
+    (problem,) = plan_cluster([], ObservedCluster("east", "b:1", (1,), {}, None, "CLUSTER_AUTHORIZATION_FAILED"),
+                              wanted)
+    assert isinstance(problem, Problem) and "CLUSTER_AUTHORIZATION_FAILED" in problem.message
