@@ -115,6 +115,22 @@ def summary(topology: Topology) -> str:
         rows += [[c.name, str(a.node_id), str(a), "broker, voter" if c.combined else "broker"] for a in c.brokers]
         rows += [[c.name, str(a.node_id), str(a), "controller"] for a in c.controllers]
     lines += ["", *_table(rows)]
+    secured = [c for c in topology.clusters.values() if c.listeners or c.users or c.client]
+    if secured:
+        rows = [["CLUSTER", "LISTENER", "PROTOCOL", "ADDRESSES", "USED BY"]]
+        for c in secured:
+            protocols = dict(pair.strip().upper().split(":", 1) for pair in
+                             c.config.get("listener.security.protocol.map", "").split(",") if ":" in pair)
+            for name in (c.inter_broker_listener, *c.listeners):
+                used = ["brokers" if name == c.inter_broker_listener else ""]
+                used.append("dcmirror clients" if name == (c.client_listener or c.inter_broker_listener) else "")
+                rows.append([c.name, name, protocols.get(name, name),
+                             ",".join(str(a) for a in c.listener_addresses(name)),
+                             ", ".join(u for u in used if u) or "-"])
+        lines += ["", *_table(rows)]
+        for c in secured:
+            if c.users:
+                lines.append(f"  {c.name} starts with SCRAM users: {', '.join(sorted(c.users))}")
 
     lines += ["", f"topics ({len(topology.topics)}):"]
     if topology.topics:

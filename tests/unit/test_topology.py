@@ -901,6 +901,20 @@ clusters (3):
   aggregate  2     127.0.0.1:39093  broker, voter
   aggregate  3     127.0.0.1:39094  broker, voter
 
+  CLUSTER    LISTENER  PROTOCOL   ADDRESSES                                        USED BY
+  east       BROKER    SSL        127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094  brokers
+  east       EXTERNAL  SASL_SSL   127.0.0.1:19095,127.0.0.1:19096,127.0.0.1:19097  dcmirror clients
+  east       LOCAL     PLAINTEXT  127.0.0.1:19098,127.0.0.1:19099,127.0.0.1:19100  -
+  west       BROKER    SSL        127.0.0.1:29092                                  brokers
+  west       EXTERNAL  SASL_SSL   127.0.0.1:29095                                  dcmirror clients
+  west       LOCAL     PLAINTEXT  127.0.0.1:29098                                  -
+  aggregate  BROKER    SSL        127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094  brokers
+  aggregate  EXTERNAL  SASL_SSL   127.0.0.1:39095,127.0.0.1:39096,127.0.0.1:39097  dcmirror clients
+  aggregate  LOCAL     PLAINTEXT  127.0.0.1:39098,127.0.0.1:39099,127.0.0.1:39100  -
+  east starts with SCRAM users: admin, mirror
+  west starts with SCRAM users: admin, mirror
+  aggregate starts with SCRAM users: admin, mirror
+
 topics (4):
   CLUSTER  TOPIC      PARTITIONS  RF  CONFIG
   east     pageviews  6           3   min.insync.replicas=2
