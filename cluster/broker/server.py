@@ -25,6 +25,7 @@ from cluster.protocol.framing import FrameDecoder
 log = logging.getLogger(__name__)
 
 _RECV_BYTES = 256 * 1024
+CERTIFICATE_CHECK_INTERVAL_S = 30.0  # keystores changed on disk are loaded again (or at once on SIGHUP)
 
 
 class BrokerServer:
@@ -150,7 +151,7 @@ class BrokerServer:
 
     async def _reload_certificates(self) -> None:
         while True:
-            await trio.sleep(30)
+            await trio.sleep(CERTIFICATE_CHECK_INTERVAL_S)
             self.security.reload_certificates()
 
 
@@ -186,7 +187,7 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
     broker = Broker(data_dir, config, advertised, port, membership, listen_host=host)
     server = BrokerServer(broker)
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.run)
                 if http is not None:
@@ -200,6 +201,11 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
 
                 async def wait_for_signal() -> None:
                     async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            # As nginx or HAProxy: renewed certificates now, not at the next check.
+                            log.info("received SIGHUP: reloading certificates")
+                            server.security.reload_certificates()
+                            continue
                         log.info("received %s: shutting down", signal.Signals(signum).name)
                         if config["controlled.shutdown.enable"]:
                             with trio.move_on_after(int(config["controlled.shutdown.timeout.ms"]) / 1000):
