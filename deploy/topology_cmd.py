@@ -119,12 +119,10 @@ def summary(topology: Topology) -> str:
     if secured:
         rows = [["CLUSTER", "LISTENER", "PROTOCOL", "ADDRESSES", "USED BY"]]
         for c in secured:
-            protocols = dict(pair.strip().upper().split(":", 1) for pair in
-                             c.config.get("listener.security.protocol.map", "").split(",") if ":" in pair)
             for name in (c.inter_broker_listener, *c.listeners):
                 used = ["brokers" if name == c.inter_broker_listener else ""]
                 used.append("dcmirror clients" if name == (c.client_listener or c.inter_broker_listener) else "")
-                rows.append([c.name, name, protocols.get(name, name),
+                rows.append([c.name, name, c.listener_protocol(name),
                              ",".join(str(a) for a in c.listener_addresses(name)),
                              ", ".join(u for u in used if u) or "-"])
         lines += ["", *_table(rows)]

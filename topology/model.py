@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,15 @@ WAREHOUSE_CONFIG_PREFIXES = ("spark.", "kafka.")
 WAREHOUSE_COLUMNS = ("key", "value", "headers", "timestamp", "timestamp_type", "kafka_partition",
                      "kafka_offset", "source_cluster", "source_partition", "source_offset", "load_id",
                      "source_dc", "event_date")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,23 @@ class ClusterSpec:
             known = ", ".join([self.inter_broker_listener, *self.listeners])
             raise TopologyError(f"cluster {self.name!r} has no listener {name!r}; its listeners: {known}")
         return self.listeners[name]
+
+    def listener_protocol(self, listener: str) -> str:
+        """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (listener.security.protocol.map, or
+        the name itself)."""
+        listener = listener.upper()
+        for pair in self.config.get("listener.security.protocol.map", "").split(","):
+            name, _, protocol = pair.partition(":")
+            if name.strip().upper() == listener:
+                return protocol.strip().upper()
+        return listener
+
+    def is_host_local(self, listener: str) -> bool:
+        """A secured cluster's plaintext listener on loopback: for clients on the broker's own
+        host only, so it stays on loopback wherever the file is deployed (pods, lab hosts)."""
+        return (self.listener_protocol(listener) == "PLAINTEXT"
+                and self.listener_protocol(self.inter_broker_listener) != "PLAINTEXT"
+                and all(_loopback(a.host) for a in self.listener_addresses(listener)))
 
     def node_listeners(self, node_id: int) -> str:
         """The node's Kafka `listeners` config: NAME://host:port,... (dedicated controllers

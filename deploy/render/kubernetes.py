@@ -31,12 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from cluster.broker.config import BrokerConfig
+from deploy.render.secrets import SecretFiles, relocate_secrets
 from deploy.render.toml_out import dump_topology
 from topology.model import ClusterSpec, NodeAddress, Topology
 
 CONFIG_MAP = "dcmirror-topology"
 CONFIG_DIR = "/etc/dcmirror"
 TOPOLOGY_FILE = f"{CONFIG_DIR}/topology.toml"
+SECRET = "dcmirror-secrets"
+SECRETS_DIR = "/etc/dcmirror-secrets"  # not inside the ConfigMap's read-only mount
 DATA_DIR = "/var/lib/dcmirror"
 WAREHOUSE_DIR = f"{DATA_DIR}/warehouse"
 WAREHOUSE_CLAIM = "dcmirror-warehouse"
@@ -106,20 +109,43 @@ def pod_address(names: ClusterNames, spec: ClusterSpec, node: NodeAddress, o: Ku
     return f"{pod}.{names.service}.{o.namespace}.svc.{o.cluster_domain}"
 
 
+def listener_ports(spec: ClusterSpec, o: KubernetesOptions) -> dict[str, int]:
+    """The container port of each more listener of a cluster's brokers: the Kafka port + 1, + 2, ..."""
+    return {listener: o.kafka_port + 1 + i for i, listener in enumerate(spec.listeners)}
+
+
+def exposed_ports(spec: ClusterSpec, o: KubernetesOptions) -> dict[str, int]:
+    """The ports of the listeners other pods reach (not the loopback ones)."""
+    return {listener: port for listener, port in listener_ports(spec, o).items() if not spec.is_host_local(listener)}
+
+
+def _port_name(listener: str) -> str:
+    """A Kubernetes port name (at most 15 lowercase letters, digits, '-')."""
+    return listener.lower().replace("_", "-")[:15].strip("-") or "listener"
+
+
 def cluster_topology(topology: Topology, o: KubernetesOptions) -> Topology:
     """The topology as the pods see it: DNS names of the StatefulSets' pods, data on the pods'
     volumes, admin HTTP on every broker, the warehouse on its volume."""
     names = cluster_names(topology)
     clusters = {}
-    for name, spec in topology.clusters.items():
-        def moved(nodes: tuple[NodeAddress, ...], spec: ClusterSpec = spec, n: ClusterNames = names[name]
-                  ) -> tuple[NodeAddress, ...]:
-            return tuple(NodeAddress(a.node_id, pod_address(n, spec, a, o), o.kafka_port) for a in nodes)
+    for index, (name, spec) in enumerate(topology.clusters.items()):
+        def moved(nodes: tuple[NodeAddress, ...], spec: ClusterSpec = spec, n: ClusterNames = names[name],
+                  port: int = o.kafka_port) -> tuple[NodeAddress, ...]:
+            return tuple(NodeAddress(a.node_id, pod_address(n, spec, a, o), port) for a in nodes)
 
         config = {k: v for k, v in spec.config.items() if k != "admin.http.port.offset"}
         config["admin.http.listener"] = f"0.0.0.0:{o.http_port}"
+        # More listeners: the pod's DNS name, ports after the Kafka port (listener_ports);
+        # host-local ones stay on the pod's loopback (containers of the same pod only), at
+        # 127.<cluster>.<node id> so that each broker's address is its own in the file.
+        ports = listener_ports(spec, o)
+        listeners = {listener: tuple(NodeAddress(a.node_id, f"127.{1 + index}.{a.node_id // 256}.{a.node_id % 256}",
+                                                 ports[listener]) for a in addresses)
+                     if spec.is_host_local(listener) else moved(addresses, port=ports[listener])
+                     for listener, addresses in spec.listeners.items()}
         clusters[name] = dataclasses.replace(spec, brokers=moved(spec.brokers), controllers=moved(spec.controllers),
-                                             data_dir=Path(DATA_DIR) / name, config=config)
+                                             listeners=listeners, data_dir=Path(DATA_DIR) / name, config=config)
     warehouse = topology.warehouse
     if warehouse is not None:
         warehouse = dataclasses.replace(warehouse, path=Path(WAREHOUSE_DIR))
@@ -164,7 +190,8 @@ def _topology_mount() -> dict[str, Any]:
 
 
 def _node_statefulset(name: str, cluster: str, names: ClusterNames, replicas: int, first_node: int,
-                      component: str, stop_s: int, checksum: str, o: KubernetesOptions) -> dict[str, Any]:
+                      component: str, stop_s: int, checksum: str, o: KubernetesOptions,
+                      more_ports: dict[str, int] | None = None) -> dict[str, Any]:
     # The Service selects a cluster's brokers and controllers by dcmirror/cluster.
     labels = _labels(component, names.statefulset) | {"dcmirror/cluster": names.statefulset}
     # The pod's ordinal is the end of its hostname (NAME-0, NAME-1, ...).
@@ -183,6 +210,8 @@ def _node_statefulset(name: str, cluster: str, names: ClusterNames, replicas: in
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
     }
     if component == "broker":
+        container["ports"] += [{"name": _port_name(listener), "containerPort": port}
+                               for listener, port in (more_ports or {}).items()]
         container["ports"].append({"name": "http", "containerPort": o.http_port})
         container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5,
                                        "failureThreshold": 3}
@@ -223,7 +252,7 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
 
     o = options
     names = cluster_names(topology)
-    inside = cluster_topology(topology, o)
+    inside, secrets = relocate_secrets(cluster_topology(topology, o), SECRETS_DIR)
     text = dump_topology(inside, "dcmirror topology as the Kubernetes pods see it (rendered by "
                                  "`dcmirror deploy render --format kubernetes`)")
     checksum = hashlib.sha256(text.encode()).hexdigest()
@@ -246,11 +275,13 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
                 "publishNotReadyAddresses": True,
                 "selector": selector,
                 "ports": [{"name": "kafka", "port": o.kafka_port, "targetPort": "kafka"},
+                          *({"name": _port_name(listener), "port": port, "targetPort": port}
+                            for listener, port in exposed_ports(spec, o).items()),
                           {"name": "http", "port": o.http_port, "targetPort": o.http_port}],
             },
         }
         objects[f"statefulset-{n.statefulset}.yaml"] = _node_statefulset(
-            n.statefulset, cluster, n, len(spec.brokers), 1, "broker", stop_s, checksum, o)
+            n.statefulset, cluster, n, len(spec.brokers), 1, "broker", stop_s, checksum, o, exposed_ports(spec, o))
         if spec.controllers:
             objects[f"statefulset-{n.controllers}.yaml"] = _node_statefulset(
                 n.controllers, cluster, n, len(spec.controllers), len(spec.brokers) + 1, "controller", stop_s,
@@ -334,5 +365,40 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
                 }}},
             },
         }
+    if secrets.files or secrets.env:
+        objects[f"secret-{SECRET}.yaml"] = secret_object(secrets, o)
+        for obj in objects.values():
+            _with_secrets(obj, secrets)
     return objects
+
+
+def secret_object(secrets: SecretFiles, o: KubernetesOptions) -> dict[str, Any]:
+    """The Secret every pod mounts: one key per file the topology references, one per
+    ${env:VAR}. Rendered with empty values (contents are never rendered); fill it with
+    kubectl create secret generic dcmirror-secrets --from-file=NAME=PATH ... --from-literal=env.VAR=...
+    (the annotations name each key's source on the machine that rendered it)."""
+    annotations = {f"dcmirror/file.{name}": str(path) for name, path in secrets.files.items()}
+    annotations |= {f"dcmirror/env.{var}": f"the value of ${{env:{var}}}" for var in secrets.env}
+    command = " ".join(["kubectl", "-n", o.namespace, "create", "secret", "generic", SECRET,
+                        *(f"--from-file={n}={p}" for n, p in secrets.files.items()),
+                        *(f"--from-literal=env.{v}=..." for v in secrets.env),
+                        "--dry-run=client", "-o", "yaml", "|", "kubectl", "apply", "-f", "-"])
+    annotations["dcmirror/fill-with"] = command
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {**_meta(SECRET, o, _labels("config", "secrets")), "annotations": annotations},
+            "stringData": {**{name: "" for name in secrets.files}, **{f"env.{v}": "" for v in secrets.env}}}
+
+
+def _with_secrets(obj: dict[str, Any], secrets: SecretFiles) -> None:
+    """Every pod template: the Secret mounted read-only at SECRETS_DIR, ${env:VAR} from it."""
+    spec = obj.get("spec", {})
+    template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get("template")
+    if template is None:
+        return
+    pod = template["spec"]
+    pod["volumes"].append({"name": "secrets", "secret": {"secretName": SECRET, "defaultMode": 0o440}})
+    for container in pod["containers"]:
+        container["volumeMounts"].append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        container.setdefault("env", []).extend(
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": f"env.{var}"}}} for var in secrets.env)
 

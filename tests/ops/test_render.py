@@ -164,8 +164,27 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
          ("PersistentVolumeClaim", "dcmirror-warehouse"),
          ("Deployment", "mirror-east-to-aggregate"), ("Deployment", "mirror-west-to-aggregate")]
         + [(k, c) for c in ("east", "west", "aggregate") for k in ("StatefulSet", "PodDisruptionBudget")]
-        + [("Service", f"{c}-svc") for c in ("east", "west", "aggregate")])
+        + [("Service", f"{c}-svc") for c in ("east", "west", "aggregate")] + [("Secret", "dcmirror-secrets")])
     assert {d["metadata"]["namespace"] for d in docs.values()} == {"dcm"}
+    # Secrets: the files the topology references become keys of one Secret, mounted read-only in
+    # every pod; the rendered topology points there; no secret content is rendered.
+    secret = docs["secret-dcmirror-secrets.yaml"]
+    assert secret["stringData"] == {"broker.pem": "", "ca.pem": "", "passwords.properties": ""}
+    assert secret["metadata"]["annotations"]["dcmirror/file.broker.pem"] == str(tmp_path / "secrets" / "broker.pem")
+    assert "--from-file=passwords.properties=" in secret["metadata"]["annotations"]["dcmirror/fill-with"]
+    secured = loads(docs["configmap-dcmirror-topology.yaml"]["data"]["topology.toml"], check_files=False)
+    assert secured.cluster("east").config["ssl.keystore.location"] == "/etc/dcmirror-secrets/broker.pem"
+    assert secured.cluster("east").users["mirror"] == "${file:/etc/dcmirror-secrets/passwords.properties:mirror}"
+    assert secured.mirrors[0].config["source.sasl.password"] == \
+        "${file:/etc/dcmirror-secrets/passwords.properties:mirror}"
+    for name in ("statefulset-east.yaml", "deployment-mirror-east-to-aggregate.yaml"):
+        pod = docs[name]["spec"]["template"]["spec"]
+        assert {"name": "secrets", "secret": {"secretName": "dcmirror-secrets", "defaultMode": 0o440}} in pod["volumes"]
+        assert {"name": "secrets", "mountPath": "/etc/dcmirror-secrets", "readOnly": True} in \
+            pod["containers"][0]["volumeMounts"]
+    passwords = (tmp_path / "secrets" / "passwords.properties").read_text().splitlines()
+    rendered = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert passwords and all(line.split("=", 1)[1] not in rendered for line in passwords)
 
     for cluster in ("east", "west", "aggregate"):
         sts = docs[f"statefulset-{cluster}.yaml"]
@@ -178,10 +197,12 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
         assert container["command"] == ["sh", "-c", f"exec dcmirror broker --config /etc/dcmirror/topology.toml "
                                                     f"--cluster {cluster} --node $(( ${{HOSTNAME##*-}} + 1 ))"]
         assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"kafka": 9092, "http": 9644}
+        # EXTERNAL on the next port; LOCAL stays on the pod's loopback, not a container port
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"kafka": 9092, "external": 9093,
+                                                                                "http": 9644}
         assert [v["metadata"]["name"] for v in spec["volumeClaimTemplates"]] == ["data"]
         assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
-            "data": "/var/lib/dcmirror", "topology": "/etc/dcmirror"}
+            "data": "/var/lib/dcmirror", "topology": "/etc/dcmirror", "secrets": "/etc/dcmirror-secrets"}
         assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
         assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
         assert set(svc["spec"]["selector"].items()) <= set(spec["template"]["metadata"]["labels"].items())
@@ -206,10 +227,14 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
 
     # The topology the pods read: the pods' DNS names, admin HTTP for the probes, data on volumes.
     config_map = docs["configmap-dcmirror-topology.yaml"]
-    inside = loads(config_map["data"]["topology.toml"])
-    assert inside.cluster("east").bootstrap() == ",".join(
+    inside = loads(config_map["data"]["topology.toml"], check_files=False)
+    assert inside.cluster("east").bootstrap("BROKER") == ",".join(
         f"east-{i}.east-svc.dcm.svc.cluster.local:9092" for i in range(3))
-    assert inside.cluster("aggregate").config == {"admin.http.listener": "0.0.0.0:9644"}
+    assert inside.cluster("east").bootstrap() == ",".join(  # EXTERNAL, the client listener
+        f"east-{i}.east-svc.dcm.svc.cluster.local:9093" for i in range(3))
+    # the plaintext LOCAL listener stays on each pod's loopback
+    assert inside.cluster("west").bootstrap("LOCAL") == "127.2.0.1:9094,127.2.0.2:9094,127.2.0.3:9094"
+    assert inside.cluster("aggregate").config["admin.http.listener"] == "0.0.0.0:9644"
     assert str(inside.cluster("west").node_data_dir(2)) == "/var/lib/dcmirror/west/node-2"
     assert inside.warehouse is not None and str(inside.warehouse.path) == "/var/lib/dcmirror/warehouse"
     assert [(t.cluster, t.name, t.partitions, t.replication_factor) for t in inside.topics] == [
@@ -232,7 +257,7 @@ def test_kubernetes_controllers_and_names(tmp_path: Path) -> None:
     assert ctl["template"]["spec"]["containers"][0]["command"][2].endswith(
         "--cluster Edge_1 --node $(( ${HOSTNAME##*-} + 3 ))")  # controllers are nodes 3, 4, 5
     inside = loads(objects["configmap-dcmirror-topology.yaml"]["data"]["topology.toml"])
-    spec = inside.cluster("Edge_1")
+    spec = inside.cluster("Edge_1")  # no secrets: no Secret
     assert [str(n) for n in spec.controllers] == [
         f"edge-1-controller-{i}.edge-1-svc.dcmirror.svc.cluster.local:9092" for i in range(3)]
     assert spec.config == {"admin.http.listener": "0.0.0.0:9644"}  # the offset would clash with it
