@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from deploy.render import kubernetes, systemd, yaml_out
+from deploy.render.secrets import relocate_secrets
 from deploy.render.toml_out import dump_topology
 
 
@@ -54,9 +55,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if args.format == "systemd":
             options = systemd.SystemdOptions(bin=args.bin, etc_dir=args.etc_dir, data_root=args.data_root,
                                              user=args.user)
-            files = systemd.render(topology, options)
+            hosts, secrets = relocate_secrets(systemd.host_topology(topology, args.data_root),
+                                              options.secrets_dir)
+            files = systemd.render(topology, options, secrets)
             files["etc/dcmirror/topology.toml"] = dump_topology(
-                systemd.host_topology(topology, args.data_root),
+                hosts,
                 f"dcmirror topology for {options.topology_path} (rendered from {args.config} by "
                 "`dcmirror deploy render --format systemd`)")
         else:

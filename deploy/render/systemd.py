@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from cluster.broker.config import BrokerConfig
+from deploy.render.secrets import SecretFiles
 from topology.model import Topology
 
 BROKER_UNIT = "dcmirror-broker@.service"
@@ -42,6 +43,16 @@ class SystemdOptions:
     @property
     def topology_path(self) -> str:
         return str(PurePosixPath(self.etc_dir) / "topology.toml")
+
+    @property
+    def secrets_dir(self) -> str:
+        """Where the certificate, key and password files the topology references go."""
+        return str(PurePosixPath(self.etc_dir) / "secrets")
+
+    @property
+    def secrets_env(self) -> str:
+        """The values of the topology's ${env:VAR} references (mode 0600)."""
+        return str(PurePosixPath(self.etc_dir) / "secrets.env")
 
 
 def host_topology(topology: Topology, data_root: str) -> Topology:
@@ -96,14 +107,21 @@ def _unit(sections: list[tuple[str, list[tuple[str, str]]]]) -> str:
     return "\n".join(out)
 
 
-def render(topology: Topology, options: SystemdOptions) -> dict[str, str]:
-    """Relative path -> file text."""
+def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | None = None) -> dict[str, str]:
+    """Relative path -> file text. `secrets`: the files and variables the hosts' topology
+    references (relocate_secrets): named in the README, never their contents."""
     o = options
+    secrets = secrets or SecretFiles()
     files: dict[str, str] = {}
     stop_s = max((int(BrokerConfig.from_overrides(c.config)["controlled.shutdown.timeout.ms"]) // 1000
                   for c in topology.clusters.values()), default=10) + STOP_MARGIN_S
     service_common = [("User", o.user), ("Group", o.user), ("Environment", "PYTHONUNBUFFERED=1"),
                       ("StateDirectory", "dcmirror"), ("LimitNOFILE", "100000")]
+    if secrets.env:  # the ${env:VAR} values, readable by root only (systemd reads it before dropping to User)
+        service_common.append(("EnvironmentFile", o.secrets_env))
+        files[f"etc/dcmirror/{PurePosixPath(o.secrets_env).name}.example"] = (
+            f"# copy to {o.secrets_env} (mode 0600, root) and fill in; the topology reads these variables\n"
+            + "".join(f"{var}=\n" for var in secrets.env))
     files[f"systemd/{BROKER_UNIT}"] = _unit([
         ("Unit", [("Description", "dcmirror broker %i"),
                   ("Documentation", f"file:{o.etc_dir}/broker/%i.env"),
@@ -163,11 +181,11 @@ def render(topology: Topology, options: SystemdOptions) -> dict[str, str]:
         files[f"etc/dcmirror/mirror/{instance}.env"] = (
             f"# dcmirror-mirror@{instance}: worker {worker} of flow {flow}\n"
             f"DCMIRROR_FLOW={flow}\nDCMIRROR_WORKER={worker}\n")
-    files["README.txt"] = _readme(topology, o, interval)
+    files["README.txt"] = _readme(topology, o, interval, secrets)
     return files
 
 
-def _readme(topology: Topology, o: SystemdOptions, interval: int | None) -> str:
+def _readme(topology: Topology, o: SystemdOptions, interval: int | None, secrets: SecretFiles) -> str:
     lines = [
         "dcmirror systemd units, rendered by `dcmirror deploy render --format systemd`.",
         "",
@@ -188,5 +206,14 @@ def _readme(topology: Topology, o: SystemdOptions, interval: int | None) -> str:
             lines.append("  (load.interval.ms = 0: no timer; run `systemctl start dcmirror-load` by hand)")
         else:
             lines.append(f"  systemctl enable --now {LOAD_TIMER}   # on one host only")
+    if secrets.files or secrets.env:
+        lines += ["", f"Secrets (never rendered: install them from where the topology named them). Files go to "
+                      f"{o.secrets_dir}, readable by the service group only:",
+                  f"  install -d -m 0750 -o root -g {o.user} {o.secrets_dir}"]
+        lines += [f"  install -m 0640 -o root -g {o.user} {path} {o.secrets_dir}/{name}"
+                  for name, path in secrets.files.items()]
+        if secrets.env:
+            lines += [f"  install -m 0600 -o root etc/dcmirror/{PurePosixPath(o.secrets_env).name}.example "
+                      f"{o.secrets_env}   # then fill in {', '.join(secrets.env)}"]
     lines += ["", f"`systemctl stop {TARGET}` stops everything of a host (brokers with a controlled shutdown)."]
     return "\n".join(lines) + "\n"

@@ -104,6 +104,15 @@ def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
     assert hosts.cluster("east").bootstrap() == "127.0.0.1:19095,127.0.0.1:19096,127.0.0.1:19097"  # EXTERNAL
     assert [(m.name, m.workers) for m in hosts.mirrors] == [("east-to-aggregate", 2), ("west-to-aggregate", 2)]
     readme = (out / "README.txt").read_text()
+    # Secrets: the hosts' topology names them under /etc/dcmirror/secrets; the README says which
+    # file goes there (only paths, never contents)
+    assert hosts.cluster("east").config["ssl.keystore.location"] == "/etc/dcmirror/secrets/broker.pem"
+    assert hosts.cluster("east").client["sasl.password"] == "${file:/etc/dcmirror/secrets/passwords.properties:admin}"
+    assert (f"install -m 0640 -o root -g dcmirror {tmp_path}/secrets/broker.pem /etc/dcmirror/secrets/broker.pem"
+            in readme)
+    passwords = (tmp_path / "secrets" / "passwords.properties").read_text().splitlines()
+    rendered = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert passwords and all(line.split("=", 1)[1] not in rendered for line in passwords)
     assert all(f"systemctl enable --now dcmirror-broker@{b} " in readme for b in brokers)
 
     analyze = shutil.which("systemd-analyze")
