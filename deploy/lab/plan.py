@@ -348,16 +348,19 @@ def plan_lab(topology: Topology, *, prefix: str, base: IPv4Network, link: str = 
 
 def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
     """``topology`` as the lab runs it: every node at its host's address (same port: each has
-    its own namespace), every cluster's data under ``work_dir/data/<cluster>``, the warehouse
-    under ``work_dir/warehouse``."""
+    its own namespace), its more listeners too (a secured cluster's plaintext loopback
+    listener stays on loopback: the host's own), every cluster's data under
+    ``work_dir/data/<cluster>``, the warehouse under ``work_dir/warehouse``."""
     clusters = {}
     for name, c in topology.clusters.items():
         def moved(addresses: Sequence[NodeAddress], cluster: str = name) -> tuple[NodeAddress, ...]:
             return tuple(NodeAddress(a.node_id, str(plan.node_host(cluster, a.node_id).address), a.port)
                          for a in addresses)
 
+        listeners = {listener: addresses if c.is_host_local(listener) else moved(addresses)
+                     for listener, addresses in c.listeners.items()}
         clusters[name] = dataclasses.replace(c, brokers=moved(c.brokers), controllers=moved(c.controllers),
-                                             data_dir=work_dir / "data" / name)
+                                             listeners=listeners, data_dir=work_dir / "data" / name)
     warehouse = topology.warehouse
     if warehouse is not None:
         warehouse = dataclasses.replace(warehouse, path=work_dir / "warehouse")

@@ -109,7 +109,10 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
     # What `lab up` writes is what the children load back.
     again = loads(dump_topology(lab), path=lab.path, check_files=False)
     assert again.clusters == lab.clusters and again.mirrors == lab.mirrors and again.topics == lab.topics
-    assert again.cluster("aggregate").bootstrap() == "10.20.3.1:39092,10.20.3.2:39093,10.20.3.3:39094"
+    assert again.cluster("aggregate").bootstrap("BROKER") == "10.20.3.1:39092,10.20.3.2:39093,10.20.3.3:39094"
+    # more listeners move with their broker; the plaintext loopback one stays each host's own
+    assert again.cluster("aggregate").bootstrap() == "10.20.3.1:39095,10.20.3.2:39096,10.20.3.3:39097"
+    assert again.cluster("aggregate").bootstrap("LOCAL") == "127.0.0.1:39098,127.0.0.1:39099,127.0.0.1:39100"
 
 
 def test_setup_commands_tun() -> None:
