@@ -73,8 +73,23 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         if args.flow is None:
             print("dcmirror mirror: --worker needs --flow", file=sys.stderr)
             return 1
-        return run_worker(topology, flows[0], args.worker)
+        try:
+            return run_worker(topology, flows[0], args.worker)
+        except ValueError as exc:  # a bad http.* setting (named), before the worker starts
+            print(f"dcmirror mirror: {exc}", file=sys.stderr)
+            return 1
     return supervise(args.config, flows)
+
+
+def worker_http_security(config: Any) -> Any:
+    """A worker's admin HTTP guard from its flow's http.auth.token / http.ssl.keystore.location."""
+    from cluster.common.admin_http import HttpSecurity
+    from cluster.common.secrets import secret
+    from cluster.security.tls import https_context
+
+    return HttpSecurity(
+        secret(config.http_auth_token, "http.auth.token") if config.http_auth_token else None,
+        https_context(Path(config.http_keystore), "http.ssl.keystore.location") if config.http_keystore else None)
 
 
 def run_worker(topology: Any, flow: Any, index: int) -> int:
@@ -82,6 +97,7 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
 
     name = f"{flow.name}-w{index}"
     worker = MirrorWorker(topology, flow, name)
+    http_security = worker_http_security(worker.config)  # bad settings fail the start, naming the setting
     out = state_dir(topology, flow) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -104,7 +120,8 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
                 if worker.config.http_port_base:
                     from cluster.common.admin_http import serve
 
-                    nursery.start_soon(serve, "127.0.0.1", worker.config.http_port_base + index, worker.routes())
+                    nursery.start_soon(functools.partial(serve, security=http_security), worker.config.http_host,
+                                       worker.config.http_port_base + index, worker.routes())
                 async for signum in signals:
                     log.info("worker %s: %s, handing its partitions over", name, signal.Signals(signum).name)
                     with trio.move_on_after(90):

@@ -77,6 +77,9 @@ class WorkerConfig:
     heartbeat_interval_s: float = 1.0
     checkpoint_interval_s: float = 5.0
     http_port_base: int = 0  # worker N serves /metrics and /v1/status on base + N (0: off)
+    http_host: str = "127.0.0.1"  # where the admin HTTP binds (loopback unless told otherwise)
+    http_auth_token: str = ""  # a reference to the bearer token every page but /healthz needs
+    http_keystore: str = ""  # PEM key + certificate: HTTPS only
     batch_records: int = 5000
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
@@ -101,6 +104,12 @@ class WorkerConfig:
                 c.checkpoint_interval_s = int(value) / 1000
             elif key == "http.port.base":
                 c.http_port_base = int(value)
+            elif key == "http.host":
+                c.http_host = value
+            elif key == "http.auth.token":
+                c.http_auth_token = value
+            elif key == "http.ssl.keystore.location":
+                c.http_keystore = value
             elif key.startswith("producer."):
                 c.producer[key.removeprefix("producer.")] = value
             elif key.startswith("consumer."):

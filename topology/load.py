@@ -32,6 +32,7 @@ from topology.model import (
     DEFAULT_RENAME,
     MIRROR_CONFIG_KEYS,
     MIRROR_CONFIG_PREFIXES,
+    MIRROR_HTTP_KEYS,
     RENAME_PLACEHOLDERS,
     WAREHOUSE_COLUMNS,
     WAREHOUSE_CONFIG_KEYS,
@@ -300,7 +301,7 @@ class _Loader:
                 target[prefix + key] = absolute_references(value, self.base_dir)
             bare = key.rsplit(".", 1)[-1] if key.startswith("listener.name.") else key
             secret_key = key.endswith(("sasl.password", "ssl.key.password", "sasl.jaas.config", "ssl.keystore.password",
-                                       "ssl.truststore.password"))
+                                       "ssl.truststore.password", "auth.token"))
             if secret_key and value and not _only_references(value, key):
                 self.fail(kpath, f"{prefix + key} holds a secret inline; write a reference instead: "
                                  '"${file:/etc/dcmirror/secrets.properties:KEY}", "${dir:/run/secrets:FILE}" '
@@ -609,7 +610,11 @@ class _Loader:
             for side in MIRROR_CONFIG_PREFIXES:
                 self.security_settings({k.removeprefix(side): v for k, v in config.items() if k.startswith(side)},
                                        path + ("config",), broker=False, prefix=side, into=config)
+            self.security_settings({k: v for k, v in config.items() if k in MIRROR_HTTP_KEYS}, path + ("config",),
+                                   broker=True, into=config)
             for key, value in config.items():
+                if key in MIRROR_HTTP_KEYS:
+                    continue
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():
                         self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
@@ -617,7 +622,8 @@ class _Loader:
                     close = difflib.get_close_matches(key, MIRROR_CONFIG_KEYS, n=1)
                     self.fail(path + ("config", key),
                               f"unknown mirror config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                              + "; known: " + ", ".join(MIRROR_CONFIG_KEYS) + ", producer.*, consumer.*")
+                              + "; known: " + ", ".join(MIRROR_CONFIG_KEYS + MIRROR_HTTP_KEYS)
+                              + ", producer.*, consumer.*, source.*, target.*")
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
                                       groups=groups, config=config))

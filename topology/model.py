@@ -15,6 +15,8 @@ DEFAULT_RENAME = "{source}.{topic}"
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base")
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
+# The workers' admin HTTP (http.port.base): bind address, bearer token (a reference), HTTPS keystore.
+MIRROR_HTTP_KEYS = ("http.host", "http.auth.token", "http.ssl.keystore.location")
 RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
 # The warehouse's `config` keys (spark_aggregate/settings.py reads them, with their types and
 # defaults); spark.* and kafka.* pass through to Spark and to the cluster client.

@@ -65,6 +65,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
                   "How often high watermarks are written to replication-offset-checkpoint", 1),
         ConfigDef("admin.http.listener", str, "", None,
                   "HOST:PORT of the admin HTTP server (/healthz, /metrics, /v1/cluster); empty: off"),
+        ConfigDef("admin.http.auth.token", str, "", None,
+                  "Bearer token every admin HTTP page but /healthz needs (a ${file:...}/${dir:...}/${env:...} "
+                  "reference; empty: none)"),
+        ConfigDef("admin.http.ssl.keystore.location", str, "", None,
+                  "PEM key + certificate chain: the admin HTTP server speaks HTTPS only (empty: HTTP)"),
         ConfigDef("admin.http.port.offset", int, 0, None,
                   "Serve admin HTTP on the Kafka listener's host at its port + this (0: off); "
                   "one setting for every broker of a topology cluster", 0),
@@ -115,7 +120,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
 }
 
 # Values DescribeConfigs never shows (Kafka's PASSWORD type).
-SENSITIVE_CONFIGS = frozenset({"ssl.key.password", "sasl.jaas.config"})
+SENSITIVE_CONFIGS = frozenset({"ssl.key.password", "sasl.jaas.config", "admin.http.auth.token"})
 # Settings a listener may override as listener.name.<listener>.<setting>.
 PER_LISTENER_CONFIGS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",

@@ -19,8 +19,10 @@ from cluster.broker.config import BrokerConfig
 from cluster.broker.context import PLAINTEXT_SESSION, Session
 from cluster.broker.security import ListenerRuntime
 from cluster.common import admin_http
+from cluster.common.secrets import secret
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.security.tls import https_context
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,14 @@ def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def admin_http_security(config: BrokerConfig) -> admin_http.HttpSecurity:
+    """admin.http.auth.token and admin.http.ssl.keystore.location (errors name the setting)."""
+    token, keystore = str(config["admin.http.auth.token"]), str(config["admin.http.ssl.keystore.location"])
+    return admin_http.HttpSecurity(
+        secret(token, "admin.http.auth.token") if token else None,
+        https_context(Path(keystore), "admin.http.ssl.keystore.location") if keystore else None)
+
+
 def admin_http_address(config: BrokerConfig, host: str, port: int) -> tuple[str, int] | None:
     """Where the admin HTTP server listens: admin.http.listener, or the Kafka listener's host
     at its port + admin.http.port.offset (one setting for every broker of a cluster); None: off."""
@@ -183,6 +193,7 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
     start_s = trio.current_time()
     host, port = parse_listen(listen)
     http = admin_http_address(config, host, port)
+    http_security = admin_http_security(config)  # bad settings fail the start, naming the setting
     advertised = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
     broker = Broker(data_dir, config, advertised, port, membership, listen_host=host)
     server = BrokerServer(broker)
@@ -191,7 +202,8 @@ async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfi
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.run)
                 if http is not None:
-                    await _start_listener(nursery, "admin HTTP listener", http[0], http[1], admin_http.serve,
+                    await _start_listener(nursery, "admin HTTP listener", http[0], http[1],
+                                          partial(admin_http.serve, security=http_security),
                                           http[0], http[1], broker.metrics.routes())
                 await nursery.start(broker.start)
 

@@ -195,3 +195,10 @@ def peer_subject(ssl_object: ssl.SSLObject) -> str | None:
     from cryptography import x509
 
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+def https_context(keystore: Path, setting: str) -> ssl.SSLContext:
+    """A server context for HTTPS (the admin HTTP servers) from a PEM keystore, checked first
+    (clear errors naming `setting`)."""
+    check_keystore(keystore, setting=setting)
+    return server_context(ServerTls(keystore, None))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deploy.certs import Authority, issue, make_ca, split_keystore
-from tests.harness import REPO
+from tests.harness import REPO, free_port
 from tests.mirror.lab import Flow, MirrorLab
 from tests.security.secured import create_acls
 
@@ -61,8 +61,13 @@ def test_flow_mirrors_exactly_once_over_mutual_tls_with_its_own_principals(
     for i in range(500):
         p.produce("pv", f"r{i}".encode(), key=str(i).encode())
     assert p.flush(30) == 0
+    http_port = free_port()
+    (ca.cert_path.parent / "http.properties").write_text("token=worker-token-1\n")
     lab.write_topology([Flow("east", "aggregate", "pv", config={
         "topic.refresh.ms": "1000",
+        # the worker's admin HTTP: loopback, a bearer token from a file
+        "http.port.base": str(http_port), "http.host": "127.0.0.1",
+        "http.auth.token": f"${{file:{ca.cert_path.parent}/http.properties:token}}",
         "source.ssl.key.location": str(certs["mirror-east"][0]),
         "source.ssl.certificate.location": str(certs["mirror-east"][1]),
         "target.ssl.key.location": str(certs["mirror-agg"][0]),
@@ -82,6 +87,13 @@ def test_flow_mirrors_exactly_once_over_mutual_tls_with_its_own_principals(
     c.close()
     assert len(got) == 500 and sorted(got) == sorted(f"r{i}".encode() for i in range(500)), \
         (len(got), lab.mirror_log_tail())
+    import httpx
+
+    assert httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{http_port}/metrics", timeout=10).status_code == 401
+    metrics = httpx.get(f"http://127.0.0.1:{http_port}/metrics", headers={"Authorization": "Bearer worker-token-1"},
+                        timeout=10)
+    assert metrics.status_code == 200 and "dcmirror_mirror" in metrics.text
     # the operator's commands reach the secured clusters with the topology's `client` tables
     # (the tester's certificate: a super user)
     tester = {"ssl.key.location": str(certs["tester"][0]), "ssl.certificate.location": str(certs["tester"][1])}

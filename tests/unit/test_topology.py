@@ -1074,3 +1074,14 @@ def test_dev_secrets_makes_what_the_topology_references_once(tmp_path: Path) -> 
     assert again.files == [] and again.passwords == []
     assert {p.name: p.read_bytes() for p in (tmp_path / "secrets").iterdir()} == before
     load(path)  # every referenced file exists and is valid
+
+
+def test_mirror_admin_http_token_is_a_reference_and_its_keystore_is_checked(tmp_path: Path) -> None:
+    flow = TWO_CLUSTERS + '\n[[mirrors]]\nsource = "east"\ntarget = "aggregate"\ntopics = "pv"\nconfig = { %s }\n'
+    exc = err(flow % '"http.port.base" = 9100, "http.auth.token" = "hunter2-inline"')
+    assert exc.key_path == 'mirrors[0].config."http.auth.token"' and "holds a secret inline" in exc.problem
+    assert "hunter2-inline" not in str(exc)
+    exc = err(flow % '"http.ssl.keystore.location" = "missing.pem"')
+    assert exc.key_path == 'mirrors[0].config."http.ssl.keystore.location"' and "does not exist" in exc.problem
+    topo = ok(flow % '"http.port.base" = 9100, "http.host" = "0.0.0.0", "http.auth.token" = "${env:TOKEN}"')
+    assert topo.mirrors[0].config["http.auth.token"] == "${env:TOKEN}"
