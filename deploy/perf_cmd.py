@@ -20,6 +20,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
@@ -57,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                          help="at most this many records/s (-1: unlimited, the default)")
     produce.add_argument("--producer-props", nargs="+", default=[], metavar="KEY=VALUE",
                          help="producer configs with the Kafka client names, e.g. acks=1 linger.ms=10")
+    produce.add_argument("--producer.config", "--command-config", dest="props_file", metavar="FILE",
+                         help="producer properties file (security.protocol, sasl.*, ssl.*, ...; secrets as "
+                              "${file:...}/${env:...}), as kafka-producer-perf-test; --producer-props win")
     produce.set_defaults(func=cmd_perf)
 
     consume = tests.add_parser("consume", help="like kafka-consumer-perf-test")
@@ -66,6 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                           "no group)")
     consume.add_argument("--consumer-props", nargs="+", default=[], metavar="KEY=VALUE",
                          help="consumer configs with the Kafka client names, e.g. fetch.max.bytes=1048576")
+    consume.add_argument("--consumer.config", "--command-config", dest="props_file", metavar="FILE",
+                         help="consumer properties file (security.protocol, sasl.*, ssl.*, ...), as "
+                              "kafka-consumer-perf-test; --consumer-props win")
     consume.add_argument("--timeout", type=int, default=10_000, metavar="MS",
                          help="give up after this long without a record (default 10000)")
     consume.add_argument("--from-latest", action="store_true",
@@ -83,19 +90,26 @@ def parse_props(pairs: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def bootstrap_of(args: argparse.Namespace) -> str:
+def bootstrap_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The cluster's bootstrap and the client settings around the command's own props: the
+    topology cluster's `client` table (--config --cluster), then the properties file."""
+    from cluster.common.secrets import read_properties_file
+
+    settings = read_properties_file(Path(args.props_file), "--producer.config/--consumer.config") \
+        if args.props_file else {}
     if args.bootstrap_server:
         if args.config or args.cluster:
             raise UsageError("give --bootstrap-server or --config FILE --cluster NAME, not both")
-        return str(args.bootstrap_server)
+        return str(args.bootstrap_server), settings
     if not (args.config and args.cluster):
         raise UsageError("--bootstrap-server HOST:PORT (or --config FILE --cluster NAME) is required")
     from topology import TopologyError, load
 
     try:
-        return load(args.config).cluster(args.cluster).bootstrap()
+        spec = load(args.config).cluster(args.cluster)
     except (TopologyError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    return spec.bootstrap(), {**spec.client, **settings}
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
@@ -105,20 +119,20 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
     name = f"dcmirror perf {args.perf_command}"
     try:
-        bootstrap = bootstrap_of(args)
+        bootstrap, settings = bootstrap_of(args)
         if args.reporting_interval <= 0:
             raise UsageError("--reporting-interval must be positive")
         if args.perf_command == "produce":
             if args.num_records < 0 or args.record_size < 0:
                 raise UsageError("--num-records and --record-size must not be negative")
-            props = parse_props(args.producer_props, "--producer-props")
+            props = {**settings, **parse_props(args.producer_props, "--producer-props")}
             summary = trio.run(run_produce, bootstrap, args.topic, args.num_records, args.record_size,
                                args.throughput, props, args.reporting_interval / 1000, _progress_out(args))
             ok = summary["records"] == args.num_records
         else:
             if args.messages < 0 or args.timeout <= 0:
                 raise UsageError("--messages must not be negative and --timeout must be positive")
-            props = parse_props(args.consumer_props, "--consumer-props")
+            props = {**settings, **parse_props(args.consumer_props, "--consumer-props")}
             summary = trio.run(run_consume, bootstrap, args.topic, args.messages, args.group, props,
                                args.timeout / 1000, args.from_latest, args.reporting_interval / 1000,
                                _progress_out(args))

@@ -274,10 +274,13 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 async def connect_any(bootstrap: str, *, client_id: str = "dcmirror", timeout_s: float = 10.0,
                       link: LinkSecurity = PLAINTEXT) -> BrokerConnection:
-    errors = []
+    errors: list[KafkaConnectionError] = []
     for host, port in parse_bootstrap(bootstrap):
         try:
             return await BrokerConnection(host, port, client_id=client_id, link=link).connect(timeout_s)
         except KafkaConnectionError as exc:
-            errors.append(str(exc))
-    raise KafkaConnectionError("; ".join(errors))
+            errors.append(exc)
+    text = "; ".join(str(e) for e in errors)
+    if any(isinstance(e, KafkaAuthenticationError) for e in errors):
+        raise KafkaAuthenticationError(text)
+    raise KafkaConnectionError(text)

@@ -15,7 +15,12 @@ from typing import Any
 import trio
 
 from cluster.client.config import ClientConfig
-from cluster.client.connection import BrokerConnection, KafkaConnectionError, parse_bootstrap
+from cluster.client.connection import (
+    BrokerConnection,
+    KafkaAuthenticationError,
+    KafkaConnectionError,
+    parse_bootstrap,
+)
 from cluster.client.errors import METADATA_ERRORS, KafkaError, KafkaTimeoutError
 from cluster.common.backoff import Backoff
 from cluster.protocol.api_keys import ApiKey
@@ -158,13 +163,16 @@ class ClientCluster:
         candidates = list(self.metadata.brokers)
         random.shuffle(candidates)
         candidates += [BOOTSTRAP_NODE_BASE - i for i in range(len(self.bootstrap))]
-        errors = []
+        errors: list[KafkaConnectionError] = []
         for node_id in candidates:
             try:
                 return await self.connection(node_id)
             except KafkaConnectionError as exc:
-                errors.append(str(exc))
-        raise KafkaConnectionError("no broker of the cluster is reachable: " + "; ".join(errors))
+                errors.append(exc)
+        text = "; ".join(str(e) for e in errors)
+        if any(isinstance(e, KafkaAuthenticationError) for e in errors):
+            raise KafkaAuthenticationError(f"authentication failed: {text}")  # reachable, but refused us
+        raise KafkaConnectionError("no broker of the cluster is reachable: " + text)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -232,6 +240,8 @@ class ClientCluster:
                     info = meta.topics.get(topic)
                     last_error = KafkaError(f"topic {topic!r}", info.error_code if info else
                                             ErrorCode.unknown_topic_or_partition)
+                except KafkaAuthenticationError:
+                    raise  # wrong credentials: waiting will not help
                 except KafkaConnectionError as exc:
                     last_error = exc
                 await backoff.sleep()

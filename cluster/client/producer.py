@@ -34,7 +34,7 @@ from cluster.client.accumulator import (
     TopicPartition,
 )
 from cluster.client.config import producer_config
-from cluster.client.connection import KafkaConnectionError
+from cluster.client.connection import KafkaAuthenticationError, KafkaConnectionError
 from cluster.client.errors import (
     METADATA_ERRORS,
     KafkaError,
@@ -411,6 +411,9 @@ class Producer:
             await self.cluster.refresh()
             self._need_metadata = False
             self._metadata_error = None
+        except KafkaAuthenticationError as exc:
+            # Wrong credentials stay wrong: fail what waits, as Kafka's producer does, not retry forever.
+            self._set_fatal(exc)
         except (KafkaConnectionError, KafkaError) as exc:
             log.debug("metadata refresh failed: %s", exc)
             self._metadata_error = exc
@@ -439,6 +442,9 @@ class Producer:
                     self._set_fatal(KafkaError("InitProducerId", resp.error_code))
                     return
                 log.debug("InitProducerId: retriable error %s", resp.error_code)
+            except KafkaAuthenticationError as exc:
+                self._set_fatal(exc)
+                return
             except KafkaConnectionError as exc:
                 log.debug("InitProducerId: %s", exc)
             await backoff.sleep()

@@ -94,3 +94,33 @@ def test_users_and_acls_commands_over_sasl_ssl(secured: SecuredBroker, tmp_path:
     refused = dcmirror("users", "list", *conn)
     assert refused.returncode == 1 and "Authentication failed" in refused.stderr, refused
     assert "not-the-admin-password" not in refused.stderr
+
+
+def test_perf_takes_the_client_security_settings_of_kafkas_perf_tools(secured: SecuredBroker, tmp_path: Path) -> None:
+    """`dcmirror perf produce|consume` over SASL_SSL with --producer.config / --consumer.config
+    (secrets by reference), exact counts; a wrong password is one clear line, exit 1."""
+    import json
+
+    (tmp_path / "pw.properties").write_text(f"admin={PASSWORDS['admin']}\n")
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\n"
+                     f"sasl.password=${{file:{tmp_path}/pw.properties:admin}}\n"
+                     f"ssl.ca.location={secured.pki.ca.cert_path}\n")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": secured.internal})
+    admin.create_topics([NewTopic("perf.sec", 2, 1)])["perf.sec"].result(30)
+    produced = dcmirror("perf", "produce", "--bootstrap-server", secured.sasl_ssl, "--topic", "perf.sec",
+                        "--num-records", "5000", "--record-size", "100", "--producer.config", str(props), "--json")
+    assert produced.returncode == 0, produced.stderr
+    assert json.loads(produced.stdout.strip().splitlines()[-1])["records"] == 5000
+    consumed = dcmirror("perf", "consume", "--bootstrap-server", secured.sasl_ssl, "--topic", "perf.sec",
+                        "--messages", "5000", "--command-config", str(props), "--json")
+    assert consumed.returncode == 0, consumed.stderr
+    assert json.loads(consumed.stdout.strip().splitlines()[-1])["records"] == 5000
+    (tmp_path / "pw.properties").write_text("admin=not-the-password\n")
+    refused = dcmirror("perf", "produce", "--bootstrap-server", secured.sasl_ssl, "--topic", "perf.sec",
+                       "--num-records", "10", "--producer.config", str(props))
+    assert refused.returncode == 1 and "authentication" in refused.stderr.lower(), \
+        (refused.returncode, refused.stderr[-2000:])
+    assert "not-the-password" not in refused.stderr + refused.stdout
