@@ -7,12 +7,16 @@ asserted (`make bench`, or `pytest -m perf -q -s tests/perf -k tls`).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.perf.benchlib import (
     PARTITIONS,
+    RECORD_BYTES,
     create_topic,
     emit,
     env_int,
@@ -20,7 +24,14 @@ from tests.perf.benchlib import (
     kafka_produce,
     payloads,
 )
-from tests.security.secured import ClientSecurity, add_users, start_secured_broker
+from tests.perf.test_mirror import _target_total
+from tests.security.secured import (
+    PASSWORDS,
+    ClientSecurity,
+    SecuredBroker,
+    add_users,
+    start_secured_broker,
+)
 
 pytestmark = pytest.mark.perf
 
@@ -55,3 +66,73 @@ def test_produce_and_consume_over_sasl_ssl_vs_plaintext(tmp_path: Path) -> None:
         emit("\n".join(lines))
     finally:
         broker.proc.stop()
+
+
+def _mirror_rate(tmp_path: Path, name: str, source: SecuredBroker, target: SecuredBroker, n: int,
+                 secured: bool) -> float:
+    """One mirror worker copying n preloaded records from source to target, both sides over
+    SASL_SSL (SCRAM-SHA-512) or both PLAINTEXT; msg/s from the first mirrored record on."""
+    lines = []
+    for cluster, b in (("source", source), ("target", target)):
+        lines += [f"[clusters.{cluster}]", f'datacenter = "{cluster}"', f'brokers = ["{b.internal}"]',
+                  f'data_dir = "{tmp_path / name / cluster}"']
+        if secured:
+            (tmp_path / "pw.properties").write_text(f"admin={PASSWORDS['admin']}\n")
+            lines += [f'listeners = {{ SASL_SSL = ["{b.sasl_ssl}"] }}', 'client_listener = "SASL_SSL"',
+                      "config = { \"listener.security.protocol.map\" = \"INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL\", "
+                      "\"inter.broker.listener.name\" = \"INTERNAL\" }",
+                      'client = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", '
+                      f'"sasl.username" = "admin", "sasl.password" = "${{file:{tmp_path}/pw.properties:admin}}", '
+                      f'"ssl.ca.location" = "{b.pki.ca.cert_path}" }}']
+        lines.append("")
+    lines += ["[defaults]", "replication_factor = 1", "", "[[mirrors]]", f'name = "{name}"', 'source = "source"',
+              'target = "target"', f'topics = "{name}"', "workers = 1", 'config = { "topic.refresh.ms" = "1000" }', ""]
+    topology = tmp_path / f"{name}.toml"
+    topology.write_text("\n".join(lines))
+    create_topic(source.internal, name, PARTITIONS)
+    kafka_produce(source.internal, name, n, payloads())
+    started = time.monotonic()
+    worker = subprocess.Popen([sys.executable, "-m", "deploy.cli", "--log-level", "WARNING", "mirror", "--config",
+                               str(topology), "--flow", name, "--worker", "0"])
+    try:
+        first_at = first_count = None
+        while True:
+            total = _target_total(target.internal, f"source.{name}")
+            now = time.monotonic()
+            if first_at is None and total > PARTITIONS:
+                first_at, first_count = now, total
+            if total >= n + PARTITIONS:
+                break
+            assert worker.poll() is None, "the worker died"
+            assert now - started < 900, "mirror too slow"
+            time.sleep(0.02)
+        assert first_at is not None and first_count is not None
+        return (n + PARTITIONS - first_count) / (now - first_at)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+
+
+@pytest.mark.timeout(3600)
+def test_mirror_worker_over_sasl_ssl_vs_plaintext(tmp_path: Path) -> None:
+    """One mirror worker, source and target one broker each: both sides PLAINTEXT, both
+    SASL_SSL, PLAINTEXT again; msg/s and the ratio printed (DCMIRROR_BENCH_TLS_MIRROR_RECORDS,
+    default 200,000)."""
+    n = env_int("DCMIRROR_BENCH_TLS_MIRROR_RECORDS", 200_000)
+    source = start_secured_broker(tmp_path / "source")
+    target = start_secured_broker(tmp_path / "target")
+    try:
+        for b in (source, target):
+            add_users(b.internal, ("admin",))
+        rows = [(label, _mirror_rate(tmp_path, f"ev{i}", source, target, n, secured))
+                for i, (label, secured) in enumerate((("PLAINTEXT", False), ("SASL_SSL", True),
+                                                      ("PLAINTEXT (again)", False)))]
+        base = (rows[0][1] + rows[2][1]) / 2
+        lines = [f"MIRROR over TLS: one worker, {n:,} records of {RECORD_BYTES} B, {PARTITIONS} partitions, "
+                 "source and target one broker each"]
+        lines += [f"{label:<20}{rate:>14,.0f} msg/s" for label, rate in rows]
+        lines.append(f"SASL_SSL / PLAINTEXT (mean of the two plaintext runs): {rows[1][1] / base:.2f}x")
+        emit("\n".join(lines))
+    finally:
+        source.proc.stop()
+        target.proc.stop()
