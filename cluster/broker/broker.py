@@ -34,6 +34,7 @@ from cluster.broker.producer_ids import ProducerIdManager
 from cluster.broker.replica_handlers import ReplicaHandlers
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
+from cluster.broker.txn_handlers import TxnHandlers
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
@@ -47,6 +48,8 @@ from cluster.storage.config import LogConfig
 from cluster.storage.log_manager import METADATA_LOG_DIR, LogManager
 from cluster.storage.log_tasks import LogTasks, LogTaskSettings
 from cluster.storage.meta_properties import write_meta_properties
+from cluster.transactions.coordinator import TransactionConfig, TransactionCoordinator
+from cluster.transactions.service import TransactionService, TransactionStateSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +110,25 @@ class Broker:
             create_topics=self.controller.create_topics)
         self.replicas.on_partitions_changed.append(self.groups.on_partitions_changed)
         self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
+        self.transactions = TransactionService(
+            TransactionCoordinator(TransactionConfig(
+                max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+                id_expiration_ms=int(config["transactional.id.expiration.ms"]))),
+            self.replicas, TransactionStateSettings(
+                num_partitions=int(config["transaction.state.log.num.partitions"]),
+                replication_factor=int(config["transaction.state.log.replication.factor"]),
+                min_isr=int(config["transaction.state.log.min.isr"]),
+                segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+                abort_check_interval_ms=int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])),
+            clock=clock, image=lambda: self.metadata.image, cluster_size=lambda: self.cluster_size,
+            create_topics=self.controller.create_topics, next_producer_id=self.producer_ids.next_id)
+        self.transactions.marker_listeners.append(self.groups.complete_txn)
+        self.replicas.on_partitions_changed.append(self.transactions.on_partitions_changed)
+        txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         apis = api_table(ReplicaHandlers(self.replicas, auto_topics), MetadataHandlers(self.cache, auto_topics, config),
-                         AdminHandlers(self.controller), GroupHandlers(self.groups), self.producer_ids,
+                         AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
@@ -143,6 +161,8 @@ class Broker:
             self._logs_loaded = True
             self.replicas.reconcile()
             self.groups.open()
+            await nursery.start(self.transactions.run)
+            self.transactions.open()
             log.info("broker %d loaded %d partition(s) in %.3f s", self.node_id, len(self.replicas.partitions),
                      trio.current_time() - start_s)
             nursery.start_soon(self.lifecycle.heartbeat_loop)
@@ -189,7 +209,7 @@ class Broker:
 
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
-              producer_ids: ProducerIdManager, users: ScramUserHandlers, acls: AclHandlers) -> list[Api]:
+              txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -209,7 +229,15 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.API_VERSIONS, 0, 3, None),
         Api(ApiKey.CREATE_TOPICS, 2, 4, admin.handle_create_topics),
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),
-        Api(ApiKey.INIT_PRODUCER_ID, 0, 1, producer_ids.handle_init_producer_id),
+        Api(ApiKey.INIT_PRODUCER_ID, 0, 4, txns.handle_init_producer_id),
+        Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, txns.handle_add_partitions_to_txn),
+        Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, txns.handle_add_offsets_to_txn),
+        Api(ApiKey.END_TXN, 0, 3, txns.handle_end_txn),
+        Api(ApiKey.WRITE_TXN_MARKERS, 0, 1, txns.handle_write_txn_markers),
+        Api(ApiKey.TXN_OFFSET_COMMIT, 0, 3, txns.handle_txn_offset_commit),
+        Api(ApiKey.DESCRIBE_PRODUCERS, 0, 0, txns.handle_describe_producers),  # flexible only
+        Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, txns.handle_describe_transactions),  # flexible only
+        Api(ApiKey.LIST_TRANSACTIONS, 0, 1, txns.handle_list_transactions),  # flexible only
         Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 3, replicas.handle_offset_for_leader_epoch),
         Api(ApiKey.DESCRIBE_CONFIGS, 1, 2, meta.handle_describe_configs),
         Api(ApiKey.ALTER_CONFIGS, 0, 1, admin.handle_alter_configs),

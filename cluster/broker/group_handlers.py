@@ -9,26 +9,45 @@ persists what changed before the answer goes out.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster.broker.context import RequestContext
 from cluster.controller.service import ControllerUnavailable
 from cluster.groups.service import GroupService
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.sentinels import AUTHORIZED_OPERATIONS_OMITTED, COORDINATOR_GROUP
+from cluster.protocol.sentinels import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    COORDINATOR_GROUP,
+    COORDINATOR_TRANSACTION,
+)
 from cluster.security.acl import AclOperation, ResourceType
+
+# FindCoordinator for a transactional id: (error code, coordinator node or None, message).
+FindTxnCoordinator = Callable[[str, RequestContext], Awaitable[tuple[int, int | None, str]]]
 
 
 class GroupHandlers:
-    def __init__(self, service: GroupService) -> None:
+    def __init__(self, service: GroupService, find_transaction_coordinator: FindTxnCoordinator | None = None) -> None:
         self.service = service
+        self.find_transaction_coordinator = find_transaction_coordinator
 
     async def handle_find_coordinator(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
         if key_type != COORDINATOR_GROUP:
-            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-                    "error_message": "transaction coordinators are not supported", "node_id": -1, "host": "",
-                    "port": -1}
+            code: int = ErrorCode.invalid_request
+            node: int | None = None
+            message = f"unknown coordinator key type {key_type}"
+            if key_type == COORDINATOR_TRANSACTION and self.find_transaction_coordinator is not None:
+                code, node, message = await self.find_transaction_coordinator(req.key, ctx)
+            endpoint = self.service.image.brokers[node].endpoint(ctx.listener) if node is not None else None
+            if endpoint is None:
+                if code == ErrorCode.none:
+                    code, message = ErrorCode.coordinator_not_available, "no endpoint on this listener"
+                return {"throttle_time": 0, "error_code": code, "error_message": message, "node_id": -1, "host": "",
+                        "port": -1}
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "node_id": node,
+                    "host": endpoint[0], "port": endpoint[1]}
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, req.key):
             return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed,
                     "error_message": f"{ctx.principal} may not use group {req.key}", "node_id": -1, "host": "",

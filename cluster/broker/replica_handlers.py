@@ -11,7 +11,12 @@ from typing import Any
 from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.context import RequestContext
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from cluster.protocol.sentinels import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    READ_COMMITTED,
+)
 from cluster.replication.replica_manager import FetchPartition, ReplicaManager
 from cluster.security.acl import AclOperation, ResourceType
 
@@ -29,13 +34,14 @@ class ReplicaHandlers:
     # ---- Produce ---------------------------------------------------------------------
 
     async def handle_produce(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any] | None:
-        if req.acks == 0 and req.transactional_id is not None:
-            return None
-        if req.transactional_id is not None:
+        if req.transactional_id is not None and not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                                req.transactional_id):
+            if req.acks == 0:
+                return None
             return {"responses": [
                 {"name": t.name, "partition_responses": [
                     {"index": p.index, "error_code": ErrorCode.transactional_id_authorization_failed,
-                     "base_offset": -1, "log_start_offset": -1, "error_message": "transactions are not supported"}
+                     "base_offset": -1, "log_start_offset": -1}
                     for p in t.partition_data]}
                 for t in req.topic_data
             ], "throttle_time": 0}
@@ -90,7 +96,8 @@ class ReplicaHandlers:
                       for t in req.topics if t.topic not in denied for fp in t.partitions]
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
-                                               min_bytes=req.min_bytes, max_bytes=req.max_bytes)
+                                               min_bytes=req.min_bytes, max_bytes=req.max_bytes,
+                                               read_committed=getattr(req, "isolation_level", 0) == READ_COMMITTED)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if session is None:
             for t in req.topics:
@@ -105,7 +112,8 @@ class ReplicaHandlers:
 
     # ---- ListOffsets -----------------------------------------------------------------
 
-    def list_offset(self, topic: str, index: int, timestamp: int, epoch: int) -> dict[str, Any]:
+    def list_offset(self, topic: str, index: int, timestamp: int, epoch: int,
+                    read_committed: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
         part, code = self.replicas.leader_partition(topic, index, epoch)
         if part is None:
@@ -113,14 +121,15 @@ class ReplicaHandlers:
         out["error_code"] = ErrorCode.none
         out["leader_epoch"] = part.leader_epoch
         if timestamp == LATEST_TIMESTAMP:
-            out["offset"] = part.high_watermark
+            out["offset"] = part.last_stable_offset if read_committed else part.high_watermark
         elif timestamp == EARLIEST_TIMESTAMP:
             out["offset"] = part.log.log_start_offset
         elif timestamp == MAX_TIMESTAMP:
             out["offset"], out["timestamp"] = part.log.max_timestamp_offset()
         elif timestamp >= 0:
             found = part.log.offset_for_timestamp(timestamp)
-            if found is not None and found[0] < part.high_watermark:
+            bound = part.last_stable_offset if read_committed else part.high_watermark
+            if found is not None and found[0] < bound:
                 out["offset"], out["timestamp"] = found
         else:
             out["error_code"] = ErrorCode.invalid_request
@@ -134,8 +143,10 @@ class ReplicaHandlers:
                           "timestamp": -1, "offset": -1, "leader_epoch": -1} for p in t.partitions]
                 topics.append({"name": t.name, "partitions": parts})
                 continue
+            committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
             parts = [
-                self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
+                self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1),
+                                 committed)
                 for p in t.partitions
             ]
             topics.append({"name": t.name, "partitions": parts})

@@ -40,6 +40,8 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self.groups: dict[str, Group] = {}
         self._records: list[GroupRecord] = []
+        # TxnOffsetCommit: producer id → offsets that become committed with its COMMIT marker.
+        self.pending_txn: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
 
     # ---- persistence -----------------------------------------------------------------
 
@@ -437,6 +439,57 @@ class GroupCoordinator:
             self._records.append(offset_record(group_id, topic, partition, committed))
             results[(topic, partition)] = ErrorCode.none
         return results
+
+    def txn_commit_offsets(
+        self, *, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None,
+        offsets: list[tuple[str, int, int, int, str | None]], now_ms: int,
+    ) -> tuple[dict[tuple[str, int], int], list[GroupRecord]]:
+        """TxnOffsetCommit (KIP-98/447): per-partition errors and the offset records to
+        append in the producer's transaction. They count once its COMMIT marker is written
+        (`complete_txn`); a member id and generation, when given, are checked as for
+        OffsetCommit (KIP-447 fencing of zombie consumers)."""
+        keys = [(t, p) for t, p, _, _, _ in offsets]
+        if not group_id:
+            return dict.fromkeys(keys, ErrorCode.invalid_group_id), []
+        if generation_id >= 0 or member_id:
+            error = self._check_member(self.groups.get(group_id), member_id, generation_id, group_instance_id)
+            if error:
+                return dict.fromkeys(keys, error), []
+        results: dict[tuple[str, int], int] = {}
+        records = []
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            records.append(offset_record(group_id, topic, partition, CommittedOffset(offset, leader_epoch, meta, now_ms)))
+            results[(topic, partition)] = ErrorCode.none
+        return results, records
+
+    def add_pending(self, producer_id: int, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        pending = self.pending_txn.setdefault(producer_id, {})
+        for (topic, partition), committed in offsets.items():
+            pending[(group_id, topic, partition)] = committed
+
+    def complete_txn(self, producer_id: int, commit: bool, owns: Any, now_ms: int) -> int:
+        """A marker for `producer_id` landed: its pending offsets of groups `owns(group)`
+        become committed (COMMIT) or are dropped (ABORT). How many were pending."""
+        pending = self.pending_txn.get(producer_id)
+        if not pending:
+            return 0
+        done = [k for k in pending if owns(k[0])]
+        for group_id, topic, partition in done:
+            committed = pending.pop((group_id, topic, partition))
+            if commit:
+                group = self._group(group_id, create=True, now_ms=now_ms)
+                if group is not None:
+                    group.offsets[(topic, partition)] = committed
+        if not pending:
+            del self.pending_txn[producer_id]
+        return len(done)
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((group_id, topic, partition) in p for p in self.pending_txn.values())
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
         group = self.groups.get(group_id)

@@ -22,12 +22,13 @@ from cluster.controller.image import MetadataImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.groups.coordinator import GroupCoordinator
 from cluster.groups.records import OFFSETS_TOPIC, GroupRecord, partition_for, replay
-from cluster.groups.state import Pending
+from cluster.groups.state import CommittedOffset, Pending
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import iter_headers
+from cluster.protocol.record_batch import TRANSACTIONAL_MASK, iter_headers
 from cluster.protocol.records import Record, decode_batch, encode_batch
 from cluster.replication.replica_manager import ReplicaManager
 from cluster.storage.log import Log
+from cluster.storage.txn_index import COMMIT, marker_type
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,12 @@ class GroupService:
             log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(OFFSETS_TOPIC, index)]
-            records = self._read_all(part.log)
+            records, open_txns = self._read_all(part.log)
             groups = replay(records, self.clock.now_ms())
             self.coordinator.load(groups)
+            for pid, recs in open_txns.items():  # TxnOffsetCommits waiting for their marker
+                for gid, pending in replay(recs, self.clock.now_ms()).items():
+                    self.coordinator.add_pending(pid, gid, pending.offsets)
             if groups:
                 log.info("loaded %d group(s) from %s-%d (%d records)", len(groups), OFFSETS_TOPIC, index, len(records))
         self._owned = led
@@ -143,18 +147,69 @@ class GroupService:
         return leader.broker_id
 
     @staticmethod
-    def _read_all(lg: Log) -> list[tuple[bytes | None, bytes | None]]:
+    def _read_all(lg: Log) -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, list[tuple[bytes | None, bytes | None]]]]:
+        """Records in the order they took effect: a transaction's offsets at its COMMIT
+        marker, an aborted one's never; and the records of transactions still open."""
         out: list[tuple[bytes | None, bytes | None]] = []
+        open_txns: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         offset = lg.log_start_offset
         while offset < lg.log_end_offset:
             chunk = lg.read(offset, _REPLAY_READ_BYTES, lg.log_end_offset, min_one_batch=True)
             if not chunk:
                 break
             for pos, header in iter_headers(chunk):
-                _, recs = decode_batch(chunk, pos)
-                out.extend((r.key, r.value) for r in recs)
                 offset = header.next_offset
-        return out
+                if header.is_control:
+                    recs = open_txns.pop(header.producer_id, [])
+                    if marker_type(chunk, pos) == COMMIT:
+                        out.extend(recs)
+                    continue
+                _, decoded = decode_batch(chunk, pos)
+                pairs = [(r.key, r.value) for r in decoded]
+                if header.is_transactional:
+                    open_txns.setdefault(header.producer_id, []).extend(pairs)
+                else:
+                    out.extend(pairs)
+        return out, open_txns
+
+    def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written to offsets partition `index`."""
+        n = self.coordinator.complete_txn(producer_id, commit,
+                                          lambda g: partition_for(g, self.num_partitions) == index,
+                                          self.clock.now_ms())
+        if n:
+            log.debug("%s %d transactional offset(s) of producer %d", "committed" if commit else "dropped", n,
+                      producer_id)
+
+    async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                 generation_id: int, group_instance_id: str | None,
+                                 offsets: list[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: append the offsets inside the producer's transaction (replicated)
+        and hold them pending until its marker."""
+        now = self.clock.now_ms()
+        results, records = self.coordinator.txn_commit_offsets(
+            group_id=group_id, member_id=member_id, generation_id=generation_id,
+            group_instance_id=group_instance_id, offsets=offsets, now_ms=now)
+        if not records:
+            return results
+        index = partition_for(group_id, self.num_partitions)
+        batch = encode_batch([Record(i, now, r.key, r.value, ()) for i, r in enumerate(records)],
+                             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                             attributes_extra=TRANSACTIONAL_MASK)
+        answer = self.replicas.append(OFFSETS_TOPIC, index, batch, min_isr_checked=True)
+        if answer["error_code"] == ErrorCode.none:
+            responses = [{"name": OFFSETS_TOPIC, "partition_responses": [answer]}]
+            await self.replicas.wait_for_acks_all(responses, 15.0)
+        code = answer["error_code"]
+        if code != ErrorCode.none:
+            mapped = {ErrorCode.invalid_producer_epoch: ErrorCode.producer_fenced,
+                      ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator}.get(
+                code, ErrorCode.coordinator_not_available)
+            return {tp: (mapped if c == ErrorCode.none else c) for tp, c in results.items()}
+        committed = {(t, p): CommittedOffset(o, e, m or "", now) for t, p, o, e, m in offsets
+                     if results.get((t, p)) == ErrorCode.none}
+        self.coordinator.add_pending(producer_id, group_id, committed)
+        return results
 
     # ---- persistence and timers ---------------------------------------------------------
 

@@ -29,6 +29,7 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
 from cluster.storage.log import AppendResult, Log, NotEnoughReplicas, OffsetOutOfRange
+from cluster.storage.txn_index import AbortedTxn
 
 # A leader whose ISR change was refused (say, the follower is still fenced) asks again no
 # sooner than this; every follower fetch would otherwise repeat the request.
@@ -120,6 +121,8 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     follower: FollowerFetch | None = None  # a follower's fetch: what it changed
+    last_stable_offset: int = -1
+    aborted: list[AbortedTxn] | None = None  # read_committed: aborted transactions in what it returns
 
 
 @dataclass(slots=True)
@@ -287,11 +290,12 @@ class Partition:
         return ErrorCode.unknown_leader_epoch
 
     def read_records(self, fetch_offset: int, max_bytes: int, *, replica_id: int, current_leader_epoch: int,
-                     min_one_batch: bool, now_ms: int) -> ReadResult:
-        """Whole batches from `fetch_offset`: a consumer's up to the high watermark, a
-        follower's (which also reports its position) and the debugging consumer's up to the
-        log end. At most `max_bytes`, except that with `min_one_batch` a first batch larger
-        than that comes whole."""
+                     min_one_batch: bool, now_ms: int, read_committed: bool = False) -> ReadResult:
+        """Whole batches from `fetch_offset`: a consumer's up to the high watermark (up to
+        the last stable offset for read_committed, with the aborted transactions among
+        them), a follower's (which also reports its position) and the debugging consumer's
+        up to the log end. At most `max_bytes`, except that with `min_one_batch` a first
+        batch larger than that comes whole."""
         debugging = replica_id == DEBUGGING_REPLICA_ID
         if not (self.is_leader or debugging) or (replica_id >= 0 and replica_id not in self.replicas):
             return ReadResult(ErrorCode.not_leader_or_follower)
@@ -300,12 +304,29 @@ class Partition:
         if epoch_error != ErrorCode.none:
             return ReadResult(epoch_error, b"", hw, log_start)
         follower = self.on_follower_fetch(replica_id, fetch_offset, now_ms) if replica_id >= 0 else None
+        hw = self.high_watermark
+        lso = self.last_stable_offset
+        upper = lso if read_committed and replica_id < 0 else self.read_upper_bound(replica_id)
         try:
-            data = self.log.read(fetch_offset, max(0, max_bytes), self.read_upper_bound(replica_id),
-                                 min_one_batch=min_one_batch)
+            data = self.log.read(fetch_offset, max(0, max_bytes), upper, min_one_batch=min_one_batch)
         except OffsetOutOfRange:
-            return ReadResult(ErrorCode.offset_out_of_range, b"", hw, log_start, follower)
-        return ReadResult(ErrorCode.none, data, hw, log_start, follower)
+            return ReadResult(ErrorCode.offset_out_of_range, b"", hw, log_start, follower, lso)
+        aborted = self.log.collect_aborted(fetch_offset, upper) if read_committed and data else None
+        return ReadResult(ErrorCode.none, data, hw, log_start, follower, lso, aborted)
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset(self.high_watermark)
+
+    def append_marker(self, *, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      now_ms: int) -> AppendResult:
+        """Leader: a transaction marker (WriteTxnMarkers); raises what `Log.append_marker` raises."""
+        assert self.is_leader
+        result = self.log.append_marker(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                        coordinator_epoch=coordinator_epoch, leader_epoch=self.leader_epoch,
+                                        now_ms=now_ms)
+        self._advance_high_watermark()
+        return result
 
     def read_upper_bound(self, replica_id: int) -> int:
         """Followers and the replica verifier read to the log end; consumers only what is committed."""

@@ -153,6 +153,10 @@ class ReplicaManager:
     def image(self) -> MetadataImage:
         return self._image()
 
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where a broker takes inter-broker requests."""
+        return self._leader_address(broker_id)
+
     def _leader_address(self, broker_id: int) -> tuple[str, int] | None:
         reg = self.image.brokers.get(broker_id)
         return (reg.host, reg.port) if reg is not None else None
@@ -298,6 +302,26 @@ class ReplicaManager:
             "log_start_offset": result.log_start_offset,
         }
 
+    def write_marker(self, topic: str, index: int, *, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int) -> dict[str, Any]:
+        """Append a transaction marker as the partition's leader; the per-partition answer
+        (base_offset set, for wait_for_acks_all)."""
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader:
+            code = (ErrorCode.not_leader_or_follower if self.image.partition(topic, index)
+                    else ErrorCode.unknown_topic_or_partition)
+            return {"index": index, "error_code": code, "base_offset": -1}
+        try:
+            result = part.append_marker(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                        coordinator_epoch=coordinator_epoch, now_ms=self.clock.now_ms())
+        except ProducerFenced as exc:
+            return _produce_error(index, ErrorCode.invalid_producer_epoch, exc)
+        except StorageError as exc:
+            log.error("%s", exc)
+            return _produce_error(index, ErrorCode.kafka_storage_error, exc)
+        self.waiters.notify((topic, index))
+        return {"index": index, "error_code": ErrorCode.none, "base_offset": result.base_offset}
+
     async def wait_for_acks_all(self, responses: list[dict[str, Any]], timeout_s: float) -> None:
         """acks=all: hold the answer until every appended batch is below the high watermark."""
         deadline = trio.current_time() + timeout_s
@@ -328,7 +352,7 @@ class ReplicaManager:
     # ---- fetch -----------------------------------------------------------------------
 
     def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
-                       first: bool) -> tuple[dict[str, Any], int, bool]:
+                       first: bool, read_committed: bool = False) -> tuple[dict[str, Any], int, bool]:
         """One partition of a fetch: (answer, bytes of records, whether it is an error)."""
         part = self.partitions.get((fp.topic, fp.partition))
         if part is None:
@@ -338,42 +362,44 @@ class ReplicaManager:
         else:
             result = part.read_records(fp.fetch_offset, min(fp.partition_max_bytes, budget), replica_id=replica_id,
                                        current_leader_epoch=fp.current_leader_epoch, min_one_batch=first,
-                                       now_ms=self.clock.now_ms())
+                                       now_ms=self.clock.now_ms(), read_committed=read_committed)
             if result.follower is not None:
                 if result.follower.high_watermark_moved:
                     self.waiters.notify(part.key)
                 if result.follower.alter_isr is not None:
                     self.send_isr_change(part, result.follower.alter_isr)
         answer = {"partition_index": fp.partition, "error_code": result.error,
-                  "high_watermark": result.high_watermark, "last_stable_offset": result.high_watermark,
+                  "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
                   "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
                   "records": result.records}
         if result.high_watermark >= 0:
-            answer["aborted_transactions"] = None
+            answer["aborted_transactions"] = (
+                None if result.aborted is None
+                else [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in result.aborted])
         return answer, len(result.records), result.error != ErrorCode.none
 
-    def read_all(self, wanted: list[FetchPartition], replica_id: int,
-                 max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
+    def read_all(self, wanted: list[FetchPartition], replica_id: int, max_bytes: int,
+                 read_committed: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
         limit = self.settings.fetch_max_bytes
         budget = min(max_bytes if max_bytes > 0 else limit, limit)
         total = 0
         any_error = False
         out = []
         for fp in wanted:
-            resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0)
+            resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0, read_committed)
             out.append((fp.topic, resp))
             total += size
             any_error |= error
         return out, total, any_error
 
     async def fetch(self, wanted: list[FetchPartition], *, replica_id: int, max_wait_s: float, min_bytes: int,
-                    max_bytes: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+                    max_bytes: int, read_committed: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], int]:
         """Read every wanted partition; hold the answer (long poll) until `min_bytes` are
         there, a partition has an error, or `max_wait_s` passed. (answers, bytes)."""
         deadline = trio.current_time() + max(0.0, max_wait_s)
         keys = [(fp.topic, fp.partition) for fp in wanted]
         while True:
-            answers, total, any_error = self.read_all(wanted, replica_id, max_bytes)
+            answers, total, any_error = self.read_all(wanted, replica_id, max_bytes, read_committed)
             if total >= min_bytes or any_error or trio.current_time() >= deadline or not keys:
                 break
             await self.waiters.wait(keys, deadline)

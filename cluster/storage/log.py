@@ -26,9 +26,10 @@ from cluster.protocol.records import decode_batch, rewrite_batch
 from cluster.storage.checkpoint import write_atomic
 from cluster.storage.config import LogConfig
 from cluster.storage.leader_epoch import LeaderEpochCache
-from cluster.storage.producer_state import ProducerStateManager, SequenceVerdict
+from cluster.storage.producer_state import CompletedTxn, ProducerStateManager, SequenceVerdict
 from cluster.storage.segment import LogSegment, RecoveryResult, segment_name
 from cluster.storage.swap import complete_swaps
+from cluster.storage.txn_index import AbortedTxn, marker_batch, marker_type
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class Log:
             if leftover.suffix in (".tmp", ".deleted", ".cleaned", ".swap"):
                 leftover.unlink()
         bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
-        for suffix in (".index", ".timeindex"):
+        for suffix in (".index", ".timeindex", ".txnindex"):
             for p in self.dir.glob("*" + suffix):
                 if not p.stem.isdigit() or int(p.stem) not in bases:
                     p.unlink()  # an index without its log
@@ -259,11 +260,35 @@ class Log:
         replayed = 0
         idx = max(0, bisect.bisect_right(self._bases, start) - 1)
         for seg in self.segments[idx:]:
-            for _, header in seg.scan_headers(seg.offset_index.lookup(start)):
+            seg.txn_index.truncate_from(start)  # derived from the markers replayed below
+        for seg in self.segments[idx:]:
+            for pos, header in seg.scan_headers(seg.offset_index.lookup(start)):
                 if header.base_offset >= start:
-                    self.producer_state.record(header)
+                    marker = marker_type(seg.read(pos, header.size_bytes)) if header.is_control else None
+                    self._index_completed(seg, self.producer_state.record(header, marker))
                     replayed += 1
         return replayed
+
+    def _index_completed(self, seg: LogSegment, done: CompletedTxn | None) -> None:
+        """An aborted transaction goes into the index of the segment holding its marker."""
+        if done is None or not done.aborted:
+            return
+        stable = min(self.producer_state.ongoing.values(), default=done.last_offset + 1)
+        seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset, stable))
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's LSO: below it every transaction has ended and its marker is replicated."""
+        first = self.producer_state.first_unstable_offset(high_watermark)
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def collect_aborted(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [fetch_offset, upper_offset), for a
+        read_committed fetch; their markers may lie in any later segment."""
+        idx = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        out: list[AbortedTxn] = []
+        for seg in self.segments[idx:]:
+            out.extend(seg.txn_index.collect(fetch_offset, upper_offset))
+        return out
 
     def _add_segment(self, base_offset: int, now_ms: int, *, create: bool) -> LogSegment:
         seg = LogSegment(
@@ -298,8 +323,10 @@ class Log:
         for _, h in batches:
             if h.size_bytes > max_bytes:
                 raise RecordTooLarge(f"record batch of {h.size_bytes} bytes exceeds max.message.bytes={max_bytes}")
-            if h.is_control or h.is_transactional:
-                raise InvalidRecordBatch("transactional and control batches are not accepted from producers")
+            if h.is_control:
+                raise InvalidRecordBatch("control batches are written by transaction coordinators, not producers")
+            if h.is_transactional and not h.has_producer_id:
+                raise InvalidRecordBatch("a transactional batch needs a producer id")
         if len(batches) == 1 and batches[0][1].has_producer_id:
             check = self.producer_state.check(batches[0][1])
             if check.verdict is SequenceVerdict.DUPLICATE:
@@ -360,12 +387,38 @@ class Log:
             self.leader_epochs.assign(leader_epoch, first_offset)
         for h in headers:
             self.producer_state.record(h)
+        return self._appended(first_offset, offset, last_offset, append_time_ms)
+
+    def _appended(self, first_offset: int, offset: int, last_offset: int, append_time_ms: int) -> AppendResult:
         self.log_end_offset = offset
         count = offset - first_offset
         self.unflushed_messages += count
         if self.unflushed_messages >= self.config.flush_messages and self.flush_requests:
             self.flush_requests(self, self.log_end_offset)
         return AppendResult(first_offset, last_offset, append_time_ms, self.log_start_offset, count)
+
+    def append_marker(self, *, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      leader_epoch: int, now_ms: int) -> AppendResult:
+        """Leader: end `producer_id`'s transaction on this partition with a control batch
+        (WriteTxnMarkers). A marker of an epoch newer than the producer's fences the older
+        epoch from then on. Raises ProducerFenced (an older epoch) or StorageError."""
+        refused = self.producer_state.check_marker(producer_id, producer_epoch)
+        if refused is not None:
+            raise ProducerFenced(refused)
+        payload = marker_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                               coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms)
+        first_offset = self.log_end_offset
+        self._maybe_roll(len(payload), first_offset, now_ms)
+        h = replace(split_batches(payload)[0][1], base_offset=first_offset, partition_leader_epoch=leader_epoch)
+        try:
+            self.active_segment.append([patched_prefix(memoryview(payload)[:17], first_offset, leader_epoch),
+                                        memoryview(payload)[17:]], [h])
+        except OSError as exc:
+            raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
+        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, first_offset)
+        self._index_completed(self.active_segment, self.producer_state.record(h, 1 if commit else 0))
+        return self._appended(first_offset, first_offset + 1, first_offset, -1)
 
     def append_as_follower(self, payload: bytes, *, now_ms: int) -> int:
         """Append batches fetched from the leader as they are (offsets and epochs kept).
@@ -390,10 +443,11 @@ class Log:
             self.active_segment.append([view[: batches[-1][0] + batches[-1][1].size_bytes]], [h for _, h in batches])
         except OSError as exc:
             raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
-        for _, h in batches:
+        for pos, h in batches:
             if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
-            self.producer_state.record(h)
+            marker = marker_type(view[pos : pos + h.size_bytes]) if h.is_control else None
+            self._index_completed(self.active_segment, self.producer_state.record(h, marker))
         self.log_end_offset = expected
         count = expected - first_offset
         self.unflushed_messages += count

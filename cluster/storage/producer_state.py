@@ -1,7 +1,9 @@
-"""Idempotent-producer state of one partition (sans-IO): duplicate and sequence checks.
+"""Idempotent and transactional producer state of one partition (sans-IO).
 
 Per producer id it keeps the epoch and the metadata of the last five batches, as Kafka's
-ProducerStateManager does. It is rebuilt from batch headers (recovery, a new leader) and
+ProducerStateManager does, for duplicate and sequence checks; and the transactions open on
+the partition (producer id → first offset), which hold the last stable offset back until
+their marker is replicated. It is rebuilt from batch headers (recovery, a new leader) and
 saved as a snapshot next to the log.
 """
 
@@ -49,6 +51,16 @@ class ProducerEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction whose marker was just recorded: its data spans [first_offset, last_offset]."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Check:
     verdict: SequenceVerdict
     duplicate_of: BatchMetadata | None = None
@@ -61,6 +73,24 @@ class ProducerStateManager:
     def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.ongoing: dict[int, int] = {}  # producer id → first offset of its open transaction
+        # Ended transactions whose marker may not be replicated yet: still unstable.
+        self.unreplicated: list[CompletedTxn] = []
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> str | None:
+        """Why a transaction marker of this producer epoch must be refused (None: fine)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return f"marker of producer {producer_id} epoch {producer_epoch} is older than {entry.epoch}"
+        return None
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of a transaction still open, or ended with its marker at or
+        above `high_watermark`; None when everything below the high watermark is stable."""
+        if self.unreplicated:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
+        return min(firsts) if firsts else None
 
     def check(self, header: BatchHeader) -> Check:
         """Verdict for a batch about to be appended (not yet recorded)."""
@@ -92,16 +122,26 @@ class ProducerStateManager:
             )
         return Check(SequenceVerdict.APPEND)
 
-    def record(self, header: BatchHeader) -> None:
-        """Remember an appended batch (its base offset already assigned)."""
+    def record(self, header: BatchHeader, marker: int | None = None) -> CompletedTxn | None:
+        """Remember an appended batch (its base offset already assigned). For a control
+        batch, `marker` is its type (0 ABORT, 1 COMMIT); the transaction it ends is returned."""
         if not header.has_producer_id:
-            return
-        entry = self.producers.get(header.producer_id)
+            return None
+        pid = header.producer_id
+        completed = None
+        if header.is_control:
+            first = self.ongoing.pop(pid, None)
+            if first is not None and marker is not None:
+                completed = CompletedTxn(pid, first, header.base_offset, aborted=marker == 0)
+                self.unreplicated.append(completed)
+        elif header.is_transactional and pid not in self.ongoing:
+            self.ongoing[pid] = header.base_offset
+        entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_id, header.producer_epoch)
-            self.producers[header.producer_id] = entry
+            entry = ProducerEntry(pid, header.producer_epoch)
+            self.producers[pid] = entry
         elif header.producer_epoch < entry.epoch:
-            return  # an older epoch's batch replayed from the log: the newer state wins
+            return completed  # an older epoch's batch replayed from the log: the newer state wins
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(
                 BatchMetadata(
@@ -113,11 +153,13 @@ class ProducerStateManager:
                 )
             )
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, header.max_timestamp)
+        return completed
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle longer than producer.id.expiration.ms; returns how many."""
         cutoff = now_ms - self.producer_id_expiration_ms
-        expired = [pid for pid, e in self.producers.items() if e.last_timestamp_ms < cutoff]
+        expired = [pid for pid, e in self.producers.items()
+                   if e.last_timestamp_ms < cutoff and pid not in self.ongoing]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -127,7 +169,8 @@ class ProducerStateManager:
     def to_snapshot(self) -> bytes:
         return orjson.dumps(
             {
-                "version": 1,
+                "version": 2,
+                "ongoing": [[pid, first] for pid, first in self.ongoing.items()],
                 "producers": [
                     {
                         "producer_id": e.producer_id,
@@ -145,9 +188,11 @@ class ProducerStateManager:
 
     def load_snapshot(self, data: bytes) -> None:
         doc = orjson.loads(data)
-        if doc.get("version") != 1:
+        if doc.get("version") not in (1, 2):
             raise ValueError(f"unknown producer snapshot version {doc.get('version')!r}")
         self.producers = {}
+        self.ongoing = {int(pid): int(first) for pid, first in doc.get("ongoing", [])}
+        self.unreplicated = []
         for p in doc["producers"]:
             entry = ProducerEntry(int(p["producer_id"]), int(p["epoch"]))
             entry.last_timestamp_ms = int(p["last_timestamp_ms"])

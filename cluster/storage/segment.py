@@ -18,6 +18,7 @@ from cluster.protocol.record_batch import (
     validate_batch,
 )
 from cluster.storage.index import CorruptIndex, OffsetIndex, TimeIndex
+from cluster.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class LogSegment:
         self.log_path = stem.with_suffix(".log")
         self.offset_index = OffsetIndex(stem.with_suffix(".index"), base_offset, index_max_entries)
         self.time_index = TimeIndex(stem.with_suffix(".timeindex"), base_offset)
+        self.txn_index = TransactionIndex(stem.with_suffix(".txnindex"))
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.size_bytes = 0
@@ -73,6 +75,7 @@ class LogSegment:
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
+        self.txn_index.delete()
         self.offset_index.open()
         self.time_index.open()
 
@@ -82,6 +85,7 @@ class LogSegment:
         self._indexes_missing = not (self.offset_index.path.exists() and self.time_index.path.exists())
         self.offset_index.open()
         self.time_index.open()
+        self.txn_index.load()
 
     def load_trusted(self, next_offset_hint: int | None) -> bool:
         """Load indexes of a segment below the recovery point. Returns False if they were rebuilt."""
@@ -193,6 +197,7 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()
 
     # ---- append ----------------------------------------------------------------------
 

@@ -1,0 +1,258 @@
+"""The Kafka APIs of transactions: InitProducerId (with a transactional id),
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers,
+DescribeTransactions, ListTransactions and DescribeProducers.
+
+They check the principal, translate the request for the transaction coordinator
+(cluster/transactions) or the group service, and its decisions back into answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from cluster.broker.context import RequestContext
+from cluster.broker.producer_ids import ProducerIdManager
+from cluster.groups.records import partition_for
+from cluster.groups.service import GroupService
+from cluster.protocol.errors import ErrorCode
+from cluster.security.acl import AclOperation, ResourceType
+from cluster.transactions.service import TransactionService
+from cluster.transactions.state import TxnState
+
+
+def _ms(value: Any) -> int:
+    """A duration field in milliseconds (kio decodes them as timedelta)."""
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+class TxnHandlers:
+    def __init__(self, service: TransactionService, groups: GroupService, producer_ids: ProducerIdManager) -> None:
+        self.service = service
+        self.groups = groups
+        self.producer_ids = producer_ids
+
+    async def find_coordinator(self, txn_id: str, ctx: RequestContext) -> tuple[int, int | None, str]:
+        """FindCoordinator with key type TRANSACTION: (error, node, message)."""
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return ErrorCode.transactional_id_authorization_failed, None, f"{ctx.principal} may not use {txn_id}"
+        node = await self.service.find_coordinator(txn_id)
+        if node is None:
+            return ErrorCode.coordinator_not_available, None, "the transaction coordinator is not available yet"
+        return ErrorCode.none, node, ""
+
+    async def handle_init_producer_id(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        if req.transactional_id is None:
+            return await self.producer_ids.handle_init_producer_id(version, req, ctx)
+        return await self.init_producer_id(version, req, ctx)
+
+    def _owner_error(self, txn_id: str, ctx: RequestContext) -> int:
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return ErrorCode.transactional_id_authorization_failed
+        if not self.service.owns(txn_id):
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    # ---- InitProducerId (transactional) -----------------------------------------------
+
+    async def init_producer_id(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        txn_id = req.transactional_id
+        out = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+        code = self._owner_error(txn_id, ctx)
+        if code != ErrorCode.none:
+            return {**out, "error_code": code}
+        fresh = await self.service.new_producer_id(txn_id)
+        now = self.service.clock.now_ms()
+        decision = self.service.coordinator.init_producer_id(
+            txn_id, _ms(req.transaction_timeout), getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1),
+            fresh, now)
+        code = await self.service.decide(txn_id, decision)
+        if code != ErrorCode.none:
+            return {**out, "error_code": code}
+        meta = self.service.coordinator.txns[txn_id]
+        return {**out, "error_code": ErrorCode.none, "producer_id": meta.producer_id,
+                "producer_epoch": meta.producer_epoch}
+
+    # ---- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------
+
+    async def handle_add_partitions_to_txn(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        txn_id = req.v3_and_below_transactional_id
+        topics = req.v3_and_below_topics
+        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        code = self._owner_error(txn_id, ctx)
+        errors: dict[tuple[str, int], int] = {}
+        if code != ErrorCode.none:
+            errors = dict.fromkeys(wanted, code)
+        else:
+            for t in topics:
+                if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
+                    errors.update(dict.fromkeys(((t.name, p) for p in t.partitions),
+                                                ErrorCode.topic_authorization_failed))
+                elif t.name.startswith("__"):
+                    errors.update(dict.fromkeys(((t.name, p) for p in t.partitions), ErrorCode.invalid_topic_exception))
+                else:
+                    for p in t.partitions:
+                        if self.service.image.partition(t.name, p) is None:
+                            errors[(t.name, p)] = ErrorCode.unknown_topic_or_partition
+            if errors:
+                # As Kafka: the partitions that were fine are not attempted.
+                errors = {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+            else:
+                decision = self.service.coordinator.add_partitions(
+                    txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, wanted,
+                    self.service.clock.now_ms())
+                errors = dict.fromkeys(wanted, await self.service.decide(txn_id, decision))
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (t, p), c in errors.items():
+            by_topic[t].append({"partition_index": p, "partition_error_code": c})
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+            {"name": t, "results_by_partition": rs} for t, rs in by_topic.items()]}
+
+    async def handle_add_offsets_to_txn(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        code = self._owner_error(req.transactional_id, ctx)
+        if code == ErrorCode.none and not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            code = ErrorCode.group_authorization_failed
+        if code == ErrorCode.none:
+            index = partition_for(req.group_id, self.groups.num_partitions)
+            decision = self.service.coordinator.add_offsets(req.transactional_id, req.producer_id,
+                                                            req.producer_epoch, index, self.service.clock.now_ms())
+            code = await self.service.decide(req.transactional_id, decision)
+        return {"throttle_time": 0, "error_code": code}
+
+    # ---- EndTxn -------------------------------------------------------------------------
+
+    async def handle_end_txn(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        code = self._owner_error(req.transactional_id, ctx)
+        if code == ErrorCode.none:
+            decision = self.service.coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                        bool(req.committed), self.service.clock.now_ms())
+            code = await self.service.decide(req.transactional_id, decision)
+        if code == ErrorCode.producer_fenced and version < 2:
+            code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is newer than these versions
+        return {"throttle_time": 0, "error_code": code}
+
+    # ---- TxnOffsetCommit ----------------------------------------------------------------
+
+    async def handle_txn_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        results: dict[tuple[str, int], int] = {}
+        known: list[tuple[str, int, int, int, str | None]] = []
+        code = ErrorCode.none
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+            code = ErrorCode.transactional_id_authorization_failed
+        elif not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            code = ErrorCode.group_authorization_failed
+        elif not self.groups.owns(req.group_id):
+            code = ErrorCode.not_coordinator
+        for t in req.topics:
+            topic_ok = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
+            for p in t.partitions:
+                if code != ErrorCode.none:
+                    results[(t.name, p.partition_index)] = code
+                elif not topic_ok:
+                    results[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+                elif self.groups.image.partition(t.name, p.partition_index) is None:
+                    results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                else:
+                    known.append((t.name, p.partition_index, p.committed_offset,
+                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        if known:
+            results.update(await self.groups.txn_commit_offsets(
+                group_id=req.group_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+                member_id=getattr(req, "member_id", "") or "", generation_id=getattr(req, "generation_id", -1),
+                group_instance_id=getattr(req, "group_instance_id", None), offsets=known))
+        return {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
+                for p in t.partitions]}
+            for t in req.topics]}
+
+    # ---- WriteTxnMarkers (broker to broker) -------------------------------------------
+
+    async def handle_write_txn_markers(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        allowed = ctx.allowed_on_cluster(AclOperation.CLUSTER_ACTION)
+        markers = []
+        for m in req.markers:
+            wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+            if allowed:
+                codes = await self.service.write_local_markers(m.producer_id, m.producer_epoch,
+                                                               bool(m.transaction_result), m.coordinator_epoch, wanted)
+            else:
+                codes = dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed)
+            by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for (t, p), c in codes.items():
+                by_topic[t].append({"partition_index": p, "error_code": c})
+            markers.append({"producer_id": m.producer_id, "topics": [
+                {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return {"markers": markers}
+
+    # ---- Describe / List ----------------------------------------------------------------
+
+    async def handle_describe_transactions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        states = []
+        for txn_id in req.transactional_ids:
+            base = {"transactional_id": txn_id, "transaction_state": "", "transaction_timeout": 0,
+                    "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                states.append({**base, "error_code": ErrorCode.transactional_id_authorization_failed})
+                continue
+            if not self.service.owns(txn_id):
+                states.append({**base, "error_code": ErrorCode.not_coordinator})
+                continue
+            meta = self.service.coordinator.txns.get(txn_id)
+            if meta is None:
+                states.append({**base, "error_code": ErrorCode.transactional_id_not_found})
+                continue
+            topics: dict[str, list[int]] = defaultdict(list)
+            for t, p in sorted(meta.partitions):
+                topics[t].append(p)
+            states.append({**base, "error_code": ErrorCode.none, "transaction_state": meta.state.value,
+                           "transaction_timeout": meta.timeout_ms, "transaction_start_time": meta.start_ms,
+                           "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+                           "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        return {"throttle_time": 0, "transaction_states": states}
+
+    async def handle_list_transactions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        names = {s.value for s in TxnState}
+        state_filters = set(req.state_filters or ())
+        pid_filters = set(req.producer_id_filters or ())
+        min_duration_ms = _ms(getattr(req, "duration_filter", -1))
+        now = self.service.clock.now_ms()
+        out = []
+        for txn_id, meta in sorted(self.service.coordinator.txns.items()):
+            if state_filters and meta.state.value not in state_filters:
+                continue
+            if pid_filters and meta.producer_id not in pid_filters:
+                continue
+            if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration_ms):
+                continue
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                continue
+            out.append({"transactional_id": txn_id, "producer_id": meta.producer_id,
+                        "transaction_state": meta.state.value})
+        return {"throttle_time": 0, "error_code": ErrorCode.none,
+                "unknown_state_filters": sorted(state_filters - names), "transaction_states": out}
+
+    async def handle_describe_producers(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for index in t.partition_indexes:
+                base = {"partition_index": index, "error_message": None, "active_producers": []}
+                if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name):
+                    parts.append({**base, "error_code": ErrorCode.topic_authorization_failed})
+                    continue
+                part, code = self.service.replicas.leader_partition(t.name, index)
+                if part is None:
+                    parts.append({**base, "error_code": code})
+                    continue
+                state = part.log.producer_state
+                parts.append({**base, "error_code": ErrorCode.none, "active_producers": [
+                    {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,
+                     "last_timestamp": e.last_timestamp_ms, "coordinator_epoch": -1,
+                     "current_txn_start_offset": state.ongoing.get(e.producer_id, -1)}
+                    for e in state.producers.values()]})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
