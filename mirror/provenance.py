@@ -12,10 +12,11 @@ The target partition is the truth for exactly-once: a worker that takes a partit
 its tail and resumes after the last source offset it finds. `dcmirror.path` keeps a record
 from ever being mirrored back into a cluster it passed through (flows A->B and B->A).
 
-A worker taking over a partition first writes a fence record (header `dcmirror.fence`,
-no key, no value) under the previous writer's producer id with a higher epoch: the broker
-refuses that writer from then on, and everything before the fence is final. Readers of the
-aggregate skip fence records (they carry no provenance).
+A worker taking over a partition fences the previous writer with an ABORT transaction
+marker under that writer's producer id and a higher epoch (see worker.py): invisible to
+consumers. Aggregates written before that, or targets that refuse markers, hold fence
+records (header `dcmirror.fence`, no key, no value) instead; readers skip them (they
+carry no provenance).
 """
 
 from __future__ import annotations

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.client.connection import UnsupportedApi
 from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import BATCH_HEADER_SIZE, CONTROL_MASK, BatchHeader, iter_headers
 from cluster.protocol.records import Record, decode_records, decompress
 from cluster.protocol.sentinels import (
@@ -87,6 +89,27 @@ async def last_writer(cluster: ClientCluster, topic: str, partition: int) -> tup
     if last is None or last.producer_id < 0:
         return None
     return last.producer_id, last.producer_epoch
+
+
+async def abort_marker(cluster: ClientCluster, topic: str, partition: int, producer_id: int,
+                       producer_epoch: int) -> bool:
+    """Fence `producer_id` below `producer_epoch` on the partition with an ABORT transaction
+    marker (WriteTxnMarkers to its leader): a control batch no consumer is ever given,
+    replicated before the answer. False when the target refuses it (a cluster that is not
+    dcmirror's, or a principal without ClusterAction there)."""
+    try:
+        resp = await cluster.leader_request(topic, partition, ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
+            "coordinator_epoch": 0, "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
+    except UnsupportedApi:
+        return False
+    code = resp.markers[0].topics[0].partitions[0].error_code
+    if code in (ErrorCode.cluster_authorization_failed, ErrorCode.unsupported_version,
+                ErrorCode.invalid_request):
+        return False
+    if code != ErrorCode.none:
+        raise KafkaError(f"fencing producer {producer_id} on {topic}-{partition}", code)
+    return True
 
 
 async def last_mirrored(cluster: ClientCluster, topic: str, partition: int, below: int, source_cluster: str,

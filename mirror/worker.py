@@ -5,9 +5,12 @@ Exactly once without transactions: source partition p of topic T goes to partiti
 the renamed target topic, and each target partition has one writer at a time. Taking a
 partition, a worker (1) claims it — its writes from now on carry the previous writer's
 producer id with a higher epoch, so the broker refuses that writer if it still lives —
-(2) writes a fence record under the claim and waits for it, so nothing the previous
-writer sent can land after it, (3) reads back from the fence to the last mirrored source
-offset and (4) resumes right after it. The target is the truth; the source group's
+(2) fences that writer on the partition with an ABORT transaction marker under the claim
+(WriteTxnMarkers, replicated before it is answered): a control batch, which no consumer is
+ever given, so the target holds nothing but source records; nothing the previous writer
+sent can land after it, (3) reads back from the high watermark to the last mirrored source
+offset and (4) resumes right after it. A target that refuses the marker (a foreign Kafka
+cluster, a principal without ClusterAction) gets the old fence record instead. The target is the truth; the source group's
 committed offsets follow behind, for lag and tools.
 """
 
@@ -146,6 +149,7 @@ class MirrorWorker:
         self._stopping = trio.Event()
         self._stopped = trio.Event()
         self._totals: dict[TopicPartition, tuple[int, int]] = {}  # records, bytes of partitions given up
+        self._fence_records_warned = False
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -157,7 +161,8 @@ class MirrorWorker:
                            "enable.idempotence": True, "linger.ms": 5, "max.block.ms": 30000, **c.producer}
         consumer_config = {**source_client, "client.id": self.name,
                            "group.id": group_id(self.flow), "enable.auto.commit": False,
-                           "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                           "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                           "session.timeout.ms": 10000,
                            "heartbeat.interval.ms": 1000, "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
                            **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
@@ -310,11 +315,27 @@ class MirrorWorker:
                 if (producer.partitions_for(topic) or 0) <= p:
                     await trio.sleep(0.2)
         writer = await tail.last_writer(cluster, topic, p)
+        below = None
         if writer is not None:
-            producer.claim(topic, p, writer[0], min(writer[1] + 1, 32767))
-        fence = await producer.send_and_wait(topic, None, None, partition=p,
-                                             headers=[(provenance.FENCE, self.name.encode())])
-        last = await tail.last_mirrored(cluster, topic, p, fence.offset, self.flow.source, pm.source[1])
+            epoch = min(writer[1] + 1, 32767)
+            producer.claim(topic, p, writer[0], epoch)
+            if not await tail.abort_marker(cluster, topic, p, writer[0], epoch):
+                if not self._fence_records_warned:
+                    self._fence_records_warned = True
+                    log.warning("%s: the target refuses WriteTxnMarkers (not a dcmirror cluster, or no "
+                                "ClusterAction for this principal): fencing with a record instead, which "
+                                "consumers of the target will see", self.name)
+                fence = await producer.send_and_wait(topic, None, None, partition=p,
+                                                     headers=[(provenance.FENCE, self.name.encode())])
+                below = fence.offset
+        if below is None:
+            # The marker is replicated: the high watermark is past it and past every batch
+            # the fenced writer got into the log; nothing of it can land later.
+            _, below = await tail.offsets(cluster, topic, p)
+            fence_at = below - 1  # the marker: nothing else is written meanwhile
+        else:
+            fence_at = below
+        last = await tail.last_mirrored(cluster, topic, p, below, self.flow.source, pm.source[1])
         start, _ = await tail.offsets(self._source_cluster_client(), pm.source[0], pm.source[1])
         resume = start if last is None else last + 1
         if resume < start:
@@ -331,7 +352,7 @@ class MirrorWorker:
         consumer.resume(pm.source)
         self.metrics["claims"] += 1
         log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d", self.name,
-                 pm.source[0], pm.source[1], topic, p, fence.offset,
+                 pm.source[0], pm.source[1], topic, p, fence_at,
                  f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume)
 
     def _source_cluster_client(self) -> Any:
@@ -421,6 +442,17 @@ class MirrorWorker:
                     pm.pending.append((pm.next_offset - 1, future))
                     self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
                         n for tp, (n, _) in self._totals.items() if tp not in self.partitions)
+            for tp, pm in self.partitions.items():
+                try:
+                    position = consumer.position(tp)
+                except KeyError:
+                    continue  # being revoked
+                if pm.broken or pm.next_offset < 0 or position is None or position <= pm.next_offset:
+                    continue
+                # The consumer moved past transaction markers or aborted data of the source:
+                # nothing there to copy, done once everything before it is.
+                pm.next_offset = position
+                pm.pending.append((position - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1))))
             self._settle()
             # getmany() returns at once while records are buffered: without this the loop would
             # run until buffer.memory filled before the sender and the fetcher got a turn.

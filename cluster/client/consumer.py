@@ -38,6 +38,7 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     CONTROL_MASK,
+    TRANSACTIONAL_MASK,
     InvalidRecordBatch,
     iter_headers,
     scan_batches,
@@ -94,7 +95,8 @@ class Consumer:
         self.request_timeout_s = c["request.timeout.ms"] / 1000
         self._assigned: dict[TopicPartition, PartitionPosition] = {}
         # (partition, its seek epoch, records, bytes they hold against queued.max.messages.kbytes)
-        self._buffer: deque[tuple[TopicPartition, int, list[Record], int]] = deque()
+        # (partition, assignment epoch, records, weight, offset after the chunk's last batch)
+        self._buffer: deque[tuple[TopicPartition, int, list[Record], int, int]] = deque()
         self._buffered_bytes = 0
         self._max_buffered_bytes = c["queued.max.messages.kbytes"] * 1024
         self._errors: list[Exception] = []
@@ -355,12 +357,19 @@ class Consumer:
         budget = math.inf if max_records is None else max_records
         buffer = self._buffer
         while buffer and budget > 0:
-            tp, epoch, records, weight = buffer[0]
+            tp, epoch, records, weight, end = buffer[0]
             state = self._assigned.get(tp)
             if state is None or state.epoch != epoch or state.paused or state.parked or not records \
                     or state.position is None or records[-1].offset < state.position:
                 buffer.popleft()
                 self._buffered_bytes -= weight
+                if (state is not None and state.epoch == epoch and not state.paused and not state.parked
+                        and state.position is not None and end > state.position and (
+                            not records or records[-1].offset < state.position)):
+                    # Only control batches (transaction markers) or aborted data: the
+                    # position moves past them, as a Kafka consumer's does.
+                    state.position = end
+                    self._signal_changed()
                 continue
             if records[0].offset < state.position:
                 records = [r for r in records if r.offset >= state.position]
@@ -368,14 +377,15 @@ class Consumer:
                 n = int(budget)
                 take, rest = records[:n], records[n:]
                 share = weight * n // len(records)
-                buffer[0] = (tp, epoch, rest, weight - share)
+                buffer[0] = (tp, epoch, rest, weight - share, end)
                 self._buffered_bytes -= share
                 records = take
             else:
                 buffer.popleft()
                 self._buffered_bytes -= weight
+                rest = []
             out.setdefault(tp, []).extend(records)
-            state.position = records[-1].offset + 1
+            state.position = records[-1].offset + 1 if rest else max(records[-1].offset + 1, end)
             budget -= len(records)
         if out:
             self._signal_changed()
@@ -399,7 +409,7 @@ class Consumer:
                 return record
 
     def _drop_buffered(self, predicate: Callable[[TopicPartition], bool]) -> None:
-        kept: deque[tuple[TopicPartition, int, list[Record], int]] = deque()
+        kept: deque[tuple[TopicPartition, int, list[Record], int, int]] = deque()
         for item in self._buffer:
             if predicate(item[0]):
                 self._buffered_bytes -= item[3]
@@ -567,10 +577,10 @@ class Consumer:
         self._signal_changed()
 
     def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]]
-                      ) -> list[tuple[TopicPartition, int, bytes, int]]:
+                      ) -> list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]]:
         """Errors, high watermarks and next fetch offsets (from batch headers alone); returns
         the record data still to decode: (partition, epoch, data, first offset wanted)."""
-        decode: list[tuple[TopicPartition, int, bytes, int]] = []
+        decode: list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]] = []
         arrived = False
         reset = False
         stale_leaders = False
@@ -594,7 +604,10 @@ class Consumer:
                             continue
                         if next_offset > asked[0]:
                             state.fetch_offset = next_offset
-                            decode.append((tp, state.epoch, p.records, asked[0]))
+                            aborted = getattr(p, "aborted_transactions", None)
+                            decode.append((tp, state.epoch, p.records, asked[0],
+                                           None if aborted is None else [(a.producer_id, a.first_offset)
+                                                                         for a in aborted]))
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     log.info("offset %d out of range for %s-%d (log start %d, high watermark %d); "
                              "auto.offset.reset=%s", asked[0], tp[0], tp[1], p.log_start_offset, p.high_watermark,
@@ -627,36 +640,47 @@ class Consumer:
                                        ErrorCode.corrupt_message))
         state.parked = True
 
-    def _decode(self, work: list[tuple[TopicPartition, int, bytes, int]]) -> None:
+    def _decode(self, work: list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]]) -> None:
         arrived = False
-        for tp, epoch, data, from_offset in work:
+        for tp, epoch, data, from_offset, aborted in work:
             state = self._assigned.get(tp)
             if state is None or state.epoch != epoch:
                 continue
             try:
-                records = self._parse(data, from_offset)
+                records = self._parse(data, from_offset, aborted)
+                end = _next_fetch_offset(data, from_offset)
             except InvalidRecordBatch as exc:
                 self._corrupt(tp, state, from_offset, exc)
                 arrived = True
                 continue
-            if records:
-                weight = _approx_bytes(records)
-                self._buffer.append((tp, epoch, records, weight))
-                self._buffered_bytes += weight
-                arrived = True
+            weight = _approx_bytes(records) if records else 0
+            self._buffer.append((tp, epoch, records, weight, end))
+            self._buffered_bytes += weight
+            arrived = True
         if arrived:
             self._arrived.set()
             self._arrived = trio.Event()
 
-    def _parse(self, data: bytes, fetch_offset: int) -> list[Record]:
+    def _parse(self, data: bytes, fetch_offset: int, aborted: list[tuple[int, int]] | None = None) -> list[Record]:
         """Records at or after `fetch_offset` from the whole batches in `data` (a partial last
-        batch is left for the next fetch; control batches are skipped)."""
+        batch is left for the next fetch; control batches are skipped). `aborted` (read_committed:
+        the fetch answer's aborted transactions, (producer id, first offset)) drops the
+        batches of aborted transactions, as Kafka's consumer does."""
         records: list[Record] = []
         check_crcs = self.config["check.crcs"]
+        pending = sorted(aborted or (), key=lambda a: a[1])
+        aborting: set[int] = set()
         for pos, header in iter_headers(data, strict=True):
             if check_crcs:
                 validate_batch(data, pos, from_producer=False)
-            if header.base_offset + header.last_offset_delta >= fetch_offset and not header.attributes & CONTROL_MASK:
+            while pending and pending[0][1] <= header.base_offset + header.last_offset_delta:
+                aborting.add(pending.pop(0)[0])
+            if header.attributes & CONTROL_MASK:
+                aborting.discard(header.producer_id)  # its transaction ends here
+                continue
+            if header.attributes & TRANSACTIONAL_MASK and header.producer_id in aborting:
+                continue
+            if header.base_offset + header.last_offset_delta >= fetch_offset:
                 body = data[pos + BATCH_HEADER_SIZE:pos + header.size_bytes]
                 if header.compression:
                     body = decompress(header.compression, body)

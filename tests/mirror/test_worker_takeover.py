@@ -88,7 +88,8 @@ def takeover_claims(lab: MirrorLab, worker: str, partitions: set[int], after_cha
 
 def check_resumed_from_target_tail(claims: dict[int, re.Match[str]], target: dict[int, list]) -> None:
     """Each takeover resumed right after the last source offset the target partition held
-    before the survivor's fence, and fenced the dead worker's producer id."""
+    before the survivor's fence, and fenced the dead worker's producer id (with an invisible
+    transaction marker)."""
     for p, m in claims.items():
         fence_offset, resume = int(m.group(6)), int(m.group(10))
         before = [r for r in target[p] if r.offset < fence_offset and r.mirrored]
@@ -96,8 +97,12 @@ def check_resumed_from_target_tail(claims: dict[int, re.Match[str]], target: dic
         assert resume == last + 1, f"partition {p}: resumed at {resume}, the target held up to {last}"
         assert resume > 0, f"partition {p}: the dead worker had mirrored nothing?"
         assert m.group(7), f"partition {p}: no previous writer fenced: {m.group(0)}"
-        fence = [r for r in target[p] if r.offset == fence_offset]
-        assert fence and fence[0].fence, f"partition {p}: no fence record at offset {fence_offset}"
+        # The fence is an ABORT marker: a control batch, which no consumer is given.
+        assert not [r for r in target[p] if r.offset == fence_offset], \
+            f"partition {p}: a record a consumer reads at the fence's offset {fence_offset}"
+        after = [r for r in target[p] if r.offset > fence_offset]
+        assert not after or int(after[0].header("dcmirror.source.offset") or b"-1") == resume, \
+            f"partition {p}: the first record after the fence is not source offset {resume}"
 
 
 @pytest.mark.timeout(240)
