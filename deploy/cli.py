@@ -29,6 +29,7 @@ from deploy import (
     render_cmd,
     security_cmds,
     topology_cmd,
+    txn_cmds,
     up_cmd,
 )
 from deploy.demo import DEFAULT_RECORDS as DEMO_RECORDS
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
     dev_secrets.add_parser(sub)   # dev-secrets
     security_cmds.add_parsers(sub)  # users, acls
+    txn_cmds.add_parser(sub)      # transactions list|describe|abort
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")

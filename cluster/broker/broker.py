@@ -233,7 +233,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, txns.handle_add_partitions_to_txn),
         Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, txns.handle_add_offsets_to_txn),
         Api(ApiKey.END_TXN, 0, 3, txns.handle_end_txn),
-        Api(ApiKey.WRITE_TXN_MARKERS, 0, 1, txns.handle_write_txn_markers),
+        Api(ApiKey.WRITE_TXN_MARKERS, 1, 1, txns.handle_write_txn_markers),  # v0 is not in kio
         Api(ApiKey.TXN_OFFSET_COMMIT, 0, 3, txns.handle_txn_offset_commit),
         Api(ApiKey.DESCRIBE_PRODUCERS, 0, 0, txns.handle_describe_producers),  # flexible only
         Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, txns.handle_describe_transactions),  # flexible only

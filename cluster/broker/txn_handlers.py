@@ -9,7 +9,7 @@ They check the principal, translate the request for the transaction coordinator
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster.broker.context import RequestContext
@@ -20,6 +20,9 @@ from cluster.protocol.errors import ErrorCode
 from cluster.security.acl import AclOperation, ResourceType
 from cluster.transactions.service import TransactionService
 from cluster.transactions.state import TxnState
+
+# -1 on the wire (no transaction open): a non-nullable timestamp field.
+_NO_TIME = datetime.fromtimestamp(-0.001, tz=UTC)
 
 
 def _ms(value: Any) -> int:
@@ -194,7 +197,7 @@ class TxnHandlers:
         states = []
         for txn_id in req.transactional_ids:
             base = {"transactional_id": txn_id, "transaction_state": "", "transaction_timeout": 0,
-                    "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+                    "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1, "topics": []}
             if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
                 states.append({**base, "error_code": ErrorCode.transactional_id_authorization_failed})
                 continue
@@ -209,7 +212,8 @@ class TxnHandlers:
             for t, p in sorted(meta.partitions):
                 topics[t].append(p)
             states.append({**base, "error_code": ErrorCode.none, "transaction_state": meta.state.value,
-                           "transaction_timeout": meta.timeout_ms, "transaction_start_time": meta.start_ms,
+                           "transaction_timeout": meta.timeout_ms,
+                           "transaction_start_time": meta.start_ms if meta.start_ms >= 0 else _NO_TIME,
                            "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
         return {"throttle_time": 0, "transaction_states": states}
