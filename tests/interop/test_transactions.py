@@ -316,3 +316,29 @@ def test_transactions_cli_lists_describes_and_aborts(broker):
     assert [v for _, _, v in read_all(broker.bootstrap, topic, 1, "read_committed", expect=1)] == [b"after"]
     with pytest.raises(KafkaException):
         p.commit_transaction(10)  # fenced
+
+
+@pytest.mark.parametrize("how", ["kill-9", "clean"])
+def test_open_transaction_survives_a_broker_restart(broker, how):
+    """An open transaction across a restart (kill -9: recovery replays the log; clean: the
+    producer snapshot): read_committed stays behind it, the coordinator still knows it, and
+    committing it afterwards makes it visible — in order, once."""
+    topic = "txn-restart"
+    ck_create_topic(broker.bootstrap, topic, 1)
+    p = txn_producer(broker.bootstrap, "restart-1")
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"t{i}".encode(), partition=0)
+    p.flush(10)
+    if how == "kill-9":
+        broker.kill9()
+        broker.start()
+    else:
+        broker.restart()
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    assert read_all(broker.bootstrap, topic, 1, "read_committed", idle_s=2) == []
+    p.commit_transaction(60)
+    got = [v for _, _, v in read_all(broker.bootstrap, topic, 1, "read_committed", expect=6)]
+    assert got == [f"t{i}".encode() for i in range(5)] + [b"after"]
