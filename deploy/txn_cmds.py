@@ -18,7 +18,7 @@ from typing import Any
 import trio
 from kio.serial.errors import SerialError
 
-from cluster.client.admin import Admin, AdminError
+from cluster.client.admin import Admin, AdminError, write_txn_marker
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.protocol.api_keys import ApiKey
@@ -141,11 +141,9 @@ async def _abort_hanging(admin: Admin, topic: str, partition: int, start_offset:
     if not found:
         raise ValueError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
     producer = found[0]
-    resp = await admin.cluster.leader_request(topic, partition, ApiKey.WRITE_TXN_MARKERS, {"markers": [{
-        "producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch, "transaction_result": False,
-        "coordinator_epoch": max(0, producer.coordinator_epoch),
-        "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
-    code = resp.markers[0].topics[0].partitions[0].error_code
+    code = await write_txn_marker(admin.cluster, topic, partition, producer_id=producer.producer_id,
+                                  producer_epoch=producer.producer_epoch, commit=False,
+                                  coordinator_epoch=max(0, producer.coordinator_epoch))
     if code:
         raise KafkaError(f"writing the ABORT marker to {topic}-{partition}", code)
     print(f"{topic}-{partition}: transaction of producer {producer.producer_id} (epoch {producer.producer_epoch}) "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.client.admin import write_txn_marker
 from cluster.client.connection import UnsupportedApi
 from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster
@@ -98,12 +99,10 @@ async def abort_marker(cluster: ClientCluster, topic: str, partition: int, produ
     replicated before the answer. False when the target refuses it (a cluster that is not
     dcmirror's, or a principal without ClusterAction there)."""
     try:
-        resp = await cluster.leader_request(topic, partition, ApiKey.WRITE_TXN_MARKERS, {"markers": [{
-            "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
-            "coordinator_epoch": 0, "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
+        code = await write_txn_marker(cluster, topic, partition, producer_id=producer_id,
+                                      producer_epoch=producer_epoch, commit=False)
     except UnsupportedApi:
         return False
-    code = resp.markers[0].topics[0].partitions[0].error_code
     if code in (ErrorCode.cluster_authorization_failed, ErrorCode.unsupported_version,
                 ErrorCode.invalid_request):
         return False

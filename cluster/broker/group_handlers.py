@@ -27,6 +27,15 @@ from cluster.security.acl import AclOperation, ResourceType
 FindTxnCoordinator = Callable[[str, RequestContext], Awaitable[tuple[int, int | None, str]]]
 
 
+def offset_commit_answer(req: Any, results: dict[tuple[str, int], int]) -> dict[str, Any]:
+    """OffsetCommit / TxnOffsetCommit answer: every asked partition's error code."""
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
+            for p in t.partitions]}
+        for t in req.topics]}
+
+
 class GroupHandlers:
     def __init__(self, service: GroupService, find_transaction_coordinator: FindTxnCoordinator | None = None) -> None:
         self.service = service
@@ -34,41 +43,34 @@ class GroupHandlers:
 
     async def handle_find_coordinator(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
-        if key_type != COORDINATOR_GROUP:
-            code: int = ErrorCode.invalid_request
-            node: int | None = None
-            message = f"unknown coordinator key type {key_type}"
-            if key_type == COORDINATOR_TRANSACTION and self.find_transaction_coordinator is not None:
-                code, node, message = await self.find_transaction_coordinator(req.key, ctx)
-            endpoint = self.service.image.brokers[node].endpoint(ctx.listener) if node is not None else None
-            if endpoint is None:
-                if code == ErrorCode.none:
-                    code, message = ErrorCode.coordinator_not_available, "no endpoint on this listener"
-                return {"throttle_time": 0, "error_code": code, "error_message": message, "node_id": -1, "host": "",
-                        "port": -1}
-            return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "node_id": node,
-                    "host": endpoint[0], "port": endpoint[1]}
-        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, req.key):
-            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed,
-                    "error_message": f"{ctx.principal} may not use group {req.key}", "node_id": -1, "host": "",
+        code: int
+        node: int | None
+        if key_type == COORDINATOR_GROUP:
+            code, node, message = await self._group_coordinator(req.key, ctx)
+        elif key_type == COORDINATOR_TRANSACTION and self.find_transaction_coordinator is not None:
+            code, node, message = await self.find_transaction_coordinator(req.key, ctx)
+        else:
+            code, node, message = ErrorCode.invalid_request, None, f"unknown coordinator key type {key_type}"
+        endpoint = self.service.image.brokers[node].endpoint(ctx.listener) if node is not None else None
+        if endpoint is None:
+            if code == ErrorCode.none:
+                code, message = ErrorCode.coordinator_not_available, "the coordinator has no endpoint on this listener"
+            return {"throttle_time": 0, "error_code": code, "error_message": message, "node_id": -1, "host": "",
                     "port": -1}
-        unavailable = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-                       "error_message": "the group coordinator is not available yet", "node_id": -1, "host": "",
-                       "port": -1}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "node_id": node,
+                "host": endpoint[0], "port": endpoint[1]}
+
+    async def _group_coordinator(self, group_id: str, ctx: RequestContext) -> tuple[int, int | None, str]:
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return ErrorCode.group_authorization_failed, None, f"{ctx.principal} may not use group {group_id}"
+        unavailable = (ErrorCode.coordinator_not_available, None, "the group coordinator is not available yet")
         try:
             if not await self.service.ensure_offsets_topic():
                 return unavailable
         except ControllerUnavailable:
             return unavailable
-        node = self.service.coordinator_for(req.key)
-        if node is None:
-            return unavailable
-        leader = self.service.image.brokers[node]
-        endpoint = leader.endpoint(ctx.listener)
-        if endpoint is None:
-            return unavailable
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "node_id": leader.broker_id, "host": endpoint[0], "port": endpoint[1]}
+        node = self.service.coordinator_for(group_id)
+        return unavailable if node is None else (ErrorCode.none, node, "")
 
     async def handle_join_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
@@ -129,25 +131,32 @@ class GroupHandlers:
         self.service.flush_records()
         return {"throttle_time": 0, **result}
 
-    async def handle_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+    def screen_offset_commit(self, req: Any, ctx: RequestContext, first_error: int = ErrorCode.none
+                             ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
+        """OffsetCommit and TxnOffsetCommit: the partitions refused (group and topic ACLs,
+        coordinator, unknown partitions; `first_error` refuses all) and the offsets to commit."""
         known: list[tuple[str, int, int, int, str | None]] = []
         results: dict[tuple[str, int], int] = {}
-        owned = self.service.owns(req.group_id)
-        group_ok = ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id)
+        if first_error == ErrorCode.none and not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            first_error = ErrorCode.group_authorization_failed
+        if first_error == ErrorCode.none and not self.service.owns(req.group_id):
+            first_error = ErrorCode.not_coordinator
         for t in req.topics:
             topic_ok = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
             for p in t.partitions:
-                if not group_ok:
-                    results[(t.name, p.partition_index)] = ErrorCode.group_authorization_failed
+                if first_error != ErrorCode.none:
+                    results[(t.name, p.partition_index)] = first_error
                 elif not topic_ok:
                     results[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
-                elif not owned:
-                    results[(t.name, p.partition_index)] = ErrorCode.not_coordinator
                 elif self.service.image.partition(t.name, p.partition_index) is None:
                     results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
                 else:
                     known.append((t.name, p.partition_index, p.committed_offset,
                                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        return results, known
+
+    async def handle_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        results, known = self.screen_offset_commit(req, ctx)
         if known:
             results.update(self.service.coordinator.commit_offsets(
                 group_id=req.group_id, member_id=req.member_id,
@@ -155,13 +164,7 @@ class GroupHandlers:
                 group_instance_id=getattr(req, "group_instance_id", None), offsets=known, now_ms=self.service.clock.now_ms(),
             ))
         self.service.flush_records()
-        return {"throttle_time": 0, "topics": [
-            {"name": t.name, "partitions": [
-                {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
-                for p in t.partitions
-            ]}
-            for t in req.topics
-        ]}
+        return offset_commit_answer(req, results)
 
     async def handle_offset_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cluster.broker.context import RequestContext
+from cluster.broker.group_handlers import GroupHandlers, offset_commit_answer
 from cluster.broker.producer_ids import ProducerIdManager
 from cluster.groups.records import partition_for
 from cluster.groups.service import GroupService
@@ -36,6 +37,7 @@ class TxnHandlers:
     def __init__(self, service: TransactionService, groups: GroupService, producer_ids: ProducerIdManager) -> None:
         self.service = service
         self.groups = groups
+        self.group_handlers = GroupHandlers(groups)  # TxnOffsetCommit screens as OffsetCommit does
         self.producer_ids = producer_ids
 
     async def find_coordinator(self, txn_id: str, ctx: RequestContext) -> tuple[int, int | None, str]:
@@ -140,37 +142,16 @@ class TxnHandlers:
     # ---- TxnOffsetCommit ----------------------------------------------------------------
 
     async def handle_txn_offset_commit(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        results: dict[tuple[str, int], int] = {}
-        known: list[tuple[str, int, int, int, str | None]] = []
-        code = ErrorCode.none
+        first_error = ErrorCode.none
         if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
-            code = ErrorCode.transactional_id_authorization_failed
-        elif not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
-            code = ErrorCode.group_authorization_failed
-        elif not self.groups.owns(req.group_id):
-            code = ErrorCode.not_coordinator
-        for t in req.topics:
-            topic_ok = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
-            for p in t.partitions:
-                if code != ErrorCode.none:
-                    results[(t.name, p.partition_index)] = code
-                elif not topic_ok:
-                    results[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
-                elif self.groups.image.partition(t.name, p.partition_index) is None:
-                    results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-                else:
-                    known.append((t.name, p.partition_index, p.committed_offset,
-                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+            first_error = ErrorCode.transactional_id_authorization_failed
+        results, known = self.group_handlers.screen_offset_commit(req, ctx, first_error)
         if known:
             results.update(await self.groups.txn_commit_offsets(
                 group_id=req.group_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
                 member_id=getattr(req, "member_id", "") or "", generation_id=getattr(req, "generation_id", -1),
                 group_instance_id=getattr(req, "group_instance_id", None), offsets=known))
-        return {"throttle_time": 0, "topics": [
-            {"name": t.name, "partitions": [
-                {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
-                for p in t.partitions]}
-            for t in req.topics]}
+        return offset_commit_answer(req, results)
 
     # ---- WriteTxnMarkers (broker to broker) -------------------------------------------
 

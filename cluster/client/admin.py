@@ -81,6 +81,26 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
     return [(tp.topic, int(p)) for tp in value.assigned_partitions for p in tp.partitions]
 
 
+def write_txn_markers_body(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                           partitions: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """A WriteTxnMarkers request ending one producer's transaction on `partitions`."""
+    topics: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        topics.setdefault(topic, []).append(index)
+    return {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": commit,
+                         "coordinator_epoch": coordinator_epoch,
+                         "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+
+
+async def write_txn_marker(cluster: ClientCluster, topic: str, partition: int, *, producer_id: int,
+                           producer_epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
+    """Have the partition's leader write a transaction marker (needs ClusterAction there);
+    its error code."""
+    resp = await cluster.leader_request(topic, partition, ApiKey.WRITE_TXN_MARKERS, write_txn_markers_body(
+        producer_id, producer_epoch, commit, coordinator_epoch, [(topic, partition)]))
+    return int(resp.markers[0].topics[0].partitions[0].error_code)
+
+
 def _retried(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Retry an admin operation on unreachable brokers and retriable errors, within
     default.api.timeout.ms (as Kafka's AdminClient bounds each call)."""

@@ -653,7 +653,9 @@ class Consumer:
                 self._corrupt(tp, state, from_offset, exc)
                 arrived = True
                 continue
-            weight = _approx_bytes(records) if records else 0
+            # A chunk of markers only still counts against queued.max.messages.kbytes (a
+            # little), so a consumer nobody polls stops fetching them too.
+            weight = _approx_bytes(records) if records else _EMPTY_CHUNK_BYTES
             self._buffer.append((tp, epoch, records, weight, end))
             self._buffered_bytes += weight
             arrived = True
@@ -691,6 +693,9 @@ class Consumer:
         self.metrics["records"] += len(records)
         self.metrics["bytes"] += len(data)
         return records
+
+
+_EMPTY_CHUNK_BYTES = 64
 
 
 def _next_fetch_offset(data: bytes, fetch_offset: int) -> int:

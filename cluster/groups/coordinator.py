@@ -443,28 +443,28 @@ class GroupCoordinator:
     def txn_commit_offsets(
         self, *, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None,
         offsets: list[tuple[str, int, int, int, str | None]], now_ms: int,
-    ) -> tuple[dict[tuple[str, int], int], list[GroupRecord]]:
-        """TxnOffsetCommit (KIP-98/447): per-partition errors and the offset records to
-        append in the producer's transaction. They count once its COMMIT marker is written
-        (`complete_txn`); a member id and generation, when given, are checked as for
-        OffsetCommit (KIP-447 fencing of zombie consumers)."""
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset]]:
+        """TxnOffsetCommit (KIP-98/447): per-partition errors and the offsets to append in
+        the producer's transaction (`offset_record`). They count once its COMMIT marker is
+        written (`add_pending`, then `complete_txn`); a member id and generation, when
+        given, are checked as for OffsetCommit (KIP-447 fencing of zombie consumers)."""
         keys = [(t, p) for t, p, _, _, _ in offsets]
         if not group_id:
-            return dict.fromkeys(keys, ErrorCode.invalid_group_id), []
+            return dict.fromkeys(keys, ErrorCode.invalid_group_id), {}
         if generation_id >= 0 or member_id:
             error = self._check_member(self.groups.get(group_id), member_id, generation_id, group_instance_id)
             if error:
-                return dict.fromkeys(keys, error), []
+                return dict.fromkeys(keys, error), {}
         results: dict[tuple[str, int], int] = {}
-        records = []
+        staged: dict[tuple[str, int], CommittedOffset] = {}
         for topic, partition, offset, leader_epoch, metadata in offsets:
             meta = metadata or ""
             if len(meta.encode()) > self.config.offset_metadata_max_bytes:
                 results[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
-            records.append(offset_record(group_id, topic, partition, CommittedOffset(offset, leader_epoch, meta, now_ms)))
+            staged[(topic, partition)] = CommittedOffset(offset, leader_epoch, meta, now_ms)
             results[(topic, partition)] = ErrorCode.none
-        return results, records
+        return results, staged
 
     def add_pending(self, producer_id: int, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         pending = self.pending_txn.setdefault(producer_id, {})
@@ -487,9 +487,6 @@ class GroupCoordinator:
         if not pending:
             del self.pending_txn[producer_id]
         return len(done)
-
-    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
-        return any((group_id, topic, partition) in p for p in self.pending_txn.values())
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
         group = self.groups.get(group_id)

@@ -21,18 +21,17 @@ from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.groups.coordinator import GroupCoordinator
-from cluster.groups.records import OFFSETS_TOPIC, GroupRecord, partition_for, replay
-from cluster.groups.state import CommittedOffset, Pending
+from cluster.groups.records import OFFSETS_TOPIC, GroupRecord, offset_record, partition_for, replay
+from cluster.groups.state import Pending
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import TRANSACTIONAL_MASK, iter_headers
-from cluster.protocol.records import Record, decode_batch, encode_batch
+from cluster.protocol.record_batch import TRANSACTIONAL_MASK
+from cluster.protocol.records import Record, encode_batch
 from cluster.replication.replica_manager import ReplicaManager
-from cluster.storage.log import Log
-from cluster.storage.txn_index import COMMIT, marker_type
 
 log = logging.getLogger(__name__)
 
-_REPLAY_READ_BYTES = 4 << 20
+_TXN_OFFSETS_TIMEOUT_S = 15.0  # TxnOffsetCommit waits this long for the in-sync replicas
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +99,7 @@ class GroupService:
             log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(OFFSETS_TOPIC, index)]
-            records, open_txns = self._read_all(part.log)
+            records, open_txns = part.log.replay_records()
             groups = replay(records, self.clock.now_ms())
             self.coordinator.load(groups)
             for pid, recs in open_txns.items():  # TxnOffsetCommits waiting for their marker
@@ -146,32 +145,6 @@ class GroupService:
             return None
         return leader.broker_id
 
-    @staticmethod
-    def _read_all(lg: Log) -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, list[tuple[bytes | None, bytes | None]]]]:
-        """Records in the order they took effect: a transaction's offsets at its COMMIT
-        marker, an aborted one's never; and the records of transactions still open."""
-        out: list[tuple[bytes | None, bytes | None]] = []
-        open_txns: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
-        offset = lg.log_start_offset
-        while offset < lg.log_end_offset:
-            chunk = lg.read(offset, _REPLAY_READ_BYTES, lg.log_end_offset, min_one_batch=True)
-            if not chunk:
-                break
-            for pos, header in iter_headers(chunk):
-                offset = header.next_offset
-                if header.is_control:
-                    recs = open_txns.pop(header.producer_id, [])
-                    if marker_type(chunk, pos) == COMMIT:
-                        out.extend(recs)
-                    continue
-                _, decoded = decode_batch(chunk, pos)
-                pairs = [(r.key, r.value) for r in decoded]
-                if header.is_transactional:
-                    open_txns.setdefault(header.producer_id, []).extend(pairs)
-                else:
-                    out.extend(pairs)
-        return out, open_txns
-
     def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
         """A transaction marker was written to offsets partition `index`."""
         n = self.coordinator.complete_txn(producer_id, commit,
@@ -187,28 +160,27 @@ class GroupService:
         """TxnOffsetCommit: append the offsets inside the producer's transaction (replicated)
         and hold them pending until its marker."""
         now = self.clock.now_ms()
-        results, records = self.coordinator.txn_commit_offsets(
+        results, staged = self.coordinator.txn_commit_offsets(
             group_id=group_id, member_id=member_id, generation_id=generation_id,
             group_instance_id=group_instance_id, offsets=offsets, now_ms=now)
-        if not records:
+        if not staged:
             return results
         index = partition_for(group_id, self.num_partitions)
+        records = [offset_record(group_id, t, p, c) for (t, p), c in staged.items()]
         batch = encode_batch([Record(i, now, r.key, r.value, ()) for i, r in enumerate(records)],
                              producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
                              attributes_extra=TRANSACTIONAL_MASK)
         answer = self.replicas.append(OFFSETS_TOPIC, index, batch, min_isr_checked=True)
         if answer["error_code"] == ErrorCode.none:
             responses = [{"name": OFFSETS_TOPIC, "partition_responses": [answer]}]
-            await self.replicas.wait_for_acks_all(responses, 15.0)
+            await self.replicas.wait_for_acks_all(responses, _TXN_OFFSETS_TIMEOUT_S)
         code = answer["error_code"]
         if code != ErrorCode.none:
             mapped = {ErrorCode.invalid_producer_epoch: ErrorCode.producer_fenced,
                       ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator}.get(
                 code, ErrorCode.coordinator_not_available)
             return {tp: (mapped if c == ErrorCode.none else c) for tp, c in results.items()}
-        committed = {(t, p): CommittedOffset(o, e, m or "", now) for t, p, o, e, m in offsets
-                     if results.get((t, p)) == ErrorCode.none}
-        self.coordinator.add_pending(producer_id, group_id, committed)
+        self.coordinator.add_pending(producer_id, group_id, staged)
         return results
 
     # ---- persistence and timers ---------------------------------------------------------

@@ -395,6 +395,7 @@ class Partition:
         new = min(ends) if ends else leo
         if new > self.hw:
             self.hw = new
+            self.log.producer_state.on_high_watermark(new)
             return True
         return False
 
@@ -462,6 +463,7 @@ class Partition:
                     self.follower.needs_truncation = True
                 raise
         self.hw = min(leader_high_watermark, self.log.log_end_offset)
+        self.log.producer_state.on_high_watermark(self.hw)
         return appended
 
     def on_fetch_out_of_range(self, leader_log_start: int, now_ms: int) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from cluster.protocol.record_batch import (
     BatchHeader,
     InvalidRecordBatch,
+    iter_headers,
     patched_prefix,
     scan_batches,
     split_batches,
@@ -29,13 +30,15 @@ from cluster.storage.leader_epoch import LeaderEpochCache
 from cluster.storage.producer_state import CompletedTxn, ProducerStateManager, SequenceVerdict
 from cluster.storage.segment import LogSegment, RecoveryResult, segment_name
 from cluster.storage.swap import complete_swaps
-from cluster.storage.txn_index import AbortedTxn, marker_batch, marker_type
+from cluster.storage.txn_index import ABORT, COMMIT, AbortedTxn, marker_batch, marker_type
 
 log = logging.getLogger(__name__)
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _MAX_RELATIVE_OFFSET = 2**32 - 1
 _SNAPSHOTS_KEPT = 2
+_REPLAY_READ_BYTES = 4 << 20
+KeyValue = tuple[bytes | None, bytes | None]
 
 
 class OffsetOutOfRange(Exception):
@@ -364,10 +367,15 @@ class Log:
                 for pos, h in batches
             )
             batches = split_batches(payload, validate=False)
-        total_bytes = len(payload)
+        return self._write_as_leader(payload, batches, leader_epoch, now_ms, append_time_ms)
+
+    def _write_as_leader(self, payload: bytes, batches: list[tuple[int, BatchHeader]], leader_epoch: int,
+                         now_ms: int, append_time_ms: int, marker: int | None = None) -> AppendResult:
+        """Assign offsets from the log end, stamp the leader epoch, write, and record the
+        batches (a transaction `marker`'s type for a control batch)."""
         first_offset = self.log_end_offset
         last_offset = first_offset + sum(h.last_offset_delta + 1 for _, h in batches) - 1
-        self._maybe_roll(total_bytes, last_offset, now_ms)
+        self._maybe_roll(len(payload), last_offset, now_ms)
 
         view = memoryview(payload)
         iovecs: list[bytes | memoryview] = []
@@ -386,10 +394,7 @@ class Log:
         if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first_offset)
         for h in headers:
-            self.producer_state.record(h)
-        return self._appended(first_offset, offset, last_offset, append_time_ms)
-
-    def _appended(self, first_offset: int, offset: int, last_offset: int, append_time_ms: int) -> AppendResult:
+            self._index_completed(self.active_segment, self.producer_state.record(h, marker))
         self.log_end_offset = offset
         count = offset - first_offset
         self.unflushed_messages += count
@@ -407,18 +412,8 @@ class Log:
             raise ProducerFenced(refused)
         payload = marker_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
                                coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms)
-        first_offset = self.log_end_offset
-        self._maybe_roll(len(payload), first_offset, now_ms)
-        h = replace(split_batches(payload)[0][1], base_offset=first_offset, partition_leader_epoch=leader_epoch)
-        try:
-            self.active_segment.append([patched_prefix(memoryview(payload)[:17], first_offset, leader_epoch),
-                                        memoryview(payload)[17:]], [h])
-        except OSError as exc:
-            raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
-        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(leader_epoch, first_offset)
-        self._index_completed(self.active_segment, self.producer_state.record(h, 1 if commit else 0))
-        return self._appended(first_offset, first_offset + 1, first_offset, -1)
+        return self._write_as_leader(payload, split_batches(payload, validate=False), leader_epoch, now_ms, -1,
+                                     marker=COMMIT if commit else ABORT)
 
     def append_as_follower(self, payload: bytes, *, now_ms: int) -> int:
         """Append batches fetched from the leader as they are (offsets and epochs kept).
@@ -587,6 +582,33 @@ class Log:
                 return seg.read(pos, first.size_bytes)
             return b""
         return b""
+
+    def replay_records(self) -> tuple[list[KeyValue], dict[int, list[KeyValue]]]:
+        """Every record's (key, value), log start to log end, in the order they took
+        effect — for coordinators rebuilding state from an internal topic: a transaction's
+        records at its COMMIT marker, an aborted one's never; and, per producer id, the
+        records of transactions still open."""
+        out: list[KeyValue] = []
+        open_txns: dict[int, list[KeyValue]] = {}
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            chunk = self.read(offset, _REPLAY_READ_BYTES, self.log_end_offset, min_one_batch=True)
+            if not chunk:
+                break
+            for pos, header in iter_headers(chunk):
+                offset = header.next_offset
+                if header.is_control:
+                    recs = open_txns.pop(header.producer_id, [])
+                    if marker_type(chunk, pos) == COMMIT:
+                        out.extend(recs)
+                    continue
+                _, decoded = decode_batch(chunk, pos)
+                pairs = [(r.key, r.value) for r in decoded]
+                if header.is_transactional:
+                    open_txns.setdefault(header.producer_id, []).extend(pairs)
+                else:
+                    out.extend(pairs)
+        return out, open_txns
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp ≥ target, or None."""

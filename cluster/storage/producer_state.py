@@ -87,10 +87,16 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of a transaction still open, or ended with its marker at or
         above `high_watermark`; None when everything below the high watermark is stable."""
-        if self.unreplicated:
-            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
-        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
+        if not self.ongoing and not self.unreplicated:
+            return None  # every partition without transactions (the fetch path asks each time)
+        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated if t.last_offset >= high_watermark)]
         return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget ended transactions whose marker is replicated (leaders and followers alike,
+        so the list stays as short as the unreplicated tail of the log)."""
+        if self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
 
     def check(self, header: BatchHeader) -> Check:
         """Verdict for a batch about to be appended (not yet recorded)."""

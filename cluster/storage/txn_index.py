@@ -49,7 +49,10 @@ def marker_batch(*, producer_id: int, producer_epoch: int, commit: bool, coordin
 
 def marker_type(batch: bytes | memoryview, pos: int = 0) -> int | None:
     """ABORT or COMMIT for a control batch's marker; None for anything else."""
-    _, records = decode_batch(bytes(batch), pos)
+    if not isinstance(batch, bytes):
+        batch = bytes(batch[pos:])  # a view of one batch (follower appends); never a whole chunk copy
+        pos = 0
+    _, records = decode_batch(batch, pos)
     if not records or records[0].key is None or len(records[0].key) < _MARKER_KEY.size:
         return None
     version, kind = _MARKER_KEY.unpack_from(records[0].key)

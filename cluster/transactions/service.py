@@ -21,15 +21,16 @@ from typing import Any
 
 import trio
 
+from cluster.client.admin import write_txn_markers_body
 from cluster.client.connection import BrokerConnection, KafkaConnectionError
+from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.groups.records import partition_for
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import iter_headers
-from cluster.protocol.records import Record, decode_batch, encode_batch
+from cluster.protocol.records import Record, encode_batch
 from cluster.replication.replica_manager import ReplicaManager
 from cluster.transactions.coordinator import Decision, TransactionCoordinator
 from cluster.transactions.state import (
@@ -43,9 +44,9 @@ from cluster.transactions.state import (
 
 log = logging.getLogger(__name__)
 
-_REPLAY_READ_BYTES = 4 << 20
 _WRITE_TIMEOUT_S = 15.0
-_MARKER_RETRY_S = 0.2
+_MARKER_RETRY_S = 0.1
+_MARKER_RETRY_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +119,7 @@ class TransactionService:
                      index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(TRANSACTION_STATE_TOPIC, index)]
-            records = _read_all(part.log)
-            txns = replay(records)
+            txns = replay(part.log.replay_records()[0])
             self.coordinator.load(txns)
             if txns:
                 log.info("loaded %d transactional id(s) from %s-%d", len(txns), TRANSACTION_STATE_TOPIC, index)
@@ -219,6 +219,9 @@ class TransactionService:
     async def _complete(self, meta: TxnMetadata) -> None:
         txn_id = meta.transactional_id
         commit = meta.state is TxnState.PREPARE_COMMIT
+        # Markers are retried for as long as this broker coordinates the id (Kafka too):
+        # a partition without a leader gets one when its broker returns.
+        backoff = Backoff(_MARKER_RETRY_S, _MARKER_RETRY_MAX_S)
         try:
             remaining = set(meta.partitions)
             while remaining:
@@ -226,9 +229,10 @@ class TransactionService:
                     return  # the next coordinator finishes it
                 remaining = await self._write_markers(meta, commit, remaining)
                 if remaining:
-                    await trio.sleep(_MARKER_RETRY_S)
+                    await backoff.sleep()
         finally:
             self.coordinator.busy.discard(txn_id)
+        backoff.reset()
         while self.owns(txn_id):
             code = await self.decide(txn_id, self.coordinator.complete(txn_id, self.clock.now_ms()))
             if code == ErrorCode.none:
@@ -236,7 +240,7 @@ class TransactionService:
                          meta.producer_id, meta.producer_epoch, "committed" if commit else "aborted",
                          len(meta.partitions))
                 return
-            await trio.sleep(_MARKER_RETRY_S)
+            await backoff.sleep()
 
     async def _write_markers(self, meta: TxnMetadata, commit: bool,
                              partitions: set[tuple[str, int]]) -> set[tuple[str, int]]:
@@ -289,12 +293,7 @@ class TransactionService:
 
     async def _write_remote_markers(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
                                     coordinator_epoch: int, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
-        topics: dict[str, list[int]] = defaultdict(list)
-        for t, p in tps:
-            topics[t].append(p)
-        request = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
-                                "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
-                                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+        request = write_txn_markers_body(producer_id, producer_epoch, commit, coordinator_epoch, tps)
         try:
             conn = await self._connection(leader)
             resp = await conn.request(ApiKey.WRITE_TXN_MARKERS, request, timeout_s=_WRITE_TIMEOUT_S + 5)
@@ -352,17 +351,3 @@ class TransactionService:
         for broker_id in list(self._connections):
             await self._drop_connection(broker_id)
 
-
-def _read_all(lg: Any) -> list[tuple[bytes | None, bytes | None]]:
-    out: list[tuple[bytes | None, bytes | None]] = []
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        chunk = lg.read(offset, _REPLAY_READ_BYTES, lg.log_end_offset, min_one_batch=True)
-        if not chunk:
-            break
-        for pos, header in iter_headers(chunk):
-            if not header.is_control:
-                _, recs = decode_batch(chunk, pos)
-                out.extend((r.key, r.value) for r in recs)
-            offset = header.next_offset
-    return out
