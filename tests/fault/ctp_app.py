@@ -1,0 +1,106 @@
+"""A consume-transform-produce application with librdkafka, exactly once (KIP-98/KIP-447).
+
+Run as `python -m tests.fault.ctp_app BOOTSTRAP IN OUT STOP_FILE`: reads IN in the group
+`ctp` (read_committed), writes every record to the same partition of OUT with the key
+"partition:offset" of its input and the same value, and commits its input offsets in the
+same transaction (send_offsets_to_transaction). Abortable errors abort the transaction and
+rewind to the committed offsets; fatal errors (e.g. fenced) exit 3 so the supervisor in
+tests/fault/test_transactions_faults.py starts a new instance, which fences the old one. Exits 0
+once STOP_FILE exists and nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+GROUP, TXN_ID = "ctp", "ctp-app"
+
+
+def rewind(consumer: Consumer) -> None:
+    """Back to the group's committed offsets (what the aborted transaction would have moved)."""
+    assignment = consumer.assignment()
+    if not assignment:
+        return
+    for tp in consumer.committed(assignment, timeout=30):
+        consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+def commit(producer: Producer) -> None:
+    """commit_transaction, retried while librdkafka says the outcome is retriable (e.g. a
+    timeout while the coordinator moves); the same call completes the same commit."""
+    for _ in range(5):
+        try:
+            producer.commit_transaction(30)
+            return
+        except KafkaException as e:
+            if not e.args[0].retriable():
+                raise
+            print(f"ctp_app {os.getpid()}: commit retried after {e.args[0].name()}", flush=True)
+    producer.commit_transaction(30)
+
+
+def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": GROUP, "isolation.level": "read_committed",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500, "fetch.queue.backoff.ms": 10, "log_level": 2,
+        "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500,
+    })
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": TXN_ID, "transaction.timeout.ms": 15_000,
+        "linger.ms": 5, "log_level": 2, "topic.metadata.refresh.interval.ms": 1000,
+        "reconnect.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 3000,
+    })
+    producer.init_transactions(60)
+    print(f"ctp_app {os.getpid()}: transactions initialised", flush=True)
+    consumer.subscribe([source])
+    committed = 0
+    hold_s = float(os.environ.get("CTP_HOLD_S", "0"))
+    while True:
+        msgs = consumer.consume(num_messages=100, timeout=0.3)
+        msgs = [m for m in msgs if m.error() is None]
+        if not msgs:
+            if os.path.exists(stop_file):
+                break
+            continue
+        try:
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(sink, key=b"%d:%d" % (m.partition(), m.offset()), value=m.value(),
+                                 partition=m.partition())
+            if hold_s:
+                # "processing time": the transaction stays open, its records written, so kills
+                # land inside transactions (the test kills the application on this line).
+                producer.flush(30)
+                print(f"ctp_app {os.getpid()}: in transaction", flush=True)
+                time.sleep(hold_s)
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            commit(producer)
+            committed += len(msgs)
+        except KafkaException as e:
+            err: KafkaError = e.args[0]
+            print(f"ctp_app {os.getpid()}: {err.name()} {err.str()} "
+                  f"(abortable {err.txn_requires_abort()}, fatal {err.fatal()})", flush=True)
+            if not err.txn_requires_abort():
+                return 3  # fatal, or unknown outcome: a new instance fences this one and aborts
+            try:
+                producer.abort_transaction(60)
+            except KafkaException as again:
+                print(f"ctp_app {os.getpid()}: abort failed: {again}", flush=True)
+                return 3
+            rewind(consumer)
+    print(f"ctp_app {os.getpid()}: stopping after {committed} records", flush=True)
+    consumer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main(*sys.argv[1:5])
+    print(f"ctp_app {os.getpid()}: exit {code} after {time.monotonic() - started:.1f}s", flush=True)
+    sys.exit(code)
