@@ -3,7 +3,9 @@ iterator over it for Spark's Python workers.
 
 The fetcher keeps the next Fetch going while the caller turns the previous answer into
 Arrow (a bounded channel between them). Only committed records arrive: the broker answers
-consumer fetches up to the high watermark. A leader that moves or dies is followed
+consumer fetches up to the high watermark, read_committed fetches (the source's default) up
+to the last stable offset, and the batches of aborted transactions are cut out of a chunk
+here (`iter_committed`, the consumer's rule) so the column builders see data batches only. A leader that moves or dies is followed
 (metadata refresh and retry, the client's `leader_request`); a range whose records are
 not there yet (a new leader's high watermark catching up) is waited for up to
 `poll_timeout_s`. Offsets deleted by retention while the range is read are data loss.
@@ -19,19 +21,18 @@ from typing import Any
 
 import trio
 
-from cluster.client.config import consumer_config
+from cluster.client.config import consumer_config, isolation_level
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.client.sync import TrioThread
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import InvalidRecordBatch, scan_batches
+from cluster.protocol.record_batch import InvalidRecordBatch, iter_committed, scan_batches
 from cluster.protocol.sentinels import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    READ_UNCOMMITTED,
 )
 from spark_aggregate.ranges import DataLossError, Gap, OffsetRange, data_loss_message
 
@@ -64,6 +65,7 @@ class RangeFetcher:
         self.config = consumer_config(config)
         self.cluster = ClientCluster(self.config)
         self.range = r
+        self.isolation_level = isolation_level(self.config)
         self.poll_timeout_s = poll_timeout_s
         self.fail_on_data_loss = fail_on_data_loss
         self.gaps: list[Gap] = []
@@ -107,7 +109,7 @@ class RangeFetcher:
             try:
                 resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.FETCH, {
                     "replica_id": CONSUMER_REPLICA_ID, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1,
-                    "max_bytes": max_bytes, "isolation_level": READ_UNCOMMITTED, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                    "max_bytes": max_bytes, "isolation_level": self.isolation_level, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
                     "rack_id": "", "topics": [{"topic": r.topic, "partitions": [{
                         "partition": r.partition, "current_leader_epoch": -1, "fetch_offset": position,
                         "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
@@ -143,7 +145,10 @@ class RangeFetcher:
                 waited_since = self._waiting(waited_since, f"the high watermark is {p.high_watermark}")
                 continue
             waited_since = None
-            await self._send.send(Chunk(data[:used], position, next_offset))
+            data = data[:used]
+            if p.aborted_transactions:
+                data = without_aborted(data, [(a.producer_id, a.first_offset) for a in p.aborted_transactions])
+            await self._send.send(Chunk(data, position, next_offset))
             position = next_offset
 
     async def _offsets(self) -> tuple[int, int]:
@@ -151,7 +156,7 @@ class RangeFetcher:
         out = []
         for ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
             resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.LIST_OFFSETS, {
-                "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
+                "replica_id": CONSUMER_REPLICA_ID, "isolation_level": self.isolation_level,
                 "topics": [{"name": r.topic, "partitions": [{"partition_index": r.partition, "timestamp": ts,
                                                              "current_leader_epoch": -1}]}]})
             p = resp.topics[0].partitions[0]
@@ -177,6 +182,12 @@ class RangeFetcher:
             raise TimeoutError(f"{self.range}: no records arrived for {self.poll_timeout_s:g} s "
                                f"(pollTimeoutMs); {why}")
         return since
+
+
+def without_aborted(data: bytes, aborted: list[tuple[int, int]]) -> bytes:
+    """The whole batches of `data` a read_committed consumer keeps (no markers, no batches of
+    the aborted transactions), concatenated."""
+    return b"".join(data[pos:pos + header.size_bytes] for pos, header in iter_committed(data, aborted))
 
 
 def read_chunks(config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: float = math.inf,

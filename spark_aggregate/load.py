@@ -48,6 +48,7 @@ import orjson
 import pyarrow as pa
 
 from cluster.client.admin import EARLIEST, LATEST
+from cluster.client.config import isolation_level
 from cluster.client.sync import SyncAdmin
 from spark_aggregate.hadoop import HadoopFs
 from spark_aggregate.ledger import (
@@ -207,7 +208,8 @@ class Loader:
             if not partitions:
                 return {}, tables
             starts = admin.list_offsets(partitions, EARLIEST)
-            ends = admin.list_offsets(partitions, LATEST)
+            ends = admin.list_offsets(partitions, LATEST,
+                                      isolation_level=isolation_level(self.read_options().client_config()))
         return {tp: PartitionOffsets(starts[tp], ends[tp]) for tp in partitions}, tables
 
     # ---- one load ------------------------------------------------------------------

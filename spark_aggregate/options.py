@@ -11,7 +11,9 @@
 earliest; `endingOffsets`: "latest" (default) or JSON where -1 means latest. As in Spark's
 Kafka source, a JSON must name every partition of the topics read, "latest" cannot start a
 batch read and "earliest" cannot end one. `kafka.`-prefixed options go to the client with
-the Kafka consumer names (e.g. kafka.max.partition.fetch.bytes).
+the Kafka consumer names (e.g. kafka.max.partition.fetch.bytes). Reads are read_committed
+unless kafka.isolation.level says read_uncommitted (Spark's Kafka source defaults to the
+other): ranges end at the last stable offset, aborted transactions and markers are left out.
 
 dcmirror's own additions: `includeProvenance` adds the mirror's provenance (sourceCluster,
 sourcePartition, sourceOffset, and `fence` for the records a mirror worker writes when it
@@ -88,7 +90,7 @@ class ReadOptions:
 
     def client_config(self) -> dict[str, str | int]:
         config: dict[str, str | int] = {"max.partition.fetch.bytes": DEFAULT_PARTITION_FETCH_BYTES,
-                                        "client.id": "dcmirror-spark"}
+                                        "client.id": "dcmirror-spark", "isolation.level": "read_committed"}
         config.update(self.kafka)
         config["bootstrap.servers"] = self.bootstrap_servers
         return config

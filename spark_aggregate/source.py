@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from cluster.client.admin import EARLIEST, LATEST
-from cluster.client.config import consumer_config
+from cluster.client.config import consumer_config, isolation_level
 from cluster.client.sync import SyncAdmin
 from cluster.common.config_def import InvalidConfig
 from spark_aggregate.columns import new_builder, spark_schema
@@ -90,7 +90,7 @@ def plan_ranges(options: ReadOptions, *, timeout_ms: int = 60_000) -> list[Offse
         if not wanted:
             return []
         starts = admin.list_offsets(wanted, EARLIEST)
-        ends = admin.list_offsets(wanted, LATEST)
+        ends = admin.list_offsets(wanted, LATEST, isolation_level=isolation_level(options.client_config()))
     offsets = {tp: PartitionOffsets(starts[tp], ends[tp]) for tp in wanted}
     ranges, gaps = resolve_ranges(wanted, offsets, options.starting, options.ending,
                                   fail_on_data_loss=options.fail_on_data_loss)

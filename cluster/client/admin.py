@@ -162,8 +162,10 @@ class Admin:
         return await (await self._any()).request(ApiKey.METADATA, body)
 
     @_retried
-    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each leader."""
+    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int, *,
+                           isolation_level: int = READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
+        """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each
+        leader; LATEST under READ_COMMITTED is the last stable offset."""
         meta = await self.metadata(sorted({t for t, _ in partitions}))
         brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
         leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics for p in t.partitions}
@@ -179,7 +181,7 @@ class Admin:
             for t, p in tps:
                 topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
                                                  "current_leader_epoch": -1})
-            resp = await conn.request(ApiKey.LIST_OFFSETS, {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
+            resp = await conn.request(ApiKey.LIST_OFFSETS, {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": isolation_level,
                                           "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
             for t in resp.topics:
                 for p in t.partitions:

@@ -12,6 +12,7 @@ from typing import Any
 
 from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
 from cluster.common.secrets import Secret, secret
+from cluster.protocol.sentinels import READ_COMMITTED, READ_UNCOMMITTED
 
 __all__ = ["ClientConfig", "InvalidConfig", "COMMON", "PRODUCER", "CONSUMER"]
 
@@ -130,6 +131,12 @@ def producer_config(values: Mapping[str, Any]) -> ClientConfig:
     if config["batch.size"] > config["max.request.size"]:
         raise InvalidConfig(f"batch.size {config['batch.size']} exceeds max.request.size {config['max.request.size']}")
     return config
+
+
+def isolation_level(config: ClientConfig | Mapping[str, Any]) -> int:
+    """The Fetch/ListOffsets isolation_level of a consumer config's `isolation.level`."""
+    value = config["isolation.level"] if isinstance(config, ClientConfig) else config.get("isolation.level")
+    return READ_COMMITTED if value == "read_committed" else READ_UNCOMMITTED
 
 
 def consumer_config(values: Mapping[str, Any]) -> ClientConfig:

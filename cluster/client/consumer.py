@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from cluster.client.config import consumer_config
+from cluster.client.config import consumer_config, isolation_level
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.group import GroupCoordinatorChannel, GroupMembership
@@ -37,12 +37,9 @@ from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
-    CONTROL_MASK,
-    TRANSACTIONAL_MASK,
     InvalidRecordBatch,
-    iter_headers,
+    iter_committed,
     scan_batches,
-    validate_batch,
 )
 from cluster.protocol.records import Record, decode_records, decompress
 from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -308,7 +305,7 @@ class Consumer:
         return {tp: o or 0 for tp, o in (await self.list_offsets({tp: LATEST for tp in tps})).items()}
 
     def _isolation_level(self) -> int:
-        return 1 if self.config["isolation.level"] == "read_committed" else 0
+        return isolation_level(self.config)
 
     # ---- commits ------------------------------------------------------------------
 
@@ -669,19 +666,7 @@ class Consumer:
         the fetch answer's aborted transactions, (producer id, first offset)) drops the
         batches of aborted transactions, as Kafka's consumer does."""
         records: list[Record] = []
-        check_crcs = self.config["check.crcs"]
-        pending = sorted(aborted or (), key=lambda a: a[1])
-        aborting: set[int] = set()
-        for pos, header in iter_headers(data, strict=True):
-            if check_crcs:
-                validate_batch(data, pos, from_producer=False)
-            while pending and pending[0][1] <= header.base_offset + header.last_offset_delta:
-                aborting.add(pending.pop(0)[0])
-            if header.attributes & CONTROL_MASK:
-                aborting.discard(header.producer_id)  # its transaction ends here
-                continue
-            if header.attributes & TRANSACTIONAL_MASK and header.producer_id in aborting:
-                continue
+        for pos, header in iter_committed(data, aborted, strict=True, check_crcs=self.config["check.crcs"]):
             if header.base_offset + header.last_offset_delta >= fetch_offset:
                 body = data[pos + BATCH_HEADER_SIZE:pos + header.size_bytes]
                 if header.compression:

@@ -9,7 +9,7 @@ semantics demand it (timestamp lookup, compaction, clients).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -172,6 +172,30 @@ def iter_headers(
             return
         yield pos, header
         pos += size
+
+
+def iter_committed(
+    buf: bytes | bytearray | memoryview, aborted: Iterable[tuple[int, int]] | None, *, strict: bool = False,
+    check_crcs: bool = False,
+) -> Iterator[tuple[int, BatchHeader]]:
+    """The data batches of `iter_headers` a read_committed consumer keeps: control batches
+    (transaction markers) and the batches of aborted transactions are left out. `aborted` is
+    a Fetch answer's aborted_transactions as (producer id, first offset): from its first
+    offset on, a producer's transactional batches are dropped until its ABORT marker, as
+    Kafka's consumer does (KIP-98). `check_crcs` validates every batch, markers included."""
+    pending = sorted(aborted or (), key=lambda a: a[1])
+    aborting: set[int] = set()
+    for pos, header in iter_headers(buf, strict=strict):
+        if check_crcs:
+            validate_batch(buf, pos, from_producer=False)
+        while pending and pending[0][1] <= header.base_offset + header.last_offset_delta:
+            aborting.add(pending.pop(0)[0])
+        if header.attributes & CONTROL_MASK:
+            aborting.discard(header.producer_id)  # its transaction ends here
+            continue
+        if header.attributes & TRANSACTIONAL_MASK and header.producer_id in aborting:
+            continue
+        yield pos, header
 
 
 @dataclass(frozen=True, slots=True)
