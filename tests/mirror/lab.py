@@ -457,10 +457,13 @@ class Rec(NamedTuple):
         return any(k == FENCE for k, _ in self.headers)
 
 
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 300.0) -> dict[int, list[Rec]]:
-    """Every record of every partition of `topic`, from the log start to the high watermark."""
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 300.0,
+               isolation: str = "read_uncommitted") -> dict[int, list[Rec]]:
+    """Every record of every partition of `topic` a consumer with `isolation` reads, from the
+    log start to the high watermark (read_committed: the last stable offset)."""
     count = partition_count(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lab-reader-{time.monotonic_ns()}",
+                         "isolation.level": isolation,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "log_level": 2, "fetch.max.bytes": 16 << 20})
     try:
@@ -590,18 +593,32 @@ def compare(source: dict[int, list[Rec]], target: dict[int, list[Rec]], source_c
 class SourceWriter:
     """An idempotent acks=all confluent-kafka producer writing `total` records into `topic`
     from a thread, at most `rate_per_s`: key `k<i>`, value `<prefix>-<i>`, record i into
-    partition i % partitions."""
+    partition i % partitions.
+
+    With `transactional_id`: the records go in transactions of `per_txn`, and before every
+    `abort_every`-th of them a transaction of as many records (values
+    `<prefix>-aborted-<n>-<j>`) is written and aborted; those count in `aborted`, not `acked`."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, total: int, prefix: str,
-                 rate_per_s: float = 1e9, start: int = 0) -> None:
+                 rate_per_s: float = 1e9, start: int = 0, *, transactional_id: str | None = None,
+                 per_txn: int = 50, abort_every: int = 0) -> None:
         self.topic, self.partitions, self.total, self.prefix = topic, partitions, total, prefix
         self.rate_per_s, self.start_at = rate_per_s, start
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 180_000, "request.timeout.ms": 10_000,
-                                  "socket.connection.setup.timeout.ms": 3000, "reconnect.backoff.max.ms": 500,
-                                  "topic.metadata.refresh.interval.ms": 1000, "log_level": 2})
+        self.per_txn, self.abort_every = per_txn, abort_every
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 180_000, "request.timeout.ms": 10_000,
+            "socket.connection.setup.timeout.ms": 3000, "reconnect.backoff.max.ms": 500,
+            "topic.metadata.refresh.interval.ms": 1000, "log_level": 2}
+        if transactional_id:
+            config.update({"transactional.id": transactional_id, "message.timeout.ms": 60_000})
+        self.producer = Producer(config)
+        self.transactional = bool(transactional_id)
+        if self.transactional:
+            self.producer.init_transactions(60)
         self.sent = 0
         self.acked = 0
+        self.aborted = 0
         self.errors: dict[str, int] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"writer-{prefix}", daemon=True)
@@ -610,10 +627,51 @@ class SourceWriter:
         with self._lock:
             if err is not None:
                 self.errors[err.name()] = self.errors.get(err.name(), 0) + 1
+            elif b"-aborted-" in (msg.value() or b""):
+                self.aborted += 1
             else:
                 self.acked += 1
 
+    def _produce(self, i: int, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, key=f"k{i}".encode(),
+                                      partition=i % self.partitions, on_delivery=self._delivered)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def _run_transactions(self) -> None:
+        begin = time.monotonic()
+        txns = 0
+        while self.sent < self.total:
+            count = min(self.per_txn, self.total - self.sent)
+            if (time.monotonic() - begin) * self.rate_per_s < self.sent + count:
+                self.producer.poll(0.005)
+                continue
+            txns += 1
+            first = self.start_at + self.sent
+            try:
+                if self.abort_every and txns % self.abort_every == 0:
+                    self.producer.begin_transaction()
+                    for j in range(count):
+                        self._produce(first + j, f"{self.prefix}-aborted-{txns}-{j}".encode())
+                    self.producer.flush(60)  # written, then aborted (abort purges what is unsent)
+                    self.producer.abort_transaction(60)
+                self.producer.begin_transaction()
+                for j in range(count):
+                    self._produce(first + j, f"{self.prefix}-{first + j}".encode())
+                self.producer.commit_transaction(60)
+            except KafkaException as exc:
+                with self._lock:
+                    self.errors[f"transaction: {exc}"] = 1
+                return
+            self.sent += count
+
     def _run(self) -> None:
+        if self.transactional:
+            self._run_transactions()
+            return
         begin = time.monotonic()
         while self.sent < self.total:
             due = min(self.total, int((time.monotonic() - begin) * self.rate_per_s) + 1)
