@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from cluster.groups.records import partition_for
@@ -177,8 +184,8 @@ def leader_of(cluster: ClusterProcesses, partition: int) -> int:
     return partitions_of(metadata(cluster.bootstrap_of(*cluster.alive()), SINK), SINK)[partition].leader
 
 
-def committed_offsets(bootstrap: str) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "log_level": 2})
+def committed_offsets(bootstrap: str, group: str = GROUP) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 2})
     try:
         return {tp.partition: tp.offset
                 for tp in c.committed([TopicPartition(SOURCE, p) for p in range(PARTITIONS)], timeout=10)}
@@ -260,3 +267,72 @@ def test_consume_transform_produce_exactly_once_through_kills(cluster_factory: A
     assert all_n > committed_n, "no aborted records in the output log, though the application died inside transactions"
     assert all(any(k.startswith(b"%d:" % p) for k in copies) for p in range(PARTITIONS))
     assert code == 0, "the application did not stop cleanly at the end"
+
+
+def stable_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
+                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+    return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+
+
+def transactions_cli(cluster: ClusterProcesses, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "deploy.cli", "transactions", *args, "--bootstrap",
+                          cluster.bootstrap], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("how", ["kill-9", "clean"])
+def test_transactions_survive_a_full_cluster_restart(cluster_factory: Any, how: str) -> None:
+    """Every broker of a 3-broker RF 3 cluster down at once (SIGKILL, or a clean stop) with
+    a committed, an aborted and an open transaction (records in every partition, offsets sent
+    to it): afterwards the last stable offsets are where they were, the coordinator still
+    knows the open transaction and the group's offset is still pending; the same producer
+    then commits it, and its records and its offset become visible exactly once."""
+    cluster: ClusterProcesses = cluster_factory(3)
+    create_topics(cluster)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "restart-app",
+                  "transaction.timeout.ms": 300_000, "message.timeout.ms": 120_000, "log_level": 2})
+    p.init_transactions(60)
+    group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "restart-group", "log_level": 2})
+    committed = [b"c%d" % i for i in range(9)]
+    for kind, values in (("commit", committed), ("abort", [b"a%d" % i for i in range(6)]),
+                         ("open", [b"o%d" % i for i in range(12)])):
+        p.begin_transaction()
+        for i, v in enumerate(values):
+            p.produce(SINK, value=v, partition=i % PARTITIONS)
+        p.flush(30)
+        if kind == "commit":
+            p.commit_transaction(60)
+        elif kind == "abort":
+            p.abort_transaction(60)
+    p.send_offsets_to_transaction([TopicPartition(SOURCE, 0, 42)], group.consumer_group_metadata(), 60)
+    # 3 committed + marker, 2 aborted + marker per partition: the open transaction starts at 7.
+    wait_until(lambda: stable_offsets(cluster.bootstrap, SINK) == {q: 7 for q in range(PARTITIONS)}, 30,
+               "the last stable offsets at the open transaction", cluster)
+    assert "Ongoing" in transactions_cli(cluster, "describe", "--transactional-id", "restart-app")
+
+    for node in cluster.brokers.values():
+        node.kill9() if how == "kill-9" else node.stop()
+    print(f"every broker down ({how})", flush=True)
+    cluster.start(timeout_s=90)
+    for topic, count in ((SOURCE, PARTITIONS), (SINK, PARTITIONS), ("__transaction_state", 50)):
+        wait_fully_replicated(cluster, topic, count, RF, timeout_s=120)
+
+    assert stable_offsets(cluster.bootstrap, SINK) == {q: 7 for q in range(PARTITIONS)}
+    described = transactions_cli(cluster, "describe", "--transactional-id", "restart-app")
+    assert "Ongoing" in described and all(f"{SINK}-{q}" in described for q in range(PARTITIONS)), described
+    assert all(v in committed for rows in read_partitions(cluster.bootstrap, SINK, "read_committed").values()
+               for _, _, v in rows)
+    assert committed_offsets(cluster.bootstrap, "restart-group")[0] < 0, "the open transaction's offset is visible"
+
+    p.commit_transaction(120)  # the same producer instance, across the outage
+    wait_until(lambda: stable_offsets(cluster.bootstrap, SINK) == {q: 12 for q in range(PARTITIONS)}, 30,
+               "the commit markers", cluster)
+    after = read_partitions(cluster.bootstrap, SINK, "read_committed")
+    assert {q: [v for _, _, v in rows] for q, rows in after.items()} == {
+        q: committed[q::PARTITIONS] + [b"o%d" % i for i in range(12)][q::PARTITIONS] for q in range(PARTITIONS)}
+    assert committed_offsets(cluster.bootstrap, "restart-group")[0] == 42
+    group.close()
