@@ -8,6 +8,13 @@ Two phases so produce and fetch never wait on it:
 - `commit_clean` (the trio thread, fast): check the segments are still the ones cleaned,
   rename `.cleaned` → `.swap`, delete the old files, rename `.swap` → `.log`.
 A crash between the two renames is finished by `Log` at load (swap.py).
+
+Transactions (Kafka's rules): nothing at or above the first offset of an open transaction is
+cleaned; the batches of aborted transactions (found through the `.txnindex` files) give no
+key to the map and are removed; a marker goes once no batch of its transaction is left in
+the log and it is older than delete.retention.ms (an ABORT marker whose batches this pass
+removes stays until the next). Cleaned segments need no `.txnindex`: no aborted batch is
+left in them.
 Reads are paced by `log.cleaner.io.max.bytes.per.second`; the key map is bounded by
 `log.cleaner.dedupe.buffer.size` (24 bytes per entry, as Kafka counts).
 """
@@ -21,11 +28,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.protocol.record_batch import BatchHeader, InvalidRecordBatch
+from cluster.protocol.record_batch import (
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    InvalidRecordBatch,
+)
 from cluster.protocol.records import Record, decode_batch, encode_batch
 from cluster.storage.checkpoint import write_atomic
 from cluster.storage.log import Log
 from cluster.storage.segment import LogSegment, segment_name
+from cluster.storage.txn_index import ABORT, COMMIT, AbortedTxn, marker_type
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +69,48 @@ class CleaningTask:
     bytes_read: int = 0
     records_kept: int = 0
     records_removed: int = 0
+    markers_removed: int = 0
 
     def discard(self) -> None:
         for g in self.groups:
             g.path.unlink(missing_ok=True)
+
+
+class TransactionFilter:
+    """Which batches of a compacted range belong to aborted transactions, and which markers
+    may go (sans-IO; fed every batch in offset order, as Kafka's CleanedTransactionMetadata)."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a.first_offset)
+        self._aborting: dict[int, bool] = {}  # producer id -> a batch of its aborted txn was read
+        self._committing: set[int] = set()  # producer ids with a batch read since their last marker
+
+    def _reach(self, last_offset: int) -> None:
+        while self._pending and self._pending[0].first_offset <= last_offset:
+            self._aborting.setdefault(self._pending.pop(0).producer_id, False)
+
+    def keep_data(self, header: BatchHeader) -> bool:
+        """False for a batch of an aborted transaction."""
+        self._reach(header.next_offset - 1)
+        if not header.is_transactional:
+            return True
+        if header.producer_id in self._aborting:
+            self._aborting[header.producer_id] = True
+            return False
+        self._committing.add(header.producer_id)
+        return True
+
+    def marker_removable(self, header: BatchHeader, kind: int | None) -> bool:
+        """A control batch may go: no batch of its transaction is left in the log."""
+        self._reach(header.next_offset - 1)
+        pid = header.producer_id
+        if kind == ABORT:
+            return not self._aborting.pop(pid, False)
+        if kind == COMMIT:
+            seen = pid in self._committing
+            self._committing.discard(pid)
+            return not seen
+        return False
 
 
 class _Throttle:
@@ -106,10 +157,14 @@ def cleanable_ratio(lg: Log, first_dirty: int) -> float:
 
 
 def prepare_clean(
-    lg: Log, now_ms: int, config: CleanerConfig, *, sleep: Callable[[float], None] = time.sleep
+    lg: Log, now_ms: int, config: CleanerConfig, *, sleep: Callable[[float], None] = time.sleep,
+    first_unstable_offset: int | None = None,
 ) -> CleaningTask | None:
-    """Build cleaned copies of the inactive segments; None when nothing is worth cleaning."""
-    segments = list(lg.segments[:-1])
+    """Build cleaned copies of the inactive segments below `first_unstable_offset` (the
+    first offset of an open transaction, taken by the caller in the log's thread); None
+    when nothing is worth cleaning."""
+    segments = [s for s in lg.segments[:-1]
+                if first_unstable_offset is None or s.next_offset <= first_unstable_offset]
     if not segments:
         return None
     first_dirty = max(read_checkpoint(lg), lg.log_start_offset)
@@ -121,12 +176,13 @@ def prepare_clean(
     offset_map: dict[bytes, int] = {}
     end_offset = first_dirty
     full = False
+    dirty = TransactionFilter(lg.collect_aborted(first_dirty, segments[-1].next_offset))
     for seg in segments:
         if seg.next_offset <= first_dirty:
             continue
         for _, header, raw in _batches(seg, throttle):
-            if header.next_offset <= first_dirty or header.is_control:
-                continue
+            if header.next_offset <= first_dirty or header.is_control or not dirty.keep_data(header):
+                continue  # markers and aborted batches give no key
             records = _decode_or_none(raw, lg.name)
             if records is None:
                 end_offset = header.next_offset
@@ -149,22 +205,23 @@ def prepare_clean(
     group: list[LogSegment] = []
     group_bytes = 0
     eligible = [s for s in segments if s.next_offset <= end_offset]
+    txns = TransactionFilter(lg.collect_aborted(eligible[0].base_offset, end_offset) if eligible else [])
     for seg in eligible:
         if group and (group_bytes + seg.size_bytes > segment_bytes
                       or seg.next_offset - group[0].base_offset > 2**31):
-            task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task))
+            task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task, txns))
             group, group_bytes = [], 0
         group.append(seg)
         group_bytes += seg.size_bytes
     if group:
-        task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task))
+        task.groups.append(_write_group(lg, group, offset_map, delete_horizon_ms, throttle, task, txns))
     task.bytes_read = throttle.done
     return task
 
 
 def _write_group(
     lg: Log, group: list[LogSegment], offset_map: dict[bytes, int], delete_horizon_ms: int,
-    throttle: _Throttle, task: CleaningTask,
+    throttle: _Throttle, task: CleaningTask, txns: TransactionFilter,
 ) -> CleanedGroup:
     # The name carries the offsets the group covers, so a crash mid-swap can be finished
     # even when the group's last records were all compacted away.
@@ -173,7 +230,17 @@ def _write_group(
     with open(path, "wb") as out:
         for seg in group:
             for _, header, raw in _batches(seg, throttle):
-                records = None if header.is_control else _decode_or_none(raw, lg.name)
+                if header.is_control:
+                    if txns.marker_removable(header, _marker_or_none(raw)) and header.max_timestamp < delete_horizon_ms:
+                        task.markers_removed += 1
+                        continue
+                    out.write(raw)
+                    written += len(raw)
+                    continue
+                if not txns.keep_data(header):
+                    task.records_removed += header.records_count  # an aborted transaction's batch
+                    continue
+                records = _decode_or_none(raw, lg.name)
                 if records is None:
                     out.write(raw)  # control batches, and batches that do not decode, stay as they are
                     written += len(raw)
@@ -198,12 +265,22 @@ def _write_group(
                         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
                         base_sequence=header.base_sequence, partition_leader_epoch=header.partition_leader_epoch,
                         compression=header.compression,
+                        # still transactional (a marker stays while its batches do), same timestamp type
+                        attributes_extra=header.attributes & (TRANSACTIONAL_MASK | TIMESTAMP_TYPE_MASK),
+                        max_timestamp=header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
                     )
                 out.write(data)
                 written += len(data)
         out.flush()
         os.fsync(out.fileno())
     return CleanedGroup(group, path, written)
+
+
+def _marker_or_none(raw: bytes) -> int | None:
+    try:
+        return marker_type(raw)
+    except InvalidRecordBatch:
+        return None  # kept as it is
 
 
 def _decode_or_none(raw: bytes, name: str) -> list[Record] | None:
@@ -240,8 +317,8 @@ def commit_clean(task: CleaningTask, now_ms: int) -> bool:
     lg.rebuild_bases()
     write_atomic(lg.dir / CLEANER_CHECKPOINT, str(task.end_offset).encode(), fsync=False)
     log.info(
-        "cleaned %s up to offset %d: %d segment(s) into %d, kept %d record(s), removed %d, read %d bytes",
-        lg.name, task.end_offset, sum(len(g.inputs) for g in task.groups), len(task.groups),
-        task.records_kept, task.records_removed, task.bytes_read,
+        "cleaned %s up to offset %d: %d segment(s) into %d, kept %d record(s), removed %d and %d marker(s), "
+        "read %d bytes", lg.name, task.end_offset, sum(len(g.inputs) for g in task.groups), len(task.groups),
+        task.records_kept, task.records_removed, task.markers_removed, task.bytes_read,
     )
     return True

@@ -284,6 +284,10 @@ class Log:
         first = self.producer_state.first_unstable_offset(high_watermark)
         return high_watermark if first is None else min(first, high_watermark)
 
+    def first_open_transaction_offset(self) -> int | None:
+        """Where the earliest open transaction starts (compaction stops below it)."""
+        return min(self.producer_state.ongoing.values(), default=None)
+
     def collect_aborted(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [fetch_offset, upper_offset), for a
         read_committed fetch; their markers may lie in any later segment."""

@@ -4,6 +4,7 @@ where it can take long; the logs themselves stay synchronous (log.py)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -93,7 +94,10 @@ class LogTasks:
                 if "compact" not in str(lg.config["cleanup.policy"]):
                     continue
                 try:
-                    task = await trio.to_thread.run_sync(prepare_clean, lg, self.clock.now_ms(), self.settings.cleaner)
+                    unstable = lg.first_open_transaction_offset()
+                    task = await trio.to_thread.run_sync(
+                        functools.partial(prepare_clean, lg, self.clock.now_ms(), self.settings.cleaner,
+                                          first_unstable_offset=unstable))
                 except OSError as exc:
                     log.warning("compaction of %s skipped: %s", lg.name, exc)
                     continue

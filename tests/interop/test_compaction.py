@@ -347,3 +347,69 @@ def test_produce_and_fetch_stay_fast_while_a_large_log_is_cleaned(tmp_path: Path
     worst_produce = max(s[1] for s in samples)
     worst_fetch = max(s[2] for s in samples)
     assert worst_produce < 1.0 and worst_fetch < 1.0, (worst_produce, worst_fetch, clean_to - clean_from)
+
+
+# ---------------------------------------------------------------- transactions
+
+
+def read_values(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) of everything a fresh consumer with `isolation` reads of partition 0."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"txn-reader-{isolation}", "enable.auto.commit": False,
+                  "isolation.level": isolation, "enable.partition.eof": True, "fetch.wait.max.ms": 100})
+    out: list[tuple[bytes, bytes]] = []
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    return out
+                raise AssertionError(msg.error())
+            out.append((msg.key(), msg.value()))
+        raise AssertionError(f"no end of partition within 30 s; read {len(out)}")
+    finally:
+        c.close()
+
+
+def test_compaction_of_a_transactional_topic_removes_aborted_records_and_markers(broker_factory: Any) -> None:
+    """A compacted topic written by a librdkafka transactional producer, every other
+    transaction aborted: once compacted, consumers of both isolation levels read the latest
+    committed value per key and no aborted record (the aborted ones never superseded a
+    committed value), and the markers of transactions with nothing left are gone."""
+    broker = broker_factory(**{"log.cleaner.backoff.ms": 300})
+    topic = "txn-compacted"
+    create_topic(broker.bootstrap, topic, {"cleanup.policy": "compact", "segment.bytes": "8192",
+                                            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "500"})
+    p = producer(broker.bootstrap, **{"transactional.id": "compacted-writer"})
+    p.init_transactions(30)
+    keys = [b"k%02d" % i for i in range(40)]
+    for round_ in range(6):
+        for commit in (True, False):
+            p.begin_transaction()
+            for k in keys:
+                p.produce(topic, key=k, value=b"%s-%d-" % (b"c" if commit else b"a", round_) + b"x" * 30,
+                          partition=0)
+            p.flush(30)
+            p.commit_transaction(30) if commit else p.abort_transaction(30)
+    part = broker.data_dir / f"{topic}-0"
+    filler = producer(broker.bootstrap)
+    # Plain records keep rolling segments so the transactions' segments become cleanable;
+    # the ABORT markers go on a pass after delete.retention.ms.
+
+    def markers_gone() -> bool:
+        filler.produce(topic, key=b"filler", value=b"f" * 2000, partition=0)
+        filler.flush(10)
+        removed = [int(n) for n in re.findall(rf"cleaned {topic}-0 up to offset \d+: .* and (\d+) marker",
+                                                broker.log_text())]
+        return sum(removed) >= 6
+
+    wait_until(markers_gone, 60, "the cleaner removing the ABORT markers", interval_s=0.5)
+    want = {k: b"c-5-" + b"x" * 30 for k in keys}
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = [(k, v) for k, v in read_values(broker.bootstrap, topic, isolation) if k != b"filler"]
+        assert not [v for _, v in got if v.startswith(b"a-")], f"{isolation}: aborted records read"
+        assert dict(got) == want, f"{isolation}: the latest committed value per key"
+    assert checkpoint(part) is not None

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.protocol.record_batch import BatchHeader, iter_headers, validate_batch
+from cluster.protocol.record_batch import (
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    iter_headers,
+    validate_batch,
+)
 from cluster.protocol.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -37,6 +42,7 @@ from cluster.storage.cleaner import (
 from cluster.storage.config import LogConfig
 from cluster.storage.log import AppendResult, Log
 from cluster.storage.segment import segment_name
+from cluster.storage.txn_index import COMMIT, AbortedTxn, marker_type
 
 NOW = 1_700_000_000_000
 MINUTE = 60_000
@@ -618,3 +624,70 @@ def test_a_flush_racing_with_a_commit_survives_the_replaced_segments(tmp_path: P
         lg.flush_segments(lg.log_end_offset)
     finally:
         lg.segments = current
+
+
+# ---------------------------------------------------------------- transactions
+
+
+def txn_append(lg: Log, pid: int, seq: int, items: Sequence[Item]) -> AppendResult:
+    recs = [Record(i, ts, k, v, ()) for i, (k, v, ts) in enumerate(items)]
+    batch = encode_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=seq,
+                         attributes_extra=TRANSACTIONAL_MASK)
+    return lg.append_as_leader(batch, leader_epoch=0, now_ms=NOW)
+
+
+def end_txn(lg: Log, pid: int, *, commit: bool) -> int:
+    return lg.append_marker(producer_id=pid, producer_epoch=0, commit=commit, coordinator_epoch=0,
+                            leader_epoch=0, now_ms=NOW).base_offset
+
+
+def stored(lg: Log) -> list[tuple[int, bytes | None, bytes | None] | tuple[int, str]]:
+    """(offset, key, value) of data records and (offset, "COMMIT"/"ABORT") of markers."""
+    out: list[tuple[int, bytes | None, bytes | None] | tuple[int, str]] = []
+    for header, records, raw in read_batches(lg):
+        if header.is_control:
+            out.append((header.base_offset, "COMMIT" if marker_type(raw) == COMMIT else "ABORT"))
+        else:
+            out += [(r.offset, r.key, r.value) for r in records]
+    return out
+
+
+def test_compaction_drops_aborted_data_then_its_marker_and_stops_at_an_open_transaction(tmp_path: Path) -> None:
+    """Kafka's rules: an aborted transaction's records never supersede a committed value and
+    are removed; its ABORT marker goes on a later pass, once older than delete.retention.ms;
+    a COMMIT marker stays while its transaction's records do; nothing at or above the first
+    offset of an open transaction is cleaned."""
+    lg = new_log(tmp_path, cfg(delete_retention_ms=HOUR, min_cleanable_dirty_ratio="0.01"))
+    txn_append(lg, 1, 0, [(b"k1", b"committed-1", NOW), (b"k2", b"committed-2", NOW)])  # 0-1
+    assert end_txn(lg, 1, commit=True) == 2
+    txn_append(lg, 2, 0, [(b"k1", b"aborted-1", NOW)])  # 3
+    assert end_txn(lg, 2, commit=False) == 4
+    append(lg, [(b"k2", b"plain-2", NOW)])  # 5
+    lg.roll(NOW)
+    txn_append(lg, 3, 0, [(b"k3", b"open-3", NOW)])  # 6: stays open through the first pass
+    append(lg, [(b"k2", b"late-2", NOW)])  # 7
+    lg.roll(NOW)
+    append(lg, [(b"k9", b"active", NOW)])  # 8, the active segment
+    assert lg.collect_aborted(0, 9) == [AbortedTxn(2, 3, 4, 5)]
+
+    task = prepare_clean(lg, NOW, CleanerConfig(), first_unstable_offset=lg.first_open_transaction_offset())
+    assert task is not None and task.end_offset == 6, "cleaned past the open transaction at offset 6"
+    assert commit_clean(task, NOW)
+    assert stored(lg) == [(0, b"k1", b"committed-1"), (2, "COMMIT"), (4, "ABORT"), (5, b"k2", b"plain-2"),
+                          (6, b"k3", b"open-3"), (7, b"k2", b"late-2"), (8, b"k9", b"active")]
+    assert lg.collect_aborted(0, 9) == [], "no aborted batch is left, so no index entry"
+    assert task.records_removed == 2 and task.markers_removed == 0
+
+    assert end_txn(lg, 3, commit=True) == 9
+    lg.roll(NOW)
+    append(lg, [(b"k9", b"active-2", NOW)])  # 10
+    later = NOW + 2 * HOUR
+    task = prepare_clean(lg, later, CleanerConfig(), first_unstable_offset=lg.first_open_transaction_offset())
+    assert task is not None and commit_clean(task, later)
+    # The ABORT marker had no batch left: gone. The COMMIT markers keep their records company.
+    assert stored(lg) == [(0, b"k1", b"committed-1"), (2, "COMMIT"), (6, b"k3", b"open-3"),
+                          (7, b"k2", b"late-2"), (8, b"k9", b"active"), (9, "COMMIT"), (10, b"k9", b"active-2")]
+    assert task.markers_removed == 1
+    crash(lg)
+    lg = reopen(tmp_path, cfg(delete_retention_ms=HOUR, min_cleanable_dirty_ratio="0.01"))
+    assert lg.collect_aborted(0, 11) == [] and lg.first_open_transaction_offset() is None
