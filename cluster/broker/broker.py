@@ -127,7 +127,7 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        apis = api_table(ReplicaHandlers(self.replicas, auto_topics), MetadataHandlers(self.cache, auto_topics, config),
+        apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
@@ -230,7 +230,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.CREATE_TOPICS, 2, 4, admin.handle_create_topics),
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),
         Api(ApiKey.INIT_PRODUCER_ID, 0, 4, txns.handle_init_producer_id),
-        Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, txns.handle_add_partitions_to_txn),
+        Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 4, txns.handle_add_partitions_to_txn),
         Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, txns.handle_add_offsets_to_txn),
         Api(ApiKey.END_TXN, 0, 3, txns.handle_end_txn),
         Api(ApiKey.WRITE_TXN_MARKERS, 1, 1, txns.handle_write_txn_markers),  # v0 is not in kio

@@ -6,6 +6,7 @@ owns the partitions, and answers back into the response's fields.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster.broker.auto_topics import AutoTopicCreation
@@ -26,10 +27,17 @@ def _denied_fetch(partition: int) -> dict[str, Any]:
             "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1, "records": b""}
 
 
+Verifier = Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], int]]]
+
+
 class ReplicaHandlers:
-    def __init__(self, replicas: ReplicaManager, auto_topics: AutoTopicCreation) -> None:
+    def __init__(self, replicas: ReplicaManager, auto_topics: AutoTopicCreation,
+                 verify_transaction: Verifier | None = None) -> None:
         self.replicas = replicas
         self.auto_topics = auto_topics
+        # KIP-890: asks the transaction coordinator before a transaction's first batch
+        # lands on a partition (a late produce after the abort would otherwise hang open).
+        self.verify_transaction = verify_transaction
 
     # ---- Produce ---------------------------------------------------------------------
 
@@ -59,8 +67,12 @@ class ReplicaHandlers:
             if info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:
-                parts = [self.replicas.append(t.name, p.index, p.records, min_isr_checked=req.acks == -1)
-                         for p in t.partition_data]
+                verdicts = await self._verified(req.transactional_id, t)
+                parts = []
+                for p in t.partition_data:
+                    verdict = verdicts.get(p.index)
+                    parts.append(verdict if isinstance(verdict, dict) else self.replicas.append(
+                        t.name, p.index, p.records, min_isr_checked=req.acks == -1, verified=verdict))
                 failed = sum(p["error_code"] != ErrorCode.none for p in parts)
                 if failed:
                     metrics.topic(t.name).produce_errors += failed
@@ -70,6 +82,29 @@ class ReplicaHandlers:
         if req.acks == -1:
             await self.replicas.wait_for_acks_all(responses, max(0.0, req.timeout.total_seconds()))
         return {"responses": responses, "throttle_time": 0}
+
+    async def _verified(self, txn_id: str | None, t: Any) -> dict[int, Any]:
+        """Per partition of `t` that opens a transaction here: its guard once the
+        coordinator confirmed it, or the produce answer (a dict) when it did not."""
+        if txn_id is None or self.verify_transaction is None:
+            return {}
+        starts = {p.index: s for p in t.partition_data
+                  if (s := self.replicas.transaction_start(t.name, p.index, p.records)) is not None}
+        if not starts:
+            return {}
+        pid, epoch, _ = next(iter(starts.values()))
+        codes = await self.verify_transaction(txn_id, pid, epoch, [(t.name, i) for i in starts])
+        out: dict[int, Any] = {}
+        for index, (producer_id, _, guard) in starts.items():
+            code = codes.get((t.name, index), ErrorCode.not_enough_replicas)
+            if code == ErrorCode.none:
+                out[index] = guard
+            else:
+                self.replicas.verification_failed(t.name, index, producer_id)
+                out[index] = {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": -1,
+                              "error_message": f"partition {t.name}-{index} is not in an ongoing transaction "
+                                               f"of {txn_id}" if code == ErrorCode.invalid_txn_state else None}
+        return out
 
     # ---- Fetch -----------------------------------------------------------------------
 

@@ -84,37 +84,52 @@ class TxnHandlers:
     # ---- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------
 
     async def handle_add_partitions_to_txn(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        txn_id = req.v3_and_below_transactional_id
-        topics = req.v3_and_below_topics
-        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        if version >= 4:
+            return await self._broker_add_partitions(req, ctx)
+        wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+        errors = await self._add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                            req.v3_and_below_producer_epoch, wanted, ctx)
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(errors)}
+
+    async def _broker_add_partitions(self, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """v4+, broker to broker (ClusterAction), batched: with verify_only, a partition
+        leader asks whether partitions are in a producer's ongoing transaction (KIP-890)."""
+        if not ctx.allowed_on_cluster(AclOperation.CLUSTER_ACTION):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                    "results_by_transaction": []}
+        results = []
+        for txn in req.transactions:
+            wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+            if not txn.verify_only:
+                errors = await self._add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                                    wanted, ctx)
+            elif not self.service.owns(txn.transactional_id):
+                errors = dict.fromkeys(wanted, ErrorCode.not_coordinator)
+            else:
+                errors = self.service.coordinator.verify(txn.transactional_id, txn.producer_id,
+                                                         txn.producer_epoch, wanted)
+            results.append({"transactional_id": txn.transactional_id, "topic_results": _by_topic(errors)})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
+
+    async def _add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
+                              wanted: list[tuple[str, int]], ctx: RequestContext) -> dict[tuple[str, int], int]:
         code = self._owner_error(txn_id, ctx)
         errors: dict[tuple[str, int], int] = {}
         if code != ErrorCode.none:
-            errors = dict.fromkeys(wanted, code)
-        else:
-            for t in topics:
-                if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name):
-                    errors.update(dict.fromkeys(((t.name, p) for p in t.partitions),
-                                                ErrorCode.topic_authorization_failed))
-                elif t.name.startswith("__"):
-                    errors.update(dict.fromkeys(((t.name, p) for p in t.partitions), ErrorCode.invalid_topic_exception))
-                else:
-                    for p in t.partitions:
-                        if self.service.image.partition(t.name, p) is None:
-                            errors[(t.name, p)] = ErrorCode.unknown_topic_or_partition
-            if errors:
-                # As Kafka: the partitions that were fine are not attempted.
-                errors = {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
-            else:
-                decision = self.service.coordinator.add_partitions(
-                    txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, wanted,
-                    self.service.clock.now_ms())
-                errors = dict.fromkeys(wanted, await self.service.decide(txn_id, decision))
-        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for (t, p), c in errors.items():
-            by_topic[t].append({"partition_index": p, "partition_error_code": c})
-        return {"throttle_time": 0, "results_by_topic_v3_and_below": [
-            {"name": t, "results_by_partition": rs} for t, rs in by_topic.items()]}
+            return dict.fromkeys(wanted, code)
+        for t, p in wanted:
+            if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t):
+                errors[(t, p)] = ErrorCode.topic_authorization_failed
+            elif t.startswith("__"):
+                errors[(t, p)] = ErrorCode.invalid_topic_exception
+            elif self.service.image.partition(t, p) is None:
+                errors[(t, p)] = ErrorCode.unknown_topic_or_partition
+        if errors:
+            # As Kafka: the partitions that were fine are not attempted.
+            return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+        decision = self.service.coordinator.add_partitions(txn_id, producer_id, producer_epoch, wanted,
+                                                           self.service.clock.now_ms())
+        return dict.fromkeys(wanted, await self.service.decide(txn_id, decision))
 
     async def handle_add_offsets_to_txn(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         code = self._owner_error(req.transactional_id, ctx)
@@ -241,3 +256,10 @@ class TxnHandlers:
                     for e in state.producers.values()]})
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
+
+
+def _by_topic(errors: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (t, p), c in errors.items():
+        by_topic[t].append({"partition_index": p, "partition_error_code": c})
+    return [{"name": t, "results_by_partition": rs} for t, rs in by_topic.items()]

@@ -126,11 +126,17 @@ class BrokerConnection:
         return min(ours, theirs[1])
 
     async def request(self, api_key: int, body: dict[str, Any] | Any, *, timeout_s: float = 30.0,
-                      expect_response: bool = True) -> Any:
+                      expect_response: bool = True, version: int | None = None) -> Any:
         """Send one request built from `body` (a dict, or a ready kio request of the
-        negotiated version); returns the decoded kio response (None when
+        negotiated version, or of `version` when given: e.g. a broker-to-broker version
+        above what clients use); returns the decoded kio response (None when
         `expect_response` is false: acks=0 produce gets no answer)."""
-        version = self.version_for(api_key)
+        if version is None:
+            version = self.version_for(api_key)
+        else:
+            low, high = self.versions.get(api_key, (1, 0))
+            if not low <= version <= high:
+                raise UnsupportedApi(f"broker {self.address} does not speak version {version} of API {api_key}")
         try:
             with trio.fail_after(timeout_s):
                 return await self._roundtrip(api_key, version, body, expect_response=expect_response)

@@ -25,7 +25,13 @@ from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage, PartitionState, TopicImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import InvalidRecordBatch, UnsupportedMagic, scan_batches
+from cluster.protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    InvalidRecordBatch,
+    UnsupportedMagic,
+    read_header,
+    scan_batches,
+)
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID
 from cluster.replication.fetch_sessions import FetchSessionCache
 from cluster.replication.fetcher import FetcherSettings, FollowerContext, ReplicaFetcherManager
@@ -260,8 +266,32 @@ class ReplicaManager:
 
     # ---- produce ---------------------------------------------------------------------
 
-    def append(self, topic: str, index: int, records: bytes | None, *, min_isr_checked: bool = False) -> dict[str, Any]:
-        """Append one partition's payload as its leader; the per-partition produce answer."""
+    def transaction_start(self, topic: str, index: int, records: bytes | None) -> tuple[int, int, object] | None:
+        """KIP-890: (producer id, epoch, guard) when `records` would open a transaction at
+        this leader (the producer has none ongoing here), so its coordinator must confirm the
+        partition is in the transaction first; pass the guard to `append`. Requests of one
+        producer verified at once share the guard; a marker meanwhile takes it away."""
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader or not records or len(records) < BATCH_HEADER_SIZE:
+            return None
+        header = read_header(records)
+        state = part.log.producer_state
+        if not header.is_transactional or header.is_control or header.producer_id < 0 \
+                or header.producer_id in state.ongoing:
+            return None
+        guard = state.verifying.setdefault(header.producer_id, object())
+        return header.producer_id, header.producer_epoch, guard
+
+    def verification_failed(self, topic: str, index: int, producer_id: int) -> None:
+        part = self.partitions.get((topic, index))
+        if part is not None:
+            part.log.producer_state.verifying.pop(producer_id, None)
+
+    def append(self, topic: str, index: int, records: bytes | None, *, min_isr_checked: bool = False,
+               verified: object | None = None) -> dict[str, Any]:
+        """Append one partition's payload as its leader; the per-partition produce answer.
+        `verified`: the guard of `transaction_start`, still valid unless the transaction
+        ended while it was verified (then INVALID_TXN_STATE: the batch would hang open)."""
         part = self.partitions.get((topic, index))
         if part is None:
             code = ErrorCode.not_leader_or_follower if self.image.partition(topic, index) else ErrorCode.unknown_topic_or_partition
@@ -271,6 +301,13 @@ class ReplicaManager:
         if not records:
             return {"index": index, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
                     "error_message": "produce carries no records"}
+        if verified is not None:
+            state = part.log.producer_state
+            pid = read_header(records).producer_id
+            if pid not in state.ongoing and state.verifying.get(pid) is not verified:
+                return {"index": index, "error_code": ErrorCode.invalid_txn_state, "base_offset": -1,
+                        "log_start_offset": -1,
+                        "error_message": f"the transaction of producer {pid} ended while this produce was verified"}
         try:
             result = part.append_as_leader(records, min_isr_checked=min_isr_checked, now_ms=self.clock.now_ms())
         except NotEnoughReplicas:

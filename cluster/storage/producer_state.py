@@ -74,6 +74,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.ongoing: dict[int, int] = {}  # producer id → first offset of its open transaction
+        # KIP-890: producer id → the guard of a transaction start being verified with the
+        # coordinator; a marker (the transaction ended meanwhile) takes it away.
+        self.verifying: dict[int, object] = {}
         # Ended transactions whose marker may not be replicated yet: still unstable.
         self.unreplicated: list[CompletedTxn] = []
 
@@ -135,6 +138,7 @@ class ProducerStateManager:
             return None
         pid = header.producer_id
         completed = None
+        self.verifying.pop(pid, None)  # ended (a marker), or ongoing now: either way verified no more
         if header.is_control:
             first = self.ongoing.pop(pid, None)
             if first is not None and marker is not None:

@@ -139,6 +139,19 @@ class TransactionCoordinator:
             partitions=(frozenset() if opening else meta.partitions) | frozenset(partitions),
             start_ms=now_ms if opening else meta.start_ms, update_ms=now_ms))
 
+    def verify(self, txn_id: str, producer_id: int, producer_epoch: int,
+               partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 verification for a partition leader about to take a transaction's first
+        batch: NONE for each partition of the producer's ongoing transaction, else why not."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
+        if producer_epoch != meta.producer_epoch:
+            return dict.fromkeys(partitions, ErrorCode.producer_fenced)
+        ongoing = meta.state is TxnState.ONGOING
+        return {tp: ErrorCode.none if ongoing and tp in meta.partitions else ErrorCode.invalid_txn_state
+                for tp in partitions}
+
     def add_offsets(self, txn_id: str, producer_id: int, producer_epoch: int, offsets_partition: int,
                     now_ms: int) -> Decision:
         """The group's `__consumer_offsets` partition joins the transaction (its pending

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from cluster.client.admin import write_txn_markers_body
-from cluster.client.connection import BrokerConnection, KafkaConnectionError
+from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
 from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage
@@ -45,6 +45,7 @@ from cluster.transactions.state import (
 log = logging.getLogger(__name__)
 
 _WRITE_TIMEOUT_S = 15.0
+_VERIFY_TIMEOUT_S = 5.0  # a produce waits this long at most for its transaction's verification
 _MARKER_RETRY_S = 0.1
 _MARKER_RETRY_MAX_S = 2.0
 
@@ -164,6 +165,44 @@ class TransactionService:
         except ControllerUnavailable:
             return None
         return self.coordinator_for(txn_id)
+
+    async def verify(self, txn_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890: ask the transaction's coordinator (this broker, or AddPartitionsToTxn v4
+        verify_only to the one that is) whether `partitions` are in the producer's ongoing
+        transaction. A coordinator that cannot be asked gives NOT_ENOUGH_REPLICAS, which
+        every client retries (as Kafka answers)."""
+        node = self.coordinator_for(txn_id)
+        if node == self.replicas.node_id and self.owns(txn_id):
+            return self.coordinator.verify(txn_id, producer_id, producer_epoch, partitions)
+        unavailable: dict[tuple[str, int], int] = dict.fromkeys(partitions, ErrorCode.not_enough_replicas)
+        if node is None or node == self.replicas.node_id:
+            return unavailable
+        topics: dict[str, list[int]] = defaultdict(list)
+        for t, p in partitions:
+            topics[t].append(p)
+        body = {"transactions": [{"transactional_id": txn_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+        try:
+            conn = await self._connection(node)
+            resp = await conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, body, version=4, timeout_s=_VERIFY_TIMEOUT_S)
+        except (KafkaConnectionError, UnsupportedApi, OSError) as exc:
+            log.info("verifying %s with broker %d: %s", txn_id, node, exc)
+            await self._drop_connection(node)
+            return unavailable
+        if resp.error_code != ErrorCode.none:
+            return unavailable
+        out = dict(unavailable)
+        for txn in resp.results_by_transaction:
+            for t in txn.topic_results:
+                for r in t.results_by_partition:
+                    code = r.partition_error_code
+                    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                                ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions):
+                        code = ErrorCode.not_enough_replicas
+                    out[(t.name, r.partition_index)] = code
+        return out
 
     # ---- decisions ----------------------------------------------------------------------
 
