@@ -17,6 +17,7 @@ from cluster.broker.group_handlers import GroupHandlers, offset_commit_answer
 from cluster.broker.producer_ids import ProducerIdManager
 from cluster.groups.records import partition_for
 from cluster.groups.service import GroupService
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.security.acl import AclOperation, ResourceType
 from cluster.transactions.service import TransactionService
@@ -27,10 +28,23 @@ _NO_TIME = datetime.fromtimestamp(-0.001, tz=UTC)
 
 
 def _ms(value: Any) -> int:
-    """A duration field in milliseconds (kio decodes them as timedelta)."""
+    """A duration field in milliseconds (kio decodes them as timedelta; exact, no float)."""
     if isinstance(value, timedelta):
-        return int(value.total_seconds() * 1000)
+        return value // _ONE_MS
     return int(value)
+
+
+_ONE_MS = timedelta(milliseconds=1)
+# KIP-588: the first version of each API that may carry PRODUCER_FENCED; older ones are
+# told INVALID_PRODUCER_EPOCH, as Kafka does.
+_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                 ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
+
+
+def _for_version(api: ApiKey, version: int, code: int) -> int:
+    if code == ErrorCode.producer_fenced and version < _FENCED_SINCE[api]:
+        return ErrorCode.invalid_producer_epoch
+    return code
 
 
 class TxnHandlers:
@@ -55,6 +69,8 @@ class TxnHandlers:
         return await self.init_producer_id(version, req, ctx)
 
     def _owner_error(self, txn_id: str, ctx: RequestContext) -> int:
+        if not txn_id:
+            return ErrorCode.invalid_request  # an empty transactional id, as Kafka answers
         if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
             return ErrorCode.transactional_id_authorization_failed
         if not self.service.owns(txn_id):
@@ -67,8 +83,11 @@ class TxnHandlers:
         txn_id = req.transactional_id
         out = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
         code = self._owner_error(txn_id, ctx)
+        expected = (getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
+        if code == ErrorCode.none and (expected[0] == -1) != (expected[1] == -1):
+            code = ErrorCode.invalid_request  # a producer id without its epoch, or the reverse
         if code != ErrorCode.none:
-            return {**out, "error_code": code}
+            return {**out, "error_code": _for_version(ApiKey.INIT_PRODUCER_ID, version, code)}
         fresh = await self.service.new_producer_id(txn_id)
         now = self.service.clock.now_ms()
         decision = self.service.coordinator.init_producer_id(
@@ -76,7 +95,7 @@ class TxnHandlers:
             fresh, now)
         code = await self.service.decide(txn_id, decision)
         if code != ErrorCode.none:
-            return {**out, "error_code": code}
+            return {**out, "error_code": _for_version(ApiKey.INIT_PRODUCER_ID, version, code)}
         meta = self.service.coordinator.txns[txn_id]
         return {**out, "error_code": ErrorCode.none, "producer_id": meta.producer_id,
                 "producer_epoch": meta.producer_epoch}
@@ -89,6 +108,7 @@ class TxnHandlers:
         wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
         errors = await self._add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                             req.v3_and_below_producer_epoch, wanted, ctx)
+        errors = {tp: _for_version(ApiKey.ADD_PARTITIONS_TO_TXN, version, c) for tp, c in errors.items()}
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(errors)}
 
     async def _broker_add_partitions(self, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -113,10 +133,11 @@ class TxnHandlers:
 
     async def _add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                               wanted: list[tuple[str, int]], ctx: RequestContext) -> dict[tuple[str, int], int]:
-        code = self._owner_error(txn_id, ctx)
+        # Kafka's order: the transactional id's ACL, then the topics, then the coordinator
+        # (an empty id, not the coordinator).
+        if txn_id and not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
         errors: dict[tuple[str, int], int] = {}
-        if code != ErrorCode.none:
-            return dict.fromkeys(wanted, code)
         for t, p in wanted:
             if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t):
                 errors[(t, p)] = ErrorCode.topic_authorization_failed
@@ -127,6 +148,9 @@ class TxnHandlers:
         if errors:
             # As Kafka: the partitions that were fine are not attempted.
             return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+        code = self._owner_error(txn_id, ctx)
+        if code != ErrorCode.none:
+            return dict.fromkeys(wanted, code)
         decision = self.service.coordinator.add_partitions(txn_id, producer_id, producer_epoch, wanted,
                                                            self.service.clock.now_ms())
         return dict.fromkeys(wanted, await self.service.decide(txn_id, decision))
@@ -140,7 +164,7 @@ class TxnHandlers:
             decision = self.service.coordinator.add_offsets(req.transactional_id, req.producer_id,
                                                             req.producer_epoch, index, self.service.clock.now_ms())
             code = await self.service.decide(req.transactional_id, decision)
-        return {"throttle_time": 0, "error_code": code}
+        return {"throttle_time": 0, "error_code": _for_version(ApiKey.ADD_OFFSETS_TO_TXN, version, code)}
 
     # ---- EndTxn -------------------------------------------------------------------------
 
@@ -150,9 +174,7 @@ class TxnHandlers:
             decision = self.service.coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         bool(req.committed), self.service.clock.now_ms())
             code = await self.service.decide(req.transactional_id, decision)
-        if code == ErrorCode.producer_fenced and version < 2:
-            code = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is newer than these versions
-        return {"throttle_time": 0, "error_code": code}
+        return {"throttle_time": 0, "error_code": _for_version(ApiKey.END_TXN, version, code)}
 
     # ---- TxnOffsetCommit ----------------------------------------------------------------
 
@@ -194,6 +216,9 @@ class TxnHandlers:
         for txn_id in req.transactional_ids:
             base = {"transactional_id": txn_id, "transaction_state": "", "transaction_timeout": 0,
                     "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1, "topics": []}
+            if not txn_id:
+                states.append({**base, "error_code": ErrorCode.invalid_request})
+                continue
             if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
                 states.append({**base, "error_code": ErrorCode.transactional_id_authorization_failed})
                 continue
@@ -215,7 +240,7 @@ class TxnHandlers:
         return {"throttle_time": 0, "transaction_states": states}
 
     async def handle_list_transactions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        names = {s.value for s in TxnState}
+        names = {s.value for s in TxnState} | {"PrepareEpochFence"}  # Kafka's, never held here
         state_filters = set(req.state_filters or ())
         pid_filters = set(req.producer_id_filters or ())
         min_duration_ms = _ms(getattr(req, "duration_filter", -1))

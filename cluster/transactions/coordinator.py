@@ -86,30 +86,37 @@ class TransactionCoordinator:
             assert fresh_producer_id is not None
             return Decision(write=TxnMetadata(txn_id, fresh_producer_id, 0, timeout_ms, TxnState.EMPTY,
                                               update_ms=now_ms))
-        if producer_id >= 0:  # KIP-360: the client says which producer it was
+        expected = producer_id != -1  # KIP-360: the client says which producer it was
+        retried = False
+        if expected:
             if producer_id != meta.producer_id:
                 return _fail(ErrorCode.producer_fenced)
             if producer_epoch != meta.producer_epoch:
-                if producer_epoch == meta.last_producer_epoch and meta.state.idle:
-                    return Decision()  # a retry of the bump that already happened: answer as it did
-                return _fail(ErrorCode.producer_fenced)
+                if producer_epoch != meta.last_producer_epoch or not meta.state.idle:
+                    return _fail(ErrorCode.producer_fenced)
+                retried = True  # a retry of the bump that already happened: answer as it did
         if meta.state.preparing:
             return _fail(ErrorCode.concurrent_transactions)
         if meta.state is TxnState.ONGOING:
             # Abort the open transaction under a bumped epoch (fencing its producer); the
             # client is told to retry and finds the id idle then.
             return Decision(ErrorCode.concurrent_transactions, self._abort_fenced(meta, now_ms))
-        if meta.producer_epoch >= MAX_EPOCH - 1:
+        if retried:
+            bumped = meta
+        elif meta.producer_epoch >= MAX_EPOCH - 1:
             assert fresh_producer_id is not None
             bumped = meta.but(producer_id=fresh_producer_id, producer_epoch=0, last_producer_epoch=-1)
         else:
-            bumped = meta.but(producer_epoch=meta.producer_epoch + 1, last_producer_epoch=meta.producer_epoch)
+            # As Kafka: only a bump the client asked for with its epoch may be retried with
+            # that epoch; a fresh instance's bump fences every earlier epoch for good.
+            bumped = meta.but(producer_epoch=meta.producer_epoch + 1,
+                              last_producer_epoch=meta.producer_epoch if expected else -1)
         return Decision(write=bumped.but(timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=frozenset(),
                                          start_ms=-1, update_ms=now_ms))
 
     def _abort_fenced(self, meta: TxnMetadata, now_ms: int) -> TxnMetadata:
         epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
-        return meta.but(producer_epoch=epoch, last_producer_epoch=meta.producer_epoch,
+        return meta.but(producer_epoch=epoch, last_producer_epoch=-1,  # the fenced epoch never comes back
                         state=TxnState.PREPARE_ABORT, update_ms=now_ms)
 
     # ---- the transaction's partitions ----------------------------------------------------
