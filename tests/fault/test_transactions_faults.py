@@ -126,6 +126,8 @@ class StableOffsetWatch:
                         offset = fut.result().offset
                     except KafkaException:
                         continue  # leader moving: no answer is not a regression
+                    if offset < 0:
+                        continue  # OFFSET_INVALID (-1001): no answer either
                     before = self.seen.get(tp.partition, -1)
                     if offset < before:
                         self.regressions.append((tp.partition, before, offset))
