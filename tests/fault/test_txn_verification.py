@@ -51,10 +51,16 @@ async def scenario(bootstrap: str) -> dict[str, Any]:
     cluster = ClientCluster(admin_config({"bootstrap.servers": bootstrap}))
     try:
         await cluster.refresh({TOPIC})
-        coordinator = await cluster.coordinator(TXN_ID, key_type=1)
-        txn = await cluster.connection(coordinator)
-        init = await txn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": TXN_ID, "transaction_timeout": 60_000,
-                                                           "producer_id": -1, "producer_epoch": -1})
+        with trio.fail_after(30):  # a new __transaction_state's leaders settle (NOT_COORDINATOR meanwhile)
+            while True:
+                coordinator = await cluster.coordinator(TXN_ID, key_type=1)
+                txn = await cluster.connection(coordinator)
+                init = await txn.request(ApiKey.INIT_PRODUCER_ID, {
+                    "transactional_id": TXN_ID, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
+                if init.error_code not in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                                           ErrorCode.coordinator_not_available, ErrorCode.concurrent_transactions):
+                    break
+                await trio.sleep(0.2)
         assert init.error_code == 0
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         added = await txn.request(ApiKey.ADD_PARTITIONS_TO_TXN, {
