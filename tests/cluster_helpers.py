@@ -65,12 +65,16 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str,
         time.sleep(interval_s)
 
 
+_INTERNAL_PARTITION_LINE = re.compile(r"(leads|follows|ISR of|recovered|loaded) __transaction_state-")
+
+
 def log_tails(cluster: ClusterProcesses, lines: int = 40) -> str:
-    """The last lines of every node's log, without the per-partition lines about
-    __consumer_offsets (50 partitions) that would crowd out the rest."""
+    """The last lines of every node's log, without the per-partition lines about the
+    internal topics (50 partitions each: leadership, ISR, recovery) that would crowd out the rest."""
     out = []
     for node_id, broker in cluster.brokers.items():
-        kept = [line for line in broker.log_text().splitlines() if "__consumer_offsets" not in line]
+        kept = [line for line in broker.log_text().splitlines()
+                if "__consumer_offsets" not in line and not _INTERNAL_PARTITION_LINE.search(line)]
         out.append(f"---- node {node_id} ----\n" + "\n".join(kept[-lines:]))
     return "\n".join(out)
 

@@ -87,6 +87,7 @@ class TransactionService:
         self._connections: dict[int, BrokerConnection] = {}
         self._connect_lock = trio.Lock()
         self.marker_listeners: list[MarkerListener] = []
+        self._completing: set[tuple[str, int, int]] = set()  # (id, producer id, epoch) with markers in flight
 
     @property
     def image(self) -> MetadataImage:
@@ -252,6 +253,12 @@ class TransactionService:
 
     def _start_markers(self, meta: TxnMetadata) -> None:
         self.coordinator.busy.add(meta.transactional_id)
+        task = (meta.transactional_id, meta.producer_id, meta.producer_epoch)
+        if task in self._completing:
+            # Still running from before this broker lost and regained the id: one writer of
+            # these markers only (a second one, late, would end the id's next transaction).
+            return
+        self._completing.add(task)
         assert self._nursery is not None
         self._nursery.start_soon(self._complete, meta)
 
@@ -271,6 +278,7 @@ class TransactionService:
                     await backoff.sleep()
         finally:
             self.coordinator.busy.discard(txn_id)
+            self._completing.discard((txn_id, meta.producer_id, meta.producer_epoch))
         backoff.reset()
         while self.owns(txn_id):
             code = await self.decide(txn_id, self.coordinator.complete(txn_id, self.clock.now_ms()))

@@ -13,11 +13,38 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 GROUP, TXN_ID = "ctp", "ctp-app"
+
+
+OFFSETS_TIMEOUT_S = 30
+
+
+@contextmanager
+def watchdog(limit_s: float, what: str) -> Iterator[None]:
+    """Exit the process (4) if the block takes longer than `limit_s`: the liveness check a
+    deployment would run. librdkafka's send_offsets_to_transaction can block past its own
+    timeout when the group coordinator's broker goes down at the wrong moment and no later
+    broker state change re-triggers its coordinator lookup (confluentinc/librdkafka#5456,
+    #5511, open in 2.16); seen here when the broker leading both coordinators is killed.
+    A new instance fences this one and aborts its transaction, as after any crash."""
+    def expire() -> None:
+        print(f"ctp_app {os.getpid()}: {what} still blocked after {limit_s:.0f} s: exiting", flush=True)
+        os._exit(4)
+
+    timer = threading.Timer(limit_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def rewind(consumer: Consumer) -> None:
@@ -79,7 +106,9 @@ def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
                 print(f"ctp_app {os.getpid()}: in transaction", flush=True)
                 time.sleep(hold_s)
             positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            with watchdog(OFFSETS_TIMEOUT_S + 15, "send_offsets_to_transaction"):
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
+                                                     OFFSETS_TIMEOUT_S)
             commit(producer)
             committed += len(msgs)
         except KafkaException as e:

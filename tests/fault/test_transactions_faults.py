@@ -195,6 +195,18 @@ def committed_offsets(bootstrap: str, group: str = GROUP) -> dict[int, int]:
         c.close()
 
 
+def stall_report(cluster: ClusterProcesses, app: Application) -> str:
+    """What the application and the coordinator were doing when output stopped: the
+    application's last lines and the coordinator's view of its transaction."""
+    lines = [ln for ln in app.text().splitlines() if "in transaction" not in ln][-25:]
+    try:
+        described = transactions_cli(cluster, "describe", "--transactional-id", TXN_ID)
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        described = f"(describe failed: {exc})"
+    return ("application log (tail, 'in transaction' lines left out):\n" + "\n".join(lines)
+            + f"\napplication exits so far: {app.exits}\ncoordinator's view:\n{described}")
+
+
 def create_topics(cluster: ClusterProcesses) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for name, fut in admin.create_topics([NewTopic(t, PARTITIONS, RF, config={"min.insync.replicas": "2"})
@@ -232,8 +244,11 @@ def test_consume_transform_produce_exactly_once_through_kills(cluster_factory: A
                 cluster[victim].restart()
                 for topic, count in ((SOURCE, PARTITIONS), (SINK, PARTITIONS), ("__transaction_state", 50)):
                     wait_fully_replicated(cluster, topic, count, RF, timeout_s=90)
-            wait_until(lambda progress=progress: watch.total >= progress + 200, 120,
-                       f"output committed again after fault {n} ({kind})", cluster)
+            try:
+                wait_until(lambda progress=progress: watch.total >= progress + 200, 120,
+                           f"output committed again after fault {n} ({kind})", cluster)
+            except AssertionError as stalled:
+                raise AssertionError(f"{stall_report(cluster, app)}\n{stalled}") from None
         result = workload.stop()
         assert len(result.acked) == result.sent, f"input delivery errors: {dict(result.errors)}"
         source = read_partitions(cluster.bootstrap, SOURCE, "read_committed")
