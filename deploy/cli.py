@@ -23,6 +23,7 @@ from deploy import (
     dev_secrets,
     groups_cmd,
     lab_cmd,
+    lifeline,
     load_cmd,
     mirror_cmd,
     perf_cmd,
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.log_level)
+    lifeline.watch_supervisor()  # started by `dcmirror up` (or another supervisor): stop when it dies
     return int(args.func(args))
 
 

@@ -8,7 +8,8 @@
 
 Each child gets one task that starts its process when the schedule says so, waits for it
 to exit, tells the schedule and sleeps the backoff. Children run in their own session, so a
-Ctrl-C in the terminal reaches only the supervisor, which stops them in its own order.
+Ctrl-C in the terminal reaches only the supervisor, which stops them in its own order;
+if the supervisor dies without doing so (kill -9), they stop by themselves (deploy.lifeline).
 A child's output goes to its log file (appended across restarts), or to the supervisor's
 own stdout/stderr without one.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 import trio
 
+from deploy import lifeline
 from deploy.supervisor import ChildRecord, RestartPolicy, Schedule
 
 log = logging.getLogger("dcmirror.supervisor")
@@ -89,17 +91,17 @@ class ProcessSupervisor:
         return list(self.specs)
 
     async def _spawn(self, spec: ChildSpec) -> trio.Process:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **spec.env)
+        # The lifeline: a child whose supervisor dies (even by SIGKILL) stops by itself.
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **spec.env, **lifeline.child_env())
         if spec.cwd is not None:
             spec.cwd.mkdir(parents=True, exist_ok=True)
+        options: dict[str, Any] = {"env": env, "start_new_session": True, "stdin": subprocess.DEVNULL,
+                                   "cwd": spec.cwd, "pass_fds": (lifeline.child_fd(),)}
         if spec.log_path is None:
-            return await trio.lowlevel.open_process(list(spec.argv), env=env, start_new_session=True,
-                                                    stdin=subprocess.DEVNULL, cwd=spec.cwd)
+            return await trio.lowlevel.open_process(list(spec.argv), **options)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab") as out:
-            return await trio.lowlevel.open_process(list(spec.argv), env=env, start_new_session=True,
-                                                    stdin=subprocess.DEVNULL, stdout=out,
-                                                    stderr=subprocess.STDOUT, cwd=spec.cwd)
+            return await trio.lowlevel.open_process(list(spec.argv), stdout=out, stderr=subprocess.STDOUT, **options)
 
     async def _keep(self, spec: ChildSpec) -> None:
         name = spec.name

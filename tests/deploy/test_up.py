@@ -171,3 +171,51 @@ def test_up_children_and_where_their_logs_go(tmp_path: Path) -> None:
                          extra='[warehouse]\nsource = "east"\nconfig = { "load.interval.ms" = "hourly" }\n')
     proc = dcmirror("up", "--config", str(bad))
     assert proc.returncode == 2 and "load.interval.ms" in proc.stderr and "'hourly'" in proc.stderr, proc.stderr
+
+
+def topology_processes(root: Path, config: Path) -> dict[int, str]:
+    """Live processes of a topology: their command line names its file, or they run in a
+    directory under it (Spark's JVM, started by a load, names neither the file nor dcmirror)."""
+    found = {}
+    for pid in Path("/proc").iterdir():
+        if not pid.name.isdigit() or int(pid.name) == os.getpid():
+            continue
+        try:
+            state = (pid / "stat").read_text().split(") ", 1)[1][0]
+            cwd = os.readlink(pid / "cwd")
+            argv = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if state != "Z" and (str(config) in argv or cwd.startswith(str(root))):
+            found[int(pid.name)] = argv[:160]
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kill_9_of_up_leaves_no_process_of_the_topology(tmp_path: Path, up_runs: Callable[[Path], UpRun]) -> None:
+    """`dcmirror up` killed with SIGKILL while a scheduled warehouse load (Spark: a Python
+    process and its JVM) is running: every broker, worker and load process stops by itself
+    (deploy.lifeline), brokers with a controlled shutdown."""
+    config = write_topology(tmp_path, {"east": 2, "aggregate": 1}, topics=[("east", "pageviews", 3, 2)],
+                            flows=[("east", "aggregate", "pageviews", 1)],
+                            extra='[warehouse]\nsource = "aggregate"\nconfig = { "load.interval.ms" = 2000 }\n')
+    up = up_runs(config)
+    up.wait_for_line("dcmirror up: ready", 120)
+    load_log = tmp_path / "warehouse" / "_logs" / "load.log"
+    wait_until(lambda: load_log.exists() and "loading aggregate" in load_log.read_text(), 120,
+               "a scheduled load running", up.output)
+    wait_until(lambda: any("java" in argv for argv in topology_processes(tmp_path, config).values()), 60,
+               "the load's Spark JVM", up.output)
+    before = topology_processes(tmp_path, config)
+    print(f"{len(before)} processes of the topology before the kill:\n" + "\n".join(before.values()))
+    assert len(before) >= 6, before  # 3 brokers, a worker, the load and its JVM
+    os.kill(up.proc.pid, signal.SIGKILL)
+    up.proc.wait(10)
+    started = time.monotonic()
+    wait_until(lambda: not topology_processes(tmp_path, config), 90, "every process of the topology gone",
+               lambda: "\n".join(topology_processes(tmp_path, config).values()))
+    print(f"all gone {time.monotonic() - started:.1f} s after kill -9 of up")
+    for node in ("east/node-1.log", "east/node-2.log", "aggregate/node-1.log"):
+        text = (tmp_path / "data" / node).read_text()
+        assert "the supervising process is gone" in text, f"{node}:\n{text[-2000:]}"
