@@ -337,7 +337,7 @@ def wait_mirrored(topology: Topology, offsets: dict[tuple[str, str, int], tuple[
                   timeout_s: float) -> tuple[float, int]:
     """Until every source partition is reported by a live worker as copied to its end (lag 0
     at the log end offset we know). Returns (seconds waited, largest lag seen)."""
-    from deploy.mirror_cmd import LIVE_WORKER_AGE_S, flow_reports
+    from deploy.mirror_cmd import flow_reports
 
     started = time.monotonic()
     last_print = 0.0
@@ -346,7 +346,7 @@ def wait_mirrored(topology: Topology, offsets: dict[tuple[str, str, int], tuple[
         reported: dict[tuple[str, str, int], int] = {}  # source offset copied up to
         for f in flow_reports(topology, list(topology.mirrors)):
             for w in f["workers"]:
-                if w["age_s"] >= LIVE_WORKER_AGE_S:
+                if not w.get("reachable"):
                     continue
                 for p in w.get("partitions", []):
                     key = (f["source"], p["topic"], p["partition"])

@@ -5,9 +5,11 @@
     dcmirror mirror --config FILE --flow NAME --worker N     one worker in this process
     dcmirror mirror status --config FILE [--json]            what the workers last reported
 
-Each worker writes its status (per partition lag, throughput, claims, data loss) every
-second to <state dir>/<flow>/<worker>.json, the state dir being `mirror` next to the target
-cluster's data directory.
+Each worker serves its status (per partition lag, throughput, claims, data loss, last
+problem) on its admin HTTP (`workers_http`, or config http.port.base) at /v1/status, which
+`mirror status` and `dcmirror status` ask over the network (deploy/status_http.py). It also
+writes it every second to <state dir>/<flow>/<worker>.json, the state dir being `mirror` next
+to the target cluster's data directory: what status reads for flows without addresses.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import argparse
 import functools
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -28,6 +32,7 @@ import trio
 log = logging.getLogger("dcmirror.mirror")
 
 STATUS_INTERVAL_S = 1.0
+STATUS_TIMEOUT_S = 3.0
 WORKER_STOP_TIMEOUT_S = 30.0  # then SIGKILL (a worker hands its partitions over on SIGTERM)
 
 
@@ -36,7 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     mirror.add_argument("action", nargs="?", choices=["run", "status", "translate"], default="run")
     mirror.add_argument("--config", required=True, help="topology file")
     mirror.add_argument("--flow", help="only this flow (default: every flow of the file)")
-    mirror.add_argument("--worker", type=int, help="run worker N of --flow in this process")
+    mirror.add_argument("--worker", type=worker_index,
+                        help="run worker N of --flow in this process; `hostname`: N is the number ending the "
+                             "host name (a Kubernetes StatefulSet pod's ordinal, e.g. mirror-east-3 -> 3)")
+    mirror.add_argument("--name", help="with --worker: the worker's identity in heartbeats, status and metrics "
+                                       "(default FLOW-wN); unique per flow")
+    mirror.add_argument("--timeout", type=float, default=STATUS_TIMEOUT_S,
+                        help=f"status: seconds to wait for each worker's answer (default {STATUS_TIMEOUT_S:g})")
     mirror.add_argument("--json", action="store_true", help="status, translate: one JSON document")
     mirror.add_argument("--group", help="translate: the source consumer group to move to the target")
     mirror.add_argument("--live", action="store_true",
@@ -46,6 +57,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help="translate: commit the translated offsets for the group in the target "
                              "(the group must have no active members there)")
     mirror.set_defaults(func=cmd_mirror)
+
+
+def worker_index(text: str) -> int:
+    """--worker N, or `hostname`: the ordinal ending this host's name (StatefulSet pod-N)."""
+    if text == "hostname":
+        host = os.environ.get("HOSTNAME") or socket.gethostname()
+        match = re.search(r"-(\d+)$", host.split(".")[0])
+        if match is None:
+            raise argparse.ArgumentTypeError(f"--worker hostname: host name {host!r} does not end in -N "
+                                             "(a StatefulSet pod's ordinal)")
+        return int(match.group(1))
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"--worker takes a worker number or `hostname`, not {text!r}")
+    return int(text)
 
 
 def state_dir(topology: Any, flow: Any) -> Path:
@@ -63,7 +88,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         print(f"dcmirror mirror: {exc}", file=sys.stderr)
         return 1
     if args.action == "status":
-        return show_status(topology, flows, as_json=args.json)
+        return show_status(topology, flows, as_json=args.json, timeout_s=args.timeout)
     if args.action == "translate":
         if not args.group:
             print("dcmirror mirror translate: --group is required", file=sys.stderr)
@@ -73,8 +98,12 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         if args.flow is None:
             print("dcmirror mirror: --worker needs --flow", file=sys.stderr)
             return 1
+        if not 0 <= args.worker < flows[0].workers:
+            print(f"dcmirror mirror: flow {flows[0].name} has {flows[0].workers} worker(s), numbered "
+                  f"0 to {flows[0].workers - 1}; there is no worker {args.worker}", file=sys.stderr)
+            return 1
         try:
-            return run_worker(topology, flows[0], args.worker)
+            return run_worker(topology, flows[0], args.worker, args.name)
         except ValueError as exc:  # a bad http.* setting (named), before the worker starts
             print(f"dcmirror mirror: {exc}", file=sys.stderr)
             return 1
@@ -92,11 +121,12 @@ def worker_http_security(config: Any) -> Any:
         https_context(Path(config.http_keystore), "http.ssl.keystore.location") if config.http_keystore else None)
 
 
-def run_worker(topology: Any, flow: Any, index: int) -> int:
-    from mirror.worker import MirrorWorker
+def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) -> int:
+    from mirror.worker import MirrorWorker, ProblemRecorder
 
-    name = f"{flow.name}-w{index}"
+    name = name or f"{flow.name}-w{index}"
     worker = MirrorWorker(topology, flow, name)
+    logging.getLogger("dcmirror").addHandler(ProblemRecorder(worker))  # its last warning, in its status
     http_security = worker_http_security(worker.config)  # bad settings fail the start, naming the setting
     out = state_dir(topology, flow) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,11 +147,13 @@ def run_worker(topology: Any, flow: Any, index: int) -> int:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(worker.run)
                 nursery.start_soon(report)
-                if worker.config.http_port_base:
+                address = flow.http_address(index)
+                if address is not None:
                     from cluster.common.admin_http import serve
 
-                    nursery.start_soon(functools.partial(serve, security=http_security), worker.config.http_host,
-                                       worker.config.http_port_base + index, worker.routes())
+                    bind_host = flow.config.get("http.host", address[0])  # e.g. 0.0.0.0 in a pod
+                    nursery.start_soon(functools.partial(serve, security=http_security), bind_host, address[1],
+                                       worker.routes())
                 async for signum in signals:
                     log.info("worker %s: %s, handing its partitions over", name, signal.Signals(signum).name)
                     with trio.move_on_after(90):
@@ -148,44 +180,40 @@ def worker_argv(config: str, flow: str, index: int) -> list[str]:
     return [sys.executable, "-m", "deploy.cli", "mirror", "--config", config, "--flow", flow, "--worker", str(index)]
 
 
-LIVE_WORKER_AGE_S = 10.0  # a status file older than this is from a worker that is gone
+def flow_reports(topology: Any, flows: list[Any], timeout_s: float = STATUS_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Per flow: its workers' state, over their admin HTTP (deploy/status_http.py)."""
+    from deploy.status_http import flow_reports as gather
+
+    return trio.run(gather, topology, flows, timeout_s, state_dir)
 
 
-def flow_reports(topology: Any, flows: list[Any]) -> list[dict[str, Any]]:
-    """Per flow: what its workers last reported in their status files (live ones counted)."""
-    now_ms = time.time() * 1000
-    report = []
-    for flow in flows:
-        workers = []
-        for path in sorted(state_dir(topology, flow).glob("*.json")):
-            try:
-                status = orjson.loads(path.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                continue
-            status["age_s"] = (now_ms - status.get("reported_ms", 0)) / 1000
-            workers.append(status)
-        live = [w for w in workers if w["age_s"] < LIVE_WORKER_AGE_S]
-        report.append({"flow": flow.name, "source": flow.source, "target": flow.target, "workers": workers,
-                       "live_workers": len(live), "lag_records": sum(w.get("lag_records", 0) for w in live),
-                       "records": sum(w.get("records", 0) for w in live),
-                       "data_loss_records": sum(w.get("data_loss_records", 0) for w in workers)})
-    return report
-
-
-def show_status(topology: Any, flows: list[Any], *, as_json: bool) -> int:
-    report = flow_reports(topology, flows)
+def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: float = STATUS_TIMEOUT_S) -> int:
+    report = flow_reports(topology, flows, timeout_s)
     if as_json:
         print(orjson.dumps(report).decode())
-        return 0
+        return 0 if all(f["live_workers"] == len(f["workers"]) or f["via"] == "files" for f in report) else 1
+    healthy = True
     for f in report:
         print(f"flow {f['flow']}: {f['source']} -> {f['target']}: {f['live_workers']} live worker(s), "
               f"{f['records']} records mirrored, lag {f['lag_records']} records"
-              + (f", DATA LOSS {f['data_loss_records']} records" if f["data_loss_records"] else ""))
+              + (f", DATA LOSS {f['data_loss_records']} records" if f["data_loss_records"] else "")
+              + ("" if f["via"] == "http" else " (from this host's status files: the flow declares no worker "
+                                               "admin HTTP addresses)"))
         for w in f["workers"]:
+            where = f" at {w['address']}" if w.get("address") else ""
+            if not w.get("reachable"):
+                healthy = False
+                why = w.get("error") or f"last reported {w.get('age_s', 0):.0f} s ago"
+                print(f"  {w['worker']}{where}: NOT ANSWERING ({why})")
+                continue
             parts = ", ".join(f"{p['topic']}-{p['partition']} lag {p['lag_records']}" for p in w.get("partitions", []))
-            print(f"  {w['worker']}: reported {w['age_s']:.1f} s ago, {w.get('records', 0)} records, "
-                  f"{w.get('records_per_s', 0):.0f}/s, claims {w.get('claims', 0)}; {parts or 'no partitions'}")
-    return 0
+            rate = w.get("records_per_s_recent")
+            rate_text = f"{rate:.0f}/s now" if rate is not None else f"{w.get('records_per_s', 0):.0f}/s"
+            problem = w.get("last_problem")
+            print(f"  {w['worker']}{where}: {w.get('records', 0)} records, {rate_text}, claims {w.get('claims', 0)}; "
+                  f"{parts or 'no partitions'}"
+                  + (f"; last problem {problem['level']}: {problem['message']}" if problem else ""))
+    return 0 if healthy else 1
 
 
 async def translate_group(topology: Any, flows: list[Any], group: str, live: bool, apply: bool, as_json: bool) -> int:

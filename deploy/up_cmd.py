@@ -37,9 +37,11 @@ import orjson
 import trio
 
 from deploy.health import ClusterHealth, cluster_health
-from deploy.mirror_cmd import LIVE_WORKER_AGE_S, flow_reports, worker_argv
 from deploy.mirror_cmd import state_dir as mirror_state_dir
+from deploy.mirror_cmd import worker_argv
 from deploy.processes import ChildSpec, ProcessSupervisor
+from deploy.status_http import flow_reports as gather_flows
+from deploy.status_http import flow_workers_from_files
 from topology import ClusterSpec, Topology, TopologyError, load
 
 READY_POLL_S = 0.25
@@ -289,9 +291,9 @@ class Up:
         missing = list(want)
         with trio.move_on_after(self.timeout_s):
             while True:
-                reported = {(w["flow"], w["worker"]): w.get("pid")
-                            for f in flow_reports(self.topology, list(self.topology.mirrors))
-                            for w in f["workers"] if w["age_s"] < 5}
+                reported = {(w["flow"], w["worker"]): w.get("pid")  # this host's own children: their files
+                            for f in self.topology.mirrors
+                            for w in flow_workers_from_files(mirror_state_dir(self.topology, f)) if w["age_s"] < 5}
                 missing = [name for name, (flow, i) in want.items()
                            if reported.get((flow, f"{flow}-w{i}")) != self.sup.pid(name) or self.sup.pid(name) is None]
                 if not missing:
@@ -417,11 +419,14 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
     clusters = [healths[name].document() for name in topology.clusters]
     problems = [f"cluster {h['cluster']}: {p}" for h in clusters for p in h["problems"]]
     flows = []
-    for f in flow_reports(topology, list(topology.mirrors)):
+    for f in await gather_flows(topology, list(topology.mirrors), timeout_s, mirror_state_dir):
         spec = next(m for m in topology.mirrors if m.name == f["flow"])
-        live = [w for w in f["workers"] if w["age_s"] < LIVE_WORKER_AGE_S]
+        live = [w for w in f["workers"] if w.get("reachable")]
         lags = [p.get("lag_s") for w in live for p in w.get("partitions", [])]
         flow = {"flow": f["flow"], "source": f["source"], "target": f["target"], "workers": spec.workers,
+                "via": f["via"], "worker_states": [
+                    {k: w.get(k) for k in ("worker", "address", "reachable", "error", "records", "lag_records",
+                                           "records_per_s_recent", "last_problem")} for w in f["workers"]],
                 "live_workers": f["live_workers"], "records": f["records"],
                 "lag_records": f["lag_records"] if live else None,
                 "lag_s_max": max((x for x in lags if x is not None), default=0.0) if live else None,
@@ -429,7 +434,10 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
                 "data_loss_records": f["data_loss_records"]}
         flows.append(flow)
         if f["live_workers"] < spec.workers:
-            problems.append(f"flow {f['flow']}: {f['live_workers']} of {spec.workers} workers reporting")
+            silent = [f"{w['worker']} at {w['address']}: {w['error']}" for w in f["workers"]
+                      if not w.get("reachable") and w.get("error")]
+            problems.append(f"flow {f['flow']}: {f['live_workers']} of {spec.workers} workers reporting"
+                            + (" (" + "; ".join(silent) + ")" if silent else ""))
         if flow["lag_s_max"] is not None and flow["lag_s_max"] > LAGGING_FLOW_S:
             problems.append(f"flow {f['flow']}: lagging: {flow['lag_records']:,} records to copy, the oldest waiting "
                             f"{flow['lag_s_max']:.0f} s (more than {LAGGING_FLOW_S:.0f} s)")

@@ -16,6 +16,7 @@ committed offsets follow behind, for lag and tools.
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import socket
@@ -127,6 +128,27 @@ class WorkerConfig:
         return c
 
 
+class ProblemRecorder(logging.Handler):
+    """Keeps a worker's last warning or error (message and time) for its status: what an
+    operator looking at `dcmirror mirror status` from another host wants before the logs."""
+
+    def __init__(self, worker: MirrorWorker) -> None:
+        super().__init__(logging.WARNING)
+        self.worker = worker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        self.worker.last_problem = {"level": record.levelname, "message": message[:PROBLEM_MAX_CHARS],
+                                    "at_ms": int(record.created * 1000)}
+
+
+PROBLEM_MAX_CHARS = 500
+RATE_WINDOW_MS = 10_000  # records_per_s_recent: over about the last 10 s of status calls
+
+
 class MirrorWorker:
     def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -141,6 +163,8 @@ class MirrorWorker:
         self.topics: dict[str, str] = {}  # source topic -> target topic
         self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "skipped_cycle": 0, "data_loss_records": 0,
                                         "claims": 0, "fenced": 0, "started_ms": clock.now_ms()}
+        self.last_problem: dict[str, Any] | None = None
+        self._rate_samples: collections.deque[tuple[int, int]] = collections.deque(maxlen=64)
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._source_admin: Admin | None = None
@@ -595,10 +619,17 @@ class MirrorWorker:
                           "record_age_s": None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000,
                           "lag_s": lag_s, "source_silent_s": silent_s})
         uptime = max(1e-9, (self.clock.now_ms() - self.metrics["started_ms"]) / 1000)
+        samples = self._rate_samples
+        samples.append((now_ms, self.metrics["records"]))
+        while len(samples) > 2 and now_ms - samples[1][0] >= RATE_WINDOW_MS:
+            samples.popleft()
+        span_ms = now_ms - samples[0][0]
+        recent = (self.metrics["records"] - samples[0][1]) * 1000 / span_ms if span_ms > 0 else None
         return {"flow": self.flow.name, "worker": self.name, "source": self.flow.source, "target": self.flow.target,
                 "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_ms"},
-                "records_per_s": self.metrics["records"] / uptime, "lag_records": sum(p["lag_records"] or 0 for p in parts),
-                "partitions": parts}
+                "records_per_s": self.metrics["records"] / uptime, "records_per_s_recent": recent,
+                "lag_records": sum(p["lag_records"] or 0 for p in parts), "uptime_s": uptime,
+                "last_problem": self.last_problem, "partitions": parts}
 
 
     def prometheus(self) -> bytes:

@@ -74,7 +74,8 @@ CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "c
 _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
-MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config")
+MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config",
+               "workers_http")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
@@ -341,7 +342,7 @@ class _Loader:
         key = (host.lower(), port)
         if key in self.addresses:
             self.fail(path, f"address {value!r} is already used by {self.where(self.addresses[key])}; "
-                            "every broker and controller needs its own host:port")
+                            "every broker, controller and mirror worker needs its own host:port")
         self.addresses[key] = path
         return NodeAddress(node_id, host, port)
 
@@ -624,9 +625,19 @@ class _Loader:
                               f"unknown mirror config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                               + "; known: " + ", ".join(MIRROR_CONFIG_KEYS + MIRROR_HTTP_KEYS)
                               + ", producer.*, consumer.*, source.*, target.*")
+            workers_http: tuple[NodeAddress, ...] = ()
+            if "workers_http" in table:
+                listed = table["workers_http"]
+                if isinstance(listed, list) and len(listed) != workers:
+                    self.fail(path + ("workers_http",), f"lists {len(listed)} address(es); the flow has {workers} "
+                                                        "worker(s): one \"host:port\" per worker, worker 0 first")
+                workers_http = self.nodes(table, path, "workers_http", first_id=0, low=workers, high=workers)
+                if "http.port.base" in config:
+                    self.fail(path + ("workers_http",), "give the workers' admin HTTP addresses either here or "
+                                                        "with config http.port.base, not both")
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
-                                      groups=groups, config=config))
+                                      groups=groups, config=config, workers_http=workers_http))
             templates.append(template)
         self.check_collisions(mirrors, templates, clusters, topics)
         self.check_cycles(mirrors, templates)

@@ -15,8 +15,9 @@ DEFAULT_RENAME = "{source}.{topic}"
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base")
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
-# The workers' admin HTTP (http.port.base): bind address, bearer token (a reference), HTTPS keystore.
-MIRROR_HTTP_KEYS = ("http.host", "http.auth.token", "http.ssl.keystore.location")
+# The workers' admin HTTP (workers_http, or http.port.base): bind address, bearer token (a
+# reference), HTTPS keystore, and the CA `dcmirror status` verifies it with.
+MIRROR_HTTP_KEYS = ("http.host", "http.auth.token", "http.ssl.keystore.location", "http.ssl.ca.location")
 RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
 # The warehouse's `config` keys (spark_aggregate/settings.py reads them, with their types and
 # defaults); spark.* and kafka.* pass through to Spark and to the cluster client.
@@ -183,6 +184,20 @@ class MirrorSpec:
     groups: str | None = None
     """Regex of source consumer groups whose offsets are translated to the target."""
     config: dict[str, str] = field(default_factory=dict, hash=False)
+    workers_http: tuple[NodeAddress, ...] = ()
+    """Where worker i serves its admin HTTP (/healthz, /metrics, /v1/status), one per worker
+    (node_id = i): where it binds (unless config http.host says otherwise) and where `dcmirror
+    status` reaches it. Empty: config http.port.base (http.host:base+i), or no admin HTTP."""
+
+    def http_address(self, index: int) -> tuple[str, int] | None:
+        """Where worker `index` serves its admin HTTP, as other hosts reach it; None: it has none."""
+        if self.workers_http:
+            address = self.workers_http[index]
+            return address.host, address.port
+        base = int(self.config.get("http.port.base", "0") or 0)
+        if base:
+            return self.config.get("http.host", "127.0.0.1"), base + index
+        return None
 
     def matches(self, topic: str) -> bool:
         """Whether this flow copies source topic ``topic``."""

@@ -350,7 +350,8 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
     """``topology`` as the lab runs it: every node at its host's address (same port: each has
     its own namespace), its more listeners too (a secured cluster's plaintext loopback
     listener stays on loopback: the host's own), every cluster's data under
-    ``work_dir/data/<cluster>``, the warehouse under ``work_dir/warehouse``."""
+    ``work_dir/data/<cluster>``, the warehouse under ``work_dir/warehouse``, mirror workers'
+    admin HTTP on their mirror host's address."""
     clusters = {}
     for name, c in topology.clusters.items():
         def moved(addresses: Sequence[NodeAddress], cluster: str = name) -> tuple[NodeAddress, ...]:
@@ -361,7 +362,19 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
                      for listener, addresses in c.listeners.items()}
         clusters[name] = dataclasses.replace(c, brokers=moved(c.brokers), controllers=moved(c.controllers),
                                              listeners=listeners, data_dir=work_dir / "data" / name)
+    # Mirror workers run on their target datacenter's mirror host: their admin HTTP too, so
+    # `dcmirror status` from the root namespace asks them across the lab's network.
+    mirrors = []
+    for f in topology.mirrors:
+        host = str(plan.mirror_host(topology.cluster(f.target).datacenter).address)
+        if f.workers_http:
+            f = dataclasses.replace(f, workers_http=tuple(NodeAddress(a.node_id, host, a.port)
+                                                          for a in f.workers_http))
+        elif f.config.get("http.port.base") and f.config.get("http.host", "127.0.0.1") in ("127.0.0.1", "localhost"):
+            f = dataclasses.replace(f, config={**f.config, "http.host": host})
+        mirrors.append(f)
     warehouse = topology.warehouse
     if warehouse is not None:
         warehouse = dataclasses.replace(warehouse, path=work_dir / "warehouse")
-    return dataclasses.replace(topology, path=work_dir / "topology.toml", clusters=clusters, warehouse=warehouse)
+    return dataclasses.replace(topology, path=work_dir / "topology.toml", clusters=clusters, warehouse=warehouse,
+                               mirrors=tuple(mirrors))

@@ -21,9 +21,10 @@ from tests.harness import REPO, free_port
 
 def write_topology(root: Path, sizes: dict[str, int], *, topics: list[tuple[str, str, int, int]] = (),  # type: ignore[assignment]
                    flows: list[tuple[str, str, str, int]] = (),  # type: ignore[assignment]
-                   extra: str = "") -> Path:
+                   extra: str = "", workers_http: bool = False) -> Path:
     """clusters name -> broker count on free ports (datacenter = cluster name, data under
-    root/data/NAME); topics (cluster, name, partitions, rf); flows (source, target, regex, workers)."""
+    root/data/NAME); topics (cluster, name, partitions, rf); flows (source, target, regex, workers),
+    with workers_http: each worker's admin HTTP address declared (free loopback ports)."""
     root.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     for name, size in sizes.items():
@@ -36,7 +37,10 @@ def write_topology(root: Path, sizes: dict[str, int], *, topics: list[tuple[str,
                   f"replication_factor = {rf}", ""]
     for source, target, regex, workers in flows:
         lines += ["[[mirrors]]", f'source = "{source}"', f'target = "{target}"', f"topics = {json.dumps(regex)}",
-                  f"workers = {workers}", 'config = { "topic.refresh.ms" = "1000" }', ""]
+                  f"workers = {workers}", 'config = { "topic.refresh.ms" = "1000" }']
+        if workers_http:  # each worker's admin HTTP on a free loopback port
+            lines.append("workers_http = [" + ", ".join(f'"127.0.0.1:{free_port()}"' for _ in range(workers)) + "]")
+        lines.append("")
     path = root / "topology.toml"
     path.write_text("\n".join(lines) + extra)
     return path

@@ -5,6 +5,10 @@ healthy again once it is restarted and caught up."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,10 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.conftest import dcmirror, status
+from cluster.client.sync import SyncProducer
+from tests.deploy.conftest import UpRun, dcmirror, status, write_topology
 from tests.harness import REPO, ClusterProcesses
+from topology import load
 
 PARTITIONS = 4
+RECORDS = 400
 
 
 def poll_status(config: Path, accept: Callable[[int, dict[str, Any]], bool], timeout_s: float,
@@ -92,3 +99,64 @@ def test_status_of_a_bad_topology_file_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "brokerz" in proc.stderr, proc.stderr
     proc = dcmirror("up", "--config", str(tmp_path / "missing.toml"))
     assert proc.returncode == 2 and "missing.toml" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_status_asks_mirror_workers_over_http_from_another_host_and_names_the_one_that_stops_answering(
+        tmp_path: Path, up_runs: Callable[[Path], UpRun]) -> None:
+    """Workers declare their admin HTTP (`workers_http`); `dcmirror status` and `dcmirror
+    mirror status` run with a copy of the topology in another directory (as on another host:
+    none of the workers' status files), and get every worker's partitions, lag, throughput
+    and records over HTTP. A worker stopped with SIGSTOP (its host hangs: connections open,
+    nothing answers) is shown as not answering within the timeout, the others still count,
+    and the command returns within its bound."""
+    config = write_topology(tmp_path / "run", {"east": 1, "aggregate": 1}, topics=[("east", "pageviews", 4, 1)],
+                            flows=[("east", "aggregate", "pageviews", 2)], workers_http=True)
+    elsewhere = tmp_path / "operator-laptop" / "topology.toml"
+    elsewhere.parent.mkdir()
+    shutil.copy(config, elsewhere)
+    up = up_runs(config)
+    up.wait_for_line("dcmirror up: ready", 120)
+    flow = load(config).mirrors[0]
+    with SyncProducer({"bootstrap.servers": load(config).cluster("east").bootstrap(), "acks": "all"}) as p:
+        for i in range(RECORDS):
+            p.produce("pageviews", b"v%d" % i, partition=i % 4)
+        p.flush(30)
+
+    def mirror_status() -> tuple[int, list[dict[str, Any]]]:
+        proc = dcmirror("mirror", "status", "--config", str(elsewhere), "--json", "--timeout", "1")
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+    deadline = time.monotonic() + 60
+    while True:
+        code, (report,) = mirror_status()
+        if report["records"] == RECORDS and report["lag_records"] == 0:
+            break
+        assert time.monotonic() < deadline, f"never mirrored {RECORDS} records: {report}"
+        time.sleep(0.5)
+    assert code == 0 and report["via"] == "http" and report["live_workers"] == 2
+    assert sorted(w["address"] for w in report["workers"]) == sorted(str(a) for a in flow.workers_http)
+    assert sorted((p["topic"], p["partition"]) for w in report["workers"] for p in w["partitions"]) == [
+        ("pageviews", p) for p in range(4)]
+    assert all(w["reachable"] and w["last_problem"] is None for w in report["workers"])
+    assert not (elsewhere.parent / "data").exists(), "status read files on the 'other host'"
+
+    stopped = up.child_pids()["mirror east-to-aggregate-w1"]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        code, doc = status(elsewhere)
+        took_s = time.monotonic() - started
+        print(f"status with one worker stopped: exit {code} in {took_s:.1f} s; problems {doc['problems']}")
+        (f,) = doc["flows"]
+        assert code == 1 and f["live_workers"] == 1 and f["via"] == "http"
+        silent = [w for w in f["worker_states"] if not w["reachable"]]
+        assert [(w["worker"], w["address"]) for w in silent] == [("east-to-aggregate-w1", str(flow.workers_http[1]))]
+        assert silent[0]["error"] == "no answer within 3 s"
+        assert any("1 of 2 workers reporting" in p and "east-to-aggregate-w1" in p for p in doc["problems"])
+        assert took_s < 15, "status waited on the silent worker longer than its timeout"
+        code, (report,) = mirror_status()
+        assert code == 1 and report["live_workers"] == 1 and report["records"] > 0
+    finally:
+        os.kill(stopped, signal.SIGCONT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -103,7 +104,13 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
         assert [(a.node_id, a.host) for a in cluster.brokers] == [
             (a.node_id, str(plan.node_host(name, a.node_id).address)) for a in before.brokers]
         assert (cluster.datacenter, cluster.config) == (before.datacenter, before.config)
-    assert lab.topics == original.topics and lab.mirrors == original.mirrors and lab.defaults == original.defaults
+    assert lab.topics == original.topics and lab.defaults == original.defaults
+    # mirror workers (and their admin HTTP) live on the target datacenter's mirror host
+    mirror_host = str(plan.mirror_host("central").address)
+    assert [[(a.host, a.port) for a in f.workers_http] for f in lab.mirrors] == [
+        [(mirror_host, a.port) for a in f.workers_http] for f in original.mirrors]
+    assert [dataclasses.replace(f, workers_http=()) for f in lab.mirrors] == [
+        dataclasses.replace(f, workers_http=()) for f in original.mirrors]
     assert lab.warehouse is not None and original.warehouse is not None
     assert lab.warehouse.path == tmp_path / "warehouse" and lab.warehouse.topics == original.warehouse.topics
     # What `lab up` writes is what the children load back.

@@ -112,10 +112,11 @@ def test_default_topology_loads_with_expected_nodes(tmp_path: Path) -> None:
         ("sasl.username", "mirror"), ("sasl.password", f"${{file:{tmp_path}/secrets/passwords.properties:mirror}}"))}
     assert topo.mirrors == (
         MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login),
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 19500), NodeAddress(1, "127.0.0.1", 19501))),
         MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login),
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 29500), NodeAddress(1, "127.0.0.1", 29501))),
     )
+    assert topo.mirrors[0].http_address(1) == ("127.0.0.1", 19501)
     assert topo.warehouse == WarehouseSpec("aggregate", tmp_path / "warehouse", ".*", {})
     assert topo.defaults == Defaults(6, 3, {})
 
@@ -425,7 +426,7 @@ def test_same_address_twice_in_one_cluster() -> None:
     text = TWO_CLUSTERS.replace('"127.0.0.1:19094"', '"127.0.0.1:19092"')
     assert_error(err(text), "clusters.east.brokers[2]", 3,
                  "address '127.0.0.1:19092' is already used by clusters.east.brokers[0] (line 3); "
-                 "every broker and controller needs its own host:port")
+                 "every broker, controller and mirror worker needs its own host:port")
 
 
 def test_same_address_across_clusters_and_controllers() -> None:
@@ -1029,8 +1030,8 @@ def test_listeners_give_every_broker_its_addresses_and_clients_their_bootstrap()
     ('LOCAL = ["127.0.0.1:19098", "127.0.0.1:19099"]', "clusters.east.listeners.LOCAL",
      'must be an array of 2 "host:port" strings, one per broker in the order of `brokers`'),
     ('LOCAL = ["127.0.0.1:19098", "127.0.0.1:19092"]', "clusters.east.listeners.LOCAL[1]",
-     "address '127.0.0.1:19092' is already used by clusters.east.brokers[0] (line 3); every broker and controller "
-     "needs its own host:port"),
+     "address '127.0.0.1:19092' is already used by clusters.east.brokers[0] (line 3); every broker, controller "
+     "and mirror worker needs its own host:port"),
     ('OTHER = ["127.0.0.1:19198", "127.0.0.1:19199"]', "clusters.east.listeners.OTHER",
      'listener OTHER has no protocol: name it after one (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or map it in '
      'config "listener.security.protocol.map" (e.g. "OTHER:SASL_SSL")'),
