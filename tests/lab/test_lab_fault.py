@@ -22,12 +22,15 @@ No randomness: there is no seed.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import statistics
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.deploy.conftest import pids_with, status
 from tests.lab.lab import (
     AggregateTail,
     LabRun,
@@ -36,6 +39,7 @@ from tests.lab.lab import (
     tcp_connect_ms,
 )
 from tests.mirror.lab import NotReady, SourceWriter, compare, end_offsets, read_topic, wait_for
+from topology import load
 
 LATENCY_MS = 30.0
 CUT_S = 30.0
@@ -76,12 +80,44 @@ name = "events"
 source = "east"
 target = "aggregate"
 topics = "events"
+workers_http = ["127.0.0.1:9500"]
 
 [[mirrors]]
 source = "west"
 target = "aggregate"
 topics = "events"
+workers_http = ["127.0.0.1:9501"]
 """
+
+
+def _status_over_the_lab_network(lab: LabRun) -> None:
+    """`dcmirror status` from the root namespace against the lab's topology: brokers over the
+    Kafka protocol, mirror workers over their admin HTTP on the mirror host's lab address (no
+    status files: the topology copy sits in a directory of its own). Then the west worker's
+    process is stopped (SIGSTOP: its host hangs) and status names it, within its timeout."""
+    topology = load(lab.topology)
+    elsewhere = lab.work_dir.parent / "operator" / "topology.toml"
+    elsewhere.parent.mkdir(exist_ok=True)
+    shutil.copy(lab.topology, elsewhere)
+    mirror_host = lab.state()["plan"]
+    code, doc = status(elsewhere)
+    addresses = {f["flow"]: [w["address"] for w in f["worker_states"]] for f in doc["flows"]}
+    print(f"dcmirror status over the lab network: exit {code}, workers at {addresses}, problems {doc['problems']}")
+    assert code == 0 and all(f["via"] == "http" and f["live_workers"] == 1 for f in doc["flows"]), doc
+    assert addresses == {f.name: [str(f.workers_http[0])] for f in topology.mirrors}
+    assert all(not a.startswith("127.") for a in sum(addresses.values(), [])), (addresses, mirror_host)
+    (pid,) = pids_with("--flow west-to-aggregate --worker 0")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        code, doc = status(elsewhere)
+        took_s = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print(f"with west's worker stopped: exit {code} in {took_s:.1f} s; problems {doc['problems']}")
+    silent = {w["worker"]: w["error"] for f in doc["flows"] for w in f["worker_states"] if not w["reachable"]}
+    assert code == 1 and silent == {"west-to-aggregate-w0": "no answer within 3 s"}, doc
+    assert took_s < 15
 
 
 def _p50(samples: list[float]) -> float:
@@ -90,7 +126,7 @@ def _p50(samples: list[float]) -> float:
 
 
 def _status_lag(lab: LabRun) -> dict[str, tuple[int, float]]:
-    """flow -> (lag_records, largest lag_s) from the workers' status files."""
+    """flow -> (lag_records, largest lag_s) from the workers' status (their admin HTTP)."""
     out = {}
     for f in lab.mirror_status():
         lag_s = [p.get("lag_s") or 0.0 for w in f["workers"] if w["age_s"] < 5 for p in w["partitions"]]
@@ -198,7 +234,7 @@ def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> Non
             timings["cut"] = healed_at - cut_at
             west_max = max(w for _, _, w in samples)
             print(f"during the cut: east lag {samples[0][1]:.1f} s -> {east_at_heal:.1f} s, west lag at most "
-                  f"{west_max:.2f} s; the workers' status files said (lag records, lag s) {status_during}")
+                  f"{west_max:.2f} s; the workers' status (over their admin HTTP) said (lag records, lag s) {status_during}")
             assert east_at_heal >= CUT_S - 5, samples
             east_flow = next(flow for flow in status_during if flow.startswith("east"))
             assert status_during[east_flow][1] >= CUT_S / 2 - 5, \
@@ -248,6 +284,7 @@ def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> Non
                     f"{dc}.events partition {p}: not each record once in order"
             print(f"{dc}: {total} records written, each in the aggregate once and in order "
                   f"({result.fences} fences)")
+        _status_over_the_lab_network(lab)
         wan = lab.status()["wan"]
         if wan is not None:
             cpu_s = _cpu_s(wan["pid"])
