@@ -51,7 +51,6 @@ PAGES = 200
 UP_READY_TIMEOUT_S = 180.0
 MIRROR_TIMEOUT_S = 180.0
 LOAD_TIMEOUT_S = 600.0
-SQL_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 90.0
 PROGRESS_INTERVAL_S = 2.0
 ADDRESS = re.compile(r'"127\.0\.0\.1:(\d+)"')
@@ -395,21 +394,7 @@ def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tu
     return code, "\n".join(lines), time.monotonic() - started
 
 
-def warehouse_sql(config: Path, query: str) -> tuple[list[dict[str, Any]], float]:
-    """`dcmirror warehouse sql --json`: (rows, seconds)."""
-    code, output, seconds = run_dcmirror(["warehouse", "sql", "--config", str(config), "--json", query], config.parent,
-                                   SQL_TIMEOUT_S, echo=False)
-    if code != 0:
-        tail = "\n".join(output.splitlines()[-15:])
-        raise DemoFailed(f"dcmirror warehouse sql failed ({code}):\n{tail}")
-    last = output.strip().splitlines()[-1] if output.strip() else "[]"
-    try:
-        rows = json.loads(last)
-    except json.JSONDecodeError:
-        raise DemoFailed(f"dcmirror warehouse sql --json: the last line is not JSON: {last[:200]!r}") from None
-    if not isinstance(rows, list):
-        raise DemoFailed(f"dcmirror warehouse sql --json: expected a JSON array, got {last[:200]!r}")
-    return rows, seconds
+QUERY_LINE = re.compile(r"^query: \d+ row\(s\)(?: \(truncated\))? in ([\d.]+) s")
 
 
 def warehouse_query(streams: list[Stream]) -> str:
@@ -459,10 +444,12 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     up: UpProcess | None = None
     try:
         step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, topics, mirror workers")
+        up_started = time.monotonic()
         up = UpProcess(config, workdir / "up.log")
         up.wait_ready(UP_READY_TIMEOUT_S + 30)
+        summary["phases_s"] = {"clusters up": round(time.monotonic() - up_started, 1)}
         up.echo = False  # from here on its lines go to up.log only (restarts are still printed below)
-        summary.update(_demo_steps(topology, config, records, seed, up))
+        summary.update(_demo_steps(topology, config, records, seed, up, summary["phases_s"]))
     except DemoFailed as exc:
         say(f"\ndcmirror demo FAILED: {exc}")
         summary["error"] = str(exc)
@@ -483,13 +470,19 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
             say(f"data, logs and topology kept in {workdir} (dcmirror status --config {config})")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    say(f"\ndcmirror demo: {'OK' if summary['ok'] else 'FAILED'} in {summary['elapsed_s']:.0f} s")
+    phases = summary.get("phases_s", {})
+    say(f"\ndcmirror demo: {'OK' if summary['ok'] else 'FAILED'} in {summary['elapsed_s']:.0f} s"
+        + (" (" + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items()) + ")" if phases else ""))
     if as_json:
         print(json.dumps(summary), flush=True)
     return 0 if summary["ok"] else 1
 
 
-def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: UpProcess) -> dict[str, Any]:
+def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: UpProcess,
+                phases: dict[str, float]) -> dict[str, Any]:
+    """Steps 2 to 5; each one's seconds go into `phases` as it ends (so a failed demo still
+    shows where the time went)."""
+    started = time.monotonic()
     streams = streams_of(topology)
     sources = sorted({s.cluster for s in streams})
     step(2, f"traffic: {records:,} pageview and click events (JSON user/url/ts, keyed by user) into "
@@ -506,6 +499,8 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
     if traffic.failed:
         raise DemoFailed(f"{traffic.failed} records were not acknowledged; first: {traffic.first_error}")
     offsets = trio.run(source_offsets, topology)
+    phases["traffic"] = round(time.monotonic() - started, 1)
+    started = time.monotonic()
 
     step(3, "mirror: waiting until every source partition is copied into the aggregate (lag 0)")
     caught_up_s, max_lag = wait_mirrored(topology, offsets, MIRROR_TIMEOUT_S)
@@ -514,20 +509,37 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
     fences = sum(a.fences for a in aggregate.values())
     say(f"   read back from the aggregate: {sum(a.records for a in aggregate.values()):,} records "
         f"(+{fences} fence records the workers wrote when they took their partitions)")
+    phases["mirror caught up"] = round(time.monotonic() - started, 1)
 
-    step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables")
-    code, output, load_s = run_dcmirror(["load", "--config", str(config)], config.parent, LOAD_TIMEOUT_S, echo=True)
+    step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables, then the "
+            "query of step 5 in the same Spark session")
+    query = warehouse_query(streams)
+    code, output, total_s = run_dcmirror(["load", "--config", str(config), "--query", query], config.parent,
+                                         LOAD_TIMEOUT_S, echo=False)
+    lines = output.splitlines()
+    for line in lines[:-1]:
+        say(f"   load | {line}")
     if code != 0:
         raise DemoFailed(f"dcmirror load exited {code}" + (
             " (this build has no `dcmirror load` command)" if "invalid choice: 'load'" in output else ""))
-    say(f"   load took {load_s:.1f} s")
+    asked = next((m for m in map(QUERY_LINE.search, lines) if m), None)
+    sql_s = float(asked.group(1)) if asked else 0.0
+    load_s = total_s - sql_s
+    say(f"   load took {load_s:.1f} s (Spark's start included)")
+    phases["load"] = round(load_s, 1)
+    try:
+        rows = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        rows = None
+    if not isinstance(rows, list):
+        raise DemoFailed(f"dcmirror load --query: the last line is not a JSON array: {(lines or [''])[-1][:200]!r}")
 
-    step(5, "the warehouse: one Spark SQL query (dcmirror warehouse sql) over the four tables")
-    query = warehouse_query(streams)
+    step(5, "the warehouse: one Spark SQL query over the four tables (`dcmirror warehouse sql` runs the same "
+            "on its own)")
     for line in query.splitlines():
         say(f"   | {line}")
-    rows, sql_s = warehouse_sql(config, query)
-    say(f"   ({sql_s:.1f} s, most of it starting Spark)")
+    say(f"   ({sql_s:.1f} s in the load's Spark session: no second JVM or metastore start)")
+    phases["query"] = round(sql_s, 1)
     if rows:
         cols = list(rows[0])
         for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]

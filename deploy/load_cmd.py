@@ -13,6 +13,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "Parquet tables (database dcmirror, one table per topic; ledger dcmirror.loads). "
                     "Exit 0: done (a summary table is printed), 1: failed (e.g. data loss), 2: bad config.")
     load.add_argument("--config", required=True, help="topology file with a [warehouse] section")
+    load.add_argument("--query", metavar="SQL",
+                      help="after the load, run this Spark SQL query in the same Spark session (no second JVM and "
+                           "metastore start) and print its rows as one JSON array on the last line")
     load.set_defaults(func=cmd_load)
 
     warehouse = sub.add_parser("warehouse", help="query the warehouse tables")
@@ -32,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def cmd_load(args: argparse.Namespace) -> int:
     from spark_aggregate.commands import run_load
 
-    return run_load(args.config)
+    return run_load(args.config, query=args.query)
 
 
 def cmd_warehouse_sql(args: argparse.Namespace) -> int:

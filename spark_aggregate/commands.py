@@ -77,8 +77,13 @@ def _spark_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, submitted: bool = False) -> int:
+def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, submitted: bool = False,
+             query: str | None = None) -> int:
+    """One load (exactly once through the ledger); with `query`, then that Spark SQL query in
+    the same session, its rows printed as one JSON array on the last line."""
     prog = "dcmirror load"
+    answer: tuple[list[str], list[Any], bool, float] | None = None
+    query_error: str | None = None
     settings = _settings(config, prog, err)
     if settings is None:
         return 2
@@ -91,6 +96,12 @@ def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
             spark = start_session(settings, "dcmirror load", submitted=submitted)
             try:
                 outcomes = Loader(spark, settings, out, _crash_hook()).run()
+                if query is not None:
+                    asked = time.monotonic()
+                    try:
+                        answer = (*query_rows(spark, settings, query, QUERY_MAX_ROWS), time.monotonic() - asked)
+                    except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
+                        query_error = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
             finally:
                 if not submitted:
                     stop_session(spark)
@@ -118,13 +129,21 @@ def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     else:
         print("nothing new to load", file=out)
     print(f"loaded {rows:,} rows in {len(outcomes)} load(s), {time.time() - started:.1f} s", file=out, flush=True)
+    if answer is not None:
+        columns, found, truncated, query_s = answer
+        print(f"query: {len(found)} row(s){' (truncated)' if truncated else ''} in {query_s:.1f} s, "
+              "in the load's Spark session", file=out)
+        out.write(orjson.dumps(_row_docs(columns, found)).decode() + "\n")
+        out.flush()
+    if query_error is not None:
+        print(f"{prog}: the load succeeded; the query after it failed: {query_error}", file=err)
     write_last_load(settings, {
         **last, "status": "ok", "finished_at": datetime.now().isoformat(timespec="seconds"),
         "seconds": round(time.time() - started, 3), "rows": rows,
         "loads": [{"load_id": o.plan.load_id, "resumed": o.plan.resumed, "rows": o.rows, "offsets": o.plan.offsets,
                    "tables": {t.table: t.rows for t in o.topics}} for o in outcomes],
     })
-    return 0
+    return 0 if query_error is None else 1
 
 
 def _json_value(value: Any) -> Any:
@@ -143,6 +162,22 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+QUERY_MAX_ROWS = 1000
+
+
+def query_rows(spark: Any, settings: WarehouseSettings, query: str, max_rows: int) -> tuple[list[str], list[Any], bool]:
+    """(columns, at most max_rows rows, whether there were more) of a query over the warehouse."""
+    ensure_database(spark, settings)
+    spark.sql(f"USE {DATABASE}")
+    df = spark.sql(query)
+    rows = df.limit(max_rows + 1).collect()
+    return list(df.columns), rows[:max_rows], len(rows) > max_rows
+
+
+def _row_docs(columns: list[str], rows: list[Any]) -> list[dict[str, Any]]:
+    return [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+
+
 def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1000, out: TextIO = sys.stdout,
             err: TextIO = sys.stderr) -> int:
     """Run Spark SQL over the warehouse; print a table, or with as_json one JSON array of row
@@ -156,11 +191,7 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
         with lock:
             spark = start_session(settings, "dcmirror warehouse sql")
             try:
-                ensure_database(spark, settings)
-                spark.sql(f"USE {DATABASE}")
-                df = spark.sql(query)
-                rows = df.limit(max_rows + 1).collect()
-                columns = df.columns
+                columns, rows, truncated = query_rows(spark, settings, query, max_rows)
             finally:
                 stop_session(spark)
     except WarehouseBusy as exc:
@@ -170,13 +201,10 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
         message = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
         print(f"{prog}: {message}", file=err)
         return 1
-    truncated = len(rows) > max_rows
-    rows = rows[:max_rows]
     if as_json:
-        docs = [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
         if truncated:
             print(f"(first {max_rows} rows)", file=err)
-        out.write(orjson.dumps(docs).decode() + "\n")
+        out.write(orjson.dumps(_row_docs(columns, rows)).decode() + "\n")
         return 0
     texts = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in texts]) for i, c in enumerate(columns)]

@@ -35,8 +35,15 @@ def test_demo_counts_match_in_sources_aggregate_and_warehouse(tmp_path: Path) ->
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, f"demo exited {proc.returncode}:\n{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}"
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"demo with {RECORDS} records: {elapsed:.1f} s; load {summary['load_s']} s")
+    phases = summary["phases_s"]
+    print(f"demo with {RECORDS} records: {elapsed:.1f} s; phases {phases}")
     assert summary["ok"] is True and summary["problems"] == []
+    # Every phase timed, the times add up to (most of) the run and the last line names them;
+    # speed itself is not asserted here (see the note of issue 20 and the README's quick start).
+    assert list(phases) == ["clusters up", "traffic", "mirror caught up", "load", "query"], phases
+    assert all(seconds > 0 for seconds in phases.values()), phases
+    assert sum(phases.values()) <= summary["elapsed_s"] + 1, (phases, summary["elapsed_s"])
+    assert "(clusters up " in proc.stdout and ", query " in proc.stdout
     counts = summary["counts"]
     assert sorted(counts) == ["east.clicks", "east.pageviews", "west.clicks", "west.pageviews"]
     for topic, row in counts.items():
