@@ -14,8 +14,11 @@ for 30 s and healed.
 
 Lag is measured from outside (the root namespace reaches every cluster): now minus the
 newest mirrored record's timestamp, while the producers write without pause. The workers'
-own status files must agree: a worker cut off from its source cannot see its high watermark,
-so it reports the time since the source last answered as lag (not the 0 of its last answer).
+own status (asked over their admin HTTP on the mirror host, as `dcmirror status` does from
+any machine) must agree: a worker cut off from its source cannot see its high watermark, so
+it reports the time since the source last answered as lag (not the 0 of its last answer).
+At the end `dcmirror status` runs from the root namespace against the lab topology, once
+with the west worker's process stopped: it names that worker as not answering.
 No randomness: there is no seed.
 """
 
