@@ -2,7 +2,8 @@
 
 Per cluster: a headless Service `NAME-svc` and a StatefulSet `NAME` (replicas = brokers;
 pod `NAME-i` is node i+1), plus `NAME-controller` for dedicated controllers and a
-PodDisruptionBudget; per mirror flow a Deployment `mirror-FLOW` (replicas = workers); for
+PodDisruptionBudget; per mirror flow a StatefulSet `mirror-FLOW` (replicas = workers) and
+its headless Service; for
 the warehouse a CronJob `dcmirror-load` running spark-submit and a PersistentVolumeClaim;
 and the ConfigMap `dcmirror-topology` every pod mounts at /etc/dcmirror.
 
@@ -17,8 +18,10 @@ pod's volume at /var/lib/dcmirror. Brokers are reachable inside the Kubernetes c
 
 The image (--image) needs `dcmirror` on PATH, the project's source at /opt/dcmirror (the
 load's spark-submit application is /opt/dcmirror/spark_aggregate/job.py, --load-app), and
-Java with pyspark for the load. Mirror pods all run worker 0 of their flow: the flow's
-consumer group splits the partitions among them, and names repeat only in logs.
+Java with pyspark for the load. Pod mirror-FLOW-i runs worker i of its flow (`--worker
+hostname`): a stable identity in heartbeats and status, and admin HTTP on 0.0.0.0:9644 at
+the pod's DNS name, which the ConfigMap's topology lists as the flow's `workers_http`, so
+`dcmirror status` works from any pod; the flow's consumer group splits the partitions.
 """
 
 from __future__ import annotations
@@ -146,10 +149,24 @@ def cluster_topology(topology: Topology, o: KubernetesOptions) -> Topology:
                      for listener, addresses in spec.listeners.items()}
         clusters[name] = dataclasses.replace(spec, brokers=moved(spec.brokers), controllers=moved(spec.controllers),
                                              listeners=listeners, data_dir=Path(DATA_DIR) / name, config=config)
+    # Mirror worker i of a flow is pod mirror-FLOW-i of its StatefulSet: its admin HTTP at the
+    # pod's DNS name (what `dcmirror status` asks), bound to every interface of the pod.
+    mirrors = []
+    for flow in topology.mirrors:
+        sts = mirror_name(flow.name)
+        config = {k: v for k, v in flow.config.items() if k != "http.port.base"} | {"http.host": "0.0.0.0"}
+        mirrors.append(dataclasses.replace(flow, config=config, workers_http=tuple(
+            NodeAddress(i, f"{sts}-{i}.{sts}.{o.namespace}.svc.{o.cluster_domain}", o.http_port)
+            for i in range(flow.workers))))
     warehouse = topology.warehouse
     if warehouse is not None:
         warehouse = dataclasses.replace(warehouse, path=Path(WAREHOUSE_DIR))
-    return dataclasses.replace(topology, clusters=clusters, warehouse=warehouse)
+    return dataclasses.replace(topology, clusters=clusters, warehouse=warehouse, mirrors=tuple(mirrors))
+
+
+def mirror_name(flow: str) -> str:
+    """The StatefulSet (and headless Service) of a flow's workers."""
+    return "mirror-" + k8s_name(flow, "mirror flow name", MAX_NAME - len("mirror-"))
 
 
 def cron_schedule(interval_ms: int | None) -> str:
@@ -294,16 +311,25 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
         }
     seen: dict[str, str] = {}
     for flow in topology.mirrors:
-        name = "mirror-" + k8s_name(flow.name, "mirror flow name", MAX_NAME - len("mirror-"))
+        name = mirror_name(flow.name)
         if name in seen:
             raise RenderError(f"flows {seen[name]!r} and {flow.name!r} both become {name!r} in Kubernetes; rename one")
         seen[name] = flow.name
         labels = _labels("mirror", name)
-        objects[f"deployment-{name}.yaml"] = {
-            "apiVersion": "apps/v1", "kind": "Deployment",
+        objects[f"service-{name}.yaml"] = {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(name, o, labels),
+            # Headless: each worker's admin HTTP by its pod's DNS name (workers_http in the ConfigMap).
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels,
+                     "ports": [{"name": "http", "port": o.http_port, "targetPort": "http"}]},
+        }
+        objects[f"statefulset-{name}.yaml"] = {
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": _meta(name, o, labels),
             "spec": {
+                "serviceName": name,
                 "replicas": flow.workers,
+                "podManagementPolicy": "Parallel",
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels, "annotations": {"dcmirror/topology-sha256": checksum}},
@@ -314,11 +340,14 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
                         "containers": [{
                             "name": "mirror",
                             "image": o.image,
-                            # Every pod is worker 0 of the flow: pods share nothing but the
-                            # consumer group, which splits the partitions among them.
+                            # Pod mirror-FLOW-i is worker i: its name in heartbeats and status, its
+                            # admin HTTP address. The consumer group splits the partitions.
                             "command": ["dcmirror", "mirror", "--config", TOPOLOGY_FILE, "--flow", flow.name,
-                                        "--worker", "0"],
+                                        "--worker", "hostname"],
                             "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                            "ports": [{"name": "http", "containerPort": o.http_port}],
+                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                                              "periodSeconds": 10, "failureThreshold": 6},
                             "volumeMounts": [{"name": "state", "mountPath": DATA_DIR}, _topology_mount()],
                             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
                         }],

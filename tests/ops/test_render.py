@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
@@ -171,7 +172,8 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     assert kinds == sorted(
         [("ConfigMap", "dcmirror-topology"), ("CronJob", "dcmirror-load"),
          ("PersistentVolumeClaim", "dcmirror-warehouse"),
-         ("Deployment", "mirror-east-to-aggregate"), ("Deployment", "mirror-west-to-aggregate")]
+         ("StatefulSet", "mirror-east-to-aggregate"), ("StatefulSet", "mirror-west-to-aggregate"),
+         ("Service", "mirror-east-to-aggregate"), ("Service", "mirror-west-to-aggregate")]
         + [(k, c) for c in ("east", "west", "aggregate") for k in ("StatefulSet", "PodDisruptionBudget")]
         + [("Service", f"{c}-svc") for c in ("east", "west", "aggregate")] + [("Secret", "dcmirror-secrets")])
     assert {d["metadata"]["namespace"] for d in docs.values()} == {"dcm"}
@@ -186,7 +188,7 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     assert secured.cluster("east").users["mirror"] == "${file:/etc/dcmirror-secrets/passwords.properties:mirror}"
     assert secured.mirrors[0].config["source.sasl.password"] == \
         "${file:/etc/dcmirror-secrets/passwords.properties:mirror}"
-    for name in ("statefulset-east.yaml", "deployment-mirror-east-to-aggregate.yaml"):
+    for name in ("statefulset-east.yaml", "statefulset-mirror-east-to-aggregate.yaml"):
         pod = docs[name]["spec"]["template"]["spec"]
         assert {"name": "secrets", "secret": {"secretName": "dcmirror-secrets", "defaultMode": 0o440}} in pod["volumes"]
         assert {"name": "secrets", "mountPath": "/etc/dcmirror-secrets", "readOnly": True} in \
@@ -223,11 +225,19 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
                                     "--node", "3"]
 
     for flow in ("east-to-aggregate", "west-to-aggregate"):
-        dep = docs[f"deployment-mirror-{flow}.yaml"]["spec"]
-        assert dep["replicas"] == 2
-        (container,) = dep["template"]["spec"]["containers"]
+        sts = docs[f"statefulset-mirror-{flow}.yaml"]["spec"]
+        assert (sts["replicas"], sts["serviceName"]) == (2, f"mirror-{flow}")
+        (container,) = sts["template"]["spec"]["containers"]
+        # pod mirror-FLOW-i is worker i (its ordinal), with its admin HTTP at its DNS name
         assert container["command"] == ["dcmirror", "mirror", "--config", "/etc/dcmirror/topology.toml",
-                                        "--flow", flow, "--worker", "0"]
+                                        "--flow", flow, "--worker", "hostname"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+        svc = docs[f"service-mirror-{flow}.yaml"]["spec"]
+        assert svc["clusterIP"] == "None" and svc["selector"] == sts["template"]["metadata"]["labels"]
+        shown = subprocess.run([sys.executable, "-c", "from deploy.mirror_cmd import worker_index; "
+                                "print(worker_index('hostname'))"], cwd=REPO, capture_output=True, text=True,
+                               env={**os.environ, "HOSTNAME": f"mirror-{flow}-1"}, timeout=30)
+        assert shown.stdout.strip() == "1", shown.stderr
     cron = docs["cronjob-dcmirror-load.yaml"]["spec"]
     assert (cron["schedule"], cron["concurrencyPolicy"]) == ("0 * * * *", "Forbid")
     (container,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
@@ -246,10 +256,13 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     assert inside.cluster("aggregate").config["admin.http.listener"] == "0.0.0.0:9644"
     assert str(inside.cluster("west").node_data_dir(2)) == "/var/lib/dcmirror/west/node-2"
     assert inside.warehouse is not None and str(inside.warehouse.path) == "/var/lib/dcmirror/warehouse"
+    assert [str(a) for a in inside.mirrors[0].workers_http] == [
+        f"mirror-east-to-aggregate-{i}.mirror-east-to-aggregate.dcm.svc.cluster.local:9644" for i in range(2)]
+    assert inside.mirrors[0].config["http.host"] == "0.0.0.0"
     assert [(t.cluster, t.name, t.partitions, t.replication_factor) for t in inside.topics] == [
         (t.cluster, t.name, t.partitions, t.replication_factor) for t in load_default().topics]
     checksum = docs["statefulset-east.yaml"]["spec"]["template"]["metadata"]["annotations"]
-    assert checksum == docs["deployment-mirror-east-to-aggregate.yaml"]["spec"]["template"]["metadata"]["annotations"]
+    assert checksum == docs["statefulset-mirror-east-to-aggregate.yaml"]["spec"]["template"]["metadata"]["annotations"]
 
 
 def test_kubernetes_controllers_and_names(tmp_path: Path) -> None:
