@@ -189,10 +189,12 @@ def flow_reports(topology: Any, flows: list[Any], timeout_s: float = STATUS_TIME
 
 def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: float = STATUS_TIMEOUT_S) -> int:
     report = flow_reports(topology, flows, timeout_s)
+    # Unhealthy: a declared worker did not answer. A stale status file is a worker that was
+    # (often: a replaced one), not a declared worker missing, so it does not count.
+    healthy = all(f["live_workers"] == len(f["workers"]) or f["via"] == "files" for f in report)
     if as_json:
         print(orjson.dumps(report).decode())
-        return 0 if all(f["live_workers"] == len(f["workers"]) or f["via"] == "files" for f in report) else 1
-    healthy = True
+        return 0 if healthy else 1
     for f in report:
         print(f"flow {f['flow']}: {f['source']} -> {f['target']}: {f['live_workers']} live worker(s), "
               f"{f['records']} records mirrored, lag {f['lag_records']} records"
@@ -202,9 +204,10 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
         for w in f["workers"]:
             where = f" at {w['address']}" if w.get("address") else ""
             if not w.get("reachable"):
-                healthy = False
-                why = w.get("error") or f"last reported {w.get('age_s', 0):.0f} s ago"
-                print(f"  {w['worker']}{where}: NOT ANSWERING ({why})")
+                if w.get("error"):
+                    print(f"  {w['worker']}{where}: NOT ANSWERING ({w['error']})")
+                else:
+                    print(f"  {w['worker']}: gone (last reported {w.get('age_s', 0):.0f} s ago)")
                 continue
             parts = ", ".join(f"{p['topic']}-{p['partition']} lag {p['lag_records']}" for p in w.get("partitions", []))
             rate = w.get("records_per_s_recent")
