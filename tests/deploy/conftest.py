@@ -53,9 +53,25 @@ def dcmirror(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[s
 
 def status(config: Path) -> tuple[int, dict[str, Any]]:
     """`dcmirror status --config FILE --json`: (exit code, document)."""
-    proc = dcmirror("status", "--config", str(config), "--json", "--timeout", "3")
-    assert proc.returncode in (0, 1), f"status exited {proc.returncode}: {proc.stderr[-2000:]}"
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    started = time.monotonic()
+    try:
+        proc = dcmirror("status", "--config", str(config), "--json", "--timeout", "3")
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"status did not finish within {exc.timeout:g} s; stdout: {_text(exc.stdout)[-2000:]!r}; "
+                             f"stderr: {_text(exc.stderr)[-3000:]!r}") from None
+    took_s = time.monotonic() - started
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode in (0, 1) and lines, \
+        f"status exited {proc.returncode} after {took_s:.1f} s; stdout: {proc.stdout[-2000:]!r}; stderr: {proc.stderr[-3000:]!r}"
+    try:
+        return proc.returncode, json.loads(lines[-1])
+    except json.JSONDecodeError:
+        raise AssertionError(f"status printed no JSON document last: {proc.stdout[-2000:]!r}; "
+                             f"stderr: {proc.stderr[-3000:]!r}") from None
+
+
+def _text(out: bytes | str | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
 
 
 def pids_with(text: str) -> list[int]:
