@@ -2,7 +2,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2 openssl
+APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2 openssl prometheus
 
 .PHONY: test demo bench soak lint sysdeps venv clean
 
@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml setup.py cluster/protocol/_speedups.c cluster/protocol/
 	touch $(STAMP)
 
 # Debian packages the tests (and the demo's Spark load: Java) use; skipped when already present.
+# prometheus: its promtool and server check the monitoring files `deploy render` writes.
 sysdeps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
@@ -22,9 +23,12 @@ sysdeps:
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	bare=""; command -v promtool >/dev/null 2>&1 || bare="prometheus"; \
+	if [ -n "$$missing$$bare" ]; then \
+	  echo "installing Debian packages:$$missing $$bare"; \
+	  apt-get update -qq && \
+	  { [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } && \
+	  { [ -z "$$bare" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$bare >/dev/null; }; \
 	fi
 
 test: venv sysdeps

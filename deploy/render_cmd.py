@@ -3,7 +3,8 @@
     dcmirror deploy render --config FILE --format systemd|kubernetes --out DIR [options]
 
 Writes DIR/systemd/*, DIR/etc/dcmirror/* and DIR/README.txt (systemd), or one YAML file per
-object under DIR (kubernetes: `kubectl apply -f DIR`). See deploy/render/ for what is in them.
+object under DIR (kubernetes: `kubectl apply -f DIR`); both also DIR/monitoring/ (Prometheus
+scrape jobs and alert rules, a Grafana dashboard). See deploy/render/ for what is in them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from deploy.render import kubernetes, systemd, yaml_out
+from deploy.render import kubernetes, monitoring, systemd, yaml_out
 from deploy.render.secrets import relocate_secrets
 from deploy.render.toml_out import dump_topology
 
@@ -40,6 +41,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                       help=f"volume size of the warehouse ({k.warehouse_storage})")
     kube.add_argument("--load-app", default=k.load_app,
                       help=f"the load's spark-submit application in the image ({k.load_app})")
+    m = monitoring.MonitoringOptions()
+    mon = render.add_argument_group("monitoring (monitoring/: Prometheus jobs and rules, a Grafana dashboard)")
+    mon.add_argument("--scrape-interval-s", type=int, default=m.scrape_interval_s,
+                     help=f"Prometheus scrape and rule interval ({m.scrape_interval_s})")
+    mon.add_argument("--lag-alert-s", type=float, default=m.lag_alert_s,
+                     help=f"alert when a flow's oldest unmirrored record is older ({m.lag_alert_s:g})")
+    mon.add_argument("--source-silent-alert-s", type=float, default=m.source_silent_alert_s,
+                     help=f"alert when a source leader has not answered a worker this long ({m.source_silent_alert_s:g})")
+    mon.add_argument("--load-late-intervals", type=float, default=m.load_late_intervals,
+                     help=f"alert when no load succeeded for this many load intervals ({m.load_late_intervals:g})")
+    mon.add_argument("--load-metrics-target", default="",
+                     help="host:port of the node_exporter serving the loads' textfile (default: no such job)")
     deploy.set_defaults(func=cmd_deploy)
 
 
@@ -50,6 +63,13 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         topology = load(args.config, check_files=False)  # certificates live on the hosts
     except TopologyError as exc:
         print(f"dcmirror deploy render: {exc}", file=sys.stderr)
+        return 2
+    mopts = monitoring.MonitoringOptions(
+        scrape_interval_s=args.scrape_interval_s, lag_alert_s=args.lag_alert_s,
+        source_silent_alert_s=args.source_silent_alert_s, load_late_intervals=args.load_late_intervals,
+        load_metrics_target=args.load_metrics_target)
+    if min(args.scrape_interval_s, args.lag_alert_s, args.source_silent_alert_s, args.load_late_intervals) <= 0:
+        print("dcmirror deploy render: the monitoring intervals and thresholds must be positive", file=sys.stderr)
         return 2
     try:
         if args.format == "systemd":
@@ -62,11 +82,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 hosts,
                 f"dcmirror topology for {options.topology_path} (rendered from {args.config} by "
                 "`dcmirror deploy render --format systemd`)")
+            files |= monitoring.render(hosts, mopts)
         else:
             kopts = kubernetes.KubernetesOptions(namespace=args.namespace, image=args.image,
                                                  cluster_domain=args.cluster_domain, storage=args.storage,
                                                  warehouse_storage=args.warehouse_storage, load_app=args.load_app)
             files = {name: yaml_out.dump(obj) for name, obj in kubernetes.render(topology, kopts).items()}
+            # under monitoring/: `kubectl apply -f DIR` (not -R) leaves them out
+            files |= monitoring.render(kubernetes.cluster_topology(topology, kopts), mopts)
     except ValueError as exc:  # RenderError, a bad load.interval.ms, a bad broker config
         print(f"dcmirror deploy render: {exc}", file=sys.stderr)
         return 2

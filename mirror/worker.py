@@ -654,6 +654,8 @@ class MirrorWorker:
                                             per_partition("lag_s")),
             "dcmirror_mirror_record_age_seconds": ("gauge", "Age of the last mirrored record",
                                                    per_partition("record_age_s")),
+            "dcmirror_mirror_source_silent_seconds": ("gauge", "Seconds since the source partition's leader "
+                                                      "last answered a fetch", per_partition("source_silent_s")),
             "dcmirror_mirror_claims_total": ("counter", "Partitions taken over (fenced and resumed)",
                                              [(base, st["claims"])]),
             "dcmirror_mirror_fenced_total": ("counter", "Deliveries refused because another worker claimed "

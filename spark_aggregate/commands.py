@@ -121,7 +121,8 @@ def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         print(f"{prog}: {message}", file=err)
         if not isinstance(cause, WarehouseBusy):
             write_last_load(settings, {**last, "status": "failed", "error": message,
-                                       "finished_at": datetime.now().isoformat(timespec="seconds")})
+                                       "finished_at": datetime.now().isoformat(timespec="seconds"),
+                                       "seconds": round(time.time() - started, 3)})
         return 1
     rows = sum(o.rows for o in outcomes)
     if outcomes:

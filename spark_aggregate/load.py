@@ -60,6 +60,7 @@ from spark_aggregate.ledger import (
     pending_plans,
     plan_load,
 )
+from spark_aggregate.load_metrics import write_load_metrics
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, cap_ranges, split_ranges
 from spark_aggregate.session import ensure_database
@@ -594,8 +595,12 @@ def _row(t: TopicLoad) -> tuple[str, ...]:
 
 
 def write_last_load(settings: WarehouseSettings, doc: dict[str, Any]) -> None:
-    """<path>/last_load.json: what the last load did (for `dcmirror status`, no Spark needed)."""
+    """<path>/last_load.json: what the last load did (for `dcmirror status`, no Spark needed), and
+    the load metrics textfile (for Prometheus, through node_exporter)."""
     path = Path(settings.path) / LAST_LOAD_FILE
     tmp = path.with_name(f".{LAST_LOAD_FILE}.tmp")
     tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     tmp.replace(path)
+    if settings.metrics_textfile is not None:
+        write_load_metrics(settings.metrics_textfile, doc, source=settings.source,
+                           interval_s=settings.load_interval_ms / 1000, now_s=time.time())

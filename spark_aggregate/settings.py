@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mirror.checkpoints import CHECKPOINTS_TOPIC
 from mirror.worker import HEARTBEATS_TOPIC
+from spark_aggregate.load_metrics import textfile_path
 from topology import Topology, TopologyError
 
 DATABASE = "dcmirror"
@@ -53,6 +54,8 @@ class WarehouseSettings:
     load_interval_ms: int = 0
     writer: str = "auto"
     """Who writes the tables' Parquet files: "arrow" (the tasks), "spark", or "auto"."""
+    metrics_textfile: Path | None = None
+    """Where each load's Prometheus metrics go (load_metrics.py); None: not written."""
 
     @property
     def embedded_metastore(self) -> bool:
@@ -102,4 +105,5 @@ class WarehouseSettings:
             poll_timeout_ms=int(config.get("pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)),
             load_interval_ms=int(config.get("load.interval.ms", 0)),
             writer=config.get("load.writer", "auto"),
+            metrics_textfile=textfile_path(path, config),
         )

@@ -21,17 +21,20 @@ from tests.harness import REPO, free_port
 
 def write_topology(root: Path, sizes: dict[str, int], *, topics: list[tuple[str, str, int, int]] = (),  # type: ignore[assignment]
                    flows: list[tuple[str, str, str, int]] = (),  # type: ignore[assignment]
-                   extra: str = "", workers_http: bool = False) -> Path:
+                   extra: str = "", workers_http: bool = False,
+                   broker_config: dict[str, dict[str, str]] | None = None) -> Path:
     """clusters name -> broker count on free ports (datacenter = cluster name, data under
     root/data/NAME); topics (cluster, name, partitions, rf); flows (source, target, regex, workers),
-    with workers_http: each worker's admin HTTP address declared (free loopback ports)."""
+    with workers_http: each worker's admin HTTP address declared (free loopback ports);
+    broker_config: more broker configs per cluster name."""
     root.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     for name, size in sizes.items():
         ports = [free_port() for _ in range(size)]
         lines += [f"[clusters.{name}]", f'datacenter = "{name}"',
                   "brokers = [" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]",
-                  "config = { \"broker.session.timeout.ms\" = 2000 }", ""]
+                  "config = " + _inline_table({"broker.session.timeout.ms": "2000",
+                                               **(broker_config or {}).get(name, {})}), ""]
     for cluster, name, partitions, rf in topics:
         lines += ["[[topics]]", f'cluster = "{cluster}"', f'name = "{name}"', f"partitions = {partitions}",
                   f"replication_factor = {rf}", ""]
@@ -44,6 +47,10 @@ def write_topology(root: Path, sizes: dict[str, int], *, topics: list[tuple[str,
     path = root / "topology.toml"
     path.write_text("\n".join(lines) + extra)
     return path
+
+
+def _inline_table(values: dict[str, str]) -> str:
+    return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in values.items()) + " }"
 
 
 def dcmirror(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

@@ -68,6 +68,7 @@ def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
     assert files == sorted(
         ["README.txt", "etc/dcmirror/topology.toml", "systemd/dcmirror-broker@.service",
          "systemd/dcmirror-mirror@.service", "systemd/dcmirror-load.service", "systemd/dcmirror-load.timer",
+         "monitoring/prometheus.yml", "monitoring/dcmirror-rules.yml", "monitoring/grafana-dashboard.json",
          "systemd/dcmirror.target"]
         + [f"etc/dcmirror/broker/{b}.env" for b in brokers] + [f"etc/dcmirror/mirror/{m}.env" for m in mirrors])
 

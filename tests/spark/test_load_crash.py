@@ -41,6 +41,12 @@ def start_load(topology: Path, crash_at: str | None) -> subprocess.Popen[str]:
                             text=True, start_new_session=True)
 
 
+def load_metrics(warehouse: Path) -> dict[str, float]:
+    """The samples of <warehouse>/dcmirror_load.prom, by their name and labels."""
+    lines = (warehouse / "dcmirror_load.prom").read_text().splitlines()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in lines if not line.startswith("#"))}
+
+
 def kill_group(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -71,6 +77,15 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
         full_s = time.monotonic() - started
         assert proc.returncode == 0, out
         assert "dcmirror.c_east_pageviews" in out and "total" in out and "rows/s" in out
+        # The load's Prometheus textfile (node_exporter's textfile collector serves it).
+        metrics = load_metrics(tmp_path / "warehouse")
+        assert metrics['dcmirror_load_runs_total{source="aggregate",result="ok"}'] == 1
+        assert metrics['dcmirror_load_runs_total{source="aggregate",result="failed"}'] == 0
+        assert metrics['dcmirror_load_rows_total{source="aggregate"}'] == len(feed.sent)
+        assert metrics['dcmirror_load_last_run_success{source="aggregate"}'] == 1
+        assert 0 < metrics['dcmirror_load_last_duration_seconds{source="aggregate"}'] < full_s
+        assert abs(metrics['dcmirror_load_last_success_timestamp_seconds{source="aggregate"}'] - time.time()) < 60
+        finished_ok = 1
 
         kills = 0
         log = []
@@ -97,6 +112,7 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
                 what = f"{delay_s:.1f} s in"
             died = proc.returncode == -signal.SIGKILL
             kills += died
+            finished_ok += proc.returncode == 0
             log.append(f"round {round_}: kill at {what}: {'killed' if died else f'exit {proc.returncode}'}")
             assert died or proc.returncode == 0, f"seed {seed}, {log[-1]}:\n{out}"
             round_ += 1
@@ -106,6 +122,9 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
         proc = start_load(topology, None)
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"seed {seed}: the final load failed:\n{out}"
+        metrics = load_metrics(tmp_path / "warehouse")  # killed loads count nowhere; the others once each
+        assert metrics['dcmirror_load_runs_total{source="aggregate",result="ok"}'] == finished_ok + 1, (seed, metrics)
+        assert metrics['dcmirror_load_runs_total{source="aggregate",result="failed"}'] == 0
 
         for topic, table in (("c.east.pageviews", "c_east_pageviews"), ("c.local", "c_local")):
             rows = sql_json(topology, f"SELECT kafka_partition AS p, kafka_offset AS o, source_offset AS s, value AS v, "
