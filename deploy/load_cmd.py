@@ -1,4 +1,5 @@
-"""`dcmirror load` and `dcmirror warehouse sql`: Spark warehouse loads (spark_aggregate/)."""
+"""`dcmirror load`, `dcmirror warehouse sql` and `dcmirror warehouse serve`: Spark warehouse loads
+(spark_aggregate/)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help="print at most N rows (default 1000)")
     sql.add_argument("query", help="the SQL statement")
     sql.set_defaults(func=cmd_warehouse_sql)
+    serve = actions.add_parser(
+        "serve", help="keep one Spark session for `warehouse sql` and `load` (answers in about a second)",
+        description="Start Spark once and answer `dcmirror warehouse sql` and `dcmirror load` in that session, on "
+                    "the Unix socket <warehouse path>/warehouse.sock (mode 0600), until SIGTERM or SIGINT. "
+                    "Holds the warehouse (embedded metastore) while it runs. Exit 0: stopped, 1: warehouse in use, "
+                    "2: bad config.")
+    serve.add_argument("--config", required=True, help="topology file with a [warehouse] section")
+    serve.set_defaults(func=cmd_warehouse_serve)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -45,3 +54,15 @@ def cmd_warehouse_sql(args: argparse.Namespace) -> int:
         print("dcmirror warehouse sql: --max-rows must be at least 1")
         return 2
     return run_sql(args.config, args.query, as_json=args.json, max_rows=args.max_rows)
+
+
+def cmd_warehouse_serve(args: argparse.Namespace) -> int:
+    import sys
+
+    from spark_aggregate.commands import _settings
+    from spark_aggregate.service import serve
+
+    settings = _settings(args.config, "dcmirror warehouse serve", sys.stderr)
+    if settings is None:
+        return 2
+    return serve(settings)

@@ -129,6 +129,19 @@ def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[
     return nodes, workers, job
 
 
+SERVICE_KEY = "load.service"
+
+
+def service_spec(topology: Topology, config: str) -> ChildSpec | None:
+    """`dcmirror warehouse serve` when the warehouse config asks for it (load.service =
+    "true"): one Spark session that scheduled loads and `warehouse sql` use."""
+    if topology.warehouse is None or topology.warehouse.config.get(SERVICE_KEY, "false") != "true":
+        return None
+    logs = Path(topology.warehouse.path) / "_logs"  # its own cwd, as the load's (see child_specs)
+    return ChildSpec("warehouse service", dcmirror_argv("warehouse", "serve", "--config", config),
+                     logs / "service.log", cwd=logs)
+
+
 # ---- dcmirror up -----------------------------------------------------------------------------
 
 
@@ -169,6 +182,7 @@ class Up:
         self.sup = sup
         self.say = say
         self.nodes, self.workers, self.job = child_specs(topology, config)
+        self.service = service_spec(topology, config)
         self.phase = "starting"
         self.started_ms = int(time.time() * 1000)
 
@@ -220,6 +234,10 @@ class Up:
                 self.sup.start(spec)
             if not await self.wait_workers():
                 return False
+        if self.service is not None:
+            self.sup.start(self.service)
+            self.say(f"warehouse service (one Spark session for loads and `warehouse sql`); log "
+                     f"{self.service.log_path}")
         if self.job is not None:
             assert self.job.interval_s is not None
             self.sup.start(self.job, delay_s=self.job.interval_s)
@@ -311,7 +329,8 @@ class Up:
         self.phase = "stopping"
         self.write_state()
         codes: dict[str, int | None] = {}
-        first = [s.name for s in ([self.job] if self.job else []) + self.workers if s.name in self.sup.specs]
+        first = [s.name for s in [*([self.job] if self.job else []), *([self.service] if self.service else []),
+                                  *self.workers] if s.name in self.sup.specs]
         if first:
             t = time.monotonic()
             self.say(f"stopping {len(first)} mirror worker(s) and the scheduled load")

@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TextIO
@@ -24,6 +24,7 @@ from spark_aggregate.ledger import LedgerError
 from spark_aggregate.load import LoadConfigError, Loader, summary_table, write_last_load
 from spark_aggregate.options import OptionError
 from spark_aggregate.ranges import DataLossError
+from spark_aggregate.service_client import ask_service
 from spark_aggregate.session import (
     WarehouseBusy,
     ensure_database,
@@ -77,34 +78,53 @@ def _spark_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_load(config: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, submitted: bool = False,
-             query: str | None = None) -> int:
+@contextmanager
+def own_session(settings: WarehouseSettings, app: str, *, submitted: bool = False) -> Iterator[Any]:
+    """A Spark session of this process for one command, holding the warehouse lock."""
+    with warehouse_lock(settings, app):
+        spark = start_session(settings, app, submitted=submitted)
+        try:
+            yield spark
+        finally:
+            if not submitted:
+                stop_session(spark)
+
+
+def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+             submitted: bool = False, query: str | None = None,
+             session: AbstractContextManager[Any] | None = None) -> int:
     """One load (exactly once through the ledger); with `query`, then that Spark SQL query in
-    the same session, its rows printed as one JSON array on the last line."""
+    the same session, its rows printed as one JSON array on the last line. The load runs in
+    `session` (the warehouse service's), else in a running `dcmirror warehouse serve`, else in
+    a session of its own."""
     prog = "dcmirror load"
     answer: tuple[list[str], list[Any], bool, float] | None = None
     query_error: str | None = None
-    settings = _settings(config, prog, err)
+    settings = config if isinstance(config, WarehouseSettings) else _settings(config, prog, err)
     if settings is None:
         return 2
     started = time.time()
     last: dict[str, Any] = {"started_at": datetime.fromtimestamp(started).isoformat(timespec="seconds")}
+    if session is None:
+        served = ask_service(settings, "/v1/load", {"query": query}, err)
+        if served is not None and "output" not in served:
+            print(f"{prog}: {served.get('error', 'the warehouse service failed')}", file=err)
+            return 1
+        if served is not None:  # `dcmirror warehouse serve` ran it in its session
+            out.write(served.get("output", ""))
+            err.write(served.get("errors", ""))
+            return int(served.get("exit_code", 1))
     try:
-        with warehouse_lock(settings, "dcmirror load"):
+        with session if session is not None else own_session(settings, prog, submitted=submitted) as spark:
             print(f"loading {settings.source} ({settings.bootstrap}) into {settings.warehouse_uri}",
                   file=out, flush=True)
-            spark = start_session(settings, "dcmirror load", submitted=submitted)
-            try:
-                outcomes = Loader(spark, settings, out, _crash_hook()).run()
-                if query is not None:
-                    asked = time.monotonic()
-                    try:
-                        answer = (*query_rows(spark, settings, query, QUERY_MAX_ROWS), time.monotonic() - asked)
-                    except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
-                        query_error = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
-            finally:
-                if not submitted:
-                    stop_session(spark)
+            outcomes = Loader(spark, settings, out, _crash_hook()).run()
+            if query is not None:
+                asked = time.monotonic()
+                try:
+                    answer = (*query_rows(spark, settings, query, QUERY_MAX_ROWS), time.monotonic() - asked)
+                except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
+                    query_error = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
     except (LoadConfigError, OptionError) as exc:
         print(f"{prog}: {exc}", file=err)
         return 2
@@ -187,14 +207,18 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
     settings = _settings(config, prog, err)
     if settings is None:
         return 2
+    served = ask_service(settings, "/v1/sql", {"query": query, "max_rows": max_rows}, err)
+    if served is not None and "error" in served:
+        print(f"{prog}: {served['error']}", file=err)
+        return 1
     try:
-        lock = warehouse_lock(settings, "dcmirror warehouse sql") if settings.embedded_metastore else nullcontext()
-        with lock:
-            spark = start_session(settings, "dcmirror warehouse sql")
-            try:
-                columns, rows, truncated = query_rows(spark, settings, query, max_rows)
-            finally:
-                stop_session(spark)
+        if served is not None:  # answered by `dcmirror warehouse serve`: no JVM start here
+            columns, rows, truncated = served["columns"], served["rows"], served["truncated"]
+        else:
+            with own_session(settings, prog) if settings.embedded_metastore else _session_only(settings, prog) \
+                    as spark:
+                columns, found, truncated = query_rows(spark, settings, query, max_rows)
+                rows = [[_json_value(v) for v in row] for row in found]
     except WarehouseBusy as exc:
         print(f"{prog}: {exc}", file=err)
         return 1
@@ -205,7 +229,7 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
     if as_json:
         if truncated:
             print(f"(first {max_rows} rows)", file=err)
-        out.write(orjson.dumps(_row_docs(columns, rows)).decode() + "\n")
+        out.write(orjson.dumps([dict(zip(columns, row, strict=True)) for row in rows]).decode() + "\n")
         return 0
     texts = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in texts]) for i, c in enumerate(columns)]
@@ -215,6 +239,16 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)), file=out)
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', truncated' if truncated else ''})", file=out)
     return 0
+
+
+@contextmanager
+def _session_only(settings: WarehouseSettings, app: str) -> Iterator[Any]:
+    """An external metastore serves several processes: no lock."""
+    spark = start_session(settings, app)
+    try:
+        yield spark
+    finally:
+        stop_session(spark)
 
 
 def _cell(value: Any) -> str:

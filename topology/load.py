@@ -80,7 +80,7 @@ WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
 _WAREHOUSE_BOOLEANS = ("failOnDataLoss",)
-_WAREHOUSE_CHOICES = {"load.writer": ("auto", "arrow", "spark")}
+_WAREHOUSE_CHOICES = {"load.writer": ("auto", "arrow", "spark"), "load.service": ("true", "false")}
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 DEFAULTS_KEYS = ("partitions", "replication_factor", "config")
 

@@ -140,6 +140,22 @@ def test_up_runs_the_topology_restarts_a_killed_broker_and_stops_every_child_cle
     assert "cluster east: none of the 2 brokers answers (127.0.0.1:" in "\n".join(doc["problems"])
 
 
+def test_up_keeps_a_warehouse_service_only_when_asked(tmp_path: Path) -> None:
+    from deploy.up_cmd import service_spec
+
+    def topology(value: str | None) -> Path:
+        setting = f'config = {{ "load.service" = "{value}" }}\n' if value is not None else ""
+        return write_topology(tmp_path / str(value), {"east": 1}, extra=f'[warehouse]\nsource = "east"\n{setting}')
+
+    spec = service_spec(load(topology("true")), "/etc/t.toml")
+    assert spec is not None and spec.interval_s is None and spec.argv[3:] == [
+        "warehouse", "serve", "--config", "/etc/t.toml"]
+    assert spec.log_path == tmp_path / "true" / "warehouse" / "_logs" / "service.log"
+    assert service_spec(load(topology("false")), "f") is None and service_spec(load(topology(None)), "f") is None
+    proc = dcmirror("topology", "check", str(topology("yes")))
+    assert proc.returncode == 2 and "load.service" in proc.stderr, proc.stderr
+
+
 def test_up_children_and_where_their_logs_go(tmp_path: Path) -> None:
     from deploy.up_cmd import child_specs, load_interval_s, state_path
 
