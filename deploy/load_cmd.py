@@ -59,10 +59,10 @@ def cmd_warehouse_sql(args: argparse.Namespace) -> int:
 def cmd_warehouse_serve(args: argparse.Namespace) -> int:
     import sys
 
-    from spark_aggregate.commands import _settings
+    from spark_aggregate.commands import settings_or_report
     from spark_aggregate.service import serve
 
-    settings = _settings(args.config, "dcmirror warehouse serve", sys.stderr)
+    settings = settings_or_report(args.config, "dcmirror warehouse serve", sys.stderr)
     if settings is None:
         return 2
     return serve(settings)

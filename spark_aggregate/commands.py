@@ -42,7 +42,7 @@ CRASH_ENV = "DCMIRROR_LOAD_CRASH_AT"
 """Tests: `step` or `step:n` (the n-th time) makes the load SIGKILL itself there."""
 
 
-def _settings(config: str, prog: str, err: TextIO) -> WarehouseSettings | None:
+def settings_or_report(config: str, prog: str, err: TextIO) -> WarehouseSettings | None:
     try:
         return WarehouseSettings.from_topology(load(config))
     except TopologyError as exc:
@@ -100,7 +100,7 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
     prog = "dcmirror load"
     answer: tuple[list[str], list[Any], bool, float] | None = None
     query_error: str | None = None
-    settings = config if isinstance(config, WarehouseSettings) else _settings(config, prog, err)
+    settings = config if isinstance(config, WarehouseSettings) else settings_or_report(config, prog, err)
     if settings is None:
         return 2
     started = time.time()
@@ -204,7 +204,7 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
     """Run Spark SQL over the warehouse; print a table, or with as_json one JSON array of row
     objects on the last line (binary columns as UTF-8 text)."""
     prog = "dcmirror warehouse sql"
-    settings = _settings(config, prog, err)
+    settings = settings_or_report(config, prog, err)
     if settings is None:
         return 2
     served = ask_service(settings, "/v1/sql", {"query": query, "max_rows": max_rows}, err)
