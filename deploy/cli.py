@@ -119,11 +119,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         if membership is not None and membership.node_id not in membership.brokers:
+            from cluster.broker.config import parse_listen
             from cluster.broker.controller_server import (
                 ControllerNode,
                 serve_controller_until_signalled,
             )
-            from cluster.broker.server import parse_listen
 
             controller = ControllerNode(membership.node_id, membership.voters, membership.brokers, Path(data_dir),
                                         config, membership.cluster_id, membership.bootstrap_records)

@@ -95,19 +95,6 @@ class ClusterSpec:
         ids = ", ".join(str(a.node_id) for a in self.nodes)
         raise TopologyError(f"cluster {self.name!r} has no node {node_id}; its node ids are {ids}")
 
-    def admin_http_address(self, node_id: int) -> tuple[str, int] | None:
-        """Where broker `node_id`'s admin HTTP (/healthz, /metrics) is reached, by the broker's
-        own rule (cluster/broker/server.py: admin.http.listener, else the broker address's port
-        + admin.http.port.offset); a wildcard listener host means the broker's host. None: off."""
-        node = self.node(node_id)
-        listener = self.config.get("admin.http.listener", "")
-        if listener:
-            host, _, port = listener.rpartition(":")
-            host = host.strip("[]")
-            return (node.host if host in ("", "0.0.0.0", "::") else host), int(port)
-        offset = int(self.config.get("admin.http.port.offset", "0") or 0)
-        return (node.host, node.port + offset) if offset else None
-
     def is_controller(self, node_id: int) -> bool:
         """True for a dedicated controller node (not a broker)."""
         return self.node(node_id) in self.controllers

@@ -229,3 +229,26 @@ def _render(value: Any) -> str:
 
 
 render_config_value = _render
+
+
+def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{what} {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9092")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def admin_http_address(config: BrokerConfig, host: str, port: int) -> tuple[str, int] | None:
+    """Where the admin HTTP server listens: admin.http.listener, or the Kafka listener's host
+    at its port + admin.http.port.offset (one setting for every broker of a cluster); None: off."""
+    listener = str(config["admin.http.listener"])
+    offset = int(config["admin.http.port.offset"])
+    if listener and offset:
+        raise ValueError("set admin.http.listener or admin.http.port.offset, not both")
+    if listener:
+        return parse_listen(listener, "admin.http.listener")
+    if offset:
+        if port + offset > 65535:
+            raise ValueError(f"admin.http.port.offset={offset}: Kafka port {port} + {offset} is above 65535")
+        return host, port + offset
+    return None

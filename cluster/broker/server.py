@@ -15,7 +15,7 @@ import trio
 
 from cluster.broker.apis import CloseConnection
 from cluster.broker.broker import Broker, ClusterMembership
-from cluster.broker.config import BrokerConfig
+from cluster.broker.config import BrokerConfig, admin_http_address, parse_listen
 from cluster.broker.context import PLAINTEXT_SESSION, Session
 from cluster.broker.security import ListenerRuntime
 from cluster.common import admin_http
@@ -157,35 +157,12 @@ class BrokerServer:
             self.security.reload_certificates()
 
 
-def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{what} {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9092")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 def admin_http_security(config: BrokerConfig) -> admin_http.HttpSecurity:
     """admin.http.auth.token and admin.http.ssl.keystore.location (errors name the setting)."""
     token, keystore = str(config["admin.http.auth.token"]), str(config["admin.http.ssl.keystore.location"])
     return admin_http.HttpSecurity(
         secret(token, "admin.http.auth.token") if token else None,
         https_context(Path(keystore), "admin.http.ssl.keystore.location") if keystore else None)
-
-
-def admin_http_address(config: BrokerConfig, host: str, port: int) -> tuple[str, int] | None:
-    """Where the admin HTTP server listens: admin.http.listener, or the Kafka listener's host
-    at its port + admin.http.port.offset (one setting for every broker of a cluster); None: off."""
-    listener = str(config["admin.http.listener"])
-    offset = int(config["admin.http.port.offset"])
-    if listener and offset:
-        raise ValueError("set admin.http.listener or admin.http.port.offset, not both")
-    if listener:
-        return parse_listen(listener, "admin.http.listener")
-    if offset:
-        if port + offset > 65535:
-            raise ValueError(f"admin.http.port.offset={offset}: Kafka port {port} + {offset} is above 65535")
-        return host, port + offset
-    return None
 
 
 async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig,

@@ -7,7 +7,7 @@ Grafana dashboard, written by `dcmirror deploy render` under monitoring/.
     monitoring/grafana-dashboard.json  one dashboard: clusters, mirror flows, warehouse loads
 
 Targets come from the topology: every broker's admin HTTP (admin.http.listener or
-admin.http.port.offset; a cluster without it has no broker metrics) and every mirror
+admin.http.port.offset, by the broker's own rule; a cluster without it has no broker metrics) and every mirror
 worker's (workers_http or http.port.base). Each target carries the topology's names as
 labels: `cluster` and `datacenter` for brokers; `source_cluster`, `source_datacenter` and
 `target_cluster` for workers (their own metrics name the `flow` and `worker`). Warehouse
@@ -25,8 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.broker.config import BrokerConfig, admin_http_address
 from deploy.render import yaml_out
-from topology.model import Topology
+from topology.model import ClusterSpec, NodeAddress, Topology
 
 BROKER_JOB = "dcmirror-broker"
 MIRROR_JOB = "dcmirror-mirror"
@@ -55,12 +56,21 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def broker_admin_http(spec: ClusterSpec, broker: NodeAddress) -> tuple[str, int] | None:
+    """Where a broker's admin HTTP is reached: the broker's own rule (admin.http.listener, or
+    its port + admin.http.port.offset), a wildcard bind address read as the broker's host."""
+    address = admin_http_address(BrokerConfig.from_overrides(spec.config), broker.host, broker.port)
+    if address is None:
+        return None
+    return (broker.host if address[0] in ("0.0.0.0", "::") else address[0]), address[1]
+
+
 def broker_targets(topology: Topology) -> list[tuple[str, dict[str, str]]]:
     """(host:port of a broker's admin HTTP, target labels), for brokers that serve it."""
     out = []
     for name, spec in topology.clusters.items():
         for broker in spec.brokers:
-            address = spec.admin_http_address(broker.node_id)
+            address = broker_admin_http(spec, broker)
             if address is not None:
                 out.append((_hostport(*address), {"cluster": name, "datacenter": spec.datacenter}))
     return out
@@ -327,7 +337,7 @@ def render(topology: Topology, o: MonitoringOptions) -> dict[str, str]:
                              "evaluation_interval": f"{o.scrape_interval_s}s"},
                   "rule_files": [RULES_FILE], "scrape_configs": scrape_configs(topology, o)}
     missing = [name for name, spec in topology.clusters.items()
-               if spec.brokers and spec.admin_http_address(spec.brokers[0].node_id) is None]
+               if spec.brokers and broker_admin_http(spec, spec.brokers[0]) is None]
     header = ["# Prometheus scrape jobs for dcmirror (rendered by `dcmirror deploy render`)."]
     if missing:
         header.append(f"# No broker metrics for cluster(s) {', '.join(missing)}: set admin.http.port.offset "
