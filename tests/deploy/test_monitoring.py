@@ -34,6 +34,7 @@ from spark_aggregate.load_metrics import METRICS as LOAD_METRICS
 from spark_aggregate.load_metrics import load_metrics_text
 from tests.deploy.conftest import UpRun, dcmirror, write_topology
 from tests.harness import REPO, free_port
+from tests.mirror.lab import wait_for
 from topology import load
 
 PROMTOOL = shutil.which("promtool")
@@ -246,17 +247,6 @@ def _prometheus_api(port: int, path: str, **params: str) -> Any:
     return doc["data"]
 
 
-def _wait(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout_s:g} s (last: {last!r})")
-
-
 @pytest.mark.slow
 @needs_promtool
 def test_every_metric_used_exists_and_prometheus_sees_the_topology(
@@ -290,7 +280,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
         found = {w: _metrics_text(w) for w in workers}
         return found if all("dcmirror_mirror_lag_seconds{" in x for x in found.values()) else None
 
-    texts |= _wait("both workers serve /metrics with their partitions", worker_texts, 60)
+    texts |= wait_for(worker_texts, 60, "both workers serve /metrics with their partitions")
     exported = set().union(*(_exposed(t) for t in texts.values()))
     load_text = load_metrics_text({"status": "ok", "seconds": 1.5, "rows": 3}, "", source="aggregate",
                                   interval_s=60, now_s=time.time())
@@ -323,7 +313,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
             healthy = sorted(t["labels"]["instance"] for t in active if t["health"] == "up")
             return healthy if len(healthy) == 4 else None
 
-        assert _wait("Prometheus scrapes 2 brokers and 2 workers", targets_up, 60) == sorted(
+        assert wait_for(targets_up, 60, "Prometheus scrapes 2 brokers and 2 workers") == sorted(
             [*admin.values(), *workers])
         rules = _prometheus_api(port, "rules")["groups"]
         assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 12, rules
@@ -339,10 +329,8 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
             quiet[:] = empty_queries()
             return not quiet
 
-        try:
-            _wait("every cluster and flow query of the dashboard answers", answered, 30)
-        except AssertionError:
-            raise AssertionError(f"queries without data: {quiet}") from None
+        wait_for(answered, 30, "every cluster and flow query of the dashboard answers",
+                 on_timeout=lambda: f"queries without data: {quiet}")
 
         (broker,) = [pid for name, pid in up.child_pids().items() if name.startswith("broker east")]
         os.kill(broker, signal.SIGKILL)
@@ -351,7 +339,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
             return [a for a in _prometheus_api(port, "alerts")["alerts"]
                     if a["labels"]["alertname"] == "DcmirrorBrokerDown"]
 
-        (alert,) = _wait("DcmirrorBrokerDown pending", pending, 20)
+        (alert,) = wait_for(pending, 20, "DcmirrorBrokerDown pending")
         assert alert["state"] == "pending" and alert["labels"]["cluster"] == "east" \
             and alert["labels"]["instance"] == admin["east"], alert
     finally:
