@@ -124,7 +124,7 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
                 try:
                     answer = (*query_rows(spark, settings, query, QUERY_MAX_ROWS), time.monotonic() - asked)
                 except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
-                    query_error = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
+                    query_error = query_error_text(exc, settings)
     except (LoadConfigError, OptionError) as exc:
         print(f"{prog}: {exc}", file=err)
         return 2
@@ -186,17 +186,24 @@ def _json_value(value: Any) -> Any:
 QUERY_MAX_ROWS = 1000
 
 
-def query_rows(spark: Any, settings: WarehouseSettings, query: str, max_rows: int) -> tuple[list[str], list[Any], bool]:
-    """(columns, at most max_rows rows, whether there were more) of a query over the warehouse."""
+def query_rows(spark: Any, settings: WarehouseSettings, query: str,
+               max_rows: int) -> tuple[list[str], list[list[Any]], bool]:
+    """(columns, at most max_rows rows of JSON-ready values, whether there were more) of a
+    query over the warehouse."""
     ensure_database(spark, settings)
     spark.sql(f"USE {DATABASE}")
     df = spark.sql(query)
     rows = df.limit(max_rows + 1).collect()
-    return list(df.columns), rows[:max_rows], len(rows) > max_rows
+    return list(df.columns), [[_json_value(v) for v in row] for row in rows[:max_rows]], len(rows) > max_rows
 
 
-def _row_docs(columns: list[str], rows: list[Any]) -> list[dict[str, Any]]:
-    return [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+def query_error_text(exc: BaseException, settings: WarehouseSettings) -> str:
+    """What a failed query says to the user: the metastore's trouble, or the error's first line."""
+    return metastore_error(exc, settings) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _row_docs(columns: list[str], rows: list[list[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1000, out: TextIO = sys.stdout,
@@ -217,19 +224,17 @@ def run_sql(config: str, query: str, *, as_json: bool = False, max_rows: int = 1
         else:
             with own_session(settings, prog) if settings.embedded_metastore else _session_only(settings, prog) \
                     as spark:
-                columns, found, truncated = query_rows(spark, settings, query, max_rows)
-                rows = [[_json_value(v) for v in row] for row in found]
+                columns, rows, truncated = query_rows(spark, settings, query, max_rows)
     except WarehouseBusy as exc:
         print(f"{prog}: {exc}", file=err)
         return 1
     except Exception as exc:  # noqa: BLE001 - a bad query is the user's error: say it plainly
-        message = metastore_error(exc, settings) or str(exc).strip().splitlines()[0]
-        print(f"{prog}: {message}", file=err)
+        print(f"{prog}: {query_error_text(exc, settings)}", file=err)
         return 1
     if as_json:
         if truncated:
             print(f"(first {max_rows} rows)", file=err)
-        out.write(orjson.dumps([dict(zip(columns, row, strict=True)) for row in rows]).decode() + "\n")
+        out.write(orjson.dumps(_row_docs(columns, rows)).decode() + "\n")
         return 0
     texts = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in texts]) for i, c in enumerate(columns)]

@@ -10,8 +10,9 @@ mode 0600: only the user running it (and root) can ask, nothing listens on the n
     POST /v1/sql      {"query": "...", "max_rows": N} -> {"columns", "rows", "truncated", "seconds"}
     POST /v1/load     {"query": null | "..."} -> {"exit_code", "output", "errors"}
 
-Requests run one at a time (a load and a query never share the session at once); a request
-body over MAX_REQUEST_BYTES is refused before it is read. Loads go through the same code as
+Requests run one at a time (a load and a query never share the session at once); at most
+MAX_PENDING_REQUESTS wait (more are answered 503), and a request body over MAX_REQUEST_BYTES
+is refused before it is read. Loads go through the same code as
 `dcmirror load` (commands.run_load): the ledger makes them exactly once whichever process
 runs them, and a service killed mid-load leaves what a killed `dcmirror load` leaves.
 SIGTERM or SIGINT stops it: the request under way finishes first.
@@ -40,6 +41,7 @@ log = logging.getLogger("dcmirror.warehouse")
 
 MAX_REQUEST_BYTES = 1 << 20
 MAX_ROWS = 1_000_000
+MAX_PENDING_REQUESTS = 16
 
 
 class WarehouseService:
@@ -51,8 +53,7 @@ class WarehouseService:
         self._busy = threading.Lock()
 
     def sql(self, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        from spark_aggregate.commands import _json_value, query_rows
-        from spark_aggregate.session import metastore_error
+        from spark_aggregate.commands import query_error_text, query_rows
 
         query, max_rows = doc.get("query"), doc.get("max_rows", 1000)
         if not isinstance(query, str) or not query.strip():
@@ -64,9 +65,9 @@ class WarehouseService:
             try:
                 columns, rows, truncated = query_rows(self.spark, self.settings, query, max_rows)
             except Exception as exc:  # noqa: BLE001 - a bad query is the user's error: say it plainly
-                return 400, {"error": metastore_error(exc, self.settings) or str(exc).strip().splitlines()[0]}
-        return 200, {"columns": columns, "rows": [[_json_value(v) for v in row] for row in rows],
-                     "truncated": truncated, "seconds": round(time.monotonic() - started, 3)}
+                return 400, {"error": query_error_text(exc, self.settings)}
+        return 200, {"columns": columns, "rows": rows, "truncated": truncated,
+                     "seconds": round(time.monotonic() - started, 3)}
 
     def load(self, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         from spark_aggregate.commands import run_load
@@ -83,6 +84,8 @@ class WarehouseService:
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     service: WarehouseService
+    slots: threading.BoundedSemaphore
+    """Requests under way or waiting for the session; more are answered 503 at once."""
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -132,7 +135,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not isinstance(doc, dict):
             self._answer(400, {"error": "request is not a JSON object"})
             return
-        self._answer(*handler(doc))
+        if not self.server.slots.acquire(blocking=False):
+            self._answer(503, {"error": f"the warehouse service has {MAX_PENDING_REQUESTS} requests waiting; "
+                                        "try again later"})
+            return
+        try:
+            self._answer(*handler(doc))
+        finally:
+            self.server.slots.release()
 
 
 def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.stderr) -> int:
@@ -154,6 +164,7 @@ def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.std
             finally:
                 os.umask(old_umask)
             server.service = WarehouseService(settings, spark)
+            server.slots = threading.BoundedSemaphore(MAX_PENDING_REQUESTS)
             thread = threading.Thread(target=server.serve_forever, name="warehouse-http", daemon=True)
             thread.start()
             print(f"warehouse service: Spark session ready; answering on {path}", file=out, flush=True)
