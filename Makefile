@@ -34,8 +34,8 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --durations=40 -n 2 --dist loadfile
-	$(PY) -m pytest -m "spark_session and not perf and not soak" -q --durations=10
+	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile
+	$(PY) -m pytest -m "spark_session and not perf and not soak" -q --tb=short --durations=10
 
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
