@@ -216,6 +216,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.PRODUCE, 0, 8, replicas.handle_produce, raw_below=3, raw=refuse_legacy_produce),
         Api(ApiKey.FETCH, 4, 12, replicas.handle_fetch),
         Api(ApiKey.LIST_OFFSETS, 1, 5, replicas.handle_list_offsets),
+        Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
+        Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio
         Api(ApiKey.METADATA, 0, 8, meta.handle_metadata),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),
         Api(ApiKey.OFFSET_FETCH, 1, 5, groups.handle_offset_fetch),
@@ -225,7 +227,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.LEAVE_GROUP, 0, 3, groups.handle_leave_group),
         Api(ApiKey.SYNC_GROUP, 0, 3, groups.handle_sync_group),
         Api(ApiKey.DESCRIBE_GROUPS, 0, 4, groups.handle_describe_groups),
-        Api(ApiKey.LIST_GROUPS, 0, 2, groups.handle_list_groups),
+        Api(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups),
+        Api(ApiKey.OFFSET_DELETE, 0, 0, groups.handle_offset_delete),
         Api(ApiKey.API_VERSIONS, 0, 3, None),
         Api(ApiKey.CREATE_TOPICS, 2, 4, admin.handle_create_topics),
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),

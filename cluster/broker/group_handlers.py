@@ -1,5 +1,5 @@
 """The Kafka group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups.
 
 Each handler turns its request into calls on the sans-IO group coordinator
 (cluster/groups/coordinator.py) through its trio shell (cluster/groups/service.py), which
@@ -22,6 +22,8 @@ from cluster.protocol.sentinels import (
     COORDINATOR_TRANSACTION,
 )
 from cluster.security.acl import AclOperation, ResourceType
+
+CLASSIC_GROUP_TYPE = "classic"  # ListGroups v5 group_type of JoinGroup/SyncGroup groups
 
 # FindCoordinator for a transactional id: (error code, coordinator node or None, message).
 FindTxnCoordinator = Callable[[str, RequestContext], Awaitable[tuple[int, int | None, str]]]
@@ -191,6 +193,36 @@ class GroupHandlers:
         return {"throttle_time": 0, "error_code": ErrorCode.none,
                 "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
 
+    async def handle_offset_delete(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """OffsetDelete (KIP-496): a group's committed offsets of some partitions go (`kafka-
+        consumer-groups --delete-offsets`, AdminClient.deleteConsumerGroupOffsets)."""
+        if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+            return {"error_code": ErrorCode.group_authorization_failed, "throttle_time": 0, "topics": []}
+        if not self.service.owns(req.group_id):
+            return {"error_code": ErrorCode.not_coordinator, "throttle_time": 0, "topics": []}
+        results: dict[tuple[str, int], int] = {}
+        wanted = []
+        for t in req.topics:
+            readable = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                if not readable:
+                    results[key] = ErrorCode.topic_authorization_failed
+                elif self.service.image.partition(*key) is None:
+                    results[key] = ErrorCode.unknown_topic_or_partition
+                else:
+                    wanted.append(key)
+        code, deleted = self.service.coordinator.delete_offsets(req.group_id, wanted, self.service.clock.now_ms())
+        if code != ErrorCode.none:
+            return {"error_code": code, "throttle_time": 0, "topics": []}
+        results.update(deleted)
+        self.service.flush_records()
+        return {"error_code": ErrorCode.none, "throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": results[(t.name, p.partition_index)]}
+                                            for p in t.partitions]}
+            for t in req.topics]}
+
     async def handle_describe_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         groups = []
         for group_id in req.groups:
@@ -210,11 +242,18 @@ class GroupHandlers:
         return {"throttle_time": 0, "groups": groups}
 
     async def handle_list_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """ListGroups; v4 filters by state (KIP-518), v5 by type and answers each group's type
+        (KIP-848: every group here is "classic"). Filters are case-insensitive, as in Kafka."""
         cluster_ok = ctx.allowed_on_cluster(AclOperation.DESCRIBE)
+        states = {s.lower() for s in getattr(req, "states_filter", ())}
+        types = {t.lower() for t in getattr(req, "types_filter", ())}
+        if types and CLASSIC_GROUP_TYPE not in types:
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": [
-            {"group_id": g, "protocol_type": ptype, "group_state": state}
+            {"group_id": g, "protocol_type": ptype, "group_state": state, "group_type": CLASSIC_GROUP_TYPE}
             for g, ptype, state in self.service.coordinator.list_groups()
-            if cluster_ok or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)
+            if (not states or state.lower() in states)
+            and (cluster_ok or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g))
         ]}
 
     async def handle_delete_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:

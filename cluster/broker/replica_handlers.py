@@ -1,4 +1,5 @@
-"""The Kafka APIs of the data path: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch.
+"""The Kafka APIs of the data path: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, DescribeLogDirs.
 
 They translate requests into calls on the replica manager (cluster/replication), which
 owns the partitions, and answers back into the response's fields.
@@ -6,8 +7,11 @@ owns the partitions, and answers back into the response's fields.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import trio
 
 from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.context import RequestContext
@@ -122,12 +126,12 @@ class ReplicaHandlers:
                 return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": []}
         if session is not None:
             wanted = [FetchPartition(topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                     fp.current_leader_epoch)
+                                     fp.current_leader_epoch, fp.log_start_offset)
                       for (topic, _), fp in session.partitions.items()]
         else:
             denied = {t.topic for t in req.topics if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)}
             wanted = [FetchPartition(t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                     getattr(fp, "current_leader_epoch", -1))
+                                     getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
                       for t in req.topics if t.topic not in denied for fp in t.partitions]
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
@@ -186,6 +190,69 @@ class ReplicaHandlers:
             ]
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
+
+    # ---- DeleteRecords ---------------------------------------------------------------
+
+    async def handle_delete_records(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """Kafka's DeleteRecords, sent to each partition's leader: the log start moves to the
+        given offset (-1: the high watermark), durable and replicated; the answer waits (at
+        most the request's timeout) until every in-sync replica's start got there and gives
+        the low watermark. Internal topics are refused, as Kafka does."""
+        timeout_s = max(0.0, req.timeout.total_seconds())
+        deadline = trio.current_time() + timeout_s
+        results: dict[tuple[str, int], dict[str, Any]] = {}
+
+        async def one(topic: str, index: int, offset: int) -> None:
+            code, low = await self.replicas.delete_records(topic, index, offset, deadline)
+            results[(topic, index)] = {"partition_index": index, "low_watermark": low, "error_code": code}
+
+        topics = []
+        async with trio.open_nursery() as nursery:
+            for t in req.topics:
+                topics.append((t.name, [p.partition_index for p in t.partitions]))
+                info = self.replicas.image.topic(t.name)
+                refusal = (ErrorCode.topic_authorization_failed
+                           if not ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, t.name)
+                           else ErrorCode.unknown_topic_or_partition if info is None
+                           else ErrorCode.invalid_topic_exception if info.internal else None)
+                for p in t.partitions:
+                    if refusal is not None:
+                        results[(t.name, p.partition_index)] = {"partition_index": p.partition_index,
+                                                                "low_watermark": -1, "error_code": refusal}
+                    else:
+                        nursery.start_soon(one, t.name, p.partition_index, p.offset)
+        return {"throttle_time": 0, "topics": [
+            {"name": name, "partitions": [results[(name, i)] for i in indexes]} for name, indexes in topics]}
+
+    # ---- DescribeLogDirs -------------------------------------------------------------
+
+    async def handle_describe_log_dirs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """This broker's data directory (it has one, Kafka's log.dirs with one entry): each
+        replica's bytes on disk and how far its log end is behind the high watermark (0 on
+        the leader), the disk's total and usable bytes (v4). DESCRIBE on the cluster."""
+        if not ctx.allowed_on_cluster(AclOperation.DESCRIBE):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": []}
+        data_dir = self.replicas.logs.data_dir
+        wanted = None if req.topics is None else {t.topic: set(t.partitions) for t in req.topics}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), part in sorted(self.replicas.partitions.items()):
+            if wanted is not None and index not in wanted.get(topic, ()):
+                continue
+            lg = part.log
+            topics.setdefault(topic, []).append({
+                "partition_index": index, "partition_size": lg.size_bytes,
+                "offset_lag": max(0, part.high_watermark - lg.log_end_offset) if not part.is_leader else 0,
+                "is_future_key": False})
+        try:
+            disk = os.statvfs(data_dir)
+            total, usable = disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
+            code = ErrorCode.none
+        except OSError:
+            total = usable = -1
+            code = ErrorCode.kafka_storage_error
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [
+            {"error_code": code, "log_dir": str(data_dir.resolve()), "total_bytes": total, "usable_bytes": usable,
+             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}]}
 
     # ---- OffsetForLeaderEpoch --------------------------------------------------------
 

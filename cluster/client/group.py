@@ -15,13 +15,7 @@ from typing import Any
 import trio
 from tenacity import AsyncRetrying
 
-from cluster.client.assignors import (
-    assignor_for,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+from cluster.client.assignors import assignor_for
 from cluster.client.config import ClientConfig
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
@@ -30,6 +24,12 @@ from cluster.client.retry import retrying
 from cluster.client.topic_partition import TopicPartition
 from cluster.common.backoff import Backoff
 from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from cluster.protocol.errors import ErrorCode
 
 log = logging.getLogger("dcmirror.client.group")

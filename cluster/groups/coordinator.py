@@ -15,6 +15,7 @@ from typing import Any
 
 from cluster.groups.records import GroupRecord, group_metadata_record, offset_record
 from cluster.groups.state import CommittedOffset, Group, GroupState, Member, Pending
+from cluster.protocol.consumer_protocol import decode_subscription
 from cluster.protocol.errors import ErrorCode
 
 
@@ -27,6 +28,9 @@ class GroupConfig:
     offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     max_groups: int = 100_000  # a bound on coordinator memory
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"  # JoinGroup protocol_type of Kafka consumers
 
 
 def _err(code: int, **extra: Any) -> dict[str, Any]:
@@ -500,6 +504,43 @@ class GroupCoordinator:
             for tp in [tp for tp in group.offsets if tp[0] == topic]:
                 del group.offsets[tp]
                 self._records.append(offset_record(group.group_id, tp[0], tp[1], None))
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                       now_ms: int) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496), Kafka's rules: (group error, per-partition errors). A
+        consumer group's offsets of topics its members subscribe to stay
+        (GROUP_SUBSCRIBED_TO_TOPIC); a group of another protocol must be empty
+        (NON_EMPTY_GROUP). Deleted offsets leave as tombstones."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, {}
+        if group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.members:
+            subscribed = self.subscribed_topics(group)
+        elif group.state is GroupState.EMPTY:
+            subscribed = set()
+        else:
+            return ErrorCode.non_empty_group, {}
+        results: dict[tuple[str, int], int] = {}
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = ErrorCode.group_subscribed_to_topic
+                continue
+            results[tp] = ErrorCode.none
+            if group.offsets.pop(tp, None) is not None:
+                self._records.append(offset_record(group_id, tp[0], tp[1], None))
+        return ErrorCode.none, results
+
+    @staticmethod
+    def subscribed_topics(group: Group) -> set[str]:
+        """Topics the members of a consumer group subscribe to (their JoinGroup metadata in
+        the chosen protocol); a member whose metadata cannot be read subscribes to nothing."""
+        topics: set[str] = set()
+        for m in group.members.values():
+            try:
+                topics.update(decode_subscription(m.metadata_for(group.protocol_name or "")).topics)
+            except ValueError:
+                continue
+        return topics
 
     # ---- admin -----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class SessionPartition(NamedTuple):
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
+    log_start_offset: int
 
 
 @dataclass
@@ -97,7 +98,8 @@ class FetchSessionCache:
         for t in req.topics:
             for fp in t.partitions:
                 session.partitions[(t.topic, fp.partition)] = SessionPartition(
-                    fp.partition, fp.fetch_offset, fp.partition_max_bytes, getattr(fp, "current_leader_epoch", -1))
+                    fp.partition, fp.fetch_offset, fp.partition_max_bytes, getattr(fp, "current_leader_epoch", -1),
+                    getattr(fp, "log_start_offset", -1))
         session.next_epoch = 1 if full else session.next_epoch + 1
         return session, full, ErrorCode.none
 

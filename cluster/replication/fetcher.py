@@ -58,6 +58,7 @@ class FollowerContext:
     leader_address: Callable[[int], tuple[str, int] | None]
     settings: FetcherSettings
     clock: Clock
+    on_log_start_moved: Callable[[], None] = lambda: None  # a follower's log start moved (checkpoint it)
 
 
 class ReplicaFetcherManager:
@@ -222,6 +223,7 @@ class ReplicaFetcher:
             return
         self.session.sent_ok(resp.session_id, wanted, listed, forgotten)
         errors = 0
+        moved = False
         now = self.replicas.clock.now_ms()
         for t in resp.responses:
             for p in t.partitions:
@@ -244,5 +246,8 @@ class ReplicaFetcher:
                     log.warning("broker %d: fetched data for %s does not fit: %s", node_id, part.log.name,
                                 outcome.problem)
                 errors += outcome.retry
+                moved |= outcome.log_start_moved or outcome.restarted_at is not None
+        if moved:
+            self.replicas.on_log_start_moved()
         if errors:
             await trio.sleep(ERROR_PAUSE_S)

@@ -109,6 +109,7 @@ class FollowerFetch:
 
     high_watermark_moved: bool
     alter_isr: AlterIsr | None
+    log_start_moved: bool = False  # the follower reported a new log start (DeleteRecords waits on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,7 @@ class FetchOutcome:
     retry: bool = False  # an error: fetch again after a pause
     restarted_at: int | None = None  # its whole log lay below the leader's log start: now empty there
     problem: str | None = None  # why the fetched data did not fit (then truncation is redone)
+    log_start_moved: bool = False  # the leader's log start moved this replica's on
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,9 @@ class Partition:
     # caught up with the leader's log end.
     replica_leo: dict[int, int] = field(default_factory=dict)
     replica_caught_up_ms: dict[int, int] = field(default_factory=dict)
+    # Leader: each follower's log start offset, as its fetches report it (DeleteRecords
+    # answers once every in-sync replica's start reached the deletion offset).
+    replica_log_start: dict[int, int] = field(default_factory=dict)
     # Leader: committed offset (every ISR member has it); follower: learned from fetches. Starts
     # from the replication-offset-checkpoint; never above the log end (truncation cuts it).
     hw: int = 0
@@ -224,6 +229,7 @@ class Partition:
             # from its checkpoint); the followers' next fetches move it on.
             self.hw = self.high_watermark
             self.replica_leo = {}
+            self.replica_log_start = {}
             self.replica_caught_up_ms = {r: now_ms for r in self.isr}
             self.isr_change_pending = False
             self.pending_isr = None
@@ -290,7 +296,8 @@ class Partition:
         return ErrorCode.unknown_leader_epoch
 
     def read_records(self, fetch_offset: int, max_bytes: int, *, replica_id: int, current_leader_epoch: int,
-                     min_one_batch: bool, now_ms: int, read_committed: bool = False) -> ReadResult:
+                     min_one_batch: bool, now_ms: int, read_committed: bool = False,
+                     replica_log_start: int = -1) -> ReadResult:
         """Whole batches from `fetch_offset`: a consumer's up to the high watermark (up to
         the last stable offset for read_committed, with the aborted transactions among
         them), a follower's (which also reports its position) and the debugging consumer's
@@ -303,7 +310,8 @@ class Partition:
         epoch_error = self.check_leader_epoch(current_leader_epoch, replica_id)
         if epoch_error != ErrorCode.none:
             return ReadResult(epoch_error, b"", hw, log_start)
-        follower = self.on_follower_fetch(replica_id, fetch_offset, now_ms) if replica_id >= 0 else None
+        follower = (self.on_follower_fetch(replica_id, fetch_offset, now_ms, replica_log_start)
+                    if replica_id >= 0 else None)
         hw = self.high_watermark
         lso = self.last_stable_offset
         upper = lso if read_committed and replica_id < 0 else self.read_upper_bound(replica_id)
@@ -334,12 +342,16 @@ class Partition:
             return self.log.log_end_offset
         return self.high_watermark
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> FollowerFetch:
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                          log_start: int = -1) -> FollowerFetch:
         """A follower's fetch offset is its log end: the high watermark may move, and a
-        follower that caught up joins the ISR."""
+        follower that caught up joins the ISR. It also reports its log start."""
         if replica_id not in self.replicas or not self.is_leader:
             return FollowerFetch(False, None)
         self.replica_leo[replica_id] = fetch_offset
+        start_moved = log_start >= 0 and self.replica_log_start.get(replica_id) != log_start
+        if start_moved:
+            self.replica_log_start[replica_id] = log_start
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             self.replica_caught_up_ms[replica_id] = now_ms
@@ -348,7 +360,7 @@ class Partition:
         if (replica_id not in self.isr and not self.isr_change_pending and now_ms >= self.isr_retry_at_ms
                 and fetch_offset >= leo and fetch_offset >= self.high_watermark):
             change = self._alter_isr((*self.isr, replica_id), f"expand with {replica_id}")
-        return FollowerFetch(moved, change)
+        return FollowerFetch(moved, change, start_moved)
 
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> AlterIsr | None:
         """Leader: followers not caught up for replica.lag.time.max.ms leave the ISR."""
@@ -385,6 +397,27 @@ class Partition:
             self.isr_change_pending = True  # the shell sends it again
             return True
         return False
+
+    # ---- leader: DeleteRecords ---------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Leader: move the log start to `offset` (-1: the high watermark). The error code:
+        OFFSET_OUT_OF_RANGE past the high watermark or below -1, as Kafka answers."""
+        assert self.is_leader
+        hw = self.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            return ErrorCode.offset_out_of_range
+        self.log.advance_log_start(target)
+        return ErrorCode.none
+
+    @property
+    def low_watermark(self) -> int:
+        """Leader: the smallest log start among the in-sync replicas (Kafka's low watermark,
+        what DeleteRecords answers); a follower that has not reported one counts as 0."""
+        starts = [self.log.log_start_offset if r == self.local_id else self.replica_log_start.get(r, 0)
+                  for r in self.isr]
+        return min(starts, default=self.log.log_start_offset)
 
     def _advance_high_watermark(self) -> bool:
         """Leader: HW = smallest log end offset in the (maximal) ISR; never moves back. True if it moved."""
@@ -449,7 +482,7 @@ class Partition:
             appended = self.append_fetched(records, leader_high_watermark, now_ms)
         except InvalidRecordBatch as exc:
             return FetchOutcome(retry=True, problem=str(exc))
-        return FetchOutcome(appended=appended)
+        return FetchOutcome(appended=appended, log_start_moved=self.follow_log_start(leader_log_start))
 
     def append_fetched(self, records: bytes, leader_high_watermark: int, now_ms: int) -> int:
         """Append what the leader sent (unchanged) and learn its high watermark; the offsets
@@ -465,6 +498,15 @@ class Partition:
         self.hw = min(leader_high_watermark, self.log.log_end_offset)
         self.log.producer_state.on_high_watermark(self.hw)
         return appended
+
+    def follow_log_start(self, leader_log_start: int) -> bool:
+        """Follower: the leader's log start moved on (DeleteRecords, retention): records below
+        it go here too, up to what this replica knows is committed. True if it moved."""
+        target = min(leader_log_start, self.high_watermark)
+        if target <= self.log.log_start_offset:
+            return False
+        self.log.advance_log_start(target)
+        return True
 
     def on_fetch_out_of_range(self, leader_log_start: int, now_ms: int) -> bool:
         """The leader refused our fetch offset. True when our whole log lies below the

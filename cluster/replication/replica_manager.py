@@ -119,6 +119,7 @@ class FetchPartition:
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int = -1
+    log_start_offset: int = -1  # a follower's own log start (-1 from consumers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,8 @@ class ReplicaManager:
         self.waiters = AppendWaiters()
         self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
         self.fetchers = ReplicaFetcherManager(FollowerContext(node_id, self.partitions, self._leader_address,
-                                                              settings.fetcher, clock))
+                                                              settings.fetcher, clock, self._log_start_moved))
+        self._log_start_lock = trio.Lock()  # one writer of the log-start-offset-checkpoint at a time
         # Called after every reconciliation with the keys of replicas dropped or recreated.
         self.on_partitions_changed: list[Callable[[], None]] = []
         self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
@@ -198,6 +200,7 @@ class ReplicaManager:
                     await trio.to_thread.run_sync(self.checkpoint_high_watermarks())
                 except OSError as exc:
                     log.error("writing the high-watermark checkpoint failed: %s", exc)
+                await self.checkpoint_log_starts()
 
     # ---- matching the metadata -------------------------------------------------------
 
@@ -386,6 +389,43 @@ class ReplicaManager:
                         break
                     await self.waiters.wait([key], deadline)
 
+    # ---- DeleteRecords ---------------------------------------------------------------
+
+    async def delete_records(self, topic: str, index: int, offset: int, deadline: float) -> tuple[int, int]:
+        """Move a led partition's log start to `offset` (-1: its high watermark), make that
+        durable, then wait until every in-sync replica's start got there (or trio's clock
+        passes `deadline`: REQUEST_TIMED_OUT). (error code, low watermark)."""
+        part, code = self.leader_partition(topic, index)
+        if part is None:
+            return code, -1
+        code = part.delete_records_before(offset)
+        if code != ErrorCode.none:
+            return code, -1
+        target = part.log.log_start_offset
+        await self.checkpoint_log_starts()
+        self.waiters.notify(part.key)  # followers' long polls answer with the new log start
+        while True:
+            if not part.is_leader or self.partitions.get(part.key) is not part:
+                return ErrorCode.not_leader_or_follower, -1
+            low = part.low_watermark
+            if low >= target:
+                return ErrorCode.none, low
+            if trio.current_time() >= deadline:
+                return ErrorCode.request_timed_out, low
+            await self.waiters.wait([part.key], deadline)
+
+    async def checkpoint_log_starts(self) -> None:
+        """Write where every log starts (after DeleteRecords moved one)."""
+        async with self._log_start_lock:
+            try:
+                await trio.to_thread.run_sync(self.logs.checkpoint_log_start_offsets())
+            except OSError as exc:
+                log.error("writing the log-start-offset checkpoint failed: %s", exc)
+
+    def _log_start_moved(self) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self.checkpoint_log_starts)
+
     # ---- fetch -----------------------------------------------------------------------
 
     def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
@@ -399,9 +439,10 @@ class ReplicaManager:
         else:
             result = part.read_records(fp.fetch_offset, min(fp.partition_max_bytes, budget), replica_id=replica_id,
                                        current_leader_epoch=fp.current_leader_epoch, min_one_batch=first,
-                                       now_ms=self.clock.now_ms(), read_committed=read_committed)
+                                       now_ms=self.clock.now_ms(), read_committed=read_committed,
+                                       replica_log_start=fp.log_start_offset)
             if result.follower is not None:
-                if result.follower.high_watermark_moved:
+                if result.follower.high_watermark_moved or result.follower.log_start_moved:
                     self.waiters.notify(part.key)
                 if result.follower.alter_isr is not None:
                     self.send_isr_change(part, result.follower.alter_isr)

@@ -108,6 +108,9 @@ class Log:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_end_offset = 0
+        # DeleteRecords moves the log start into a segment (Kafka's logStartOffset): records
+        # below it are gone for readers, their segment stays until all of it is below.
+        self._start_offset = 0
         self.recovery_point = 0
         self.producer_state = ProducerStateManager()
         self.leader_epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
@@ -127,7 +130,7 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        return max(self._start_offset, self.segments[0].base_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -154,9 +157,12 @@ class Log:
         recovery_point: int,
         clean_state: dict[str, int] | None,
         now_ms: int,
+        log_start_offset: int = 0,
     ) -> Log:
-        """Load a partition; segments past the recovery point are validated unless clean."""
+        """Load a partition; segments past the recovery point are validated unless clean.
+        `log_start_offset` is the checkpointed start (DeleteRecords), kept within the log."""
         lg = cls(directory, topic, partition, config)
+        lg._start_offset = log_start_offset
         lg._load(recovery_point, clean_state, now_ms)
         lg.last_flush_ms = now_ms
         return lg
@@ -224,6 +230,7 @@ class Log:
             self.segments.pop().delete()
             self._bases.pop()
         self.log_end_offset = self.active_segment.next_offset
+        self._start_offset = min(self._start_offset, self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset) if not clean else self.log_end_offset
         if self.leader_epochs.entries != epoch_entries_before:
             self.leader_epochs.persist()
@@ -501,6 +508,7 @@ class Log:
         self.segments = []
         self._bases = []
         self._add_segment(offset, now_ms, create=True)
+        self._start_offset = offset
         self.log_end_offset = offset
         self.recovery_point = offset
         self.leader_epochs.entries = []
@@ -671,6 +679,25 @@ class Log:
         del self.segments[:doomed]
         del self._bases[:doomed]
         log.info("retention deleted %d segment(s) of %s; log start offset now %d", doomed, self.name, self.log_start_offset)
+        return doomed
+
+    def advance_log_start(self, offset: int) -> int:
+        """DeleteRecords (on the leader, and on followers as the leader's log start reaches
+        them): records below `offset` are gone for readers, and every segment wholly below it
+        is deleted (the active segment stays, as in Kafka). Never moves back; `offset` is at
+        most the log end. Returns the number of segments deleted."""
+        if offset <= self.log_start_offset:
+            return 0
+        assert offset <= self.log_end_offset, (self.name, offset, self.log_end_offset)
+        self._start_offset = offset
+        doomed = 0
+        while doomed + 1 < len(self.segments) and self.segments[doomed + 1].base_offset <= offset:
+            doomed += 1
+        for seg in self.segments[:doomed]:
+            seg.delete()
+        del self.segments[:doomed]
+        del self._bases[:doomed]
+        log.info("%s: log start offset now %d (%d segment(s) deleted)", self.name, offset, doomed)
         return doomed
 
     # ---- shutdown ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import uuid
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"  # high watermarks, as Kafka names it
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"  # starts moved by DeleteRecords, as Kafka names it
 CLEAN_SHUTDOWN_FILE = ".dcmirror-clean-shutdown"
 METADATA_LOG_DIR = "__cluster_metadata-0"  # the quorum's own log (cluster/quorum), not a partition
 
@@ -73,6 +75,8 @@ class LogManager:
                 log.warning("clean shutdown marker is unreadable; recovering every log")
             marker.unlink()
         recovery_points = self.read_recovery_points()
+        log_starts = read_offset_checkpoint(self.data_dir / LOG_START_OFFSET_FILE,
+                                            "log start offsets fall back to the first segments' base offsets")
         for child in sorted(self.data_dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -91,6 +95,7 @@ class LogManager:
                 recovery_point=recovery_points.get(child.name, 0),
                 clean_state=clean.get(child.name) if clean is not None else None,
                 now_ms=now_ms,
+                log_start_offset=log_starts.get(child.name, 0),
             )
             lg.flush_requests = self._request_flush
             self.logs[(topic, partition)] = lg
@@ -105,6 +110,12 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         write_offset_checkpoint(self.data_dir / RECOVERY_POINT_FILE,
                                 {(lg.topic, lg.partition): lg.recovery_point for lg in self.logs.values()})
+
+    def checkpoint_log_start_offsets(self) -> Callable[[], None]:
+        """What writes where each log starts now (a DeleteRecords survives a restart); the
+        file write may run in a thread."""
+        offsets = {(lg.topic, lg.partition): lg.log_start_offset for lg in self.logs.values()}
+        return functools.partial(write_offset_checkpoint, self.data_dir / LOG_START_OFFSET_FILE, offsets)
 
     # ---- topics ------------------------------------------------------------------------
 
@@ -161,5 +172,6 @@ class LogManager:
         """Flush every log, then write the recovery points and the clean-shutdown marker."""
         state = {lg.name: lg.close() for lg in self.logs.values()}
         self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()()
         write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, orjson.dumps(state))
         log.info("logs closed cleanly: %d partition(s)", len(state))

@@ -23,12 +23,9 @@ from kio.schema.types import TopicName
 from kio.serial import entity_writer
 from kio.static.primitive import i32
 
-from cluster.client.assignors import (
-    ASSIGNORS,
-    RangeAssignor,
-    RoundRobinAssignor,
+from cluster.client.assignors import ASSIGNORS, RangeAssignor, RoundRobinAssignor, assignor_for
+from cluster.protocol.consumer_protocol import (
     Subscription,
-    assignor_for,
     decode_assignment,
     decode_subscription,
     encode_assignment,

@@ -1,0 +1,134 @@
+"""Admin and group APIs everyday Kafka tools call, with librdkafka's and kafka-python's admin
+clients against a real broker: OffsetDelete (47), ListGroups v4–v5 filters (KIP-518,
+KIP-848's group types), DescribeLogDirs (35) against the bytes on disk."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import errors as kp_errors
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.structs import TopicPartition as KpTopicPartition
+
+from tests.harness import BrokerProcess
+from tests.interop.clients import ck_consumer, ck_produce
+from tests.interop.common import Rec, segment_files, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def kp(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    client.create_topics([NewTopic("a", 2, 1), NewTopic("b", 1, 1)])
+    yield client
+    client.close()
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A simple (assign-mode) group's commit: no JoinGroup, the group stays Empty."""
+    consumer = ck_consumer(bootstrap, {"group.id": group})
+    try:
+        done = consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                               asynchronous=False)
+        assert all(tp.error is None for tp in done), done
+    finally:
+        consumer.close()
+
+
+def _offsets(kp: KafkaAdminClient, group: str) -> dict[tuple[str, int], int]:
+    return {(tp.topic, tp.partition): m.offset for tp, m in kp.list_group_offsets(group)[group].items()}
+
+
+def _subscribed(bootstrap: str, group: str, topic: str) -> Any:
+    """A live member of `group` (Stable, protocol type consumer) subscribed to `topic`."""
+    consumer = ck_consumer(bootstrap, {"group.id": group, "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "no assignment within 30 s"
+        consumer.poll(0.2)
+    return consumer
+
+
+def test_offset_delete_as_kafka_answers_it(broker: BrokerProcess, kp: KafkaAdminClient) -> None:
+    _commit(broker.bootstrap, "simple-g", {("a", 0): 5, ("a", 1): 7, ("b", 0): 3})
+    answer = kp.delete_group_offsets("simple-g", [KpTopicPartition("a", 0), KpTopicPartition("b", 0),
+                                                  KpTopicPartition("zz", 0)])
+    assert {(tp.topic, tp.partition): e for tp, e in answer.items()} == {
+        ("a", 0): kp_errors.NoError, ("b", 0): kp_errors.NoError,
+        ("zz", 0): kp_errors.UnknownTopicOrPartitionError}, answer
+    assert _offsets(kp, "simple-g") == {("a", 1): 7}
+
+    # a live consumer group: offsets of the topics its members subscribe to stay
+    member = _subscribed(broker.bootstrap, "live-g", "a")
+    try:
+        done = member.commit(offsets=[TopicPartition("a", 0, 11), TopicPartition("b", 0, 4)], asynchronous=False)
+        assert all(tp.error is None for tp in done), done
+        answer = kp.delete_group_offsets("live-g", [KpTopicPartition("a", 0), KpTopicPartition("b", 0)])
+        assert {(tp.topic, tp.partition): e for tp, e in answer.items()} == {
+            ("a", 0): kp_errors.GroupSubscribedToTopicError, ("b", 0): kp_errors.NoError}, answer
+        assert _offsets(kp, "live-g") == {("a", 0): 11}
+
+        # -- ListGroups v4/v5 filters while one group is Stable and one Empty
+        def listed(**filters: Any) -> set[tuple[str, str, str]]:
+            return {(g["group_id"], g["group_state"], g["group_type"]) for g in kp.list_groups(**filters)}
+
+        wait_until(lambda: listed(states_filter=["Stable"]) == {("live-g", "Stable", "classic")}, 15,
+                   what="live-g Stable")
+        assert listed() == {("live-g", "Stable", "classic"), ("simple-g", "Empty", "classic")}
+        assert listed(states_filter=["empty"]) == {("simple-g", "Empty", "classic")}  # case-insensitive
+        assert listed(states_filter=["Dead"]) == set()
+        assert listed(types_filter=["Classic"]) == listed()
+        assert listed(types_filter=["consumer"]) == set()
+        ck = AdminClient({"bootstrap.servers": broker.bootstrap})
+        found = ck.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(15)
+        assert [(g.group_id, g.state, g.type) for g in found.valid] == \
+            [("live-g", ConsumerGroupState.STABLE, ConsumerGroupType.CLASSIC)], found.errors
+        assert ck.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(15).valid == []
+    finally:
+        member.close()
+
+    # after the member left the group is Empty: everything may go
+    wait_until(lambda: [g["group_state"] for g in kp.list_groups() if g["group_id"] == "live-g"] == ["Empty"], 15,
+               what="live-g Empty")
+    answer = kp.delete_group_offsets("live-g", [KpTopicPartition("a", 0)])
+    assert list(answer.values()) == [kp_errors.NoError], answer
+    assert _offsets(kp, "live-g") == {}
+
+    with pytest.raises(kp_errors.GroupIdNotFoundError):
+        kp.delete_group_offsets("no-such-group", [KpTopicPartition("a", 0)])
+
+    # survives a restart: the tombstones are in __consumer_offsets
+    broker.stop()
+    broker.start()
+    kp2 = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        assert wait_until(lambda: _offsets(kp2, "simple-g") == {("a", 1): 7}, 30, what="offsets after restart")
+    finally:
+        kp2.close()
+
+
+def test_describe_log_dirs_reports_the_bytes_on_disk(broker: BrokerProcess, kp: KafkaAdminClient) -> None:
+    ck_produce(broker.bootstrap, "a", [Rec(i % 2, None, b"v" * (100 + i), (), 0) for i in range(200)],
+               flush_every=20)
+    (doc,) = kp.describe_log_dirs()
+    assert doc["broker"] == 1
+    (log_dir,) = doc["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(broker.data_dir.resolve())
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    sizes = {(t["name"], p["partition_index"]): (p["partition_size"], p["offset_lag"])
+             for t in log_dir["topics"] for p in t["partitions"]}
+    for key in (("a", 0), ("a", 1), ("b", 0)):
+        on_disk = sum(f.stat().st_size for f in segment_files(broker.data_dir, *key))
+        assert sizes[key] == (on_disk, 0), (key, sizes[key], on_disk)
+    assert sizes[("a", 0)][0] > 100 * 100 and sizes[("b", 0)][0] == 0
+    # only what was asked
+    (doc,) = kp.describe_log_dirs({"a": [1]})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in doc["log_dirs"][0]["topics"]] == \
+        [("a", [1])]
