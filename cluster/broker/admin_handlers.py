@@ -14,10 +14,20 @@ from typing import Any
 from cluster.broker.context import RequestContext
 from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.sentinels import CONFIG_OP_DELETE, CONFIG_OP_SET, RESOURCE_TOPIC
+from cluster.protocol.sentinels import (
+    CONFIG_OP_APPEND,
+    CONFIG_OP_DELETE,
+    CONFIG_OP_SET,
+    CONFIG_OP_SUBTRACT,
+    RESOURCE_TOPIC,
+)
 from cluster.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
+
+# IncrementalAlterConfigs operations by wire id (AlterConfigs sets every value it names).
+_CONFIG_OPS = {CONFIG_OP_SET: "set", CONFIG_OP_DELETE: "delete", CONFIG_OP_APPEND: "append",
+               CONFIG_OP_SUBTRACT: "subtract"}
 
 
 class AdminHandlers:
@@ -125,16 +135,7 @@ class AdminHandlers:
                 responses.append({**base, "error_code": ErrorCode.invalid_request,
                                   "error_message": "only topic configs can be changed; broker configs are static"})
                 continue
-            ops = []
-            bad = None
-            for c in r.configs:
-                op = getattr(c, "config_operation", CONFIG_OP_SET)
-                if op == CONFIG_OP_SET:
-                    ops.append([c.name, "set", c.value])
-                elif op == CONFIG_OP_DELETE:
-                    ops.append([c.name, "delete", None])
-                else:
-                    bad = f"config operation {op} (APPEND/SUBTRACT) applies to list configs, which topics do not have"
+            ops, bad = self._config_ops(r.configs, incremental)
             if bad:
                 responses.append({**base, "error_code": ErrorCode.invalid_request, "error_message": bad})
                 continue
@@ -145,6 +146,24 @@ class AdminHandlers:
                 responses.append({"resource_type": RESOURCE_TOPIC, "resource_name": r["name"],
                                   "error_code": r["error_code"], "error_message": r.get("error_message")})
         return {"throttle_time": 0, "responses": responses}
+
+    @staticmethod
+    def _config_ops(configs: list[Any], incremental: bool) -> tuple[list[list[Any]], str | None]:
+        """[key, operation, value] for the controller, or what Kafka refuses before a change
+        reaches its controller (ConfigAdminManager.preprocess). AlterConfigs replaces the
+        whole config: a null value there deletes the key, as in Kafka."""
+        if not incremental:
+            return [[c.name, "set" if c.value is not None else "delete", c.value] for c in configs], None
+        names = [c.name for c in configs]
+        if len(set(names)) != len(names):
+            return [], "Error due to duplicate config keys"
+        unknown = [c.config_operation for c in configs if c.config_operation not in _CONFIG_OPS]
+        if unknown:
+            return [], f"config operation {unknown[0]} is not SET (0), DELETE (1), APPEND (2) or SUBTRACT (3)"
+        nulls = [c.name for c in configs if c.config_operation != CONFIG_OP_DELETE and c.value is None]
+        if nulls:
+            return [], f"Null value not supported for : {', '.join(nulls)}"
+        return [[c.name, _CONFIG_OPS[c.config_operation], c.value] for c in configs], None
 
     async def handle_incremental_alter_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         return await self._alter_configs(req, True, ctx)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
+from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value, render_value
 from cluster.security.listeners import DEFAULT_PROTOCOL_MAP
 from cluster.security.sasl import SUPPORTED_MECHANISMS
 from cluster.storage.config import TOPIC_CONFIG_DEFS, LogConfig
@@ -142,7 +143,7 @@ PER_LISTENER_CONFIGS = frozenset({
 
 # Broker-level defaults for topic configs (log.segment.bytes, log.retention.ms, ...).
 LOG_DEFAULT_DEFS: dict[str, ConfigDef] = {
-    d.broker_key: ConfigDef(d.broker_key, d.type, d.default, None, d.doc, d.minimum, d.choices)
+    d.broker_key: dataclasses.replace(d, name=d.broker_key, broker_key=None)
     for d in TOPIC_CONFIG_DEFS.values()
     if d.broker_key
 }
@@ -204,8 +205,8 @@ class BrokerConfig:
         out = []
         for name, d in {**BROKER_CONFIG_DEFS, **LOG_DEFAULT_DEFS}.items():
             value = self.values.get(name, d.default)
-            out.append((name, _render(value), value == d.default))
-        out.extend((name, _render(value), False) for name, value in sorted(self.values.items())
+            out.append((name, render_value(value), value == d.default))
+        out.extend((name, render_value(value), False) for name, value in sorted(self.values.items())
                    if _per_listener(name) is not None)
         return out
 
@@ -220,15 +221,6 @@ def _per_listener(key: str) -> str | None:
 
 def is_sensitive(name: str) -> bool:
     return name in SENSITIVE_CONFIGS or name.endswith(".sasl.jaas.config") or name.endswith(".ssl.key.password")
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-render_config_value = _render
 
 
 def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:

@@ -10,9 +10,10 @@ import uuid
 from typing import Any
 
 from cluster.broker.auto_topics import AutoTopicCreation
-from cluster.broker.config import BrokerConfig, is_sensitive, render_config_value
+from cluster.broker.config import BrokerConfig, is_sensitive
 from cluster.broker.context import RequestContext
 from cluster.broker.metadata_cache import MetadataCache
+from cluster.common.config_def import render_value
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -129,7 +130,7 @@ class MetadataHandlers:
                         source = (CONFIG_SOURCE_TOPIC if name in cfg.overrides
                                   else CONFIG_SOURCE_STATIC_BROKER if name in cfg.broker_defaults
                                   else CONFIG_SOURCE_DEFAULT)
-                        entries.append({"name": name, "value": render_config_value(cfg[name]), "read_only": False,
+                        entries.append({"name": name, "value": render_value(cfg[name]), "read_only": False,
                                         "config_source": source, "is_sensitive": False, "synonyms": []})
             elif r.resource_type == RESOURCE_BROKER:
                 if r.resource_name not in ("", str(node_id)):

@@ -20,6 +20,7 @@ from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, T
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
+from cluster.storage.config import altered_list_value
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -352,7 +353,7 @@ class QuorumController:
         return _ok(topics=results)
 
     def alter_configs(self, args: dict[str, Any]) -> Result:
-        """Incremental: ops are [key, "set"|"delete", value]."""
+        """Incremental: ops are [key, "set"|"delete"|"append"|"subtract", value]."""
         results = []
         for spec in args["topics"]:
             name = spec["name"]
@@ -361,12 +362,14 @@ class QuorumController:
                 results.append(_err(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", name=name))
                 continue
             configs = dict(t.configs) if not spec.get("replace") else {}
-            for key, op, value in spec["ops"]:
-                if op == "set":
-                    configs[key] = str(value)
-                else:
-                    configs.pop(key, None)
             try:
+                for key, op, value in spec["ops"]:
+                    if op == "set":
+                        configs[key] = str(value)
+                    elif op == "delete":
+                        configs.pop(key, None)
+                    else:
+                        configs[key] = altered_list_value(key, configs.get(key), op, str(value))
                 self.validate_configs(configs)
             except ValueError as exc:
                 results.append(_err(ErrorCode.invalid_config, str(exc), name=name))

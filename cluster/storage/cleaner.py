@@ -9,6 +9,10 @@ Two phases so produce and fetch never wait on it:
   rename `.cleaned` → `.swap`, delete the old files, rename `.swap` → `.log`.
 A crash between the two renames is finished by `Log` at load (swap.py).
 
+Which logs and segments (Kafka's LogCleanerManager): a log is cleaned when its dirty ratio
+reaches min.cleanable.dirty.ratio, or whatever the ratio once the first record of a dirty
+segment is older than max.compaction.lag.ms; segments from the first dirty one holding a
+record newer than min.compaction.lag.ms on stay dirty.
 Transactions (Kafka's rules): nothing at or above the first offset of an open transaction is
 cleaned; the batches of aborted transactions (found through the `.txnindex` files) give no
 key to the map and are removed; a marker goes once no batch of its transaction is left in
@@ -21,6 +25,7 @@ Reads are paced by `log.cleaner.io.max.bytes.per.second`; the key map is bounded
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -156,6 +161,31 @@ def cleanable_ratio(lg: Log, first_dirty: int) -> float:
     return dirty / total
 
 
+def cleanable_segments(lg: Log, first_dirty: int, now_ms: int, first_unstable_offset: int | None) -> list[LogSegment]:
+    """The inactive segments compaction may rewrite (Kafka's firstUncleanableDirtyOffset):
+    those below the first open transaction and before the first dirty segment holding a
+    record newer than min.compaction.lag.ms."""
+    out = []
+    min_lag_ms = lg.config.min_compaction_lag_ms
+    for s in lg.segments[:-1]:
+        if first_unstable_offset is not None and s.next_offset > first_unstable_offset:
+            break
+        if min_lag_ms > 0 and s.next_offset > first_dirty and s.max_timestamp > now_ms - min_lag_ms:
+            break
+        out.append(s)
+    return out
+
+
+def compaction_delay_ms(lg: Log, segments: list[LogSegment], first_dirty: int, now_ms: int) -> int:
+    """How long past max.compaction.lag.ms the oldest dirty record is (Kafka's
+    maxCompactionDelay, from the first batch of each dirty segment); above 0, the log is
+    cleaned whatever its dirty ratio."""
+    first_batch_ms = [h.max_timestamp for s in segments if s.next_offset > first_dirty
+                      for _, h in itertools.islice(s.scan_headers(0), 1) if h.max_timestamp > 0]
+    clean_until_ms = now_ms - lg.config.max_compaction_lag_ms
+    return max(0, clean_until_ms - min(first_batch_ms)) if first_batch_ms else 0
+
+
 def prepare_clean(
     lg: Log, now_ms: int, config: CleanerConfig, *, sleep: Callable[[float], None] = time.sleep,
     first_unstable_offset: int | None = None,
@@ -163,13 +193,12 @@ def prepare_clean(
     """Build cleaned copies of the inactive segments below `first_unstable_offset` (the
     first offset of an open transaction, taken by the caller in the log's thread); None
     when nothing is worth cleaning."""
-    segments = [s for s in lg.segments[:-1]
-                if first_unstable_offset is None or s.next_offset <= first_unstable_offset]
-    if not segments:
-        return None
     first_dirty = max(read_checkpoint(lg), lg.log_start_offset)
-    min_ratio = float(lg.config["min.cleanable.dirty.ratio"])
-    if cleanable_ratio(lg, first_dirty) < min_ratio or first_dirty >= segments[-1].next_offset:
+    segments = cleanable_segments(lg, first_dirty, now_ms, first_unstable_offset)
+    if not segments or first_dirty >= segments[-1].next_offset:
+        return None
+    if (cleanable_ratio(lg, first_dirty) < lg.config.min_cleanable_dirty_ratio
+            and compaction_delay_ms(lg, segments, first_dirty, now_ms) == 0):
         return None
     throttle = _Throttle(config.io_max_bytes_per_second, sleep)
     max_keys = max(1, config.dedupe_buffer_bytes // _MAP_ENTRY_BYTES)

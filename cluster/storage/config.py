@@ -2,39 +2,173 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value
+from cluster.common.config_def import (
+    ConfigDef,
+    InvalidConfig,
+    invalid_value,
+    list_items,
+    parse_value,
+)
 
 LONG_MAX = 2**63 - 1
 
+# Kafka's MetadataVersion values (IBP versions) up to 3.9: `release` or `release-IVn`; a
+# bare release names its latest production version (4.0 is not production in 3.9).
+_IBP_VERSIONS = (
+    "0.8.0 0.8.1 0.8.2 0.9.0 0.10.0-IV0 0.10.0-IV1 0.10.1-IV0 0.10.1-IV1 0.10.1-IV2 0.10.2-IV0 0.11.0-IV0 "
+    "0.11.0-IV1 0.11.0-IV2 1.0-IV0 1.1-IV0 2.0-IV0 2.0-IV1 2.1-IV0 2.1-IV1 2.1-IV2 2.2-IV0 2.2-IV1 2.3-IV0 "
+    "2.3-IV1 2.4-IV0 2.4-IV1 2.5-IV0 2.6-IV0 2.7-IV0 2.7-IV1 2.7-IV2 2.8-IV0 2.8-IV1 3.0-IV0 3.0-IV1 3.1-IV0 "
+    "3.2-IV0 3.3-IV0 3.3-IV1 3.3-IV2 3.3-IV3 3.4-IV0 3.5-IV0 3.5-IV1 3.5-IV2 3.6-IV0 3.6-IV1 3.6-IV2 3.7-IV0 "
+    "3.7-IV1 3.7-IV2 3.7-IV3 3.7-IV4 3.8-IV0 3.9-IV0 4.0-IV0 4.0-IV1"
+).split()
+METADATA_VERSIONS = frozenset(_IBP_VERSIONS) | {v.partition("-")[0] for v in _IBP_VERSIONS if not v.startswith("4.")}
+
+
+def _metadata_version(name: str, value: str) -> None:
+    """Kafka's MetadataVersionValidator (MetadataVersion.fromVersionString): 0.x.y.z is read
+    as 0.x.y and x.y.z as x.y."""
+    parts = value.split(".")
+    kept = 3 if value.startswith("0.") else 2
+    if (value if len(parts) <= kept else ".".join(parts[:kept])) not in METADATA_VERSIONS:
+        raise invalid_value(name, value, f"Version {value} is not a valid version")
+
+
+def _throttled_replicas(name: str, value: str) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*` or partition:broker pairs."""
+    items = list_items(value)
+    if not (all(re.fullmatch(r"([0-9]+:[0-9]+)?", i) for i in items) or "".join(items) == "*"):
+        raise invalid_value(name, f"[{', '.join(items)}]", f"{name} must be the literal '*' or a list of replicas "
+                            "in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def _gzip_level(name: str, value: int) -> None:
+    if value > 9 or (value < 1 and value != -1):
+        raise invalid_value(name, value, "Value must be between 1 and 9 or equal to -1")
+
+
+def _topic(name: str, type_: type, default: object, broker_key: str | None, doc: str, minimum: int | None = None,
+           maximum: int | None = None, *, choices: tuple[str, ...] | None = None, int32: bool = False,
+           validator: Callable[[str, Any], None] | None = None) -> ConfigDef:
+    return ConfigDef(name, type_, default, broker_key, doc, minimum, choices, maximum, 32 if int32 else 64, validator)
+
+
+# Every topic config of Kafka 3.9 (LogConfig): type, default, Range/ValidString/ValidList and
+# the broker config that supplies the default (ServerTopicConfigSynonyms), in LogConfig's order.
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("segment.bytes", int, 1_073_741_824, "log.segment.bytes", "Segment file size before a roll", 14),
-        ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", "Time before a non-empty segment rolls", 1),
-        ConfigDef("segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", "Offset index size before a roll", 8),
-        ConfigDef("index.interval.bytes", int, 4096, "log.index.interval.bytes", "Bytes between offset index entries", 0),
-        ConfigDef("retention.ms", int, 604_800_000, "log.retention.ms", "Age after which segments are deleted (-1: never)", -1),
-        ConfigDef("retention.bytes", int, -1, "log.retention.bytes", "Partition size above which old segments are deleted (-1: no limit)", -1),
-        ConfigDef("flush.messages", int, LONG_MAX, "log.flush.interval.messages", "Messages between fsyncs", 1),
-        ConfigDef("flush.ms", int, LONG_MAX, "log.flush.interval.ms", "Time between fsyncs", 0),
-        ConfigDef("max.message.bytes", int, 1_048_588, "message.max.bytes", "Largest record batch accepted", 0),
-        ConfigDef("cleanup.policy", str, "delete", "log.cleanup.policy", "delete, compact or both", choices=("delete", "compact")),
-        ConfigDef("delete.retention.ms", int, 86_400_000, "log.cleaner.delete.retention.ms", "How long tombstones are kept after compaction", 0),
-        ConfigDef("min.compaction.lag.ms", int, 0, "log.cleaner.min.compaction.lag.ms", "Minimum age of a record before compaction", 0),
-        ConfigDef("min.cleanable.dirty.ratio", str, "0.5", "log.cleaner.min.cleanable.ratio", "Dirty ratio that triggers compaction"),
-        ConfigDef("min.insync.replicas", int, 1, "min.insync.replicas", "Replicas that must acknowledge acks=all", 1),
-        ConfigDef("unclean.leader.election.enable", bool, False, "unclean.leader.election.enable", "Allow out-of-sync replicas to lead"),
-        ConfigDef("message.timestamp.type", str, "CreateTime", "log.message.timestamp.type", "CreateTime or LogAppendTime", choices=("CreateTime", "LogAppendTime")),
-        ConfigDef("compression.type", str, "producer", "compression.type", "Codec batches are stored in", choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-        ConfigDef("file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", "Delay before deleted segment files are removed", 0),
-        ConfigDef("preallocate", bool, False, "log.preallocate", "Preallocate segment files"),
-        ConfigDef("message.downconversion.enable", bool, True, "log.message.downconversion.enable", "Down-convert for old consumers"),
+        _topic("segment.bytes", int, 1_073_741_824, "log.segment.bytes", "Segment file size before a roll", 14,
+               int32=True),
+        _topic("segment.ms", int, 604_800_000, "log.roll.ms", "Time before a non-empty segment rolls", 1),
+        _topic("segment.jitter.ms", int, 0, "log.roll.jitter.ms", "Random reduction of segment.ms (stored, not used)",
+               0),
+        _topic("segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", "Offset index size before a roll",
+               4, int32=True),
+        _topic("flush.messages", int, LONG_MAX, "log.flush.interval.messages", "Messages between fsyncs", 1),
+        _topic("flush.ms", int, LONG_MAX, "log.flush.interval.ms", "Time between fsyncs", 0),
+        _topic("retention.bytes", int, -1, "log.retention.bytes",
+               "Partition size above which old segments are deleted (-1: no limit)"),
+        _topic("retention.ms", int, 604_800_000, "log.retention.ms", "Age after which segments are deleted (-1: never)",
+               -1),
+        _topic("max.message.bytes", int, 1_048_588, "message.max.bytes", "Largest record batch accepted", 0,
+               int32=True),
+        _topic("index.interval.bytes", int, 4096, "log.index.interval.bytes", "Bytes between offset index entries", 0,
+               int32=True),
+        _topic("delete.retention.ms", int, 86_400_000, "log.cleaner.delete.retention.ms",
+               "How long tombstones are kept after compaction", 0),
+        _topic("min.compaction.lag.ms", int, 0, "log.cleaner.min.compaction.lag.ms",
+               "Minimum age of a record before compaction", 0),
+        _topic("max.compaction.lag.ms", int, LONG_MAX, "log.cleaner.max.compaction.lag.ms",
+               "A dirty record older than this is compacted whatever the dirty ratio", 1),
+        _topic("file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms",
+               "Delay before deleted segment files are removed (stored, not used: they go at once)", 0),
+        _topic("min.cleanable.dirty.ratio", float, 0.5, "log.cleaner.min.cleanable.ratio",
+               "Dirty ratio that triggers compaction", 0, 1),
+        _topic("cleanup.policy", list, "delete", "log.cleanup.policy", "delete, compact or both",
+               choices=("compact", "delete")),
+        _topic("unclean.leader.election.enable", bool, False, "unclean.leader.election.enable",
+               "Allow out-of-sync replicas to lead"),
+        _topic("min.insync.replicas", int, 1, "min.insync.replicas", "Replicas that must acknowledge acks=all", 1,
+               int32=True),
+        _topic("compression.type", str, "producer", "compression.type", "Codec batches are stored in",
+               choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        _topic("compression.gzip.level", int, -1, "compression.gzip.level", "gzip level (stored, not used)",
+               int32=True, validator=_gzip_level),
+        _topic("compression.lz4.level", int, 9, "compression.lz4.level", "lz4 level (stored, not used)", 1, 17,
+               int32=True),
+        _topic("compression.zstd.level", int, 3, "compression.zstd.level", "zstd level (stored, not used)", -131072,
+               22, int32=True),
+        _topic("preallocate", bool, False, "log.preallocate", "Preallocate segment files (stored, not used)"),
+        _topic("message.format.version", str, "3.0-IV1", "log.message.format.version",
+               "Deprecated; ignored since 3.0, as Kafka ignores it", validator=_metadata_version),
+        _topic("message.timestamp.type", str, "CreateTime", "log.message.timestamp.type", "CreateTime or LogAppendTime",
+               choices=("CreateTime", "LogAppendTime")),
+        _topic("message.timestamp.difference.max.ms", int, LONG_MAX, "log.message.timestamp.difference.max.ms",
+               "Deprecated record timestamp bound (stored, not used)", 0),
+        _topic("message.timestamp.before.max.ms", int, LONG_MAX, "log.message.timestamp.before.max.ms",
+               "How far behind the broker's clock a record timestamp may be (stored, not used)", 0),
+        _topic("message.timestamp.after.max.ms", int, LONG_MAX, "log.message.timestamp.after.max.ms",
+               "How far ahead of the broker's clock a record timestamp may be (stored, not used)", 0),
+        _topic("leader.replication.throttled.replicas", list, "", None,
+               "partition:broker replicas throttled on the leader side, or * (stored, not used)",
+               validator=_throttled_replicas),
+        _topic("follower.replication.throttled.replicas", list, "", None,
+               "partition:broker replicas throttled on the follower side, or * (stored, not used)",
+               validator=_throttled_replicas),
+        _topic("message.downconversion.enable", bool, True, "log.message.downconversion.enable",
+               "Down-convert for old consumers (stored, not used)"),
+        _topic("remote.storage.enable", bool, False, None, "Tiered storage (this broker has none: only false)"),
+        _topic("local.retention.ms", int, -2, "log.local.retention.ms",
+               "Local retention of a tiered topic (-2: retention.ms; stored, not used)", -2),
+        _topic("local.retention.bytes", int, -2, "log.local.retention.bytes",
+               "Local retention of a tiered topic (-2: retention.bytes; stored, not used)", -2),
+        _topic("remote.log.copy.disable", bool, False, None, "Stop copying to tiered storage (stored, not used)"),
+        _topic("remote.log.delete.on.disable", bool, False, None,
+               "Delete tiered data when tiering is turned off (stored, not used)"),
     )
 }
+
+
+def validate_topic_values(values: Mapping[str, Any]) -> None:
+    """Kafka's checks across configs (LogConfig.validateValues and, for a broker without
+    tiered storage, validateRemoteStorageOnlyIfSystemEnabled)."""
+    min_lag_ms, max_lag_ms = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if min_lag_ms > max_lag_ms:
+        raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({min_lag_ms}) > "
+                            f"max.compaction.lag.ms ({max_lag_ms})")
+    if values["remote.storage.enable"]:
+        raise InvalidConfig("Tiered Storage functionality is disabled in the broker. "
+                            "Topic cannot be configured with remote log storage.")
+
+
+def altered_list_value(name: str, current: str | None, operation: str, value: str) -> str:
+    """IncrementalAlterConfigs APPEND or SUBTRACT on a topic config, as Kafka's controller does
+    it (ConfigurationControlManager): only a LIST config; the current value (else the topic
+    config's own default) gains the values it lacks, or loses those given, in order."""
+    definition = TOPIC_CONFIG_DEFS.get(name)
+    if definition is None or definition.type is not list:
+        raise InvalidConfig(f"Can't {operation.upper()} to key {name} because its type is not LIST.")
+    base = definition.default if current is None else current
+    items = [v for v in base.split(",") if v]
+    for v in _java_split(value):
+        if operation == "append" and v not in items:
+            items.append(v)
+        elif operation == "subtract" and v in items:
+            items.remove(v)
+    return ",".join(items)
+
+
+def _java_split(value: str) -> list[str]:
+    """Java's String.split(","): trailing empty strings are dropped."""
+    parts = value.split(",")
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +193,9 @@ class LogConfig:
         for name, raw in overrides.items():
             found = TOPIC_CONFIG_DEFS.get(name)
             if found is None:
-                raise InvalidConfig(f"unknown topic config {name!r}")
+                raise InvalidConfig(f"Unknown topic config name: {name}")
             values[name] = parse_value(found, raw)
+        validate_topic_values(values)
         return cls(values, frozenset(overrides), frozenset(from_broker))
 
     def __getitem__(self, name: str) -> Any:
@@ -116,4 +251,26 @@ class LogConfig:
 
     @property
     def delete_enabled(self) -> bool:
-        return "delete" in str(self.values["cleanup.policy"])
+        return "delete" in list_items(self.values["cleanup.policy"])
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in list_items(self.values["cleanup.policy"])
+
+    @property
+    def min_cleanable_dirty_ratio(self) -> float:
+        return float(self.values["min.cleanable.dirty.ratio"])
+
+    @property
+    def min_compaction_lag_ms(self) -> int:
+        return int(self.values["min.compaction.lag.ms"])
+
+    @property
+    def max_compaction_lag_ms(self) -> int:
+        return int(self.values["max.compaction.lag.ms"])
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's maxSegmentMs: a compacted topic's active segment also rolls at
+        max.compaction.lag.ms, so no record waits longer than that to become cleanable."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact_enabled else self.segment_ms

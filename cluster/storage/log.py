@@ -523,7 +523,7 @@ class Log:
             return
         if (
             seg.size_bytes + incoming_bytes > self.config.segment_bytes
-            or now_ms - seg.created_ms >= self.config.segment_ms
+            or now_ms - seg.created_ms >= self.config.max_segment_ms
             or seg.offset_index.is_full
             or last_offset - seg.base_offset > _MAX_RELATIVE_OFFSET
         ):

@@ -91,7 +91,7 @@ class LogTasks:
         while True:
             await trio.sleep(backoff_s)
             for lg in list(self.logs.logs.values()):
-                if "compact" not in str(lg.config["cleanup.policy"]):
+                if not lg.config.compact_enabled:
                     continue
                 try:
                     unstable = lg.first_open_transaction_offset()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.interop.clients import ck_consume, ck_create_topic, ck_produce, ck_watermarks
+from tests.interop.clients import ck_admin, ck_consume, ck_create_topic, ck_produce, ck_watermarks
 from tests.interop.common import (
     CODEC_IDS,
     Rec,
@@ -111,3 +111,206 @@ def test_max_message_bytes_rejects_large_batch(broker):
         (0, i) for i in range(5)
     ]
     assert ck_watermarks(broker.bootstrap, topic, 1) == {0: (0, 5)}
+
+
+# ---------------------------------------------------------------- Kafka 3.9's topic configs, through real admin clients
+
+# A valid, non-default value of every Kafka 3.9 topic config, and how DescribeConfigs shows it.
+EVERY_CONFIG = {
+    "segment.bytes": ("1048576", "1048576"),
+    "segment.ms": ("3600000", "3600000"),
+    "segment.jitter.ms": ("1000", "1000"),
+    "segment.index.bytes": ("4096", "4096"),
+    "flush.messages": ("10000", "10000"),
+    "flush.ms": ("5000", "5000"),
+    "retention.bytes": ("-5", "-5"),
+    "retention.ms": ("-1", "-1"),
+    "remote.storage.enable": ("false", "false"),
+    "local.retention.ms": ("-1", "-1"),
+    "local.retention.bytes": ("1048576", "1048576"),
+    "remote.log.copy.disable": ("true", "true"),
+    "remote.log.delete.on.disable": ("TRUE", "true"),
+    "max.message.bytes": ("2000000", "2000000"),
+    "index.interval.bytes": ("0", "0"),
+    "file.delete.delay.ms": ("0", "0"),
+    "delete.retention.ms": ("1000", "1000"),
+    "min.compaction.lag.ms": ("60000", "60000"),
+    "max.compaction.lag.ms": ("86400000", "86400000"),
+    "min.cleanable.dirty.ratio": ("0.25", "0.25"),
+    "cleanup.policy": ("compact, delete", "compact,delete"),
+    "unclean.leader.election.enable": ("true", "true"),
+    "min.insync.replicas": ("1", "1"),
+    "compression.type": ("zstd", "zstd"),
+    "compression.gzip.level": ("9", "9"),
+    "compression.lz4.level": ("1", "1"),
+    "compression.zstd.level": ("-131072", "-131072"),
+    "preallocate": ("true", "true"),
+    "message.format.version": ("2.8", "2.8"),
+    "message.timestamp.type": ("LogAppendTime", "LogAppendTime"),
+    "message.timestamp.difference.max.ms": ("0", "0"),
+    "message.timestamp.before.max.ms": ("3600000", "3600000"),
+    "message.timestamp.after.max.ms": ("60000", "60000"),
+    "message.downconversion.enable": ("false", "false"),
+    "leader.replication.throttled.replicas": ("*", "*"),
+    "follower.replication.throttled.replicas": ("0:1,1:1", "0:1,1:1"),
+}
+
+# Refused with INVALID_CONFIG (40) and Kafka 3.9's message.
+BAD_CONFIGS = [
+    ("cleanup.policy", "bogus",
+     "Invalid value bogus for configuration cleanup.policy: String must be one of: compact, delete"),
+    ("min.insync.replicas", "0", "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
+    ("max.compaction.lag.ms", "0",
+     "Invalid value 0 for configuration max.compaction.lag.ms: Value must be at least 1"),
+    ("min.cleanable.dirty.ratio", "1.5",
+     "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
+    ("message.format.version", "4.0",
+     "Invalid value 4.0 for configuration message.format.version: Version 4.0 is not a valid version"),
+    ("preallocate", "yes",
+     "Invalid value yes for configuration preallocate: Expected value to be either true or false"),
+    ("segment.bytes", "2147483648",
+     "Invalid value 2147483648 for configuration segment.bytes: Not a number of type INT"),
+    ("no.such.config", "1", "Unknown topic config name: no.such.config"),
+]
+
+TOPIC_SOURCE, DEFAULT_SOURCE = 1, 5  # DescribeConfigs config sources
+
+
+def ck_described(bootstrap: str, topic: str) -> dict[str, tuple[str, int]]:
+    """Every config of a topic as (value, source) from confluent-kafka's describe_configs."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = ck_admin(bootstrap)  # kept until the answer is in: the futures fail once it is gone
+    (future,) = admin.describe_configs([ConfigResource("topic", topic)], request_timeout=15).values()
+    return {name: (entry.value, int(entry.source)) for name, entry in future.result(timeout=20).items()}
+
+
+def ck_create_error(bootstrap: str, topic: str, config: dict[str, str]):
+    from confluent_kafka.admin import NewTopic
+
+    admin = ck_admin(bootstrap)
+    (future,) = admin.create_topics([NewTopic(topic, 1, 1, config=config)], request_timeout=15).values()
+    with pytest.raises(Exception) as info:
+        future.result(timeout=20)
+    return info.value.args[0]
+
+
+def ck_incremental(bootstrap: str, topic: str, *ops: tuple[str, str | None, object]):
+    """IncrementalAlterConfigs (name, value, AlterConfigOpType): None, or the KafkaError."""
+    from confluent_kafka.admin import ConfigEntry, ConfigResource
+
+    entries = [ConfigEntry(name, value, incremental_operation=op) for name, value, op in ops]
+    admin = ck_admin(bootstrap)
+    (future,) = admin.incremental_alter_configs(
+        [ConfigResource("topic", topic, incremental_configs=entries)], request_timeout=15).values()
+    try:
+        future.result(timeout=20)
+    except Exception as exc:
+        return exc.args[0]
+    return None
+
+
+def test_every_kafka_topic_config_is_accepted_at_create_and_described(broker):
+    """confluent-kafka and kafka-python create topics with every Kafka 3.9 topic config set;
+    DescribeConfigs shows each value (Kafka's rendering) as a topic override."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    bs = broker.bootstrap
+    given = {name: value for name, (value, _) in EVERY_CONFIG.items()}
+    want = {name: (shown, TOPIC_SOURCE) for name, (_, shown) in EVERY_CONFIG.items()}
+    ck_create_topic(bs, "tc-every-ck", 1, given)
+    assert ck_described(bs, "tc-every-ck") == want
+
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=15000)
+    try:
+        response = admin.create_topics([NewTopic("tc-every-kp", 1, 1, topic_configs=given)], timeout_ms=10000)
+    finally:
+        admin.close()
+    assert response["topics"] == [{"name": "tc-every-kp", "error_code": 0, "error_message": None}]
+    assert ck_described(bs, "tc-every-kp") == want
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_CONFIGS, ids=[f"{n}={v}" for n, v, _ in BAD_CONFIGS])
+def test_bad_topic_configs_are_refused_with_invalid_config(broker, name, value, message):
+    """CreateTopics (both clients), AlterConfigs (kafka-python) and IncrementalAlterConfigs
+    (confluent-kafka) refuse the value with INVALID_CONFIG and Kafka's message; nothing changes."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AlterConfigOpType
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    bs = broker.bootstrap
+    error = ck_create_error(bs, "tc-bad-ck", {name: value})
+    assert (error.code(), error.str()) == (KafkaError.INVALID_CONFIG, message)
+
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=15000)
+    try:
+        response = admin.create_topics([NewTopic("tc-bad-kp", 1, 1, topic_configs={name: value})],
+                                       timeout_ms=10000, raise_errors=False)
+        assert response["topics"] == [{"name": "tc-bad-kp", "error_code": 40, "error_message": message}]
+        ck_create_topic(bs, "tc-bad-alter", 1, {"retention.ms": "60000"})
+        before = ck_described(bs, "tc-bad-alter")
+        result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "tc-bad-alter", configs={name: value})],
+                                     incremental=False, raise_on_unknown=False)
+        assert result == {"topic": {"tc-bad-alter": f"[Error 40] InvalidConfigurationError: {message}"}}
+    finally:
+        admin.close()
+    error = ck_incremental(bs, "tc-bad-alter", (name, value, AlterConfigOpType.SET))
+    assert (error.code(), error.str()) == (KafkaError.INVALID_CONFIG, message)
+    assert ck_described(bs, "tc-bad-alter") == before
+
+
+def test_incremental_append_subtract_and_delete(broker):
+    """APPEND adds the values a list config lacks (to Kafka's default when unset), SUBTRACT
+    removes those given, DELETE goes back to the default; APPEND/SUBTRACT on a non-list
+    config is INVALID_CONFIG. Through confluent-kafka and kafka-python."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AlterConfigOpType as Op
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    bs, topic = broker.bootstrap, "tc-append"
+    ck_create_topic(bs, topic, 1, {"retention.ms": "60000"})
+
+    def shown(name: str) -> tuple[str, int]:
+        return ck_described(bs, topic)[name]
+
+    assert shown("cleanup.policy") == ("delete", DEFAULT_SOURCE)
+    assert ck_incremental(bs, topic, ("cleanup.policy", "compact", Op.APPEND)) is None
+    assert shown("cleanup.policy") == ("delete,compact", TOPIC_SOURCE)
+    assert ck_incremental(bs, topic, ("cleanup.policy", "compact,delete", Op.APPEND)) is None
+    assert shown("cleanup.policy") == ("delete,compact", TOPIC_SOURCE)
+    assert ck_incremental(bs, topic, ("cleanup.policy", "delete", Op.SUBTRACT)) is None
+    assert shown("cleanup.policy") == ("compact", TOPIC_SOURCE)
+    assert ck_incremental(bs, topic, ("follower.replication.throttled.replicas", "0:1,1:1", Op.APPEND),
+                          ("leader.replication.throttled.replicas", "*", Op.APPEND)) is None
+    assert ck_incremental(bs, topic, ("follower.replication.throttled.replicas", "0:1", Op.SUBTRACT)) is None
+    described = ck_described(bs, topic)
+    assert (described["follower.replication.throttled.replicas"], described["leader.replication.throttled.replicas"]) \
+        == (("1:1", TOPIC_SOURCE), ("*", TOPIC_SOURCE))
+
+    for op, verb in ((Op.APPEND, "APPEND"), (Op.SUBTRACT, "SUBTRACT")):
+        error = ck_incremental(bs, topic, ("retention.ms", "5", op))
+        assert (error.code(), error.str()) == (
+            KafkaError.INVALID_CONFIG, f"Can't {verb} to key retention.ms because its type is not LIST.")
+    assert shown("retention.ms") == ("60000", TOPIC_SOURCE)
+
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=15000)
+    try:
+        def alter(configs: dict) -> object:
+            result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)],
+                                         incremental=True, raise_on_unknown=False)
+            return result["topic"][topic]
+
+        assert alter({"cleanup.policy": ("APPEND", "delete")}) == "OK"
+        assert shown("cleanup.policy") == ("compact,delete", TOPIC_SOURCE)
+        assert alter({"cleanup.policy": ("SUBTRACT", "compact")}) == "OK"
+        assert shown("cleanup.policy") == ("delete", TOPIC_SOURCE)
+        assert alter({"max.compaction.lag.ms": ("APPEND", "1000")}) == (
+            "[Error 40] InvalidConfigurationError: Can't APPEND to key max.compaction.lag.ms because its type is "
+            "not LIST.")
+    finally:
+        admin.close()
+
+    assert ck_incremental(bs, topic, ("cleanup.policy", None, Op.DELETE), ("retention.ms", None, Op.DELETE)) is None
+    described = ck_described(bs, topic)
+    assert (described["cleanup.policy"], described["retention.ms"]) == (
+        ("delete", DEFAULT_SOURCE), ("604800000", DEFAULT_SOURCE))

@@ -566,6 +566,51 @@ def test_min_cleanable_dirty_ratio(tmp_path: Path) -> None:
     assert read_checkpoint(lg) == lg.active_segment.base_offset
 
 
+def test_max_compaction_lag_cleans_a_log_below_its_dirty_ratio(tmp_path: Path) -> None:
+    """A dirty segment whose first record is older than max.compaction.lag.ms is cleaned
+    even though the log's dirty ratio is below min.cleanable.dirty.ratio."""
+    settings = {"segment_bytes": 8192, "min_cleanable_dirty_ratio": "0.99"}
+    lg = new_log(tmp_path, cfg(**settings))
+    append_updates(lg, 3000, 100, 50)
+    clean(lg, NOW)  # all dirty: ratio 1
+    checkpoint = read_checkpoint(lg)
+    first = lg.log_end_offset
+    while len([s for s in lg.segments[:-1] if s.base_offset >= checkpoint]) < 1:
+        append_updates(lg, 50, 100, 50, first=first)
+        first += 50
+    assert 0 < cleanable_ratio(lg, checkpoint) < 0.99
+    assert prepare_clean(lg, NOW + 2 * HOUR, CleanerConfig()) is None  # default: Long.MAX_VALUE
+    lg.config = cfg(**settings, max_compaction_lag_ms=HOUR)
+    assert prepare_clean(lg, NOW + HOUR, CleanerConfig()) is None  # exactly max.compaction.lag.ms old: not yet
+    before = read_all(lg)
+    task = clean(lg, NOW + HOUR + 1)
+    assert task.end_offset == lg.active_segment.base_offset == read_checkpoint(lg)
+    assert latest(read_all(lg)) == latest(before)
+
+
+def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path: Path) -> None:
+    """Segments from the first one holding a record newer than min.compaction.lag.ms on are
+    not cleaned; older ones are."""
+    lg = new_log(tmp_path, cfg(segment_bytes=4096, min_compaction_lag_ms=HOUR))
+    for b in range(20):  # old updates of 100 keys, then recent ones
+        append(lg, [(key(j), val(b * 100 + j), NOW - 2 * HOUR) for j in range(0, 100, 5)])
+    lg.roll(NOW)
+    recent_base = lg.log_end_offset
+    for b in range(20):
+        append(lg, [(key(j), val(10_000 + b * 100 + j), NOW) for j in range(0, 100, 5)])
+    assert lg.active_segment.base_offset > recent_base
+    before = read_all(lg)
+    task = clean(lg, NOW)
+    assert task.end_offset == recent_base == read_checkpoint(lg)
+    after = read_all(lg)
+    assert [r for r in after if r.offset >= recent_base] == [r for r in before if r.offset >= recent_base]
+    assert [r.offset for r in after if r.offset < recent_base] == sorted(
+        r.offset for r in latest(r for r in before if r.offset < recent_base).values())
+    assert prepare_clean(lg, NOW + HOUR - 1, CleanerConfig()) is None  # the recent records are still too new
+    clean(lg, NOW + HOUR)
+    assert read_checkpoint(lg) == lg.active_segment.base_offset
+
+
 def test_a_full_dedupe_buffer_cleans_part_of_the_dirty_section_per_pass(tmp_path: Path) -> None:
     # Ratio 0: a pass may stop inside a segment, which the ratio then counts as clean.
     lg = new_log(tmp_path, cfg(segment_bytes=4096, min_cleanable_dirty_ratio="0"))

@@ -1117,6 +1117,32 @@ def test_alter_configs() -> None:
     assert c.image.topic("t").configs == {"flush.ms": "10"}
 
 
+def test_alter_configs_append_and_subtract_list_configs() -> None:
+    """APPEND adds the values a list config lacks (to its Kafka default when unset),
+    SUBTRACT removes those given; on a non-list config both are INVALID_CONFIG and the
+    topic's other changes in that request are not applied."""
+    c = Cluster()
+    c.start(1)
+    tid = c.create("t", 1, 1)
+    result, records = c.do("alter_configs", {"topics": [{"name": "t", "ops": [
+        ["cleanup.policy", "append", "compact"], ["follower.replication.throttled.replicas", "append", "0:1,1:1"]]}]})
+    assert result["topics"] == [{"error_code": NONE, "error_message": None, "name": "t"}]
+    assert records == [record("TopicConfig", topic_id=tid, key="cleanup.policy", value="delete,compact"),
+                       record("TopicConfig", topic_id=tid, key="follower.replication.throttled.replicas",
+                              value="0:1,1:1")]
+    result, records = c.do("alter_configs", {"topics": [{"name": "t", "ops": [
+        ["cleanup.policy", "append", "compact"], ["follower.replication.throttled.replicas", "subtract", "0:1"]]}]})
+    assert records == [record("TopicConfig", topic_id=tid, key="follower.replication.throttled.replicas",
+                              value="1:1")]
+    result, records = c.do("alter_configs", {"topics": [{"name": "t", "ops": [
+        ["retention.ms", "set", "1000"], ["retention.ms", "append", "5"]]}]})
+    assert [(t["error_code"], t["error_message"]) for t in result["topics"]] == [
+        (INVALID_CONFIG, "Can't APPEND to key retention.ms because its type is not LIST.")]
+    assert records == []
+    assert c.image.topic("t").configs == {"cleanup.policy": "delete,compact",
+                                          "follower.replication.throttled.replicas": "1:1"}
+
+
 def test_a_topic_config_enables_unclean_election_for_later_failures() -> None:
     c = Cluster()
     c.start(1, 2)
