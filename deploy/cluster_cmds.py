@@ -97,9 +97,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                        help="remove a topic config override, repeatable")
     delete = actions.add_parser("delete", help="delete a topic")
     delete.add_argument("topic")
-    for p in (create, lst, describe, alter, delete):
+    purge = actions.add_parser("delete-records", help="delete records below an offset (like kafka-delete-records)")
+    purge.add_argument("topic")
+    purge.add_argument("--partition", type=int, action="append", help="repeatable (default: every partition)")
+    purge.add_argument("--offset", type=int, required=True,
+                       help="records below this offset go; -1: everything below the high watermark")
+    for p in (create, lst, describe, alter, delete, purge):
         add_target(p)
     topics.set_defaults(func=_runner(_topics))
+
+    log_dirs = sub.add_parser("log-dirs", help="each broker's data directory: bytes per partition, disk space "
+                                               "(like kafka-log-dirs --describe)")
+    add_target(log_dirs)
+    log_dirs.add_argument("--topic", action="append", help="only these topics (repeatable)")
+    log_dirs.add_argument("--json", action="store_true")
+    log_dirs.set_defaults(func=_runner(_log_dirs))
 
     elect = sub.add_parser("elect-leaders", help="preferred or unclean leader election")
     add_target(elect)
@@ -189,6 +201,33 @@ async def _topics(args: argparse.Namespace) -> int:
         elif args.action == "delete":
             await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
+        elif args.action == "delete-records":
+            indexes = args.partition or [p.partition_index for p in (await _partitions_of(admin, [args.topic]))[args.topic]]
+            low = await admin.delete_records({(args.topic, i): args.offset for i in indexes})
+            for (topic, index), watermark in sorted(low.items()):
+                print(f"{topic}-{index}: records below {watermark} deleted (low watermark {watermark})")
+    return 0
+
+
+async def _log_dirs(args: argparse.Namespace) -> int:
+    async with admin_for(args) as admin:
+        dirs = await admin.describe_log_dirs()
+    wanted = set(args.topic or ())
+    if args.json:
+        print(json.dumps({"brokers": [
+            {"broker": node, "log_dir": d["log_dir"], "error_code": d["error_code"], "total_bytes": d["total_bytes"],
+             "usable_bytes": d["usable_bytes"], "partitions": [
+                 {"topic": t, "partition": i, "size_bytes": size, "offset_lag": lag}
+                 for (t, i), (size, lag) in sorted(d["partitions"].items()) if not wanted or t in wanted]}
+            for node, d in sorted(dirs.items())]}))
+        return 0
+    for node, d in sorted(dirs.items()):
+        print(f"broker {node}: {d['log_dir']} ({d['usable_bytes']:,} of {d['total_bytes']:,} bytes usable)")
+        rows = [["TOPIC", "PARTITION", "SIZE-BYTES", "OFFSET-LAG"]]
+        rows += [[t, str(i), str(size), str(lag)] for (t, i), (size, lag) in sorted(d["partitions"].items())
+                 if (not wanted or t in wanted) and not t.startswith("__")]
+        widths = [max(len(r[c]) for r in rows) for c in range(4)]
+        print("\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`dcmirror groups list|describe|reset-offsets|delete`, like kafka-consumer-groups."""
+"""`dcmirror groups list|describe|reset-offsets|delete-offsets|delete`, like kafka-consumer-groups."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import trio
 
 from cluster.client.admin import EARLIEST, LATEST, Admin, AdminError
 from cluster.client.connection import KafkaConnectionError
+from cluster.client.errors import error_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     target.add_argument("--to-datetime", help="ISO 8601, e.g. 2026-01-31T12:00:00Z")
     target.add_argument("--shift-by", type=int)
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: dry run)")
+    forget = actions.add_parser("delete-offsets", help="delete a group's committed offsets of some topics")
+    forget.add_argument("group")
+    forget.add_argument("--topic", action="append", required=True, help="TOPIC or TOPIC:P1,P2 (repeatable)")
     groups.set_defaults(func=run)
 
 
@@ -68,17 +72,19 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"deleted group {args.group}")
         elif args.action == "reset-offsets":
             return await _reset(admin, args)
+        elif args.action == "delete-offsets":
+            codes = await admin.delete_group_offsets(args.group, await _partitions(admin, args.topic))
+            rows = [["TOPIC", "PARTITION", "STATUS"]]
+            rows += [[t, str(p), "deleted" if code == 0 else error_name(code)] for (t, p), code in sorted(codes.items())]
+            print(_table(rows))
+            return 0 if all(code == 0 for code in codes.values()) else 1
     return 0
 
 
-async def _reset(admin: Admin, args: argparse.Namespace) -> int:
-    (group,) = await admin.describe_groups([args.group])
-    if group.group_state not in ("Empty", "Dead"):
-        print(f"dcmirror groups: group {args.group} is {group.group_state}; stop its consumers before "
-              "resetting offsets", file=sys.stderr)
-        return 1
+async def _partitions(admin: Admin, specs: list[str]) -> list[tuple[str, int]]:
+    """TOPIC (every partition) or TOPIC:P1,P2 per spec, as kafka-consumer-groups takes them."""
     partitions: list[tuple[str, int]] = []
-    for spec in args.topic:
+    for spec in specs:
         topic, _, parts = spec.partition(":")
         if parts:
             partitions += [(topic, int(p)) for p in parts.split(",")]
@@ -88,6 +94,16 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> int:
             if t.error_code != 0:
                 raise AdminError(f"topic {topic!r}", t.error_code)
             partitions += [(topic, p.partition_index) for p in t.partitions]
+    return partitions
+
+
+async def _reset(admin: Admin, args: argparse.Namespace) -> int:
+    (group,) = await admin.describe_groups([args.group])
+    if group.group_state not in ("Empty", "Dead"):
+        print(f"dcmirror groups: group {args.group} is {group.group_state}; stop its consumers before "
+              "resetting offsets", file=sys.stderr)
+        return 1
+    partitions = await _partitions(admin, args.topic)
     earliest = await admin.list_offsets(partitions, EARLIEST)
     latest = await admin.list_offsets(partitions, LATEST)
     current = await admin.committed_offsets(args.group)

@@ -15,15 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
-from kio.serial import entity_reader
-
 from cluster.client.config import admin_config
 from cluster.client.connection import BrokerConnection
 from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.client.retry import retrying
 from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.consumer_protocol import decode_assignment
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     CONSUMER_REPLICA_ID,
@@ -71,14 +69,6 @@ class PartitionLag:
     @property
     def lag(self) -> int | None:
         return None if self.committed is None else max(0, self.log_end - self.committed)
-
-
-def decode_assignment(data: bytes) -> list[tuple[str, int]]:
-    """Partitions in a consumer-protocol assignment (any version: v0 fields come first)."""
-    if len(data) < 2:
-        return []
-    value, _ = entity_reader(ConsumerProtocolAssignment)(bytes(data), 2)
-    return [(tp.topic, int(p)) for tp in value.assigned_partitions for p in tp.partitions]
 
 
 def write_txn_markers_body(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -161,11 +151,8 @@ class Admin:
                                 "allow_auto_topic_creation": False}
         return await (await self._any()).request(ApiKey.METADATA, body)
 
-    @_retried
-    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int, *,
-                           isolation_level: int = READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
-        """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each
-        leader; LATEST under READ_COMMITTED is the last stable offset."""
+    async def _by_leader(self, partitions: Sequence[tuple[str, int]]) -> list[tuple[BrokerConnection, list[tuple[str, int]]]]:
+        """Partitions grouped by their leader's connection; AdminError for an unknown one."""
         meta = await self.metadata(sorted({t for t, _ in partitions}))
         brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
         leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics for p in t.partitions}
@@ -173,10 +160,18 @@ class Admin:
         for tp in partitions:
             if tp not in leaders:
                 raise AdminError(f"partition {tp[0]}-{tp[1]}", ErrorCode.unknown_topic_or_partition)
+            if leaders[tp] not in brokers:
+                raise AdminError(f"partition {tp[0]}-{tp[1]}", ErrorCode.leader_not_available)
             by_leader.setdefault(leaders[tp], []).append(tp)
+        return [(await self._conn(*brokers[leader]), tps) for leader, tps in by_leader.items()]
+
+    @_retried
+    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int, *,
+                           isolation_level: int = READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
+        """Offsets per partition for a timestamp (EARLIEST, LATEST or epoch ms), asked of each
+        leader; LATEST under READ_COMMITTED is the last stable offset."""
         out: dict[tuple[str, int], int] = {}
-        for leader, tps in by_leader.items():
-            conn = await self._conn(*brokers[leader])
+        for conn, tps in await self._by_leader(partitions):
             topics: dict[str, list[dict[str, Any]]] = {}
             for t, p in tps:
                 topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
@@ -188,6 +183,43 @@ class Admin:
                     if p.error_code != 0:
                         raise AdminError(f"listing offsets of {t.name}-{p.partition_index}", p.error_code)
                     out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    @_retried
+    async def delete_records(self, offsets: Mapping[tuple[str, int], int],
+                             timeout_ms: int = 30_000) -> dict[tuple[str, int], int]:
+        """DeleteRecords: each partition's records below its offset (-1: the high watermark)
+        go; the low watermark per partition. AdminError on the first partition refused."""
+        out: dict[tuple[str, int], int] = {}
+        for conn, tps in await self._by_leader(list(offsets)):
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for t, p in tps:
+                topics.setdefault(t, []).append({"partition_index": p, "offset": offsets[(t, p)]})
+            resp = await conn.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()], "timeout": timeout_ms},
+                timeout_s=timeout_ms / 1000 + 10)
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code != 0:
+                        raise AdminError(f"deleting records of {t.name}-{p.partition_index}", p.error_code)
+                    out[(t.name, p.partition_index)] = p.low_watermark
+        return out
+
+    async def describe_log_dirs(self) -> dict[int, dict[str, Any]]:
+        """Every broker's data directory: {node: {"log_dir", "total_bytes", "usable_bytes",
+        "partitions": {(topic, partition): (bytes, offset lag)}}}."""
+        meta = await self.metadata([])
+        out: dict[int, dict[str, Any]] = {}
+        for b in meta.brokers:
+            conn = await self._conn(b.host, b.port)
+            resp = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+            if resp.error_code != 0:
+                raise AdminError(f"describing the log dirs of broker {b.node_id}", resp.error_code)
+            for d in resp.results:
+                out[b.node_id] = {"log_dir": d.log_dir, "error_code": d.error_code, "total_bytes": d.total_bytes,
+                                  "usable_bytes": d.usable_bytes, "partitions": {
+                                      (t.name, p.partition_index): (p.partition_size, p.offset_lag)
+                                      for t in d.topics for p in t.partitions}}
         return out
 
     # ---- topics and cluster ----------------------------------------------------------
@@ -331,7 +363,11 @@ class Admin:
         (group,) = await self.describe_groups([group_id])
         owners: dict[tuple[str, int], tuple[str, str, str]] = {}
         for m in group.members:
-            for tp in decode_assignment(m.member_assignment):
+            try:
+                assigned = decode_assignment(bytes(m.member_assignment))
+            except ValueError:
+                assigned = []  # a foreign protocol's assignment: no owner shown
+            for tp in assigned:
                 owners[tp] = (m.member_id, m.client_id, m.client_host)
         committed = await self.committed_offsets(group_id)
         partitions = sorted(set(committed) | set(owners))
@@ -357,6 +393,21 @@ class Admin:
             for p in t.partitions:
                 if p.error_code != 0:
                     raise AdminError(f"committing {t.name}-{p.partition_index} for group {group_id!r}", p.error_code)
+
+    @_retried
+    async def delete_group_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """OffsetDelete: the group's committed offsets of `partitions` go; the error code per
+        partition (GROUP_SUBSCRIBED_TO_TOPIC while members consume the topic). AdminError
+        for the group's own error."""
+        conn = await self.coordinator(group_id)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append({"partition_index": p})
+        resp = await conn.request(ApiKey.OFFSET_DELETE, {
+            "group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        if resp.error_code != 0:
+            raise AdminError(f"deleting offsets of group {group_id!r}", resp.error_code)
+        return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
     @_retried
     async def delete_group(self, group_id: str) -> None:

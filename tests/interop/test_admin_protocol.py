@@ -132,3 +132,33 @@ def test_describe_log_dirs_reports_the_bytes_on_disk(broker: BrokerProcess, kp: 
     (doc,) = kp.describe_log_dirs({"a": [1]})
     assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in doc["log_dirs"][0]["topics"]] == \
         [("a", [1])]
+
+
+def test_the_cli_deletes_records_and_offsets_and_shows_log_dirs(broker: BrokerProcess, kp: KafkaAdminClient) -> None:
+    """`dcmirror topics delete-records`, `groups delete-offsets`, `log-dirs` (kafka-delete-records,
+    kafka-consumer-groups --delete-offsets, kafka-log-dirs)."""
+    import json
+
+    from tests.deploy.conftest import dcmirror
+    from tests.interop.clients import ck_watermarks
+
+    ck_produce(broker.bootstrap, "b", [Rec(0, None, f"r{i}".encode(), (), 0) for i in range(50)], flush_every=10)
+    out = dcmirror("topics", "delete-records", "b", "--offset", "20", "--bootstrap", broker.bootstrap)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "b-0: records below 20 deleted (low watermark 20)"
+    assert ck_watermarks(broker.bootstrap, "b", 1) == {0: (20, 50)}
+    out = dcmirror("topics", "delete-records", "b", "--offset", "51", "--bootstrap", broker.bootstrap)
+    assert out.returncode == 2 and "OFFSET_OUT_OF_RANGE" in out.stderr, (out.stdout, out.stderr)
+
+    _commit(broker.bootstrap, "cli-g", {("b", 0): 30, ("a", 1): 4})
+    out = dcmirror("groups", "--bootstrap", broker.bootstrap, "delete-offsets", "cli-g", "--topic", "b")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[1].split() == ["b", "0", "deleted"], out.stdout
+    assert _offsets(kp, "cli-g") == {("a", 1): 4}
+
+    out = dcmirror("log-dirs", "--bootstrap", broker.bootstrap, "--topic", "b", "--json")
+    assert out.returncode == 0, out.stderr
+    (doc,) = json.loads(out.stdout)["brokers"]
+    on_disk = sum(f.stat().st_size for f in segment_files(broker.data_dir, "b", 0))
+    assert doc["broker"] == 1 and doc["partitions"] == [
+        {"topic": "b", "partition": 0, "size_bytes": on_disk, "offset_lag": 0}], doc
