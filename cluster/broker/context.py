@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.security.acl import AclOperation, Authorizer, ResourceType
+from cluster.protocol.sentinels import AUTHORIZED_OPERATIONS_OMITTED
+from cluster.security.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
 from cluster.security.principal import ANONYMOUS, KafkaPrincipal
 from cluster.security.sasl import SaslServerSession
+
+# The operations each resource type has (Kafka's AclEntry.supportedOperations): what
+# Metadata, DescribeCluster and DescribeGroups report as authorized operations.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+}
 
 
 @dataclass(slots=True)
@@ -55,4 +68,16 @@ class RequestContext:
         return self.authorizer.any_allowed(self.principal, self.client_ip, operation, resource_type)
 
     def allowed_on_cluster(self, operation: AclOperation) -> bool:
-        return self.allowed(operation, ResourceType.CLUSTER, "kafka-cluster")
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str, *, asked: bool) -> int:
+        """The bit field Kafka answers when a client asks for the operations it may perform on
+        a resource (bit n: AclOperation n); every supported one without an authorizer. Not
+        asked: Kafka's "omitted" value."""
+        if not asked:
+            return AUTHORIZED_OPERATIONS_OMITTED
+        bits = 0
+        for operation in SUPPORTED_OPERATIONS[resource_type]:
+            if self.allowed(operation, resource_type, name):
+                bits |= 1 << operation
+        return bits

@@ -237,7 +237,8 @@ class GroupHandlers:
                                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
                 continue
             described = self.service.coordinator.describe(group_id)
-            described["authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+            described["authorized_operations"] = ctx.authorized_operations(
+                ResourceType.GROUP, group_id, asked=bool(getattr(req, "include_authorized_operations", False)))
             groups.append(described)
         return {"throttle_time": 0, "groups": groups}
 

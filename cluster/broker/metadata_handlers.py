@@ -24,8 +24,17 @@ from cluster.protocol.sentinels import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
-from cluster.security.acl import AclOperation, ResourceType
+from cluster.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.storage.config import TOPIC_CONFIG_DEFS
+
+
+def _topic_error(code: int, name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """A Metadata topic that cannot be described: its error, no partitions, the zero id."""
+    return {"error_code": code, "name": name, "topic_id": topic_id or ZERO_UUID, "is_internal": False,
+            "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class MetadataHandlers:
@@ -36,12 +45,11 @@ class MetadataHandlers:
 
     # ---- Metadata --------------------------------------------------------------------
 
-    def _topic_metadata(self, name: str, error: int = ErrorCode.none) -> dict[str, Any]:
+    def _topic_metadata(self, name: str, error: int, ctx: RequestContext, with_operations: bool) -> dict[str, Any]:
         image = self.cache.image
         t = image.topic(name)
         if t is None:
-            return {"error_code": error or ErrorCode.unknown_topic_or_partition, "name": name, "is_internal": False,
-                    "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            return _topic_error(error or ErrorCode.unknown_topic_or_partition, name)
         live = {b.broker_id for b in image.unfenced_brokers()}
         partitions = []
         for index in sorted(t.partitions):
@@ -56,31 +64,43 @@ class MetadataHandlers:
                 "offline_replicas": [r for r in p.replicas if r not in live],
             })
         return {"error_code": ErrorCode.none, "name": name, "is_internal": t.internal, "partitions": partitions,
-                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations":
+                    ctx.authorized_operations(ResourceType.TOPIC, name, asked=with_operations)}
 
     async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """Metadata v0–12. v10+ carry topic ids (KIP-516: a topic deleted and created again
+        under its name has a new id, so clients drop what they knew of the old one); v12 asks
+        by id (UNKNOWN_TOPIC_ID when none has it). Authorized operations when asked (v8+)."""
         requested = req.topics
         image = self.cache.image
+        with_operations = bool(getattr(req, "include_topic_authorized_operations", False))
         if requested is None or (version == 0 and not requested):
             # Every topic the principal may describe; the others are not mentioned.
-            topics = [self._topic_metadata(n) for n in sorted(image.topics_by_name)
+            topics = [self._topic_metadata(n, ErrorCode.none, ctx, with_operations) for n in sorted(image.topics_by_name)
                       if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             topics = []
             for t in requested:
+                name = t.name
+                by_id = name is None
+                if by_id:
+                    topic_id = getattr(t, "topic_id", None)
+                    found = image.topics.get(str(topic_id)) if topic_id is not None and topic_id.int else None
+                    if found is None:
+                        topics.append(_topic_error(ErrorCode.unknown_topic_id, None, topic_id))
+                        continue
+                    name = found.name
                 error: int = ErrorCode.none
-                if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
-                    topics.append({"error_code": ErrorCode.topic_authorization_failed, "name": t.name,
-                                   "is_internal": False, "partitions": [],
-                                   "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                    topics.append(_topic_error(ErrorCode.topic_authorization_failed, None if by_id else name))
                     continue
-                if self.cache.image.topic(t.name) is None:
+                if image.topic(name) is None:
                     if allow_auto:
-                        _, error = await self.auto_topics.topic(t.name, ctx)
+                        _, error = await self.auto_topics.topic(name, ctx)
                     else:
                         error = ErrorCode.unknown_topic_or_partition
-                topics.append(self._topic_metadata(t.name, error))
+                topics.append(self._topic_metadata(name, error, ctx, with_operations))
         return {
             "throttle_time": 0,
             "brokers": [{"node_id": b.broker_id, "host": e[0], "port": e[1], "rack": b.rack}
@@ -88,7 +108,8 @@ class MetadataHandlers:
             "cluster_id": self.cache.cluster_id,
             "controller_id": self.cache.controller_id,
             "topics": topics,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": ctx.authorized_operations(
+                ResourceType.CLUSTER, CLUSTER_NAME, asked=bool(getattr(req, "include_cluster_authorized_operations", False))),
         }
 
     # ---- DescribeCluster -------------------------------------------------------------
@@ -98,7 +119,8 @@ class MetadataHandlers:
                 "cluster_id": self.cache.cluster_id, "controller_id": self.cache.controller_id, "endpoint_type": 1,
                 "brokers": [{"broker_id": r.broker_id, "host": e[0], "port": e[1], "rack": r.rack}
                             for r in self.cache.alive_brokers() if (e := r.endpoint(ctx.listener)) is not None],
-                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+                "cluster_authorized_operations": ctx.authorized_operations(
+                    ResourceType.CLUSTER, CLUSTER_NAME, asked=bool(req.include_cluster_authorized_operations))}
 
     # ---- DescribeConfigs -------------------------------------------------------------
 

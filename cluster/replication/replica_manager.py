@@ -51,6 +51,7 @@ from cluster.storage.log import (
     OutOfOrderSequence,
     ProducerFenced,
     RecordTooLarge,
+    RejectedRecords,
     StorageError,
 )
 from cluster.storage.log_manager import (
@@ -320,6 +321,10 @@ class ReplicaManager:
             return _produce_error(index, ErrorCode.unsupported_for_message_format, exc)
         except InvalidRecordBatch as exc:
             return _produce_error(index, ErrorCode.corrupt_message, exc)
+        except RejectedRecords as exc:
+            answer = _produce_error(index, ErrorCode.invalid_timestamp if exc.timestamp else ErrorCode.invalid_record, exc)
+            answer["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in exc.errors]
+            return answer
         except RecordTooLarge as exc:
             return _produce_error(index, ErrorCode.message_too_large, exc)
         except ProducerFenced as exc:

@@ -250,6 +250,20 @@ class LogConfig:
         return None if codec == "producer" else CODEC_IDS[codec]
 
     @property
+    def timestamp_bounds_ms(self) -> tuple[int, int] | None:
+        """How far a CreateTime record's timestamp may lie before and after the broker's
+        clock (message.timestamp.before/after.max.ms, else the deprecated
+        message.timestamp.difference.max.ms, as Kafka 3.6+); None when unbounded."""
+        if self.log_append_time:
+            return None
+        difference = int(self.values["message.timestamp.difference.max.ms"])
+        before = int(self.values["message.timestamp.before.max.ms"])
+        after = int(self.values["message.timestamp.after.max.ms"])
+        before = difference if before == LONG_MAX else before
+        after = difference if after == LONG_MAX else after
+        return None if before == after == LONG_MAX else (before, after)
+
+    @property
     def delete_enabled(self) -> bool:
         return "delete" in list_items(self.values["cleanup.policy"])
 

@@ -51,6 +51,16 @@ class RecordTooLarge(Exception):
     pass
 
 
+class RejectedRecords(Exception):
+    """KIP-467: records of a produce the topic refuses, each by its index in its batch; the
+    whole produce is refused (INVALID_RECORD, or INVALID_TIMESTAMP for `timestamp`)."""
+
+    def __init__(self, errors: list[tuple[int, str]], *, timestamp: bool = False) -> None:
+        super().__init__(f"{len(errors)} record(s) rejected: {errors[0][1]}")
+        self.errors = errors
+        self.timestamp = timestamp
+
+
 class ProducerFenced(Exception):
     """INVALID_PRODUCER_EPOCH."""
 
@@ -341,6 +351,7 @@ class Log:
                 raise InvalidRecordBatch("control batches are written by transaction coordinators, not producers")
             if h.is_transactional and not h.has_producer_id:
                 raise InvalidRecordBatch("a transactional batch needs a producer id")
+        self._check_records(payload, batches, now_ms)
         if len(batches) == 1 and batches[0][1].has_producer_id:
             check = self.producer_state.check(batches[0][1])
             if check.verdict is SequenceVerdict.DUPLICATE:
@@ -379,6 +390,28 @@ class Log:
             )
             batches = split_batches(payload, validate=False)
         return self._write_as_leader(payload, batches, leader_epoch, now_ms, append_time_ms)
+
+    def _check_records(self, payload: bytes, batches: list[tuple[int, BatchHeader]], now_ms: int) -> None:
+        """Kafka's per-record checks (LogValidator), only where the topic asks for them: a
+        compacted topic takes no record without a key, and message.timestamp.before/after
+        bound CreateTime timestamps. Raises RejectedRecords naming every refused record."""
+        bounds = self.config.timestamp_bounds_ms
+        compacted = self.config.compact_enabled
+        if not compacted and bounds is None:
+            return
+        errors: list[tuple[int, str]] = []
+        keyless = False
+        for pos, _ in batches:
+            _, records = decode_batch(payload, pos)
+            for i, r in enumerate(records):
+                if compacted and r.key is None:
+                    keyless = True
+                    errors.append((i, f"Compacted topic cannot accept message without key in topic partition {self.name}."))
+                elif bounds is not None and not now_ms - bounds[0] <= r.timestamp <= now_ms + bounds[1]:
+                    errors.append((i, f"Timestamp {r.timestamp} of message with offset {i} is out of range. The "
+                                      f"timestamp should be within [{now_ms - bounds[0]}, {now_ms + bounds[1]}]"))
+        if errors:
+            raise RejectedRecords(errors, timestamp=not keyless)
 
     def _write_as_leader(self, payload: bytes, batches: list[tuple[int, BatchHeader]], leader_epoch: int,
                          now_ms: int, append_time_ms: int, marker: int | None = None) -> AppendResult:

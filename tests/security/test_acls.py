@@ -184,3 +184,27 @@ def test_users_and_acls_survive_kill_9_and_restart(secured: SecuredBroker) -> No
     # deleting by filter removes exactly the matching binding
     deleted = next(iter(admin.delete_acls([filt]).values())).result(15)
     assert [str(b) for b in deleted] == [str(binding)]
+
+
+def test_authorized_operations_are_what_the_acls_allow(secured: SecuredBroker) -> None:
+    """describe_topics / describe_cluster / describe_consumer_groups with
+    include_authorized_operations: the authorizer's answer per operation (Kafka: READ implies
+    DESCRIBE); a super user gets every operation of the resource type."""
+    from confluent_kafka import TopicCollection
+
+    def operations(conf: dict[str, Any]) -> tuple[set[AclOperation], set[AclOperation], set[AclOperation]]:
+        admin = AdminClient(conf)
+        topic = admin.describe_topics(TopicCollection(["pageviews"]), include_authorized_operations=True)
+        cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+        group = admin.describe_consumer_groups(["readers"], include_authorized_operations=True)["readers"].result(15)
+        return (set(topic["pageviews"].result(15).authorized_operations), set(cluster.authorized_operations or ()),
+                set(group.authorized_operations))
+
+    op = AclOperation
+    alice = operations(ClientSecurity(secured, "SCRAM-SHA-512", "alice").librdkafka())
+    assert alice == ({op.READ, op.DESCRIBE}, set(), {op.READ, op.DESCRIBE}), alice
+    admin = operations(ClientSecurity(secured, "SCRAM-SHA-512", "admin").librdkafka())
+    assert admin == ({op.READ, op.WRITE, op.CREATE, op.DESCRIBE, op.DELETE, op.ALTER, op.DESCRIBE_CONFIGS, op.ALTER_CONFIGS},
+                     {op.CREATE, op.CLUSTER_ACTION, op.DESCRIBE_CONFIGS, op.ALTER_CONFIGS, op.IDEMPOTENT_WRITE, op.ALTER,
+                      op.DESCRIBE},
+                     {op.READ, op.DESCRIBE, op.DELETE}), admin
