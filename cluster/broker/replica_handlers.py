@@ -31,6 +31,10 @@ def _denied_fetch(partition: int) -> dict[str, Any]:
             "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1, "records": b""}
 
 
+# A DeleteRecords answer waits for the in-sync replicas at most this long, whatever timeout
+# the request asks for (as the admin APIs' waits are bounded).
+DELETE_RECORDS_MAX_WAIT_S = 300.0
+
 Verifier = Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], int]]]
 
 
@@ -198,7 +202,7 @@ class ReplicaHandlers:
         given offset (-1: the high watermark), durable and replicated; the answer waits (at
         most the request's timeout) until every in-sync replica's start got there and gives
         the low watermark. Internal topics are refused, as Kafka does."""
-        timeout_s = max(0.0, req.timeout.total_seconds())
+        timeout_s = min(max(0.0, req.timeout.total_seconds()), DELETE_RECORDS_MAX_WAIT_S)
         deadline = trio.current_time() + timeout_s
         results: dict[tuple[str, int], dict[str, Any]] = {}
 
