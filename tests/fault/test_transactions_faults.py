@@ -94,6 +94,9 @@ class Application:
         assert self.proc is not None
         try:
             return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"the application did not stop within {timeout_s:.0f} s of the stop file: killed")
+            return -9
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
@@ -253,8 +256,11 @@ def test_consume_transform_produce_exactly_once_through_kills(cluster_factory: A
         assert len(result.acked) == result.sent, f"input delivery errors: {dict(result.errors)}"
         source = read_partitions(cluster.bootstrap, SOURCE, "read_committed")
         ends = {p: (rows[-1][0] + 1 if rows else 0) for p, rows in source.items()}
-        wait_until(lambda: committed_offsets(cluster.bootstrap) == ends, 180,
-                   f"the group's committed offsets at the input's ends {ends}", cluster)
+        try:
+            wait_until(lambda: committed_offsets(cluster.bootstrap) == ends, 180,
+                       f"the group's committed offsets at the input's ends {ends}", cluster)
+        except AssertionError as stalled:
+            raise AssertionError(f"{stall_report(cluster, app)}\n{stalled}") from None
     finally:
         code = app.finish()
         watch.stop()

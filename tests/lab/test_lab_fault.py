@@ -109,7 +109,11 @@ def _status_over_the_lab_network(lab: LabRun) -> None:
     assert code == 0 and all(f["via"] == "http" and f["live_workers"] == 1 for f in doc["flows"]), doc
     assert addresses == {f.name: [str(f.workers_http[0])] for f in topology.mirrors}
     assert all(not a.startswith("127.") for a in sum(addresses.values(), [])), (addresses, mirror_host)
-    (pid,) = pids_with("--flow west-to-aggregate --worker 0")
+    # this lab's worker: another test (pytest -n 2) may run the default topology, whose flows
+    # have the same names, at the same time
+    found = pids_with(f"--config {lab.topology} --flow west-to-aggregate --worker 0")
+    assert len(found) == 1, (found, pids_with("--flow west-to-aggregate --worker 0"))
+    (pid,) = found
     os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
