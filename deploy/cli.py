@@ -98,7 +98,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
             print(f"dcmirror broker: {exc}", file=sys.stderr)
             return 2
         membership = ClusterMembership(node.node_id, voters, f"{args.cluster}", brokers, records)
-        overrides = {**spec.config, "node.id": node.node_id}
+        overrides = {**spec.broker_configs(node.node_id), "node.id": node.node_id}
         if spec.listeners:
             overrides["listeners"] = spec.node_listeners(node.node_id)
         data_dir = args.data_dir or str(spec.node_data_dir(node.node_id))

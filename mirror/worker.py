@@ -188,6 +188,10 @@ class MirrorWorker:
                            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                            "session.timeout.ms": 10000,
                            "heartbeat.interval.ms": 1000, "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
+                           # Workers run beside their target (consume remote, produce local):
+                           # a stretched source serves them from its replicas in the target's
+                           # datacenter (KIP-392), if its brokers declare racks.
+                           "client.rack": self.target.datacenter,
                            **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
                 Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \

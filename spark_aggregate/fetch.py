@@ -105,20 +105,40 @@ class RangeFetcher:
         position = r.start
         max_bytes = self.config["max.partition.fetch.bytes"]
         waited_since: float | None = None
+        read_replica = -1  # KIP-392: the follower the leader sent this reader to (-1: the leader)
         while position < r.end:
+            body = {
+                "replica_id": CONSUMER_REPLICA_ID, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1,
+                "max_bytes": max_bytes, "isolation_level": self.isolation_level, "session_id": 0,
+                "session_epoch": -1, "forgotten_topics_data": [], "rack_id": self.config["client.rack"],
+                "topics": [{"topic": r.topic, "partitions": [{
+                    "partition": r.partition, "current_leader_epoch": -1, "fetch_offset": position,
+                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]}
             try:
-                resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.FETCH, {
-                    "replica_id": CONSUMER_REPLICA_ID, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1,
-                    "max_bytes": max_bytes, "isolation_level": self.isolation_level, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
-                    "rack_id": "", "topics": [{"topic": r.topic, "partitions": [{
-                        "partition": r.partition, "current_leader_epoch": -1, "fetch_offset": position,
-                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
+                if read_replica >= 0:
+                    resp = await (await self.cluster.connection(read_replica)).request(ApiKey.FETCH, body)
+                else:
+                    resp = await self.cluster.leader_request(r.topic, r.partition, ApiKey.FETCH, body)
             except (KafkaConnectionError, KafkaError) as exc:
+                if read_replica >= 0:
+                    read_replica = -1  # back to the leader
+                    continue
                 # Every broker tried is down or no leader is elected yet: keep trying a while.
                 waited_since = self._waiting(waited_since, str(exc))
                 await trio.sleep(0.5)
                 continue
             p = resp.responses[0].partitions[0]
+            if read_replica >= 0 and p.error_code:
+                read_replica = -1  # the follower cannot serve this: the leader answers (and may send us back)
+                continue
+            preferred = getattr(p, "preferred_read_replica", -1)
+            if not p.error_code and preferred >= 0 and read_replica < 0:
+                if preferred not in self.cluster.metadata.brokers:
+                    await self.cluster.refresh({r.topic})  # a broker this reader has not seen yet
+                read_replica = preferred if preferred in self.cluster.metadata.brokers else -1
+                if read_replica < 0:
+                    await trio.sleep(0.2)
+                continue
             if p.error_code == ErrorCode.offset_out_of_range:
                 log_start, high_watermark = await self._offsets()
                 if position < log_start:

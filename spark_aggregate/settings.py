@@ -84,8 +84,10 @@ class WarehouseSettings:
         config = dict(spec.config)
         spark_conf = {k: v for k, v in config.items() if k.startswith("spark.")}
         spark_conf.setdefault("spark.master", DEFAULT_MASTER)
-        # the source cluster's `client` table (security settings), then the load's own kafka.*
-        kafka = {**topology.cluster(spec.source).client,
+        # the source cluster's `client` table (security settings), the load's rack (the
+        # source's datacenter: a stretched cluster serves it from replicas there, KIP-392),
+        # then the load's own kafka.*
+        kafka = {**topology.cluster(spec.source).client, "client.rack": topology.cluster(spec.source).datacenter,
                  **{k[len("kafka."):]: v for k, v in config.items() if k.startswith("kafka.")}}
         path = Path(spec.path)
         return cls(

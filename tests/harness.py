@@ -16,6 +16,22 @@ REPO = Path(__file__).resolve().parent.parent
 _HANDED_OUT: set[int] = set()
 
 
+def _free_pair() -> int:
+    """A free loopback port whose next port is free too (and neither handed out before)."""
+    for _ in range(100):
+        port = free_port()
+        if port + 1 in _HANDED_OUT or port + 1 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port + 1)
+        return port
+    raise RuntimeError("no pair of free loopback ports in 100 tries")
+
+
 def free_port() -> int:
     """A loopback port free now and never handed out before by this process: the kernel may
     offer a just-closed port again, and two brokers of one test would then share it."""
@@ -155,11 +171,14 @@ class ClusterProcesses:
     """
 
     def __init__(self, root: Path, size: int = 3, *, name: str = "east", controllers: int = 0,
-                 **config: object) -> None:
+                 racks: tuple[str, ...] = (), admin_http: bool = False, **config: object) -> None:
         self.root = Path(root)
         self.name = name
         self.root.mkdir(parents=True, exist_ok=True)
         ports = [free_port() for _ in range(size)]
+        if admin_http:  # each broker's admin HTTP at its Kafka port + 1 (`admin_http_base(node)`)
+            ports = [_free_pair() for _ in range(size)]
+            config = {**config, "admin.http.port.offset": 1}
         controller_ports = [free_port() for _ in range(controllers)]
         self.topology_path = self.root / "topology.toml"
         lines = [f"[clusters.{name}]", f'datacenter = "{name}"',
@@ -167,6 +186,8 @@ class ClusterProcesses:
                  f'data_dir = "data/{name}"']
         if controllers:
             lines.append("controllers = [" + ", ".join(f'"127.0.0.1:{p}"' for p in controller_ports) + "]")
+        if racks:
+            lines.append("racks = [" + ", ".join(f'"{r}"' for r in racks) + "]")
         if config:
             items = ", ".join(f'"{k.replace("_", ".")}" = "{str(v).lower() if isinstance(v, bool) else v}"'
                               for k, v in config.items())
@@ -186,6 +207,10 @@ class ClusterProcesses:
 
     def __getitem__(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id]
+
+    def admin_http_base(self, node_id: int) -> str:
+        """http://host:port of a broker's admin HTTP (a cluster made with admin_http=True)."""
+        return f"http://127.0.0.1:{self.brokers[node_id].port + 1}"
 
     @property
     def bootstrap(self) -> str:

@@ -70,7 +70,7 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
 CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client", "listeners",
-                "client_listener", "users")
+                "client_listener", "users", "racks")
 _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
@@ -442,7 +442,7 @@ class _Loader:
                     self.fail(path + ("client_listener",), f"{client_listener!r} is not a listener of cluster "
                                                            f"{name!r}; its listeners: {', '.join(known)}")
             clusters[name] = dataclasses.replace(spec, listeners=listeners, client_listener=client_listener,
-                                                 users=self.users(table, path))
+                                                 users=self.users(table, path), racks=self.racks(table, path, spec))
         return clusters
 
     def listeners(self, table: dict[str, Any], path: KeyPath, spec: ClusterSpec) -> dict[str, tuple[NodeAddress, ...]]:
@@ -481,6 +481,24 @@ class _Loader:
             addresses = self.nodes(raw, lpath, raw_name, first_id=1, low=0, high=len(spec.brokers))
             out[listener] = addresses
         return out
+
+    def racks(self, table: dict[str, Any], path: KeyPath, spec: ClusterSpec) -> tuple[str, ...]:
+        """Each broker's broker.rack, in broker order: a cluster stretched over zones or
+        datacenters names them, and consumers in a rack read from its replicas (KIP-392)."""
+        if "racks" not in table:
+            return ()
+        rpath = path + ("racks",)
+        raw = table["racks"]
+        if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+            self.fail(rpath, f"must be an array of rack names, one per broker, not {_type_name(raw)}")
+        if len(raw) != len(spec.brokers):
+            self.fail(rpath, f"lists {len(raw)} rack(s) for {len(spec.brokers)} broker(s); give one per broker, "
+                             "in the order of brokers")
+        for i, rack in enumerate(raw):
+            self.name(rack, rpath + (i,), "rack name")
+        if "broker.rack" in spec.config:
+            self.fail(path + ("config", "broker.rack"), "set each broker's rack with racks = [...], not config")
+        return tuple(raw)
 
     def users(self, table: dict[str, Any], path: KeyPath) -> dict[str, str]:
         """SCRAM users: name = "${file:...}" / "${dir:...}" / "${env:...}" (never a password)."""

@@ -75,9 +75,22 @@ class ClusterSpec:
     formed, as kafka-storage format --add-scram) and `topology apply` keeps present:
     user name -> password reference."""
 
+    racks: tuple[str, ...] = ()
+    """Each broker's broker.rack, in broker order (empty: no racks)."""
+
     @property
     def nodes(self) -> tuple[NodeAddress, ...]:
         return self.brokers + self.controllers
+
+    def broker_configs(self, node_id: int) -> dict[str, str]:
+        """The broker configs of node `node_id`: the cluster's, its rack, and rack-aware
+        reads (KIP-392) when racks are declared, unless the config chose a selector."""
+        out = dict(self.config)
+        brokers = [b.node_id for b in self.brokers]
+        if self.racks and node_id in brokers:
+            out["broker.rack"] = self.racks[brokers.index(node_id)]
+            out.setdefault("replica.selector.class", "org.apache.kafka.common.replica.RackAwareReplicaSelector")
+        return out
 
     @property
     def voters(self) -> tuple[NodeAddress, ...]:

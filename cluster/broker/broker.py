@@ -283,6 +283,7 @@ def _replica_settings(config: BrokerConfig, link: LinkSecurity) -> ReplicaSettin
         replica_lag_time_max_ms=int(config["replica.lag.time.max.ms"]),
         fetch_max_bytes=int(config["fetch.max.bytes"]),
         fetch_session_cache_slots=int(config["max.incremental.fetch.session.cache.slots"]),
+        replica_selector=str(config["replica.selector.class"]),
         fetcher=FetcherSettings(
             max_bytes=int(config["replica.fetch.max.bytes"]),
             response_max_bytes=int(config["replica.fetch.response.max.bytes"]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value, render_value
+from cluster.replication.replica_selector import SELECTORS
 from cluster.security.listeners import DEFAULT_PROTOCOL_MAP
 from cluster.security.sasl import SUPPORTED_MECHANISMS
 from cluster.storage.config import TOPIC_CONFIG_DEFS, LogConfig
@@ -31,6 +32,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("max.topic.partitions", int, 10_000, None, "Partitions one topic may have", 1),
         ConfigDef("max.topics", int, 10_000, None, "Topics one broker may hold", 1),
         ConfigDef("broker.rack", str, "", None, "Rack of this broker"),
+        ConfigDef("replica.selector.class", str, "", None,
+                  "Replica consumers are sent to read from (KIP-392); empty: the leader", choices=SELECTORS),
         ConfigDef("group.min.session.timeout.ms", int, 6_000, None, "Smallest session timeout a member may ask for", 1),
         ConfigDef("group.max.session.timeout.ms", int, 1_800_000, None, "Largest session timeout a member may ask for", 1),
         ConfigDef("group.initial.rebalance.delay.ms", int, 3_000, None, "Wait for more members before the first rebalance", 0),

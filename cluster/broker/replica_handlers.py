@@ -140,7 +140,11 @@ class ReplicaHandlers:
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
                                                min_bytes=req.min_bytes, max_bytes=req.max_bytes,
-                                               read_committed=getattr(req, "isolation_level", 0) == READ_COMMITTED)
+                                               read_committed=getattr(req, "isolation_level", 0) == READ_COMMITTED,
+                                               # KIP-392: v11+ consumers say their rack and may
+                                               # be sent to, and served by, a follower
+                                               client_rack=(req.rack_id or "") if version >= 11 and
+                                               req.replica_id < 0 else None)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if session is None:
             for t in req.topics:

@@ -93,6 +93,8 @@ CONSUMER: dict[str, ConfigDef] = COMMON | {d.name: d for d in [
        choices=("read_uncommitted", "read_committed")),
     _d("queued.max.messages.kbytes", int, 64 << 10, "Fetched but unconsumed data per consumer (KiB)", 1),
     _d("check.crcs", bool, False, "Verify the CRC of every fetched batch"),
+    _d("client.rack", str, "", "This consumer's rack: a broker with a rack-aware replica.selector.class "
+       "may send it to a follower in the same rack (KIP-392)"),
 ]}
 
 

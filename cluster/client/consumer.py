@@ -78,6 +78,9 @@ class PartitionPosition:
     answered_at_s: float = -1.0  # trio.current_time() of the last fetch answer without error
     retry_after_s: float = 0.0
     epoch: int = 0  # bumped on seek: fetch answers for an older epoch are dropped
+    # KIP-392: the replica the leader sent this consumer to (-1: the leader), until when
+    read_replica: int = -1
+    read_replica_until_s: float = 0.0
 
 
 class Consumer:
@@ -489,20 +492,29 @@ class Consumer:
                     await trio.sleep(self.config["retry.backoff.ms"] / 1000)
                 self._ensure_fetchers()
 
+    def _fetch_node(self, tp: TopicPartition, state: PartitionPosition, now: float) -> int:
+        """Where `tp` is fetched from: the read replica the leader named (KIP-392) while
+        that lasts (metadata.max.age.ms, then the leader is asked again), else the leader."""
+        if state.read_replica >= 0:
+            if now < state.read_replica_until_s and state.read_replica in self.cluster.metadata.brokers:
+                return state.read_replica
+            state.read_replica = -1
+        return self.cluster.metadata.leader(*tp)
+
     def _ensure_fetchers(self) -> None:
         if self._nursery is None:
             return
-        for tp in self._assigned:
-            leader = self.cluster.metadata.leader(*tp)
-            if leader >= 0 and leader not in self._fetchers:
-                self._fetchers.add(leader)
-                self._nursery.start_soon(self._run_fetcher, leader)
+        now = trio.current_time()
+        for tp, state in self._assigned.items():
+            node = self._fetch_node(tp, state, now)
+            if node >= 0 and node not in self._fetchers:
+                self._fetchers.add(node)
+                self._nursery.start_soon(self._run_fetcher, node)
 
     def _fetchable(self, node: int, now: float) -> list[tuple[TopicPartition, PartitionPosition]]:
-        meta = self.cluster.metadata
         return [(tp, s) for tp, s in self._assigned.items()
                 if not s.paused and not s.parked and s.fetch_offset is not None and s.fetch_offset >= 0
-                and s.retry_after_s <= now and meta.leader(*tp) == node]
+                and s.retry_after_s <= now and self._fetch_node(tp, s, now) == node]
 
     async def _run_fetcher(self, node: int) -> None:
         """Keep a Fetch in flight to `node` while the prefetch buffer has room. The next
@@ -514,7 +526,8 @@ class Consumer:
                 if pending is None:
                     pending = await self._send_fetch(node)
                     if pending is None:
-                        if not any(self.cluster.metadata.leader(*tp) == node for tp in self._assigned):
+                        now = trio.current_time()
+                        if not any(self._fetch_node(tp, s, now) == node for tp, s in self._assigned.items()):
                             return
                         with trio.move_on_after(0.2):
                             await self._changed.wait()
@@ -525,10 +538,11 @@ class Consumer:
                     resp = await answer.wait(self.request_timeout_s + self.config["fetch.max.wait.ms"] / 1000)
                 except KafkaConnectionError as exc:
                     log.debug("fetch from broker %d failed: %s", node, exc)
+                    self._leave_read_replica(node, list(requested))
                     await self._backoff_partitions(list(requested))
                     continue
                 self.metrics["fetches"] += 1
-                decode = self._handle_fetch(resp, requested)
+                decode = self._handle_fetch(resp, requested, node)
                 if decode:
                     pending = await self._send_fetch(node)
                     self._decode(decode)
@@ -551,16 +565,24 @@ class Consumer:
                 "partition_max_bytes": c["max.partition.fetch.bytes"]})
         body = {"replica_id": CONSUMER_REPLICA_ID, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
                 "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
-                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": c["client.rack"],
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
         try:
             conn = await self.cluster.connection(node)
             answer = await conn.send(ApiKey.FETCH, body)
         except KafkaConnectionError as exc:
             log.debug("fetch from broker %d failed: %s", node, exc)
+            self._leave_read_replica(node, list(requested))
             await self._backoff_partitions(list(requested))
             return None
         return answer, requested
+
+    def _leave_read_replica(self, node: int, tps: list[TopicPartition]) -> None:
+        """A read replica that failed: back to the leader (which may name it again)."""
+        for tp in tps:
+            state = self._assigned.get(tp)
+            if state is not None and state.read_replica == node:
+                state.read_replica = -1
 
     async def _backoff_partitions(self, tps: list[TopicPartition]) -> None:
         until = trio.current_time() + self.config["retry.backoff.ms"] / 1000 * random.uniform(0.8, 1.2)
@@ -573,14 +595,16 @@ class Consumer:
             pass
         self._signal_changed()
 
-    def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]]
+    def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]], node: int = -1
                       ) -> list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]]:
         """Errors, high watermarks and next fetch offsets (from batch headers alone); returns
-        the record data still to decode: (partition, epoch, data, first offset wanted)."""
+        the record data still to decode: (partition, epoch, data, first offset wanted).
+        `node` answered; a leader may name another replica to read from (KIP-392)."""
         decode: list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]] = []
         arrived = False
         reset = False
         stale_leaders = False
+        moved = False
         for t in resp.responses:
             for p in t.partitions:
                 tp = (t.topic, p.partition_index)
@@ -588,6 +612,18 @@ class Consumer:
                 asked = requested.get(tp)
                 if state is None or asked is None or (state.fetch_offset, state.epoch) != asked:
                     continue  # revoked, paused or seeked while the fetch was out
+                preferred = getattr(p, "preferred_read_replica", -1)
+                if p.error_code == 0 and preferred >= 0 and preferred != node:
+                    state.read_replica = preferred
+                    state.read_replica_until_s = trio.current_time() + self.config["metadata.max.age.ms"] / 1000
+                    moved = True
+                    continue
+                if p.error_code != 0 and state.read_replica == node:
+                    # A follower that cannot serve this (not caught up, not a replica any more,
+                    # another epoch): ask the leader again, as Kafka's consumer does.
+                    state.read_replica = -1
+                    moved = True
+                    continue
                 if p.error_code == 0:
                     state.high_watermark = p.high_watermark
                     state.log_start_offset = p.log_start_offset
@@ -628,7 +664,9 @@ class Consumer:
             self._arrived = trio.Event()
         if stale_leaders:
             self.cluster.metadata.updated_s = -1e18  # the metadata task refreshes
-        if stale_leaders or reset:
+        if moved:
+            self._ensure_fetchers()
+        if stale_leaders or reset or moved:
             self._signal_changed()  # wakes the metadata and positions tasks
         return decode
 

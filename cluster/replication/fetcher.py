@@ -59,6 +59,7 @@ class FollowerContext:
     settings: FetcherSettings
     clock: Clock
     on_log_start_moved: Callable[[], None] = lambda: None  # a follower's log start moved (checkpoint it)
+    on_high_watermark_moved: Callable[[Key], None] = lambda key: None  # a follower learned a new one
 
 
 class ReplicaFetcherManager:
@@ -231,7 +232,7 @@ class ReplicaFetcher:
                 if found is None or not found.fetching:
                     continue
                 part = found
-                before = part.log.log_end_offset
+                before, hw_before = part.log.log_end_offset, part.high_watermark
                 try:
                     outcome = part.handle_fetch_answer(p.error_code, bytes(p.records) if p.records else b"",
                                                        p.high_watermark, p.log_start_offset, now)
@@ -247,6 +248,8 @@ class ReplicaFetcher:
                                 outcome.problem)
                 errors += outcome.retry
                 moved |= outcome.log_start_moved or outcome.restarted_at is not None
+                if part.high_watermark != hw_before:
+                    self.replicas.on_high_watermark_moved(part.key)  # consumers reading here (KIP-392)
         if moved:
             self.replicas.on_log_start_moved()
         if errors:

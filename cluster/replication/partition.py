@@ -22,12 +22,14 @@ High watermark rules (checked by the replication simulation in tests/):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
+from cluster.replication.replica_selector import ReplicaView, rack_aware_select
 from cluster.storage.log import AppendResult, Log, NotEnoughReplicas, OffsetOutOfRange
 from cluster.storage.txn_index import AbortedTxn
 
@@ -297,14 +299,17 @@ class Partition:
 
     def read_records(self, fetch_offset: int, max_bytes: int, *, replica_id: int, current_leader_epoch: int,
                      min_one_batch: bool, now_ms: int, read_committed: bool = False,
-                     replica_log_start: int = -1) -> ReadResult:
+                     replica_log_start: int = -1, follower_read: bool = False) -> ReadResult:
         """Whole batches from `fetch_offset`: a consumer's up to the high watermark (up to
         the last stable offset for read_committed, with the aborted transactions among
         them), a follower's (which also reports its position) and the debugging consumer's
         up to the log end. At most `max_bytes`, except that with `min_one_batch` a first
-        batch larger than that comes whole."""
+        batch larger than that comes whole. With `follower_read` (a consumer's Fetch v11+,
+        KIP-392) a follower serves the consumer too, up to the high watermark it learned."""
         debugging = replica_id == DEBUGGING_REPLICA_ID
-        if not (self.is_leader or debugging) or (replica_id >= 0 and replica_id not in self.replicas):
+        serves = self.is_leader or debugging or (follower_read and replica_id < 0 and self.follower is not None
+                                                 and self.local_id in self.replicas)
+        if not serves or (replica_id >= 0 and replica_id not in self.replicas):
             return ReadResult(ErrorCode.not_leader_or_follower)
         hw, log_start = self.high_watermark, self.log.log_start_offset
         epoch_error = self.check_leader_epoch(current_leader_epoch, replica_id)
@@ -335,6 +340,21 @@ class Partition:
                                         now_ms=now_ms)
         self._advance_high_watermark()
         return result
+
+    def preferred_read_replica(self, client_rack: str, fetch_offset: int, now_ms: int,
+                               rack_of: Callable[[int], str | None]) -> int:
+        """Leader: the follower a consumer in `client_rack` should read from (KIP-392, the
+        rack-aware selector), or -1 for this leader. Only in-sync followers whose log holds
+        `fetch_offset` are candidates."""
+        if not self.is_leader or not client_rack:
+            return -1
+        followers = [ReplicaView(r, rack_of(r), self.replica_leo[r], now_ms - self.replica_caught_up_ms.get(r, 0))
+                     for r in self.isr
+                     if r != self.local_id and r in self.replica_leo
+                     and self.replica_leo[r] >= fetch_offset >= self.replica_log_start.get(r, self.log.log_start_offset)]
+        leader = ReplicaView(self.local_id, rack_of(self.local_id), self.log.log_end_offset, 0)
+        chosen = rack_aware_select(client_rack, leader, followers)
+        return -1 if chosen == self.local_id else chosen
 
     def read_upper_bound(self, replica_id: int) -> int:
         """Followers and the replica verifier read to the log end; consumers only what is committed."""

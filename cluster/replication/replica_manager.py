@@ -45,6 +45,7 @@ from cluster.replication.partition import (
     ReadResult,
     isr_answer,
 )
+from cluster.replication.replica_selector import RACK_AWARE_SELECTOR
 from cluster.storage.config import LogConfig
 from cluster.storage.log import (
     NotEnoughReplicas,
@@ -131,6 +132,7 @@ class ReplicaSettings:
     fetch_max_bytes: int = 57_671_680  # fetch.max.bytes
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
     fetcher: FetcherSettings = FetcherSettings()  # replica.fetch.*
+    replica_selector: str = ""  # replica.selector.class (KIP-392; empty: consumers read from leaders)
 
 
 class ReplicaManager:
@@ -150,7 +152,8 @@ class ReplicaManager:
         self.waiters = AppendWaiters()
         self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
         self.fetchers = ReplicaFetcherManager(FollowerContext(node_id, self.partitions, self._leader_address,
-                                                              settings.fetcher, clock, self._log_start_moved))
+                                                              settings.fetcher, clock, self._log_start_moved,
+                                                              self.waiters.notify))
         self._log_start_lock = trio.Lock()  # one writer of the log-start-offset-checkpoint at a time
         # Called after every reconciliation with the keys of replicas dropped or recreated.
         self.on_partitions_changed: list[Callable[[], None]] = []
@@ -433,19 +436,37 @@ class ReplicaManager:
 
     # ---- fetch -----------------------------------------------------------------------
 
+    def _rack_of(self, broker_id: int) -> str | None:
+        registration = self.image.brokers.get(broker_id)
+        return registration.rack if registration is not None else None
+
     def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
-                       first: bool, read_committed: bool = False) -> tuple[dict[str, Any], int, bool]:
-        """One partition of a fetch: (answer, bytes of records, whether it is an error)."""
+                       first: bool, read_committed: bool = False,
+                       client_rack: str | None = None) -> tuple[dict[str, Any], int, bool]:
+        """One partition of a fetch: (answer, bytes of records, whether it is an error or
+        sends the consumer elsewhere). `client_rack` is the consumer's rack_id (Fetch v11+;
+        None before): a leader may answer with a preferred read replica and no records
+        (KIP-392), and a follower serves such a consumer."""
         part = self.partitions.get((fp.topic, fp.partition))
+        preferred = -1
+        if (part is not None and client_rack and replica_id < 0 and part.is_leader
+                and self.settings.replica_selector == RACK_AWARE_SELECTOR):
+            preferred = part.preferred_read_replica(client_rack, fp.fetch_offset, self.clock.now_ms(), self._rack_of)
         if part is None:
             code = (ErrorCode.not_leader_or_follower if self.image.partition(fp.topic, fp.partition)
                     else ErrorCode.unknown_topic_or_partition)
             result = ReadResult(code)
+        elif preferred >= 0:
+            epoch_error = part.check_leader_epoch(fp.current_leader_epoch, replica_id)
+            result = ReadResult(epoch_error, b"", part.high_watermark, part.log.log_start_offset,
+                                last_stable_offset=part.last_stable_offset)
+            if epoch_error != ErrorCode.none:
+                preferred = -1
         else:
             result = part.read_records(fp.fetch_offset, min(fp.partition_max_bytes, budget), replica_id=replica_id,
                                        current_leader_epoch=fp.current_leader_epoch, min_one_batch=first,
                                        now_ms=self.clock.now_ms(), read_committed=read_committed,
-                                       replica_log_start=fp.log_start_offset)
+                                       replica_log_start=fp.log_start_offset, follower_read=client_rack is not None)
             if result.follower is not None:
                 if result.follower.high_watermark_moved or result.follower.log_start_moved:
                     self.waiters.notify(part.key)
@@ -453,36 +474,40 @@ class ReplicaManager:
                     self.send_isr_change(part, result.follower.alter_isr)
         answer = {"partition_index": fp.partition, "error_code": result.error,
                   "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
-                  "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
+                  "log_start_offset": result.log_start_offset, "preferred_read_replica": preferred,
                   "records": result.records}
         if result.high_watermark >= 0:
             answer["aborted_transactions"] = (
                 None if result.aborted is None
                 else [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in result.aborted])
-        return answer, len(result.records), result.error != ErrorCode.none
+        return answer, len(result.records), result.error != ErrorCode.none or preferred >= 0
 
     def read_all(self, wanted: list[FetchPartition], replica_id: int, max_bytes: int,
-                 read_committed: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
+                 read_committed: bool = False,
+                 client_rack: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
         limit = self.settings.fetch_max_bytes
         budget = min(max_bytes if max_bytes > 0 else limit, limit)
         total = 0
         any_error = False
         out = []
         for fp in wanted:
-            resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0, read_committed)
+            resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0, read_committed,
+                                                    client_rack)
             out.append((fp.topic, resp))
             total += size
             any_error |= error
         return out, total, any_error
 
     async def fetch(self, wanted: list[FetchPartition], *, replica_id: int, max_wait_s: float, min_bytes: int,
-                    max_bytes: int, read_committed: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+                    max_bytes: int, read_committed: bool = False,
+                    client_rack: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], int]:
         """Read every wanted partition; hold the answer (long poll) until `min_bytes` are
-        there, a partition has an error, or `max_wait_s` passed. (answers, bytes)."""
+        there, a partition has an error or a preferred read replica, or `max_wait_s`
+        passed. (answers, bytes). `client_rack`: see read_partition."""
         deadline = trio.current_time() + max(0.0, max_wait_s)
         keys = [(fp.topic, fp.partition) for fp in wanted]
         while True:
-            answers, total, any_error = self.read_all(wanted, replica_id, max_bytes, read_committed)
+            answers, total, any_error = self.read_all(wanted, replica_id, max_bytes, read_committed, client_rack)
             if total >= min_bytes or any_error or trio.current_time() >= deadline or not keys:
                 break
             await self.waiters.wait(keys, deadline)

@@ -127,3 +127,54 @@ def test_reads_end_at_the_high_watermark_for_consumers_and_the_log_end_for_follo
     assert fenced.error == ErrorCode.fenced_leader_epoch
     stranger = part.read_records(0, 100, replica_id=7, current_leader_epoch=-1, min_one_batch=True, now_ms=NOW)
     assert stranger.error == ErrorCode.not_leader_or_follower
+
+
+# ---- KIP-392: fetch from follower ------------------------------------------------------
+
+RACKS = {1: "east", 2: "central", 3: "central"}
+
+
+def test_the_rack_aware_selector_picks_as_kafkas() -> None:
+    from cluster.replication.replica_selector import ReplicaView, rack_aware_select
+    lead = ReplicaView(1, "east", 100, 0)
+    two, three = ReplicaView(2, "central", 90, 0), ReplicaView(3, "central", 100, 500)
+    assert rack_aware_select("", lead, [two, three]) == 1  # no rack: the leader
+    assert rack_aware_select("west", lead, [two, three]) == 1  # nobody in the rack: the leader
+    assert rack_aware_select("east", lead, [two, three]) == 1  # the leader is in the rack
+    assert rack_aware_select("central", lead, [two, three]) == 3  # the most caught up
+    assert rack_aware_select("central", lead, [ReplicaView(2, "central", 100, 10), three]) == 2  # caught up latest
+
+
+def test_a_leader_sends_a_consumer_to_an_in_sync_follower_of_its_rack_that_holds_the_offset(tmp_path: Path) -> None:
+    part = leader(tmp_path)
+    append(part, 10)
+    part.on_follower_fetch(2, 6, NOW, log_start=0)
+    part.on_follower_fetch(3, 10, NOW, log_start=0)
+    rack = RACKS.get
+    assert part.preferred_read_replica("central", 5, NOW, rack) == 3
+    assert part.preferred_read_replica("east", 5, NOW, rack) == -1  # the leader's own rack
+    assert part.preferred_read_replica("", 5, NOW, rack) == -1
+    part.on_follower_fetch(3, 4, NOW)  # 3 truncated: it no longer holds offset 5
+    assert part.preferred_read_replica("central", 5, NOW, rack) == 2
+    part.apply_role(PartitionRole(1, 5, 11, (1, 2, 3), (1, 3)), NOW)  # 2 left the ISR
+    assert part.preferred_read_replica("central", 5, NOW, rack) == -1
+
+
+def test_a_follower_serves_a_v11_consumer_up_to_the_high_watermark_it_learned(tmp_path: Path) -> None:
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), NOW)
+    part = Partition("t", 0, lg, "topic-id", local_id=2)
+    part.apply_role(PartitionRole(1, 5, 10, (1, 2, 3), (1, 2, 3)), NOW)
+    part.append_fetched(values_batch([b"a", b"b", b"c"]), leader_high_watermark=2, now_ms=NOW)
+    old = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=-1, min_one_batch=True, now_ms=NOW)
+    assert old.error == ErrorCode.not_leader_or_follower  # Fetch before v11: leaders only
+    served = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=5, min_one_batch=True, now_ms=NOW,
+                               follower_read=True)
+    assert served.error == ErrorCode.none and served.high_watermark == 2
+    assert served.records == b""  # the one batch ends at 3, above the high watermark 2
+    part.append_fetched(b"", leader_high_watermark=3, now_ms=NOW)
+    served = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=5, min_one_batch=True, now_ms=NOW,
+                               follower_read=True)
+    assert served.error == ErrorCode.none and len(served.records) > 0
+    stale = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=4, min_one_batch=True, now_ms=NOW,
+                              follower_read=True)
+    assert stale.error == ErrorCode.fenced_leader_epoch

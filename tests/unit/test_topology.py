@@ -177,6 +177,27 @@ controllers = ["c1:9093", "c2:9093", "c3:9093"]
     assert c.bootstrap() == "h1:9092,h2:9092"
 
 
+def test_racks_give_each_broker_its_rack_and_turn_on_rack_aware_reads() -> None:
+    base = """\
+[clusters.east]
+datacenter = "east"
+brokers = ["h1:9092", "h2:9092", "h3:9092"]
+controllers = ["c1:9093"]
+"""
+    c = ok(base + 'racks = ["az-1", "az-2", "az-3"]\n').cluster("east")
+    assert c.racks == ("az-1", "az-2", "az-3")
+    assert c.broker_configs(2) == {"broker.rack": "az-2", "replica.selector.class":
+                                   "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
+    assert c.broker_configs(4) == {}  # a dedicated controller hosts no replicas
+    chosen = ok(base + 'racks = ["a", "b", "c"]\nconfig = { "replica.selector.class" = "" }\n').cluster("east")
+    assert chosen.broker_configs(1) == {"broker.rack": "a", "replica.selector.class": ""}
+    assert ok(base).cluster("east").broker_configs(1) == {}
+    assert "lists 2 rack(s) for 3 broker(s)" in str(err(base + 'racks = ["a", "b"]\n'))
+    assert "array of rack names" in str(err(base + "racks = [1, 2, 3]\n"))
+    assert "rack name 'a b'" in str(err(base + 'racks = ["a b", "b", "c"]\n'))
+    assert "not config" in str(err(base + 'racks = ["a", "b", "c"]\nconfig = { "broker.rack" = "x" }\n'))
+
+
 def test_empty_controllers_is_combined_mode() -> None:
     c = ok(TWO_CLUSTERS.replace('datacenter = "east"', 'datacenter = "east"\ncontrollers = []')).cluster("east")
     assert c.controllers == () and c.combined
