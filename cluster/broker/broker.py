@@ -219,6 +219,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio
         Api(ApiKey.METADATA, 0, 8, meta.handle_metadata),  # v9+ (topic ids): see docs/protocol.md
+        Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, meta.handle_describe_topic_partitions),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),
         Api(ApiKey.OFFSET_FETCH, 1, 5, groups.handle_offset_fetch),
         Api(ApiKey.FIND_COORDINATOR, 0, 2, groups.handle_find_coordinator),

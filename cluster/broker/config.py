@@ -31,6 +31,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("fetch.max.bytes", int, 57_671_680, None, "Largest fetch response", 1024),
         ConfigDef("max.topic.partitions", int, 10_000, None, "Partitions one topic may have", 1),
         ConfigDef("max.topics", int, 10_000, None, "Topics one broker may hold", 1),
+        ConfigDef("max.request.partition.size.limit", int, 2000, None,
+                  "Most partitions one DescribeTopicPartitions answer holds", 1),
         ConfigDef("broker.rack", str, "", None, "Rack of this broker"),
         ConfigDef("replica.selector.class", str, "", None,
                   "Replica consumers are sent to read from (KIP-392); empty: the leader", choices=SELECTORS),

@@ -14,6 +14,7 @@ from cluster.broker.config import BrokerConfig, is_sensitive
 from cluster.broker.context import RequestContext
 from cluster.broker.metadata_cache import MetadataCache
 from cluster.common.config_def import render_value
+from cluster.controller.image import TopicImage
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -50,22 +51,29 @@ class MetadataHandlers:
         t = image.topic(name)
         if t is None:
             return _topic_error(error or ErrorCode.unknown_topic_or_partition, name)
-        live = {b.broker_id for b in image.unfenced_brokers()}
-        partitions = []
-        for index in sorted(t.partitions):
+        return {"error_code": ErrorCode.none, "name": name, "is_internal": t.internal,
+                "partitions": self._partitions(t, sorted(t.partitions)),
+                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations":
+                    ctx.authorized_operations(ResourceType.TOPIC, name, asked=with_operations)}
+
+    def _partitions(self, t: TopicImage, indexes: list[int]) -> list[dict[str, Any]]:
+        """The partitions of a Metadata / DescribeTopicPartitions topic, as the image has them."""
+        live = {b.broker_id for b in self.cache.image.unfenced_brokers()}
+        out = []
+        for index in indexes:
             p = t.partitions[index]
-            partitions.append({
+            out.append({
                 "error_code": ErrorCode.none if p.leader != NO_LEADER else ErrorCode.leader_not_available,
                 "partition_index": index,
                 "leader_id": p.leader,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
+                "eligible_leader_replicas": [],  # no KIP-966 ELR: Kafka 3.9 without it answers empty
+                "last_known_elr": [],
                 "offline_replicas": [r for r in p.replicas if r not in live],
             })
-        return {"error_code": ErrorCode.none, "name": name, "is_internal": t.internal, "partitions": partitions,
-                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations":
-                    ctx.authorized_operations(ResourceType.TOPIC, name, asked=with_operations)}
+        return out
 
     async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """Metadata v0–12. v10+ carry topic ids (KIP-516: a topic deleted and created again
@@ -111,6 +119,58 @@ class MetadataHandlers:
             "cluster_authorized_operations": ctx.authorized_operations(
                 ResourceType.CLUSTER, CLUSTER_NAME, asked=bool(getattr(req, "include_cluster_authorized_operations", False))),
         }
+
+    # ---- DescribeTopicPartitions -----------------------------------------------------
+
+    async def handle_describe_topic_partitions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """DescribeTopicPartitions v0 (KIP-966; kafka-topics --describe in Kafka 3.9 uses it):
+        topics in name order, their partitions from the cursor on, at most
+        `response_partition_limit` (capped by max.request.partition.size.limit) partitions
+        per answer; `next_cursor` says where the next request starts. No topic list: every
+        topic the principal may describe. A requested topic that is unknown or not
+        describable gets its error; a cursor outside the requested topics is INVALID_REQUEST,
+        as Kafka answers it."""
+        image = self.cache.image
+        requested = [t.name for t in req.topics]
+        cursor = req.cursor
+        problem = None
+        if cursor is not None and requested and cursor.topic_name not in requested:
+            problem = f"Cursor topic {cursor.topic_name} does not exist in the requested topics"
+        elif cursor is not None and cursor.partition_index < 0:
+            problem = "Cursor partition index must be non-negative"
+        if problem is not None:
+            return {"throttle_time": 0, "next_cursor": None, "topics": [
+                _topic_error(ErrorCode.invalid_request, name) for name in sorted(set(requested))]}
+        if requested:
+            names = sorted({n for n in requested if cursor is None or n >= cursor.topic_name})
+        else:
+            names = [n for n in sorted(image.topics_by_name) if cursor is None or n >= cursor.topic_name]
+        limit = max(1, min(int(self.config["max.request.partition.size.limit"]), req.response_partition_limit))
+        topics: list[dict[str, Any]] = []
+        next_cursor = None
+        for name in names:
+            allowed = ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            t = image.topic(name)
+            if not allowed or t is None:
+                if requested:  # asked for by name: say why; listing all, leave it out
+                    topics.append(_topic_error(ErrorCode.topic_authorization_failed if not allowed
+                                               else ErrorCode.unknown_topic_or_partition, name))
+                continue
+            if limit == 0:
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            indexes = [i for i in sorted(t.partitions) if i >= start]
+            taken, rest = indexes[:limit], indexes[limit:]
+            limit -= len(taken)
+            topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(t.topic_id),
+                           "is_internal": t.internal, "partitions": self._partitions(t, taken),
+                           "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name,
+                                                                                    asked=True)})
+            if rest:
+                next_cursor = {"topic_name": name, "partition_index": rest[0]}
+                break
+        return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
 
     # ---- DescribeCluster -------------------------------------------------------------
 

@@ -48,6 +48,8 @@ from cluster.security.scram import (
 T = TypeVar("T")
 # An admin asking about a topic that does not exist wants that answer now.
 ADMIN_FINAL_CODES = frozenset({ErrorCode.unknown_topic_or_partition})
+# DescribeTopicPartitions pages one describe follows at most (a cursor that never ends is a broker bug).
+MAX_DESCRIBE_PAGES = 10_000
 EARLIEST = EARLIEST_TIMESTAMP
 LATEST = LATEST_TIMESTAMP
 
@@ -230,6 +232,38 @@ class Admin:
         if resp.error_code != 0:
             raise AdminError("describing the cluster", resp.error_code)
         return resp
+
+    async def raw(self, api_key: ApiKey, body: dict[str, Any]) -> Any:
+        """One request of any API to any broker, its answer as decoded (tools and tests)."""
+        return await (await self._any()).request(api_key, body)
+
+    @_retried
+    async def describe_topic_partitions(self, topics: list[str] | None = None, *,
+                                        partitions_per_request: int = 2000) -> list[dict[str, Any]]:
+        """DescribeTopicPartitions, page after page (the broker's cursor) until every
+        partition of `topics` (None: every topic) is described: one dict per topic (name,
+        error_code, topic_id, is_internal, partitions), in name order, a topic split over
+        pages merged back into one."""
+        wanted = [{"name": t} for t in topics or []]
+        cursor: dict[str, Any] | None = None
+        merged: dict[str, Any] = {}
+        for _ in range(MAX_DESCRIBE_PAGES):
+            conn = await self._any()
+            resp = await conn.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, {
+                "topics": wanted, "response_partition_limit": partitions_per_request, "cursor": cursor})
+            for t in resp.topics:
+                entry = merged.setdefault(t.name, {"name": t.name, "error_code": t.error_code, "topic_id": t.topic_id,
+                                                   "is_internal": t.is_internal, "partitions": []})
+                entry["partitions"] += [{"partition": p.partition_index, "error_code": p.error_code,
+                                         "leader": p.leader_id, "leader_epoch": p.leader_epoch,
+                                         "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
+                                         "offline": list(p.offline_replicas)} for p in t.partitions]
+            if resp.next_cursor is None:
+                return [merged[n] for n in sorted(merged, key=lambda n: n or "")]
+            cursor = {"topic_name": resp.next_cursor.topic_name,
+                      "partition_index": resp.next_cursor.partition_index}
+        raise AdminError(f"DescribeTopicPartitions did not finish in {MAX_DESCRIBE_PAGES} pages",
+                         ErrorCode.unknown_server_error)
 
     @_retried
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,

@@ -162,3 +162,38 @@ def test_the_cli_deletes_records_and_offsets_and_shows_log_dirs(broker: BrokerPr
     on_disk = sum(f.stat().st_size for f in segment_files(broker.data_dir, "b", 0))
     assert doc["broker"] == 1 and doc["partitions"] == [
         {"topic": "b", "partition": 0, "size_bytes": on_disk, "offset_lag": 0}], doc
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess, kp: KafkaAdminClient) -> None:
+    """DescribeTopicPartitions (75) as Kafka 3.9 answers it: name order, at most the limit
+    per answer, next_cursor where the next starts; errors per topic; a foreign cursor refused."""
+    from cluster.client.sync import SyncAdmin
+    from cluster.protocol.api_keys import ApiKey
+    from cluster.protocol.errors import ErrorCode
+
+    kp.create_topics([NewTopic("c", 5, 1)])
+    with SyncAdmin(broker.bootstrap) as admin:
+        pages: list[tuple[list[tuple[str, list[int]]], Any]] = []
+        cursor = None
+        for _ in range(10):  # three pages are expected; a cursor that does not advance fails below
+            resp = admin.raw(ApiKey.DESCRIBE_TOPIC_PARTITIONS, {
+                "topics": [{"name": n} for n in ("c", "a", "b")], "response_partition_limit": 3, "cursor": cursor})
+            pages.append(([(t.name, [p.partition_index for p in t.partitions]) for t in resp.topics],
+                          resp.next_cursor and (resp.next_cursor.topic_name, resp.next_cursor.partition_index)))
+            if resp.next_cursor is None:
+                break
+            cursor = {"topic_name": resp.next_cursor.topic_name, "partition_index": resp.next_cursor.partition_index}
+        assert pages == [([("a", [0, 1]), ("b", [0])], ("c", 0)),
+                         ([("c", [0, 1, 2])], ("c", 3)),
+                         ([("c", [3, 4])], None)], pages
+        whole = admin.describe_topic_partitions(["c", "missing", "a"], partitions_per_request=2)
+        assert [(t["name"], t["error_code"], [p["partition"] for p in t["partitions"]]) for t in whole] == [
+            ("a", 0, [0, 1]), ("c", 0, [0, 1, 2, 3, 4]), ("missing", ErrorCode.unknown_topic_or_partition, [])]
+        assert all(p["leader"] == 1 and p["replicas"] == [1] and p["isr"] == [1] for p in whole[1]["partitions"])
+        assert whole[0]["topic_id"].int != 0 and whole[2]["topic_id"] is None  # kio: the zero uuid is None
+        everything = admin.describe_topic_partitions()
+        assert [t["name"] for t in everything] == sorted(t["name"] for t in everything) and \
+            {"a", "b", "c"} <= {t["name"] for t in everything}
+        refused = admin.raw(ApiKey.DESCRIBE_TOPIC_PARTITIONS, {
+            "topics": [{"name": "a"}], "response_partition_limit": 10, "cursor": {"topic_name": "b", "partition_index": 0}})
+        assert [(t.name, t.error_code) for t in refused.topics] == [("a", ErrorCode.invalid_request)]
