@@ -24,6 +24,38 @@ GROUP, TXN_ID = "ctp", "ctp-app"
 
 
 OFFSETS_TIMEOUT_S = 30
+# Liveness: input waiting and no transaction committed for this long means the process is
+# stuck (a librdkafka call that never returns, a group it never rejoins): it exits (5) and
+# the supervisor starts a new instance, as a deployment's liveness probe would.
+STALL_S = 90
+CLOSE_TIMEOUT_S = 30
+
+
+class Progress:
+    """What the liveness thread watches: when a transaction last committed (or the
+    application last found nothing to do) and whether input was waiting then."""
+
+    def __init__(self) -> None:
+        self.last_s = time.monotonic()
+        self.lagging = False
+
+    def idle(self) -> None:
+        self.last_s, self.lagging = time.monotonic(), False
+
+    def committed(self) -> None:
+        self.last_s = time.monotonic()
+
+    def watch(self) -> None:
+        def run() -> None:
+            while True:
+                time.sleep(1)
+                stalled_s = time.monotonic() - self.last_s
+                if stalled_s > STALL_S:
+                    print(f"ctp_app {os.getpid()}: no transaction committed for {stalled_s:.0f} s "
+                          f"(input waiting: {self.lagging}): exiting", flush=True)
+                    os._exit(5)
+
+        threading.Thread(target=run, name="liveness", daemon=True).start()
 
 
 @contextmanager
@@ -86,6 +118,8 @@ def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
     print(f"ctp_app {os.getpid()}: transactions initialised", flush=True)
     consumer.subscribe([source])
     committed = 0
+    progress = Progress()
+    progress.watch()
     hold_s = float(os.environ.get("CTP_HOLD_S", "0"))
     while True:
         msgs = consumer.consume(num_messages=100, timeout=0.3)
@@ -93,6 +127,10 @@ def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
         if not msgs:
             if os.path.exists(stop_file):
                 break
+            if caught_up(consumer):
+                progress.idle()
+            else:
+                progress.lagging = True  # input waits but none arrives: still stalled
             continue
         try:
             producer.begin_transaction()
@@ -111,6 +149,7 @@ def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
                                                      OFFSETS_TIMEOUT_S)
             commit(producer)
             committed += len(msgs)
+            progress.committed()
         except KafkaException as e:
             err: KafkaError = e.args[0]
             print(f"ctp_app {os.getpid()}: {err.name()} {err.str()} "
@@ -124,12 +163,30 @@ def main(bootstrap: str, source: str, sink: str, stop_file: str) -> int:
                 return 3
             rewind(consumer)
     print(f"ctp_app {os.getpid()}: stopping after {committed} records", flush=True)
-    consumer.close()
+    # Everything is committed in transactions; close only leaves the group (and librdkafka's
+    # close can wait long on a coordinator that moved), so it is given a bounded time.
+    closer = threading.Thread(target=consumer.close, daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT_S)
+    if closer.is_alive():
+        print(f"ctp_app {os.getpid()}: consumer close still blocked after {CLOSE_TIMEOUT_S} s; leaving", flush=True)
     return 0
+
+
+def caught_up(consumer: Consumer) -> bool:
+    """Every assigned partition's position at its high watermark (as last fetched), or no assignment."""
+    try:
+        for tp in consumer.position(consumer.assignment()):
+            _, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and high >= 0 and 0 <= tp.offset < high:
+                return False
+    except KafkaException:
+        return True  # not known yet: nothing to judge a stall by
+    return True
 
 
 if __name__ == "__main__":
     started = time.monotonic()
     code = main(*sys.argv[1:5])
     print(f"ctp_app {os.getpid()}: exit {code} after {time.monotonic() - started:.1f}s", flush=True)
-    sys.exit(code)
+    os._exit(code)  # not sys.exit: a librdkafka thread still blocked must not hold the exit

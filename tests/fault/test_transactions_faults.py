@@ -257,7 +257,7 @@ def test_consume_transform_produce_exactly_once_through_kills(cluster_factory: A
         source = read_partitions(cluster.bootstrap, SOURCE, "read_committed")
         ends = {p: (rows[-1][0] + 1 if rows else 0) for p, rows in source.items()}
         try:
-            wait_until(lambda: committed_offsets(cluster.bootstrap) == ends, 180,
+            wait_until(lambda: committed_offsets(cluster.bootstrap) == ends, 300,
                        f"the group's committed offsets at the input's ends {ends}", cluster)
         except AssertionError as stalled:
             raise AssertionError(f"{stall_report(cluster, app)}\n{stalled}") from None
