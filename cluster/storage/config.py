@@ -146,11 +146,13 @@ def validate_topic_values(values: Mapping[str, Any]) -> None:
                             "Topic cannot be configured with remote log storage.")
 
 
-def altered_list_value(name: str, current: str | None, operation: str, value: str) -> str:
-    """IncrementalAlterConfigs APPEND or SUBTRACT on a topic config, as Kafka's controller does
-    it (ConfigurationControlManager): only a LIST config; the current value (else the topic
-    config's own default) gains the values it lacks, or loses those given, in order."""
-    definition = TOPIC_CONFIG_DEFS.get(name)
+def altered_list_value(name: str, current: str | None, operation: str, value: str,
+                       definitions: Mapping[str, ConfigDef] = TOPIC_CONFIG_DEFS) -> str:
+    """IncrementalAlterConfigs APPEND or SUBTRACT on a topic (or, given the broker's
+    `definitions`, a dynamic broker) config, as Kafka's controller does it
+    (ConfigurationControlManager): only a LIST config; the current value (else the config's
+    own default) gains the values it lacks, or loses those given, in order."""
+    definition = definitions.get(name)
     if definition is None or definition.type is not list:
         raise InvalidConfig(f"Can't {operation.upper()} to key {name} because its type is not LIST.")
     base = definition.default if current is None else current
