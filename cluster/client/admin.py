@@ -266,7 +266,12 @@ class Admin:
         """A broker's own configs go to that broker (as Kafka's AdminClient sends them);
         topics and the cluster-wide default to any broker."""
         if resource_type == RESOURCE_BROKER and name:
-            return await self.cluster.connection(int(name))
+            node_id = int(name)
+            if node_id not in self.cluster.metadata.brokers:
+                await self.cluster.refresh()
+            if node_id not in self.cluster.metadata.brokers:
+                raise ValueError(f"broker {node_id} is not a live broker of the cluster")
+            return await self.cluster.connection(node_id)
         return await self._any()
 
     @_retried
