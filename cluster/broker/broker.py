@@ -100,7 +100,8 @@ class Broker:
         self.controller = ControllerChannel(self.metadata, node_id, lambda: self.lifecycle.broker_epoch)
 
         self.logs = LogManager(data_dir)
-        self.log_tasks = LogTasks(self.logs, _log_task_settings(config), clock)
+        self.log_tasks = LogTasks(self.logs, _log_task_settings(config), clock,
+                                  current=lambda: _log_task_settings(self.dynamic_config.current))
         self.replicas = ReplicaManager(node_id, data_dir, self.logs, _replica_settings(config, self.security.link),
                                        clock=clock,
                                        image=lambda: self.metadata.image, log_config=self.dynamic_config.log_config,

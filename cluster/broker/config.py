@@ -90,7 +90,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("admin.http.port.offset", int, 0, None,
                   "Serve admin HTTP on the Kafka listener's host at its port + this (0: off); "
                   "one setting for every broker of a topology cluster", 0),
-        ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
+        ConfigDef("log.cleaner.io.max.bytes.per.second", float, 1.7976931348623157e308, None,
+                  "Compaction read rate limit (bytes per second)", 1),
         # ---- listeners and security (cluster/security) ----
         ConfigDef("listeners", str, "", None,
                   "NAME://HOST:PORT,... to accept connections on (empty: one PLAINTEXT listener at --listen)"),
@@ -163,14 +164,24 @@ _ALIASES = {
 # ---- dynamic broker configs (KIP-226) ------------------------------------------------------
 # The configs AlterConfigs / IncrementalAlterConfigs may change on a BROKER resource, per
 # broker or as the cluster-wide default: Kafka's dynamically updatable broker configs
-# (DynamicBrokerConfig.AllDynamicConfigs) that this broker applies without a restart. These
-# are the log defaults of topics (Kafka's DynamicLogConfig: the broker synonym of every topic
-# config, message.max.bytes, min.insync.replicas, unclean.leader.election.enable and
-# log.retention.ms among them); Kafka allows each both per broker and cluster-wide. Kafka's
-# other dynamic configs (thread pools, listeners and their keystores, connection limits,
-# cleaner tuning) are read-only here: this broker would not act on them before a restart, and
-# it reads its start-up configuration from its static config only.
-DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(LOG_DEFAULT_DEFS)
+# (DynamicBrokerConfig.AllDynamicConfigs) that this broker applies without a restart, each
+# allowed per broker and cluster-wide as in Kafka:
+#   - the log defaults of topics (Kafka's DynamicLogConfig: the broker synonym of every topic
+#     config; message.max.bytes, min.insync.replicas, unclean.leader.election.enable and
+#     log.retention.ms among them), applied to every log at the next metadata update;
+#   - max.connections (SocketServer), checked at each new connection;
+#   - the log cleaner's log.cleaner.backoff.ms, log.cleaner.io.max.bytes.per.second and
+#     log.cleaner.dedupe.buffer.size (LogCleaner), read at each compaction pass.
+# Kafka's other dynamic configs (thread pools, listeners and their keystores, per-IP limits)
+# are read-only here: this broker would not act on them before a restart, and it reads its
+# start-up configuration from its static config only.
+DYNAMIC_BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    **LOG_DEFAULT_DEFS,
+    **{name: BROKER_CONFIG_DEFS[name] for name in ("max.connections", "log.cleaner.backoff.ms",
+                                                   "log.cleaner.io.max.bytes.per.second",
+                                                   "log.cleaner.dedupe.buffer.size")},
+}
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(DYNAMIC_BROKER_CONFIG_DEFS)
 # Kafka broker configs this broker takes from its command line or topology instead: known,
 # and read-only as in Kafka.
 KAFKA_STATIC_ONLY_CONFIGS = frozenset({
@@ -193,8 +204,9 @@ def validate_dynamic_configs(resource_name: str, configs: Mapping[str, str]) -> 
         raise InvalidConfig(f"Unknown broker config name(s): {', '.join(unknown)} (use Kafka's broker config names, "
                             f"e.g. log.retention.ms)")
     try:
-        parsed = {n: parse_value(LOG_DEFAULT_DEFS[n], v) for n, v in configs.items()}
-        LogConfig.build({}, parsed)  # the checks across configs (min vs max compaction lag)
+        parsed = {n: parse_value(DYNAMIC_BROKER_CONFIG_DEFS[n], v) for n, v in configs.items()}
+        # the checks across log configs (min vs max compaction lag)
+        LogConfig.build({}, {n: v for n, v in parsed.items() if n in LOG_DEFAULT_DEFS})
     except InvalidConfig as exc:
         raise ConfigUpdateRefused(str(exc)) from None
 
@@ -247,7 +259,7 @@ class BrokerConfig:
                     skipped[key] = "not a dynamic broker config of this broker"
                     continue
                 try:
-                    values[key] = parse_value(LOG_DEFAULT_DEFS[key], raw)
+                    values[key] = parse_value(DYNAMIC_BROKER_CONFIG_DEFS[key], raw)
                 except InvalidConfig as exc:
                     skipped[key] = str(exc)
         return BrokerConfig(values, self.static_keys), skipped

@@ -136,7 +136,7 @@ class DynamicBrokerConfig:
 def _rendered(definition: ConfigDef | None, name: str, raw: str) -> str | None:
     """A dynamic value as the broker uses it, or None when it cannot be used (skipped)."""
     if definition is None or name not in DYNAMIC_BROKER_CONFIGS:
-        return None
+        return None  # (the definitions of a dynamic config are the same wherever it is found)
     try:
         return render_value(parse_value(definition, raw))
     except InvalidConfig:

@@ -11,6 +11,8 @@ encoder sent through its client; a broker's own configs go through both admin AP
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -281,6 +283,36 @@ def test_kafka_python_alter_configs_and_refusals(broker) -> None:
     jaas = described["sasl.jaas.config"]
     assert (jaas["value"], jaas["is_sensitive"], jaas["read_only"]) == (None, True, True)
     assert described["node.id"]["read_only"] is True
+
+
+def _api_versions_answered(sock: socket.socket) -> bool:
+    """Send ApiVersions v0 on a raw connection: True if answered, False if the broker closed it."""
+    sock.sendall(struct.pack(">ihhih", 10, 18, 0, 7, -1))
+    try:
+        head = sock.recv(8)
+    except ConnectionResetError:
+        return False
+    return len(head) == 8 and struct.unpack(">ii", head)[1] == 7
+
+
+def test_max_connections_lowered_without_a_restart(broker) -> None:
+    bs = broker.bootstrap
+    set_cluster_default(bs, **{"max.connections": "2"})  # the CLI's own connection is gone when it exits
+    wait_until(lambda: "max.connections" in broker.log_text() or None, 10, what="the broker applying it")
+    host, port = bs.split(":")
+    socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        assert [_api_versions_answered(s) for s in socks] == [True, True, False]
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.5)  # the broker saw them close
+    # Back to the static value: a new connection (the CLI's) is accepted again.
+    r = configs_cli(bs, "--entity-type", "brokers", "--entity-default", "--alter", "--delete-config",
+                    "max.connections")
+    assert r.returncode == 0, r
+    assert ck_view(bs, "BROKER", "1", "max.connections") == ("10000", DEFAULT_CONFIG)
 
 
 # ---- three brokers ----------------------------------------------------------------------------

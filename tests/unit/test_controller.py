@@ -1246,10 +1246,10 @@ def test_an_all_fenced_explicit_assignment_does_not_put_fenced_brokers_in_the_is
 
 def _with_broker_rules(c: Cluster) -> Cluster:
     """The broker's real dynamic-config rules, as build_metadata_service wires them."""
-    from cluster.broker.config import LOG_DEFAULT_DEFS, validate_dynamic_configs
+    from cluster.broker.config import DYNAMIC_BROKER_CONFIG_DEFS, validate_dynamic_configs
 
     c.ctrl.validate_broker_configs = validate_dynamic_configs
-    c.ctrl.broker_config_defs = LOG_DEFAULT_DEFS
+    c.ctrl.broker_config_defs = DYNAMIC_BROKER_CONFIG_DEFS
     return c
 
 
@@ -1354,3 +1354,13 @@ def test_unclean_election_follows_dynamic_broker_configs(layers: dict[str, str],
         assert records == [fence(c, 1), c.change("t", 0, leader=2, isr=[2])]
     else:
         assert records == [fence(c, 1), c.change("t", 0, leader=NO_LEADER)]
+
+
+def test_dynamic_connection_and_cleaner_limits_are_checked_like_their_static_configs() -> None:
+    c = _with_broker_rules(Cluster())
+    one, _ = _alter_broker(c, "", [["log.cleaner.io.max.bytes.per.second", "set", "0"]])
+    assert (one["error_code"], one["error_message"]) == (
+        INVALID_REQUEST, "Invalid value 0.0 for configuration log.cleaner.io.max.bytes.per.second: "
+                         "Value must be at least 1")
+    one, records = _alter_broker(c, "", [["max.connections", "set", "50"], ["log.cleaner.backoff.ms", "set", "100"]])
+    assert one["error_code"] == NONE and len(records) == 2

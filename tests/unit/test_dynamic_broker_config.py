@@ -169,3 +169,18 @@ def test_kafka_configs_add_config_syntax(text: str, parsed: dict[str, str]) -> N
 def test_kafka_configs_add_config_refuses_a_pair_without_a_value() -> None:
     with pytest.raises(ValueError, match="must be KEY=VALUE"):
         parse_add_config("log.retention.ms")
+
+
+def test_connection_and_cleaner_limits_are_dynamic_too() -> None:
+    cfg, image = _setup({"max.connections": "100"})
+    _set(image, "", "max.connections", "50")
+    _set(image, "", "log.cleaner.io.max.bytes.per.second", "1048576")
+    _set(image, str(NODE), "log.cleaner.backoff.ms", "500")
+    current = cfg.current
+    assert (current["max.connections"], current["log.cleaner.io.max.bytes.per.second"],
+            current["log.cleaner.backoff.ms"]) == (50, 1048576.0, 500)
+    entry = _entry(cfg.describe_broker(str(NODE), {"log.cleaner.io.max.bytes.per.second"}, True),
+                   "log.cleaner.io.max.bytes.per.second")
+    assert _chain(entry) == [("log.cleaner.io.max.bytes.per.second", "1048576.0", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                             ("log.cleaner.io.max.bytes.per.second", "1.7976931348623157E308", DEFAULT_CONFIG)]
+    assert cfg.static["max.connections"] == 100  # the static config itself is untouched
