@@ -71,8 +71,12 @@ class DynamicBrokerConfig:
         return self._current
 
     def log_config(self, topic_overrides: Mapping[str, object]) -> LogConfig:
-        """A topic's LogConfig: its own configs over the log defaults in force."""
-        return self.current.log_config(topic_overrides)
+        """A topic's LogConfig: its own configs over the log defaults in force. A dynamic
+        default that conflicts with the topic's own configs (say a cluster-wide
+        log.cleaner.max.compaction.lag.ms below the topic's min.compaction.lag.ms) does not
+        make the topic fail to load, as in Kafka, where such checks run only when a topic's
+        configs are set."""
+        return LogConfig.build(topic_overrides, self.current.log_defaults, check_across=False)
 
     # ---- DescribeConfigs -----------------------------------------------------------------
 

@@ -182,7 +182,11 @@ class LogConfig:
     broker_defaults: frozenset[str]
 
     @classmethod
-    def build(cls, overrides: Mapping[str, object], broker: Mapping[str, Any] | None = None) -> LogConfig:
+    def build(cls, overrides: Mapping[str, object], broker: Mapping[str, Any] | None = None, *,
+              check_across: bool = True) -> LogConfig:
+        """`check_across=False` skips the checks across configs (validate_topic_values): a
+        topic's configs were checked when they were set, and a later broker default that
+        conflicts with them must not make the topic unusable (Kafka checks them only then)."""
         broker = broker or {}
         values: dict[str, Any] = {}
         from_broker = set()
@@ -197,7 +201,8 @@ class LogConfig:
             if found is None:
                 raise InvalidConfig(f"Unknown topic config name: {name}")
             values[name] = parse_value(found, raw)
-        validate_topic_values(values)
+        if check_across:
+            validate_topic_values(values)
         return cls(values, frozenset(overrides), frozenset(from_broker))
 
     def __getitem__(self, name: str) -> Any:

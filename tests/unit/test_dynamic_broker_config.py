@@ -184,3 +184,13 @@ def test_connection_and_cleaner_limits_are_dynamic_too() -> None:
     assert _chain(entry) == [("log.cleaner.io.max.bytes.per.second", "1048576.0", DYNAMIC_DEFAULT_BROKER_CONFIG),
                              ("log.cleaner.io.max.bytes.per.second", "1.7976931348623157E308", DEFAULT_CONFIG)]
     assert cfg.static["max.connections"] == 100  # the static config itself is untouched
+
+
+def test_a_default_that_conflicts_with_a_topics_own_configs_leaves_the_topic_usable() -> None:
+    cfg, image = _setup()
+    topic = {"min.compaction.lag.ms": "10000", "cleanup.policy": "compact"}
+    assert cfg.log_config(topic).min_compaction_lag_ms == 10_000
+    _set(image, "", "log.cleaner.max.compaction.lag.ms", "5000")  # accepted: valid on its own
+    config = cfg.log_config(topic)
+    assert (config.min_compaction_lag_ms, config.max_compaction_lag_ms) == (10_000, 5000)
+    assert _entry(cfg.describe_topic(topic, {"max.compaction.lag.ms"}, False), "max.compaction.lag.ms")["value"] == "5000"
