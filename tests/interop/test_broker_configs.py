@@ -341,7 +341,7 @@ def test_every_broker_reports_the_default_and_only_its_own_override(cluster_fact
     try:
         request = admin._alter_configs_request(
             [ConfigResource(ConfigResourceType.BROKER, "3", {"log.retention.ms": "1"})], False, True)
-        response = admin._manager.run(admin._manager.send, request, node_id=1)
+        response = admin._manager.run(admin._manager.send, request, 1)  # to broker 1
         (r,) = response.responses
         assert (r.error_code, r.error_message) == (INVALID_REQUEST, "Unexpected broker id, expected 1, but received 3")
     finally:
