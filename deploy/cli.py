@@ -20,6 +20,7 @@ import trio
 from cluster.common.config_def import InvalidConfig
 from deploy import (
     cluster_cmds,
+    configs_cmd,
     dev_secrets,
     groups_cmd,
     lab_cmd,
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     topology_cmd.add_parser(sub)
     mirror_cmd.add_parser(sub)
     cluster_cmds.add_parsers(sub)
+    configs_cmd.add_parser(sub)   # configs (like kafka-configs)
     load_cmd.add_parser(sub)      # load, warehouse
     up_cmd.add_parser(sub)        # up, status
     perf_cmd.add_parser(sub)      # perf produce|consume

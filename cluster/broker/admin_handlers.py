@@ -19,6 +19,7 @@ from cluster.protocol.sentinels import (
     CONFIG_OP_DELETE,
     CONFIG_OP_SET,
     CONFIG_OP_SUBTRACT,
+    RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
 from cluster.security.acl import AclOperation, ResourceType
@@ -119,7 +120,8 @@ class AdminHandlers:
 
     async def _alter_configs(self, req: Any, incremental: bool, ctx: RequestContext) -> dict[str, Any]:
         responses: list[dict[str, Any]] = []
-        specs = []
+        specs: list[dict[str, Any]] = []
+        broker_specs: list[dict[str, Any]] = []
         for r in req.resources:
             base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
             if r.resource_type == RESOURCE_TOPIC and not ctx.allowed(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC,
@@ -131,21 +133,44 @@ class AdminHandlers:
                 responses.append({**base, "error_code": ErrorCode.cluster_authorization_failed,
                                   "error_message": "ALTER_CONFIGS on the cluster is needed"})
                 continue
-            if r.resource_type != RESOURCE_TOPIC:
+            if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
                 responses.append({**base, "error_code": ErrorCode.invalid_request,
-                                  "error_message": "only topic configs can be changed; broker configs are static"})
+                                  "error_message": f"Unknown resource type {r.resource_type}"})
                 continue
-            ops, bad = self._config_ops(r.configs, incremental)
+            bad = self._broker_name_error(r.resource_name) if r.resource_type == RESOURCE_BROKER else None
+            if bad is None and r.resource_type == RESOURCE_BROKER and not incremental:
+                nulls = [c.name for c in r.configs if c.value is None]
+                bad = f"Null value not supported for : {', '.join(nulls)}" if nulls else None
+            if bad is None:
+                ops, bad = self._config_ops(r.configs, incremental)
             if bad:
                 responses.append({**base, "error_code": ErrorCode.invalid_request, "error_message": bad})
                 continue
-            specs.append({"name": r.resource_name, "ops": ops, "replace": not incremental})
+            spec = {"name": r.resource_name, "ops": ops, "replace": not incremental}
+            (specs if r.resource_type == RESOURCE_TOPIC else broker_specs).append(spec)
         if specs:
             result = await self._call("alter_configs", {"topics": specs, "validate_only": req.validate_only})
             for r in self._each(result, "topics", [s["name"] for s in specs]):
                 responses.append({"resource_type": RESOURCE_TOPIC, "resource_name": r["name"],
                                   "error_code": r["error_code"], "error_message": r.get("error_message")})
+        if broker_specs:
+            result = await self._call("alter_broker_configs", {"resources": broker_specs,
+                                                               "validate_only": req.validate_only})
+            for r in self._each(result, "resources", [s["name"] for s in broker_specs]):
+                responses.append({"resource_type": RESOURCE_BROKER, "resource_name": r["name"],
+                                  "error_code": r["error_code"], "error_message": r.get("error_message")})
         return {"throttle_time": 0, "responses": responses}
+
+    def _broker_name_error(self, name: str) -> str | None:
+        """A BROKER resource is "" (the cluster-wide default) or this broker's id: a client
+        sends a broker's own configs to that broker (Kafka's validateResourceNameIsCurrentNodeId)."""
+        if name == "":
+            return None
+        if not name.lstrip("-").isdigit():
+            return f"Node id must be an integer, but it is: {name}"
+        if int(name) != self.controller.node_id:
+            return f"Unexpected broker id, expected {self.controller.node_id}, but received {name}"
+        return None
 
     @staticmethod
     def _config_ops(configs: list[Any], incremental: bool) -> tuple[list[list[Any]], str | None]:

@@ -1,6 +1,7 @@
 """A broker process: builds its parts, wires them, and runs them (Kafka's BrokerServer).
 
     MetadataService   the metadata quorum member and, when it leads, the controller (cluster/controller)
+    DynamicBrokerConfig  the configs in force: static ones under dynamic broker configs (dynamic_config.py)
     BrokerLifecycle   registration, heartbeats, controlled shutdown (lifecycle.py)
     LogManager        the partition logs on disk, their background work (cluster/storage)
     ReplicaManager    the partition replicas: appends, reads, ISR, followers (cluster/replication)
@@ -24,6 +25,7 @@ from cluster.broker.apis import Api, RequestRouter
 from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.config import BrokerConfig
 from cluster.broker.controller_channel import ControllerChannel
+from cluster.broker.dynamic_config import DynamicBrokerConfig
 from cluster.broker.group_handlers import GroupHandlers
 from cluster.broker.lifecycle import BrokerLifecycle, Registration
 from cluster.broker.metadata_cache import MetadataCache
@@ -88,6 +90,8 @@ class Broker:
             node_id, membership.voters, data_dir / METADATA_LOG_DIR, config, clock=clock, link=self.security.link,
             bootstrap_records=membership.bootstrap_records, observers={b: a for b, a in membership.brokers.items() if b not in membership.voters})
         self.metadata.on_applied = self._on_metadata_applied
+        # The configs in force: the static ones under the metadata log's dynamic broker configs.
+        self.dynamic_config = DynamicBrokerConfig(config, node_id, lambda: self.metadata.image)
         self.cache = MetadataCache(self.metadata, node_id, membership.cluster_id)
         self.lifecycle = BrokerLifecycle(
             self.metadata, Registration(node_id, advertised_host, advertised_port, config["broker.rack"] or None,
@@ -96,10 +100,11 @@ class Broker:
         self.controller = ControllerChannel(self.metadata, node_id, lambda: self.lifecycle.broker_epoch)
 
         self.logs = LogManager(data_dir)
-        self.log_tasks = LogTasks(self.logs, _log_task_settings(config), clock)
+        self.log_tasks = LogTasks(self.logs, _log_task_settings(config), clock,
+                                  current=lambda: _log_task_settings(self.dynamic_config.current))
         self.replicas = ReplicaManager(node_id, data_dir, self.logs, _replica_settings(config, self.security.link),
                                        clock=clock,
-                                       image=lambda: self.metadata.image, log_config=config.log_config,
+                                       image=lambda: self.metadata.image, log_config=self.dynamic_config.log_config,
                                        isr_channel=self.controller)
         self.groups = GroupService(
             GroupCoordinator(_group_config(config)), self.replicas, OffsetsTopicSettings(
@@ -127,7 +132,7 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, config),
+        apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
@@ -201,7 +206,7 @@ class Broker:
 
     def _log_config_for(self, topic: str) -> LogConfig:
         t = self.metadata.image.topic(topic)
-        return self.config.log_config(t.configs if t else {})
+        return self.dynamic_config.log_config(t.configs if t else {})
 
     def _on_metadata_applied(self, records: list[dict[str, Any]]) -> None:
         if self._logs_loaded:

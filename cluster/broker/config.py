@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.common.config_def import ConfigDef, InvalidConfig, parse_value, render_value
+from cluster.common.config_def import (
+    ConfigDef,
+    ConfigUpdateRefused,
+    InvalidConfig,
+    parse_value,
+)
 from cluster.replication.replica_selector import SELECTORS
 from cluster.security.listeners import DEFAULT_PROTOCOL_MAP
 from cluster.security.sasl import SUPPORTED_MECHANISMS
@@ -90,7 +95,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("admin.http.port.offset", int, 0, None,
                   "Serve admin HTTP on the Kafka listener's host at its port + this (0: off); "
                   "one setting for every broker of a topology cluster", 0),
-        ConfigDef("log.cleaner.io.max.bytes.per.second", str, "1.7976931348623157E308", None, "Compaction read rate limit"),
+        ConfigDef("log.cleaner.io.max.bytes.per.second", float, 1.7976931348623157e308, None,
+                  "Compaction read rate limit (bytes per second)", 1),
         # ---- listeners and security (cluster/security) ----
         ConfigDef("listeners", str, "", None,
                   "NAME://HOST:PORT,... to accept connections on (empty: one PLAINTEXT listener at --listen)"),
@@ -160,9 +166,65 @@ _ALIASES = {
 }
 
 
+# ---- dynamic broker configs (KIP-226) ------------------------------------------------------
+# The configs AlterConfigs / IncrementalAlterConfigs may change on a BROKER resource, per
+# broker or as the cluster-wide default: Kafka's dynamically updatable broker configs
+# (DynamicBrokerConfig.AllDynamicConfigs) that this broker applies without a restart, each
+# allowed per broker and cluster-wide as in Kafka:
+#   - the log defaults of topics (Kafka's DynamicLogConfig: the broker synonym of every topic
+#     config; message.max.bytes, min.insync.replicas, unclean.leader.election.enable and
+#     log.retention.ms among them), applied to every log at the next metadata update;
+#   - max.connections (SocketServer), checked at each new connection;
+#   - the log cleaner's log.cleaner.backoff.ms, log.cleaner.io.max.bytes.per.second and
+#     log.cleaner.dedupe.buffer.size (LogCleaner), read at each compaction pass.
+# Kafka's other dynamic configs (thread pools, listeners and their keystores, per-IP limits)
+# are read-only here: this broker would not act on them before a restart, and it reads its
+# start-up configuration from its static config only.
+DYNAMIC_BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    **LOG_DEFAULT_DEFS,
+    **{name: BROKER_CONFIG_DEFS[name] for name in ("max.connections", "log.cleaner.backoff.ms",
+                                                   "log.cleaner.io.max.bytes.per.second",
+                                                   "log.cleaner.dedupe.buffer.size")},
+}
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(DYNAMIC_BROKER_CONFIG_DEFS)
+# Kafka broker configs this broker takes from its command line or topology instead: known,
+# and read-only as in Kafka.
+KAFKA_STATIC_ONLY_CONFIGS = frozenset({
+    "broker.id", "log.dir", "log.dirs", "metadata.log.dir", "process.roles", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers", "zookeeper.connect",
+})
+
+
+def validate_dynamic_configs(resource_name: str, configs: Mapping[str, str]) -> None:
+    """The dynamic configs a BROKER resource ("" the cluster default, "<id>" one broker)
+    would hold after an alter, checked as Kafka's DynamicBrokerConfig.validateConfigs checks
+    them: a read-only config or a bad value raises ConfigUpdateRefused (INVALID_REQUEST, with
+    Kafka's message); a name no broker config has raises InvalidConfig. Messages name configs,
+    never a value of a sensitive one."""
+    fixed = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS and is_known_broker_config(n))
+    if fixed:
+        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+    unknown = sorted(n for n in configs if not is_known_broker_config(n))
+    if unknown:
+        raise InvalidConfig(f"Unknown broker config name(s): {', '.join(unknown)} (use Kafka's broker config names, "
+                            f"e.g. log.retention.ms)")
+    try:
+        parsed = {n: parse_value(DYNAMIC_BROKER_CONFIG_DEFS[n], v) for n, v in configs.items()}
+        # the checks across log configs (min vs max compaction lag)
+        LogConfig.build({}, {n: v for n, v in parsed.items() if n in LOG_DEFAULT_DEFS})
+    except InvalidConfig as exc:
+        raise ConfigUpdateRefused(str(exc)) from None
+
+
+def is_known_broker_config(name: str) -> bool:
+    return (name in BROKER_CONFIG_DEFS or name in LOG_DEFAULT_DEFS or name in _ALIASES
+            or name in KAFKA_STATIC_ONLY_CONFIGS or per_listener_setting(name) is not None)
+
+
 @dataclass
 class BrokerConfig:
     values: dict[str, Any] = field(default_factory=dict)
+    static_keys: frozenset[str] = frozenset()  # the configs given (server properties, topology)
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, object]) -> BrokerConfig:
@@ -179,7 +241,7 @@ class BrokerConfig:
                 values[key] = parse_value(BROKER_CONFIG_DEFS[key], raw)
             elif key in LOG_DEFAULT_DEFS:
                 log_defaults[key] = parse_value(LOG_DEFAULT_DEFS[key], raw)
-            elif (listener_key := _per_listener(key)) is not None:
+            elif (listener_key := per_listener_setting(key)) is not None:
                 base = BROKER_CONFIG_DEFS.get(listener_key)
                 values[key] = parse_value(base, raw) if base is not None else str(raw)
             else:
@@ -187,7 +249,25 @@ class BrokerConfig:
                     f"unknown broker config {key!r} (use Kafka's broker config names, e.g. log.retention.ms)"
                 )
         values.update(log_defaults)
-        return cls(values)
+        given = {_ALIASES[k][0] if k in _ALIASES else k for k in overrides}
+        return cls(values, frozenset(given))
+
+    def with_dynamic(self, *layers: Mapping[str, str]) -> tuple[BrokerConfig, dict[str, str]]:
+        """This static config under dynamic layers (lowest precedence first), and the
+        dynamic values that could not be used, with why (the metadata log may hold what a
+        newer broker accepted): Kafka's DynamicBrokerConfig.updateCurrentConfig."""
+        values = dict(self.values)
+        skipped: dict[str, str] = {}
+        for layer in layers:
+            for key, raw in layer.items():
+                if key not in DYNAMIC_BROKER_CONFIGS:
+                    skipped[key] = "not a dynamic broker config of this broker"
+                    continue
+                try:
+                    values[key] = parse_value(DYNAMIC_BROKER_CONFIG_DEFS[key], raw)
+                except InvalidConfig as exc:
+                    skipped[key] = str(exc)
+        return BrokerConfig(values, self.static_keys), skipped
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -205,18 +285,8 @@ class BrokerConfig:
     def log_config(self, topic_overrides: Mapping[str, object]) -> LogConfig:
         return LogConfig.build(topic_overrides, self.log_defaults)
 
-    def describe(self) -> list[tuple[str, str, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource."""
-        out = []
-        for name, d in {**BROKER_CONFIG_DEFS, **LOG_DEFAULT_DEFS}.items():
-            value = self.values.get(name, d.default)
-            out.append((name, render_value(value), value == d.default))
-        out.extend((name, render_value(value), False) for name, value in sorted(self.values.items())
-                   if _per_listener(name) is not None)
-        return out
 
-
-def _per_listener(key: str) -> str | None:
+def per_listener_setting(key: str) -> str | None:
     """`listener.name.<listener>.<setting>` → setting, when it may be set per listener."""
     if not key.startswith("listener.name."):
         return None

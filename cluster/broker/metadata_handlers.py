@@ -10,23 +10,18 @@ import uuid
 from typing import Any
 
 from cluster.broker.auto_topics import AutoTopicCreation
-from cluster.broker.config import BrokerConfig, is_sensitive
 from cluster.broker.context import RequestContext
+from cluster.broker.dynamic_config import DynamicBrokerConfig
 from cluster.broker.metadata_cache import MetadataCache
-from cluster.common.config_def import render_value
 from cluster.controller.image import TopicImage
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
-    CONFIG_SOURCE_DEFAULT,
-    CONFIG_SOURCE_STATIC_BROKER,
-    CONFIG_SOURCE_TOPIC,
     NO_LEADER,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
 from cluster.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from cluster.storage.config import TOPIC_CONFIG_DEFS
 
 
 def _topic_error(code: int, name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
@@ -39,7 +34,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 class MetadataHandlers:
-    def __init__(self, cache: MetadataCache, auto_topics: AutoTopicCreation, config: BrokerConfig) -> None:
+    def __init__(self, cache: MetadataCache, auto_topics: AutoTopicCreation, config: DynamicBrokerConfig) -> None:
         self.cache = cache
         self.auto_topics = auto_topics
         self.config = config
@@ -145,7 +140,7 @@ class MetadataHandlers:
             names = sorted({n for n in requested if cursor is None or n >= cursor.topic_name})
         else:
             names = [n for n in sorted(image.topics_by_name) if cursor is None or n >= cursor.topic_name]
-        limit = max(1, min(int(self.config["max.request.partition.size.limit"]), req.response_partition_limit))
+        limit = max(1, min(int(self.config.current()["max.request.partition.size.limit"]), req.response_partition_limit))
         topics: list[dict[str, Any]] = []
         next_cursor = None
         for name in names:
@@ -185,8 +180,12 @@ class MetadataHandlers:
     # ---- DescribeConfigs -------------------------------------------------------------
 
     async def handle_describe_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """DescribeConfigs v1–2: topics and this broker (its configs in force, or with resource
+        name "" the cluster-wide dynamic defaults), each value with its source and, when
+        asked, its synonyms; sensitive values are never sent."""
         results = []
         node_id = self.cache.node_id
+        with_synonyms = bool(getattr(req, "include_synonyms", False))
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
             result: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
@@ -205,28 +204,14 @@ class MetadataHandlers:
                     result.update(error_code=ErrorCode.unknown_topic_or_partition,
                                   error_message=f"topic {r.resource_name!r} does not exist")
                 else:
-                    cfg = self.config.log_config(info.configs)
-                    for name in TOPIC_CONFIG_DEFS:
-                        if keys is not None and name not in keys:
-                            continue
-                        source = (CONFIG_SOURCE_TOPIC if name in cfg.overrides
-                                  else CONFIG_SOURCE_STATIC_BROKER if name in cfg.broker_defaults
-                                  else CONFIG_SOURCE_DEFAULT)
-                        entries.append({"name": name, "value": render_value(cfg[name]), "read_only": False,
-                                        "config_source": source, "is_sensitive": False, "synonyms": []})
+                    entries = self.config.describe_topic(info.configs, keys, with_synonyms)
             elif r.resource_type == RESOURCE_BROKER:
                 if r.resource_name not in ("", str(node_id)):
                     result.update(error_code=ErrorCode.invalid_request,
-                                  error_message=f"this is broker {node_id}, not {r.resource_name}")
+                                  error_message=f"Unexpected broker id, expected {node_id} or empty string, "
+                                                f"but received {r.resource_name}")
                 else:
-                    for name, value, is_default in self.config.describe():
-                        if keys is not None and name not in keys:
-                            continue
-                        hidden = is_sensitive(name)
-                        entries.append({"name": name, "value": None if hidden else value, "read_only": True,
-                                        "config_source": CONFIG_SOURCE_DEFAULT if is_default
-                                        else CONFIG_SOURCE_STATIC_BROKER,
-                                        "is_sensitive": hidden, "synonyms": []})
+                    entries = self.config.describe_broker(r.resource_name, keys, with_synonyms)
             else:
                 result.update(error_code=ErrorCode.invalid_request,
                               error_message=f"resource type {r.resource_type} is not supported")

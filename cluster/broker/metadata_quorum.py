@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster.broker.config import BrokerConfig
+from cluster.broker.config import DYNAMIC_BROKER_CONFIG_DEFS, BrokerConfig, validate_dynamic_configs
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.controller.controller import ControllerConfig
 from cluster.controller.service import MetadataService
@@ -28,6 +28,7 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
             request_timeout_ms=int(config["controller.quorum.request.timeout.ms"]),
         ),
         controller_config=ControllerConfig(
+            node_id=node_id,
             session_timeout_ms=int(config["broker.session.timeout.ms"]),
             num_partitions=int(config["num.partitions"]),
             default_replication_factor=int(config["default.replication.factor"]),
@@ -40,5 +41,6 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
             leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
         ),
         validate_configs=config.log_config,  # InvalidConfig is a ValueError
+        validate_broker_configs=validate_dynamic_configs, broker_config_defs=DYNAMIC_BROKER_CONFIG_DEFS,
         snapshot_bytes=int(config["metadata.log.max.record.bytes.between.snapshots"]),
     )

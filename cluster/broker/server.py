@@ -43,8 +43,12 @@ class BrokerServer:
         self.max_login_frame_bytes = min(self.max_frame_bytes, int(broker.config["sasl.server.max.receive.size"]))
         self.idle_timeout_s = int(broker.config["connections.max.idle.ms"]) / 1000
         self.connections = 0
-        self.max_connections = int(broker.config["max.connections"])
         self.tls_handshake_timeout_s = 10.0
+
+    @property
+    def max_connections(self) -> int:
+        """max.connections in force (a dynamic broker config: a change applies to the next connection)."""
+        return int(self.broker.dynamic_config.current["max.connections"])
 
     async def dispatch(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce)."""

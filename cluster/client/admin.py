@@ -28,6 +28,7 @@ from cluster.protocol.sentinels import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_UNCOMMITTED,
+    RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
 from cluster.security.acl import (
@@ -295,26 +296,53 @@ class Admin:
             if r.error_code != 0:
                 raise AdminError(f"adding partitions to {name!r} ({r.error_message or ''})", r.error_code)
 
-    @_retried
-    async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
-        configs = ([{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
-                   + [{"name": k, "config_operation": 1, "value": None} for k in delete])
-        resp = await (await self._any()).request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": name,
-                                                          "configs": configs}], "validate_only": False})
-        for r in resp.responses:
-            if r.error_code != 0:
-                raise AdminError(f"changing configs of {name!r} ({r.error_message or ''})", r.error_code)
+    async def _config_conn(self, resource_type: int, name: str) -> BrokerConnection:
+        """A broker's own configs go to that broker (as Kafka's AdminClient sends them);
+        topics and the cluster-wide default to any broker."""
+        if resource_type == RESOURCE_BROKER and name:
+            node_id = int(name)
+            if node_id not in self.cluster.metadata.brokers:
+                await self.cluster.refresh()
+            if node_id not in self.cluster.metadata.brokers:
+                raise ValueError(f"broker {node_id} is not a live broker of the cluster")
+            return await self.cluster.connection(node_id)
+        return await self._any()
 
     @_retried
-    async def topic_configs(self, name: str) -> list[Any]:
-        """DescribeConfigs entries of a topic (name, value, config_source ...)."""
-        resp = await (await self._any()).request(ApiKey.DESCRIBE_CONFIGS, {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": name,
-                                                          "configuration_keys": None}],
-                                           "include_synonyms": False, "include_documentation": False})
+    async def alter_configs(self, resource_type: int, name: str, set_configs: Mapping[str, str],
+                            delete: Sequence[str] = (), *, validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs SET and DELETE on one resource (a topic, a broker id, or
+        "" for the brokers' cluster-wide default)."""
+        configs = ([{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
+                   + [{"name": k, "config_operation": 1, "value": None} for k in delete])
+        resp = await (await self._config_conn(resource_type, name)).request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{"resource_type": resource_type, "resource_name": name,
+                                                              "configs": configs}], "validate_only": validate_only})
+        for r in resp.responses:
+            if r.error_code != 0:
+                raise AdminError(f"changing configs of {_resource_text(resource_type, name)} "
+                                 f"({r.error_message or ''})", r.error_code)
+
+    async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
+        await self.alter_configs(RESOURCE_TOPIC, name, set_configs, delete)
+
+    @_retried
+    async def describe_configs(self, resource_type: int, name: str, *, synonyms: bool = False) -> list[Any]:
+        """DescribeConfigs entries of one resource (name, value, config_source, read_only,
+        is_sensitive, synonyms when asked)."""
+        resp = await (await self._config_conn(resource_type, name)).request(
+            ApiKey.DESCRIBE_CONFIGS, {"resources": [{"resource_type": resource_type, "resource_name": name,
+                                                     "configuration_keys": None}],
+                                      "include_synonyms": synonyms, "include_documentation": False})
         (result,) = resp.results
         if result.error_code != 0:
-            raise AdminError(f"describing configs of {name!r}", result.error_code)
+            raise AdminError(f"describing configs of {_resource_text(resource_type, name)} "
+                             f"({result.error_message or ''})", result.error_code)
         return list(result.configs)
+
+    async def topic_configs(self, name: str) -> list[Any]:
+        """DescribeConfigs entries of a topic (name, value, config_source ...)."""
+        return await self.describe_configs(RESOURCE_TOPIC, name)
 
     @_retried
     async def elect_leaders(self, election_type: int = 0,
@@ -525,3 +553,9 @@ class Admin:
                                m.principal, m.host, AclOperation(m.operation), AclPermissionType(m.permission_type))
                     for m in r.matching_acls]
         return out
+
+
+def _resource_text(resource_type: int, name: str) -> str:
+    if resource_type == RESOURCE_BROKER:
+        return f"broker {name}" if name else "the brokers' cluster-wide default"
+    return f"{name!r}"

@@ -27,6 +27,13 @@ class InvalidConfig(ValueError):
     """A config value users gave that cannot be used; the message names key and fix."""
 
 
+class ConfigUpdateRefused(InvalidConfig):
+    """A dynamic broker config change Kafka refuses with INVALID_REQUEST rather than
+    INVALID_CONFIG: a read-only config, or a value its checks refuse (Kafka's
+    ConfigAdminManager turns every such ConfigException into InvalidRequestException,
+    KAFKA-13609)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str

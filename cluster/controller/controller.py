@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.common.config_def import ConfigDef, ConfigUpdateRefused
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage, record
 from cluster.protocol.errors import ErrorCode
@@ -34,6 +35,7 @@ class ControllerError(Exception):
 
 @dataclass(frozen=True)
 class ControllerConfig:
+    node_id: int = -1  # this controller's node (its own dynamic broker configs apply to it)
     session_timeout_ms: int = 2000
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -48,6 +50,14 @@ class ControllerConfig:
 
 Result = dict[str, Any]
 TopicConfigValidator = Callable[[dict[str, str]], object]  # raises ValueError with a clear message
+# (resource name, the dynamic configs it would hold) → raises ConfigUpdateRefused (INVALID_REQUEST)
+# or another ValueError (INVALID_CONFIG)
+BrokerConfigValidator = Callable[[str, dict[str, str]], object]
+
+
+def _no_dynamic_broker_configs(resource_name: str, configs: dict[str, str]) -> None:
+    if configs:
+        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: Set({', '.join(sorted(configs))})")
 
 
 def _ok(**fields: Any) -> Result:
@@ -60,10 +70,14 @@ def _err(code: int, message: str, **fields: Any) -> Result:
 
 class QuorumController:
     def __init__(self, image: MetadataImage, config: ControllerConfig, validate_configs: TopicConfigValidator,
-                 rng: random.Random, now_ms: int) -> None:
+                 rng: random.Random, now_ms: int, *,
+                 validate_broker_configs: BrokerConfigValidator | None = None,
+                 broker_config_defs: Mapping[str, ConfigDef] | None = None) -> None:
         self.image = image
         self.config = config
         self.validate_configs = validate_configs
+        self.validate_broker_configs = validate_broker_configs or _no_dynamic_broker_configs
+        self.broker_config_defs: Mapping[str, ConfigDef] = broker_config_defs or {}
         self.rng = rng
         self._records: list[dict[str, Any]] = []
         # Liveness is the controller's own memory: a new controller gives every broker a
@@ -87,10 +101,16 @@ class QuorumController:
             self._emit(record("PartitionChange", topic_id=t.topic_id, partition=p.partition, **changed))
 
     def _unclean_allowed(self, t: TopicImage) -> bool:
-        value = t.configs.get("unclean.leader.election.enable")
-        if value is None:
-            return self.config.unclean_leader_election_enable
-        return value.lower() == "true"
+        """The topic's unclean.leader.election.enable, else this controller node's dynamic
+        broker config, else the cluster-wide dynamic default, else its static config (Kafka's
+        ConfigurationControlManager.uncleanLeaderElectionEnabledForTopic)."""
+        key = "unclean.leader.election.enable"
+        dynamic = self.image.broker_configs
+        for value in (t.configs.get(key), dynamic.get(str(self.config.node_id), {}).get(key),
+                      dynamic.get("", {}).get(key)):
+            if value is not None:
+                return value.strip().lower() == "true"
+        return self.config.unclean_leader_election_enable
 
     def _elect(self, t: TopicImage, p: PartitionState, isr: list[int], *, unclean: bool = False) -> tuple[int, list[int]]:
         """(leader, isr) after electing among active ISR members in replica order."""
@@ -363,13 +383,7 @@ class QuorumController:
                 continue
             configs = dict(t.configs) if not spec.get("replace") else {}
             try:
-                for key, op, value in spec["ops"]:
-                    if op == "set":
-                        configs[key] = str(value)
-                    elif op == "delete":
-                        configs.pop(key, None)
-                    else:
-                        configs[key] = altered_list_value(key, configs.get(key), op, str(value))
+                _apply_config_ops(configs, spec["ops"])
                 self.validate_configs(configs)
             except ValueError as exc:
                 results.append(_err(ErrorCode.invalid_config, str(exc), name=name))
@@ -380,6 +394,34 @@ class QuorumController:
                         self._emit(record("TopicConfig", topic_id=t.topic_id, key=key, value=configs.get(key)))
             results.append(_ok(name=name))
         return _ok(topics=results)
+
+    def alter_broker_configs(self, args: dict[str, Any]) -> Result:
+        """KIP-226 dynamic broker configs: resource name "" (the cluster-wide default) or a
+        broker id; ops as alter_configs; `replace` (AlterConfigs) keeps only the configs given."""
+        results = []
+        for spec in args["resources"]:
+            name = str(spec["name"])
+            if name and not name.isdigit():  # Kafka's ControllerConfigurationValidator.validateBrokerName
+                results.append(_err(ErrorCode.invalid_request, "Unable to parse broker name as a base 10 number.",
+                                    name=name))
+                continue
+            current = self.image.broker_configs.get(name, {})
+            configs = dict(current) if not spec.get("replace") else {}
+            try:
+                _apply_config_ops(configs, spec["ops"], self.broker_config_defs)
+                self.validate_broker_configs(name, configs)
+            except ConfigUpdateRefused as exc:
+                results.append(_err(ErrorCode.invalid_request, str(exc), name=name))
+                continue
+            except ValueError as exc:
+                results.append(_err(ErrorCode.invalid_config, str(exc), name=name))
+                continue
+            if not args.get("validate_only"):
+                for key in sorted(set(current) | set(configs)):
+                    if current.get(key) != configs.get(key):
+                        self._emit(record("BrokerConfig", resource_name=name, key=key, value=configs.get(key)))
+            results.append(_ok(name=name))
+        return _ok(resources=results)
 
     # ---- leader elections --------------------------------------------------------------
 
@@ -577,3 +619,19 @@ class QuorumController:
             if acl_id in self.image.acls:
                 self._emit(record("RemoveAcl", id=str(acl_id)))
         return _ok()
+
+
+def _apply_config_ops(configs: dict[str, str], ops: list[list[Any]],
+                      definitions: Mapping[str, ConfigDef] | None = None) -> None:
+    """IncrementalAlterConfigs operations ([key, "set"|"delete"|"append"|"subtract", value])
+    on a resource's configs, in order; APPEND/SUBTRACT need a LIST config of `definitions`
+    (default: the topic configs)."""
+    for key, op, value in ops:
+        if op == "set":
+            configs[key] = str(value)
+        elif op == "delete":
+            configs.pop(key, None)
+        elif definitions is None:
+            configs[key] = altered_list_value(key, configs.get(key), op, str(value))
+        else:
+            configs[key] = altered_list_value(key, configs.get(key), op, str(value), definitions)

@@ -13,6 +13,8 @@ Record types (field "type", format version "v"):
   PartitionChange topic_id partition [leader] [isr] [replicas] [adding] [removing]
                   (a new leader bumps leader_epoch; every change bumps partition_epoch)
   TopicConfig     topic_id key value|null
+  BrokerConfig    resource_name key value|null   (KIP-226 dynamic broker config: resource name ""
+                  is the cluster-wide default, "<id>" that broker; Kafka's ConfigRecord of type BROKER)
   RemoveTopic     topic_id
   ProducerIds     broker_id next_producer_id   (a block [previous next, next) went to the broker)
   ScramCredential name mechanism salt iterations stored_key server_key   (base64; never a password)
@@ -105,13 +107,16 @@ class MetadataImage:
         self.scram: dict[tuple[str, str], dict[str, Any]] = {}
         self.acls: dict[str, dict[str, Any]] = {}  # by ACL id: the binding's fields
         self.security_version = 0  # bumped by every credential or ACL change
+        # Dynamic broker configs by resource name ("" the cluster default, "<id>" one broker),
+        # raw strings as the admin APIs gave them.
+        self.broker_configs: dict[str, dict[str, str]] = {}
 
     # ---- queries -----------------------------------------------------------------------
 
     @property
     def is_empty(self) -> bool:
         """Nothing was ever recorded: a new cluster's log (bootstrap records go in first)."""
-        return (not self.brokers and not self.topics and not self.scram and not self.acls
+        return (not self.brokers and not self.topics and not self.scram and not self.acls and not self.broker_configs
                 and self.next_producer_id == 0 and self.next_broker_epoch == 1)
 
     def topic(self, name: str) -> TopicImage | None:
@@ -215,6 +220,15 @@ class MetadataImage:
         else:
             t.configs[r["key"]] = str(r["value"])
 
+    def _broker_config(self, r: dict[str, Any]) -> None:
+        configs = self.broker_configs.setdefault(str(r["resource_name"]), {})
+        if r.get("value") is None:
+            configs.pop(r["key"], None)
+        else:
+            configs[r["key"]] = str(r["value"])
+        if not configs:
+            del self.broker_configs[str(r["resource_name"])]
+
     def _remove_topic(self, r: dict[str, Any]) -> None:
         t = self.topics.pop(r["topic_id"], None)
         if t is not None:
@@ -255,6 +269,7 @@ class MetadataImage:
             ],
             "scram": [{"name": n, "mechanism": m, **c} for (n, m), c in self.scram.items()],
             "acls": [{"id": i, **a} for i, a in self.acls.items()],
+            "broker_configs": self.broker_configs,
         })
 
     @classmethod
@@ -280,6 +295,8 @@ class MetadataImage:
         for a in doc.get("acls", []):
             image.acls[a["id"]] = {k: v for k, v in a.items() if k != "id"}
         image.security_version = len(image.scram) + len(image.acls)
+        image.broker_configs = {str(name): {str(k): str(v) for k, v in configs.items()}
+                                for name, configs in doc.get("broker_configs", {}).items() if configs}
         return image
 
     def copy(self) -> MetadataImage:
@@ -295,6 +312,7 @@ _APPLY = {
     "Partition": MetadataImage._partition,
     "PartitionChange": MetadataImage._partition_change,
     "TopicConfig": MetadataImage._topic_config,
+    "BrokerConfig": MetadataImage._broker_config,
     "RemoveTopic": MetadataImage._remove_topic,
     "ProducerIds": MetadataImage._producer_ids,
     "ScramCredential": MetadataImage._scram,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,13 @@ import orjson
 import trio
 
 from cluster.common.clock import SYSTEM_CLOCK, Clock
-from cluster.controller.controller import ControllerConfig, QuorumController, TopicConfigValidator
+from cluster.common.config_def import ConfigDef
+from cluster.controller.controller import (
+    BrokerConfigValidator,
+    ControllerConfig,
+    QuorumController,
+    TopicConfigValidator,
+)
 from cluster.controller.image import MetadataImage
 from cluster.controller.rpc import RpcClient, RpcUnavailable
 from cluster.protocol.errors import ErrorCode
@@ -39,6 +45,7 @@ OPERATIONS: dict[str, bool] = {
     "delete_topics": False,
     "create_partitions": False,
     "alter_configs": False,
+    "alter_broker_configs": False,
     "elect_leaders": False,
     "alter_partition": False,
     "alter_reassignments": False,
@@ -57,7 +64,9 @@ class MetadataService:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], data_dir: Path, *,
                  observers: dict[int, tuple[str, int]] | None = None,
                  raft_config: RaftConfig, controller_config: ControllerConfig,
-                 validate_configs: TopicConfigValidator, commit_timeout_s: float = 10.0,
+                 validate_configs: TopicConfigValidator,
+                 validate_broker_configs: BrokerConfigValidator | None = None,
+                 broker_config_defs: Mapping[str, ConfigDef] | None = None, commit_timeout_s: float = 10.0,
                  snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK,
                  link: LinkSecurity = PLAINTEXT, bootstrap_records: Sequence[dict[str, Any]] = ()) -> None:
         self.link = link
@@ -69,6 +78,8 @@ class MetadataService:
                                    observers=observers, clock=clock, link=link)
         self.controller_config = controller_config
         self.validate_configs = validate_configs
+        self.validate_broker_configs = validate_broker_configs
+        self.broker_config_defs = broker_config_defs
         self.commit_timeout_s = commit_timeout_s
         self.snapshot_bytes = snapshot_bytes
         self._bytes_since_snapshot = 0
@@ -152,7 +163,9 @@ class MetadataService:
                 and self.image.offset == d.high_watermark):
             # Everything earlier leaders wrote is committed and applied: decide from here.
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
-                                                self._rng, self.clock.now_ms())
+                                                self._rng, self.clock.now_ms(),
+                                                validate_broker_configs=self.validate_broker_configs,
+                                                broker_config_defs=self.broker_config_defs)
             if self.bootstrap_records and self._controller.image.is_empty:
                 # A new cluster: its first records (proposed with the first operation).
                 self._controller.bootstrap(self.bootstrap_records)

@@ -146,11 +146,13 @@ def validate_topic_values(values: Mapping[str, Any]) -> None:
                             "Topic cannot be configured with remote log storage.")
 
 
-def altered_list_value(name: str, current: str | None, operation: str, value: str) -> str:
-    """IncrementalAlterConfigs APPEND or SUBTRACT on a topic config, as Kafka's controller does
-    it (ConfigurationControlManager): only a LIST config; the current value (else the topic
-    config's own default) gains the values it lacks, or loses those given, in order."""
-    definition = TOPIC_CONFIG_DEFS.get(name)
+def altered_list_value(name: str, current: str | None, operation: str, value: str,
+                       definitions: Mapping[str, ConfigDef] = TOPIC_CONFIG_DEFS) -> str:
+    """IncrementalAlterConfigs APPEND or SUBTRACT on a topic (or, given the broker's
+    `definitions`, a dynamic broker) config, as Kafka's controller does it
+    (ConfigurationControlManager): only a LIST config; the current value (else the config's
+    own default) gains the values it lacks, or loses those given, in order."""
+    definition = definitions.get(name)
     if definition is None or definition.type is not list:
         raise InvalidConfig(f"Can't {operation.upper()} to key {name} because its type is not LIST.")
     base = definition.default if current is None else current
@@ -180,7 +182,11 @@ class LogConfig:
     broker_defaults: frozenset[str]
 
     @classmethod
-    def build(cls, overrides: Mapping[str, object], broker: Mapping[str, Any] | None = None) -> LogConfig:
+    def build(cls, overrides: Mapping[str, object], broker: Mapping[str, Any] | None = None, *,
+              check_across: bool = True) -> LogConfig:
+        """`check_across=False` skips the checks across configs (validate_topic_values): a
+        topic's configs were checked when they were set, and a later broker default that
+        conflicts with them must not make the topic unusable (Kafka checks them only then)."""
         broker = broker or {}
         values: dict[str, Any] = {}
         from_broker = set()
@@ -195,7 +201,8 @@ class LogConfig:
             if found is None:
                 raise InvalidConfig(f"Unknown topic config name: {name}")
             values[name] = parse_value(found, raw)
-        validate_topic_values(values)
+        if check_across:
+            validate_topic_values(values)
         return cls(values, frozenset(overrides), frozenset(from_broker))
 
     def __getitem__(self, name: str) -> Any:

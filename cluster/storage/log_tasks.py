@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -30,9 +31,13 @@ class LogTaskSettings:
 
 
 class LogTasks:
-    def __init__(self, logs: LogManager, settings: LogTaskSettings, clock: Clock) -> None:
+    def __init__(self, logs: LogManager, settings: LogTaskSettings, clock: Clock, *,
+                 current: Callable[[], LogTaskSettings] | None = None) -> None:
         self.logs = logs
         self.settings = settings
+        # The settings in force now (the cleaner's may change without a restart: dynamic
+        # broker configs); the others are read once, at start.
+        self.current = current or (lambda: self.settings)
         self.clock = clock
         self._flush_wanted = trio.Event()
         logs.on_flush_request = self._flush_wanted.set
@@ -87,16 +92,16 @@ class LogTasks:
         """Compact one log at a time; the heavy part runs in a worker thread."""
         if not self.settings.cleaner_enable:
             return
-        backoff_s = self.settings.cleaner_backoff_ms / 1000
         while True:
-            await trio.sleep(backoff_s)
+            settings = self.current()
+            await trio.sleep(settings.cleaner_backoff_ms / 1000)
             for lg in list(self.logs.logs.values()):
                 if not lg.config.compact_enabled:
                     continue
                 try:
                     unstable = lg.first_open_transaction_offset()
                     task = await trio.to_thread.run_sync(
-                        functools.partial(prepare_clean, lg, self.clock.now_ms(), self.settings.cleaner,
+                        functools.partial(prepare_clean, lg, self.clock.now_ms(), self.current().cleaner,
                                           first_unstable_offset=unstable))
                 except OSError as exc:
                     log.warning("compaction of %s skipped: %s", lg.name, exc)

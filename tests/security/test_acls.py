@@ -208,3 +208,39 @@ def test_authorized_operations_are_what_the_acls_allow(secured: SecuredBroker) -
                      {op.CREATE, op.CLUSTER_ACTION, op.DESCRIBE_CONFIGS, op.ALTER_CONFIGS, op.IDEMPOTENT_WRITE, op.ALTER,
                       op.DESCRIBE},
                      {op.READ, op.DESCRIBE, op.DELETE}), admin
+
+
+def test_dynamic_broker_configs_need_the_cluster_config_operations(secured: SecuredBroker) -> None:
+    """AlterConfigs / DescribeConfigs on a BROKER resource need ALTER_CONFIGS /
+    DESCRIBE_CONFIGS on the CLUSTER resource (Kafka's KafkaApis)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    def alter(conf: dict[str, Any], value: str | None) -> int:
+        op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+        resource = ConfigResource(ResourceType.BROKER, "1",
+                                  incremental_configs=[ConfigEntry("log.retention.bytes", value, incremental_operation=op)])
+        admin = AdminClient(conf)
+        try:
+            admin.incremental_alter_configs([resource], request_timeout=15)[resource].result()
+            return 0
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+
+    def describe(conf: dict[str, Any]) -> dict[str, Any] | int:
+        resource = ConfigResource(ResourceType.BROKER, "1")
+        admin = AdminClient(conf)
+        try:
+            return dict(admin.describe_configs([resource], request_timeout=15)[resource].result())
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+
+    bob = ClientSecurity(secured, "SCRAM-SHA-256", "bob").librdkafka()
+    assert alter(bob, "123") == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert describe(bob) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    admin = ClientSecurity(secured, "SCRAM-SHA-512", "admin").librdkafka()  # a super user
+    assert alter(admin, "123") == 0
+    described = describe(admin)
+    assert isinstance(described, dict) and described["log.retention.bytes"].value == "123"
+    # The SASL login the broker itself uses is never shown.
+    assert described["sasl.jaas.config"].value is None and described["sasl.jaas.config"].is_sensitive
+    assert alter(admin, None) == 0

@@ -1239,3 +1239,128 @@ def test_an_all_fenced_explicit_assignment_does_not_put_fenced_brokers_in_the_is
         assert state(c.p("t")) == ([2, 3], [2], 2, 1, 1)
     else:
         assert (result["topics"][0]["error_code"], records) == (INVALID_REPLICA_ASSIGNMENT, [])
+
+
+# ---- dynamic broker configs (KIP-226) ------------------------------------------------------
+
+
+def _with_broker_rules(c: Cluster) -> Cluster:
+    """The broker's real dynamic-config rules, as build_metadata_service wires them."""
+    from cluster.broker.config import DYNAMIC_BROKER_CONFIG_DEFS, validate_dynamic_configs
+
+    c.ctrl.validate_broker_configs = validate_dynamic_configs
+    c.ctrl.broker_config_defs = DYNAMIC_BROKER_CONFIG_DEFS
+    return c
+
+
+def _alter_broker(c: Cluster, name: str, ops: list[list[Any]], *, replace: bool = False,
+                  validate_only: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    result, records = c.do("alter_broker_configs", {"resources": [{"name": name, "ops": ops, "replace": replace}],
+                                                    "validate_only": validate_only})
+    assert result["error_code"] == NONE
+    (one,) = result["resources"]
+    return one, records
+
+
+def test_dynamic_broker_configs_are_stored_per_resource_and_replayed() -> None:
+    c = _with_broker_rules(Cluster())
+    one, records = _alter_broker(c, "", [["log.retention.ms", "set", "3600000"], ["message.max.bytes", "set", "2048"]])
+    assert one == {"error_code": NONE, "error_message": None, "name": ""}
+    assert records == [record("BrokerConfig", resource_name="", key="log.retention.ms", value="3600000"),
+                       record("BrokerConfig", resource_name="", key="message.max.bytes", value="2048")]
+    _alter_broker(c, "2", [["log.retention.ms", "set", "1000"]])
+    assert c.image.broker_configs == {"": {"log.retention.ms": "3600000", "message.max.bytes": "2048"},
+                                      "2": {"log.retention.ms": "1000"}}
+    # DELETE removes the key; a resource left empty is gone from the image.
+    _, records = _alter_broker(c, "2", [["log.retention.ms", "delete", None]])
+    assert records == [record("BrokerConfig", resource_name="2", key="log.retention.ms", value=None)]
+    assert "2" not in c.image.broker_configs
+    # AlterConfigs (replace) keeps only what it names.
+    _, records = _alter_broker(c, "", [["log.retention.ms", "set", "5000"]], replace=True)
+    assert records == [record("BrokerConfig", resource_name="", key="log.retention.ms", value="5000"),
+                       record("BrokerConfig", resource_name="", key="message.max.bytes", value=None)]
+    assert c.image.broker_configs == {"": {"log.retention.ms": "5000"}}
+    assert not c.image.is_empty
+
+
+def test_dynamic_broker_config_validate_only_and_unchanged_values_emit_nothing() -> None:
+    c = _with_broker_rules(Cluster())
+    one, records = _alter_broker(c, "", [["log.retention.ms", "set", "3600000"]], validate_only=True)
+    assert (one["error_code"], records, c.image.broker_configs) == (NONE, [], {})
+    _alter_broker(c, "", [["log.retention.ms", "set", "3600000"]])
+    _, records = _alter_broker(c, "", [["log.retention.ms", "set", "3600000"]])
+    assert records == []
+
+
+def test_dynamic_broker_config_append_and_subtract_on_a_list_config() -> None:
+    c = _with_broker_rules(Cluster())
+    # The current value, else Kafka's default ("delete"), gains or loses values.
+    _, records = _alter_broker(c, "", [["log.cleanup.policy", "append", "compact"]])
+    assert records == [record("BrokerConfig", resource_name="", key="log.cleanup.policy", value="delete,compact")]
+    _, records = _alter_broker(c, "", [["log.cleanup.policy", "subtract", "delete"]])
+    assert records == [record("BrokerConfig", resource_name="", key="log.cleanup.policy", value="compact")]
+    one, records = _alter_broker(c, "", [["log.retention.ms", "append", "5"]])
+    assert (one["error_code"], records) == (INVALID_CONFIG, [])
+    assert one["error_message"] == "Can't APPEND to key log.retention.ms because its type is not LIST."
+
+
+@pytest.mark.parametrize("name, ops, code, message", [
+    ("1", [["node.id", "set", "3"]], INVALID_REQUEST, "Cannot update these configs dynamically: Set(node.id)"),
+    ("", [["log.dirs", "set", "/x"], ["broker.id", "set", "2"], ["log.retention.ms", "set", "1"]], INVALID_REQUEST,
+     "Cannot update these configs dynamically: Set(broker.id, log.dirs)"),
+    ("", [["log.retention.hours", "set", "1"]], INVALID_REQUEST,
+     "Cannot update these configs dynamically: Set(log.retention.hours)"),
+    ("", [["sasl.jaas.config", "set", "secret-value"]], INVALID_REQUEST,
+     "Cannot update these configs dynamically: Set(sasl.jaas.config)"),
+    ("1", [["log.retention.ms", "set", "abc"]], INVALID_REQUEST,
+     "Invalid value abc for configuration log.retention.ms: Not a number of type LONG"),
+    ("1", [["min.insync.replicas", "set", "0"]], INVALID_REQUEST,
+     "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
+    ("", [["log.cleaner.min.compaction.lag.ms", "set", "10"], ["log.cleaner.max.compaction.lag.ms", "set", "5"]],
+     INVALID_REQUEST, "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"),
+    ("", [["no.such.config", "set", "1"]], INVALID_CONFIG,
+     "Unknown broker config name(s): no.such.config (use Kafka's broker config names, e.g. log.retention.ms)"),
+    ("x", [["log.retention.ms", "set", "1"]], INVALID_REQUEST, "Unable to parse broker name as a base 10 number."),
+])
+def test_dynamic_broker_config_refusals(name: str, ops: list[list[Any]], code: int, message: str) -> None:
+    c = _with_broker_rules(Cluster())
+    one, records = _alter_broker(c, name, ops)
+    assert (one["error_code"], one["error_message"], records) == (code, message, [])
+    assert "secret-value" not in str(one)
+    assert c.image.broker_configs == {}
+
+
+def test_without_broker_rules_every_broker_config_is_read_only() -> None:
+    c = Cluster()
+    one, records = _alter_broker(c, "", [["log.retention.ms", "set", "1"]])
+    assert (one["error_code"], one["error_message"], records) == (
+        INVALID_REQUEST, "Cannot update these configs dynamically: Set(log.retention.ms)", [])
+
+
+@pytest.mark.parametrize("layers, topic_configs, unclean", [
+    ({"": "true"}, None, True),  # the cluster-wide default turns it on without a restart
+    ({"": "true"}, {"unclean.leader.election.enable": "false"}, False),  # the topic's own wins
+    ({"": "true", "7": "false"}, None, False),  # the controller node's own (node 7) over the default
+    ({"": "false", "7": "true"}, None, True),
+    ({"": "false", "3": "true"}, None, False),  # another node's value is not the controller's
+])
+def test_unclean_election_follows_dynamic_broker_configs(layers: dict[str, str], topic_configs: dict[str, str] | None,
+                                                         unclean: bool) -> None:
+    c = _with_broker_rules(Cluster(ControllerConfig(node_id=7, session_timeout_ms=SESSION_MS)))
+    for name, value in layers.items():
+        _alter_broker(c, name, [["unclean.leader.election.enable", "set", value]])
+    records = _only_an_out_of_sync_replica_alive(c, topic_configs)
+    if unclean:
+        assert records == [fence(c, 1), c.change("t", 0, leader=2, isr=[2])]
+    else:
+        assert records == [fence(c, 1), c.change("t", 0, leader=NO_LEADER)]
+
+
+def test_dynamic_connection_and_cleaner_limits_are_checked_like_their_static_configs() -> None:
+    c = _with_broker_rules(Cluster())
+    one, _ = _alter_broker(c, "", [["log.cleaner.io.max.bytes.per.second", "set", "0"]])
+    assert (one["error_code"], one["error_message"]) == (
+        INVALID_REQUEST, "Invalid value 0.0 for configuration log.cleaner.io.max.bytes.per.second: "
+                         "Value must be at least 1")
+    one, records = _alter_broker(c, "", [["max.connections", "set", "50"], ["log.cleaner.backoff.ms", "set", "100"]])
+    assert one["error_code"] == NONE and len(records) == 2

@@ -1,0 +1,196 @@
+"""Dynamic broker configs (KIP-226) on one broker: the configs in force, topic config
+resolution (topic > dynamic broker > dynamic default > static > default) and what
+DescribeConfigs reports for each (cluster/broker/dynamic_config.py), over a metadata image
+built from BrokerConfig records as the metadata log holds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cluster.broker.config import DYNAMIC_BROKER_CONFIGS, BrokerConfig
+from cluster.broker.dynamic_config import DynamicBrokerConfig
+from cluster.controller.image import MetadataImage, record
+from deploy.configs_cmd import parse_add_config
+
+# Kafka's ConfigSource values, spelled out.
+TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+NODE = 2
+
+
+def _setup(static: dict[str, object] | None = None,
+           dynamic: dict[str, dict[str, str]] | None = None) -> tuple[DynamicBrokerConfig, MetadataImage]:
+    image = MetadataImage()
+    for name, configs in (dynamic or {}).items():
+        for key, value in configs.items():
+            image.apply(record("BrokerConfig", resource_name=name, key=key, value=value))
+    return DynamicBrokerConfig(BrokerConfig.from_overrides(static or {}), NODE, lambda: image), image
+
+
+def _set(image: MetadataImage, name: str, key: str, value: str | None) -> None:
+    image.apply(record("BrokerConfig", resource_name=name, key=key, value=value))
+
+
+def _entry(entries: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    (found,) = [e for e in entries if e["name"] == name]
+    return found
+
+
+def _chain(entry: dict[str, Any]) -> list[tuple[str, str | None, int]]:
+    return [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
+
+
+def test_topic_configs_resolve_topic_over_own_over_default_over_static_over_kafka_default() -> None:
+    cfg, image = _setup({"log.retention.ms": "50000"})
+    assert cfg.log_config({}).retention_ms == 50_000  # static
+    _set(image, "", "log.retention.ms", "40000")
+    assert cfg.log_config({}).retention_ms == 40_000  # dynamic default, without a restart
+    _set(image, str(NODE), "log.retention.ms", "30000")
+    assert cfg.log_config({}).retention_ms == 30_000  # this broker's own
+    _set(image, "9", "log.retention.ms", "1")  # another broker's own: not this one's
+    assert cfg.log_config({}).retention_ms == 30_000
+    assert cfg.log_config({"retention.ms": "20000"}).retention_ms == 20_000  # the topic's own wins
+    _set(image, str(NODE), "log.retention.ms", None)
+    assert cfg.log_config({}).retention_ms == 40_000  # deleting falls back
+    _set(image, "", "log.retention.ms", None)
+    assert cfg.log_config({}).retention_ms == 50_000
+    assert _setup()[0].log_config({}).retention_ms == 604_800_000  # Kafka's default
+
+
+def test_message_max_bytes_and_min_insync_replicas_reach_the_log_config() -> None:
+    cfg, image = _setup()
+    _set(image, "", "message.max.bytes", "2048")
+    _set(image, "", "min.insync.replicas", "2")
+    config = cfg.log_config({})
+    assert (config.max_message_bytes, config["min.insync.replicas"]) == (2048, 2)
+    assert cfg.current["message.max.bytes"] == 2048
+
+
+def test_a_stored_value_this_broker_cannot_use_is_skipped() -> None:
+    # The log may hold what another (newer) broker accepted: keep the rest working.
+    cfg, image = _setup({"log.retention.ms": "50000"}, {"": {"log.retention.ms": "soon", "log.retention.bytes": "7",
+                                                             "num.io.threads": "8"}})
+    assert (cfg.log_config({}).retention_ms, cfg.log_config({}).retention_bytes) == (50_000, 7)
+    entry = _entry(cfg.describe_broker(str(NODE), {"log.retention.ms"}, True), "log.retention.ms")
+    assert (entry["value"], entry["config_source"]) == ("50000", STATIC_BROKER_CONFIG)
+
+
+def test_describe_broker_reports_value_source_read_only_and_synonyms() -> None:
+    cfg, image = _setup({"log.retention.ms": "50000", "node.id": "2"},
+                        {"": {"log.retention.ms": "40000"}, str(NODE): {"log.retention.ms": "30000"}})
+    entries = cfg.describe_broker(str(NODE), None, True)
+    retention = _entry(entries, "log.retention.ms")
+    assert (retention["value"], retention["config_source"], retention["read_only"], retention["is_sensitive"]) == (
+        "30000", DYNAMIC_BROKER_CONFIG, False, False)
+    assert _chain(retention) == [("log.retention.ms", "30000", DYNAMIC_BROKER_CONFIG),
+                                 ("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
+                                 ("log.retention.ms", "604800000", DEFAULT_CONFIG)]
+    node = _entry(entries, "node.id")
+    assert (node["value"], node["config_source"], node["read_only"]) == ("2", STATIC_BROKER_CONFIG, True)
+    segment = _entry(entries, "log.segment.bytes")
+    assert (segment["value"], segment["config_source"], segment["read_only"], _chain(segment)) == (
+        "1073741824", DEFAULT_CONFIG, False, [("log.segment.bytes", "1073741824", DEFAULT_CONFIG)])
+    # Every config is reported once; read_only exactly where an alter is refused.
+    assert len({e["name"] for e in entries}) == len(entries)
+    assert {e["name"] for e in entries if not e["read_only"]} == set(DYNAMIC_BROKER_CONFIGS)
+    # Without include_synonyms there are none.
+    assert _entry(cfg.describe_broker(str(NODE), None, False), "log.retention.ms")["synonyms"] == []
+
+
+def test_describe_of_the_default_resource_lists_only_the_cluster_wide_dynamic_configs() -> None:
+    cfg, _ = _setup({"log.retention.ms": "50000"}, {"": {"log.retention.ms": "40000", "message.max.bytes": "2048"},
+                                                    str(NODE): {"log.retention.ms": "30000"}})
+    entries = cfg.describe_broker("", None, True)
+    assert [(e["name"], e["value"], e["config_source"], _chain(e)) for e in entries] == [
+        ("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG,
+         [("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG)]),
+        ("message.max.bytes", "2048", DYNAMIC_DEFAULT_BROKER_CONFIG,
+         [("message.max.bytes", "2048", DYNAMIC_DEFAULT_BROKER_CONFIG)])]
+    assert cfg.describe_broker("", {"message.max.bytes"}, False)[0]["name"] == "message.max.bytes"
+
+
+def test_sensitive_configs_never_show_their_value() -> None:
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" password="pw-123";'
+    cfg, _ = _setup({"sasl.jaas.config": jaas, "listener.name.internal.ssl.key.password": "pw-456"})
+    entries = cfg.describe_broker(str(NODE), None, True)
+    for name in ("sasl.jaas.config", "listener.name.internal.ssl.key.password", "admin.http.auth.token"):
+        e = _entry(entries, name)
+        assert (e["value"], e["is_sensitive"], e["read_only"]) == (None, True, True)
+        assert all(s["value"] is None for s in e["synonyms"])
+    assert _entry(entries, "sasl.jaas.config")["config_source"] == STATIC_BROKER_CONFIG
+    assert "pw-123" not in str(entries) and "pw-456" not in str(entries)
+
+
+def test_describe_topic_reports_the_dynamic_default_its_value_comes_from() -> None:
+    cfg, image = _setup({"log.retention.ms": "50000"}, {"": {"log.retention.ms": "40000"}})
+    entries = cfg.describe_topic({"segment.bytes": "100000"}, None, True)
+    retention = _entry(entries, "retention.ms")
+    assert (retention["value"], retention["config_source"], retention["read_only"]) == (
+        "40000", DYNAMIC_DEFAULT_BROKER_CONFIG, False)
+    assert _chain(retention) == [("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
+                                 ("log.retention.ms", "604800000", DEFAULT_CONFIG)]
+    segment = _entry(entries, "segment.bytes")
+    assert (segment["value"], segment["config_source"], _chain(segment)) == (
+        "100000", TOPIC_CONFIG, [("segment.bytes", "100000", TOPIC_CONFIG),
+                                 ("log.segment.bytes", "1073741824", DEFAULT_CONFIG)])
+    throttled = _entry(entries, "leader.replication.throttled.replicas")  # no broker synonym
+    assert (throttled["value"], throttled["config_source"], throttled["synonyms"]) == ("", DEFAULT_CONFIG, [])
+    _set(image, str(NODE), "log.retention.ms", "30000")
+    retention = _entry(cfg.describe_topic({}, {"retention.ms"}, False), "retention.ms")
+    assert (retention["value"], retention["config_source"]) == ("30000", DYNAMIC_BROKER_CONFIG)
+
+
+def test_broker_config_records_survive_a_snapshot() -> None:
+    _, image = _setup(dynamic={"": {"log.retention.ms": "40000"}, "3": {"message.max.bytes": "2048"}})
+    again = MetadataImage.from_bytes(image.to_bytes())
+    assert again.broker_configs == {"": {"log.retention.ms": "40000"}, "3": {"message.max.bytes": "2048"}}
+    assert not again.is_empty
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("log.retention.ms=1000", {"log.retention.ms": "1000"}),
+    ("log.retention.ms=1000,message.max.bytes=2048", {"log.retention.ms": "1000", "message.max.bytes": "2048"}),
+    ("log.cleanup.policy=[delete,compact],min.insync.replicas=2",
+     {"log.cleanup.policy": "delete,compact", "min.insync.replicas": "2"}),
+    (" a = b ,", {"a": "b"}),
+])
+def test_kafka_configs_add_config_syntax(text: str, parsed: dict[str, str]) -> None:
+    assert parse_add_config(text) == parsed
+
+
+def test_kafka_configs_add_config_refuses_a_pair_without_a_value() -> None:
+    with pytest.raises(ValueError, match="must be KEY=VALUE"):
+        parse_add_config("log.retention.ms")
+
+
+def test_connection_and_cleaner_limits_are_dynamic_too() -> None:
+    cfg, image = _setup({"max.connections": "100"})
+    _set(image, "", "max.connections", "50")
+    _set(image, "", "log.cleaner.io.max.bytes.per.second", "1048576")
+    _set(image, str(NODE), "log.cleaner.backoff.ms", "500")
+    current = cfg.current
+    assert (current["max.connections"], current["log.cleaner.io.max.bytes.per.second"],
+            current["log.cleaner.backoff.ms"]) == (50, 1048576.0, 500)
+    entry = _entry(cfg.describe_broker(str(NODE), {"log.cleaner.io.max.bytes.per.second"}, True),
+                   "log.cleaner.io.max.bytes.per.second")
+    assert _chain(entry) == [("log.cleaner.io.max.bytes.per.second", "1048576.0", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                             ("log.cleaner.io.max.bytes.per.second", "1.7976931348623157E308", DEFAULT_CONFIG)]
+    assert cfg.static["max.connections"] == 100  # the static config itself is untouched
+
+
+def test_a_default_that_conflicts_with_a_topics_own_configs_leaves_the_topic_usable() -> None:
+    cfg, image = _setup()
+    topic = {"min.compaction.lag.ms": "10000", "cleanup.policy": "compact"}
+    assert cfg.log_config(topic).min_compaction_lag_ms == 10_000
+    _set(image, "", "log.cleaner.max.compaction.lag.ms", "5000")  # accepted: valid on its own
+    config = cfg.log_config(topic)
+    assert (config.min_compaction_lag_ms, config.max_compaction_lag_ms) == (10_000, 5000)
+    assert _entry(cfg.describe_topic(topic, {"max.compaction.lag.ms"}, False), "max.compaction.lag.ms")["value"] == "5000"
