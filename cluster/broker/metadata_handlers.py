@@ -140,7 +140,7 @@ class MetadataHandlers:
             names = sorted({n for n in requested if cursor is None or n >= cursor.topic_name})
         else:
             names = [n for n in sorted(image.topics_by_name) if cursor is None or n >= cursor.topic_name]
-        limit = max(1, min(int(self.config.current()["max.request.partition.size.limit"]), req.response_partition_limit))
+        limit = max(1, min(int(self.config.current["max.request.partition.size.limit"]), req.response_partition_limit))
         topics: list[dict[str, Any]] = []
         next_cursor = None
         for name in names:
