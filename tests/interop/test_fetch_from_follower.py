@@ -41,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
     try:
         client = admin(c.bootstrap)
         # Leader 1 (rack-a), followers 2 (rack-b) and 3 (rack-c).
-        client.create_topics([NewTopic(TOPIC, replica_assignment=[[1, 2, 3]])])[TOPIC].result(30)
+        client.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[1, 2, 3]])])[TOPIC].result(30)
         wait_until(lambda: topic_ready(c, TOPIC, 1, 3), 30, f"{TOPIC} ready", c)
         records = [Rec(0, b"%d" % i, b"%06d-" % i + b"v" * (VALUE_BYTES - 7), (), 0) for i in range(RECORDS)]
         ck_produce(c.bootstrap, TOPIC, records, {"acks": "all"})
