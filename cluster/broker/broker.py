@@ -223,7 +223,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.LIST_OFFSETS, 1, 5, replicas.handle_list_offsets),
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio
-        Api(ApiKey.METADATA, 0, 8, meta.handle_metadata),  # v9+ (topic ids): see docs/protocol.md
+        Api(ApiKey.METADATA, 0, 12, meta.handle_metadata),
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, meta.handle_describe_topic_partitions),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),
         Api(ApiKey.OFFSET_FETCH, 1, 5, groups.handle_offset_fetch),

@@ -31,6 +31,11 @@ _UTC = datetime.UTC
 # librdkafka ends AlterUserScramCredentials with a second empty tag buffer; Kafka reads past
 # it without noticing, so an extra empty tag buffer (one zero byte) is accepted there only.
 _EXTRA_TAG_BUFFER_APIS = frozenset({51})
+# librdkafka (2.16; confluentinc/librdkafka#5049) writes the empty topic list of its
+# "brokers only" Metadata request (v9+) as a 4-byte int32 where a compact array belongs:
+# Kafka reads a null list (all topics) and two false flags and never looks at the 3 bytes
+# left, so Metadata alone is read as Kafka reads it, whatever follows its fields.
+_TRAILING_BYTES_IGNORED_APIS = frozenset({3})
 
 
 
@@ -136,7 +141,7 @@ def decode_request(api_key: int, version: int, frame: bytes | bytearray, offset:
         value, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises several types for malformed input
         raise ProtocolError(f"{api_name(api_key)} v{version} request is malformed: {exc}") from None
-    if offset + size != len(frame) and not (
+    if offset + size != len(frame) and api_key not in _TRAILING_BYTES_IGNORED_APIS and not (
             api_key in _EXTRA_TAG_BUFFER_APIS and len(frame) - offset - size == 1 and frame[-1] == 0):
         raise ProtocolError(
             f"{api_name(api_key)} v{version} request has {len(frame) - offset - size} trailing bytes"
