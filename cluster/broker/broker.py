@@ -219,7 +219,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
     docs/protocol.md for why these versions)."""
     return [
         Api(ApiKey.PRODUCE, 0, 8, replicas.handle_produce, raw_below=3, raw=refuse_legacy_produce),
-        Api(ApiKey.FETCH, 4, 12, replicas.handle_fetch),
+        Api(ApiKey.FETCH, 4, 13, replicas.handle_fetch),
         Api(ApiKey.LIST_OFFSETS, 1, 5, replicas.handle_list_offsets),
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio

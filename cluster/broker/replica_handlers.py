@@ -8,6 +8,7 @@ owns the partitions, and answers back into the response's fields.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,11 @@ from cluster.protocol.sentinels import (
 )
 from cluster.replication.replica_manager import FetchPartition, ReplicaManager
 from cluster.security.acl import AclOperation, ResourceType
+
+
+def _topic_id(image: Any, name: str) -> uuid.UUID | None:
+    info = image.topic(name)
+    return uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
 
 
 def _denied_fetch(partition: int) -> dict[str, Any]:
@@ -123,6 +129,7 @@ class ReplicaHandlers:
                     "responses": []}
         session = None
         full = True
+        names: list[str | None] = []
         if req.replica_id >= 0 and getattr(req, "session_epoch", -1) >= 0:
             # A follower: incremental fetch session (KIP-227); consumers stay sessionless.
             session, full, error = self.replicas.fetch_sessions.open(req, req.replica_id)
@@ -133,10 +140,13 @@ class ReplicaHandlers:
                                      fp.current_leader_epoch, fp.log_start_offset)
                       for (topic, _), fp in session.partitions.items()]
         else:
-            denied = {t.topic for t in req.topics if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)}
-            wanted = [FetchPartition(t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+            names = self._fetch_topic_names(version, req)
+            denied = {name for name in names
+                      if name is not None and not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)}
+            wanted = [FetchPartition(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                      getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
-                      for t in req.topics if t.topic not in denied for fp in t.partitions]
+                      for t, name in zip(req.topics, names, strict=True)
+                      if name is not None and name not in denied for fp in t.partitions]
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
                                                min_bytes=req.min_bytes, max_bytes=req.max_bytes,
@@ -146,16 +156,35 @@ class ReplicaHandlers:
                                                client_rack=(req.rack_id or "") if version >= 11 and
                                                req.replica_id < 0 else None)
         by_topic: dict[str, list[dict[str, Any]]] = {}
+        unknown: list[dict[str, Any]] = []
         if session is None:
-            for t in req.topics:
-                if t.topic in denied:
-                    by_topic[t.topic] = [_denied_fetch(fp.partition) for fp in t.partitions]
+            for t, name in zip(req.topics, names, strict=True):
+                if name is None:
+                    unknown.append({"topic": "", "topic_id": t.topic_id, "partitions": [
+                        {**_denied_fetch(fp.partition), "error_code": ErrorCode.unknown_topic_id}
+                        for fp in t.partitions]})
+                elif name in denied:
+                    by_topic[name] = [_denied_fetch(fp.partition) for fp in t.partitions]
         for topic, resp in answers:
             if session is None or session.include((topic, resp["partition_index"]), resp, full):
                 by_topic.setdefault(topic, []).append(resp)
+        image = self.replicas.image
         return {"throttle_time": 0, "error_code": ErrorCode.none,
                 "session_id": session.session_id if session is not None else 0,
-                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+                "responses": [{"topic": t, "topic_id": _topic_id(image, t), "partitions": ps}
+                              for t, ps in by_topic.items()] + unknown}
+
+    def _fetch_topic_names(self, version: int, req: Any) -> list[str | None]:
+        """Each requested topic's name: as written before v13, by its id from v13 on (KIP-516;
+        None for an id no topic has: UNKNOWN_TOPIC_ID)."""
+        if version < 13:
+            return [t.topic for t in req.topics]
+        image = self.replicas.image
+        out: list[str | None] = []
+        for t in req.topics:
+            found = image.topics.get(str(t.topic_id)) if t.topic_id is not None else None
+            out.append(found.name if found is not None else None)
+        return out
 
     # ---- ListOffsets -----------------------------------------------------------------
 

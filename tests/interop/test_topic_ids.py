@@ -1,7 +1,8 @@
 """Topic ids (KIP-516, Metadata v10–12) with real clients: a topic deleted and created again
 under its name gets a new id, a librdkafka producer that runs through it notices at once
 (the id changed) instead of retrying partitions that no longer exist until its messages
-time out, and Metadata v12 describes a topic by id (UNKNOWN_TOPIC_ID for an unknown one)."""
+time out, the new topic read back by a librdkafka consumer (Fetch v13: topics by id), and
+Metadata v12 describes a topic by id (UNKNOWN_TOPIC_ID for an unknown one)."""
 
 from __future__ import annotations
 
