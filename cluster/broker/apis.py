@@ -24,9 +24,8 @@ from typing import Any
 
 import trio
 
-from cluster.broker.quotas import ClientQuotas
-
 from cluster.broker.context import PLAINTEXT_SESSION, RequestContext, Session
+from cluster.broker.quotas import ClientQuotas
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import SaslHandlers
 from cluster.controller.service import MetadataService
