@@ -24,11 +24,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from tests.harness import REPO, BrokerProcess, free_port
-from tests.interop.clients import ck_create_topic
+from tests.interop.clients import QuotaAdmin, ck_create_topic
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,38 +34,6 @@ QUOTA_BYTES_PER_S = 1_000_000
 WARM_UP_S = 12.0  # past the first burst (quota × 10 s) and its sample's expiry
 MEASURE_S = 30.0
 TOLERANCE = 0.10
-
-
-# ---- admin through kafka-python's encoder -------------------------------------------------
-
-
-class QuotaAdmin:
-    def __init__(self, bootstrap: str) -> None:
-        self.client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
-
-    def _send(self, request: Any) -> Any:
-        async def send() -> Any:
-            return await self.client._manager.send(request)
-
-        return self.client._manager.run(send)
-
-    def alter(self, entries: list[tuple[dict[str, str | None], dict[str, float | None]]],
-              validate_only: bool = False) -> list[tuple[int, str | None]]:
-        """(error code, message) per entry; a None value removes the key."""
-        request = AlterClientQuotasRequest(entries=[
-            (tuple(entity.items()), tuple((k, 0.0 if v is None else v, v is None) for k, v in ops.items()))
-            for entity, ops in entries], validate_only=validate_only)
-        return [(r.error_code, r.error_message) for r in self._send(request).entries]
-
-    def describe(self, components: list[tuple[str, int, str | None]], strict: bool = False
-                 ) -> tuple[int, str | None, dict[tuple[tuple[str, str | None], ...], dict[str, float]]]:
-        r = self._send(DescribeClientQuotasRequest(components=components, strict=strict))
-        found = {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
-                 {v.key: v.value for v in entry.values} for entry in r.entries or ()}
-        return r.error_code, r.error_message, found
-
-    def close(self) -> None:
-        self.client.close()
 
 
 @pytest.fixture
@@ -372,6 +338,39 @@ def test_quota_survives_restart_and_the_trio_client_waits_it_out(broker: BrokerP
     # 600 kB answers; whole batches make them smaller), and the answer is empty, as Kafka's.
     assert 0.2 <= second.throttle_time.total_seconds() <= 2.5 and second.responses == ()
     assert sent_after_s >= second.throttle_time.total_seconds() - 0.1
+
+
+def test_request_percentage_throttles_on_handler_time(broker: MetricsBroker, admin: QuotaAdmin) -> None:
+    import trio
+
+    from cluster.client.connection import BrokerConnection
+    from cluster.protocol.api_keys import ApiKey
+
+    # 0.5 % of one handler: 50 ms of handler time in the 10 s window; Metadata costs ~1 ms here.
+    assert admin.alter([({"client-id": "busy"}, {"request_percentage": 0.5})]) == [(0, None)]
+    host, port = broker.bootstrap.split(":")
+
+    async def ask(client_id: str, times: int) -> list[float]:
+        conn = await BrokerConnection(host, int(port), client_id=client_id).connect()
+        throttles = []
+        try:
+            for _ in range(times):
+                r = await conn.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False})
+                throttles.append(r.throttle_time.total_seconds())
+                if r.throttle_time.total_seconds() > 0 and len(throttles) > 5:
+                    break
+        finally:
+            await conn.aclose()
+        return throttles
+
+    busy = trio.run(ask, "busy", 2000)
+    idle = trio.run(ask, "idle", 200)
+    print(f"request_percentage: throttled after {len(busy)} Metadata requests, throttle {max(busy)} s")
+    assert 0 < max(busy) <= 1.0  # a request-time throttle is capped at one window (ClientRequestQuotaManager)
+    assert max(idle) == 0
+    metrics = urllib.request.urlopen(f"http://{broker.http}/metrics", timeout=10).read().decode()
+    assert any(line.startswith("dcmirror_broker_throttled_responses_total{") and 'quota_type="request"' in line
+               and float(line.rsplit(" ", 1)[1]) > 0 for line in metrics.splitlines()), metrics[-2000:]
 
 
 class MetricsBroker(BrokerProcess):
