@@ -306,38 +306,50 @@ def test_quota_survives_restart_and_the_trio_client_waits_it_out(broker: BrokerP
             throttled_ms = sum(c.throttle_time_ms_total for c in p.cluster._connections.values())
             return throttled_ms, trio.current_time() - start
 
-    def fetch_body() -> dict[str, Any]:
+    def fetch_body(max_bytes: int) -> dict[str, Any]:
         return {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 10_000_000, "isolation_level": 0,
                 "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": "ours", "partitions": [{"partition": 0, "fetch_offset": 0,
                                                              "current_leader_epoch": -1, "log_start_offset": -1,
                                                              "last_fetched_epoch": -1,
-                                                             "partition_max_bytes": 600_000}]}]}
+                                                             "partition_max_bytes": max_bytes}]}]}
 
-    async def fetch_twice_then_ask() -> tuple[Any, Any, float]:
+    metadata = {"topics": [], "allow_auto_topic_creation": False}
+
+    async def fetch_twice_then_ask() -> tuple[Any, Any, float, Any, float]:
         conn = await BrokerConnection(host, int(port), client_id="ours-fetch").connect()
         try:
-            first = await conn.request(ApiKey.FETCH, fetch_body())
-            second = await conn.request(ApiKey.FETCH, fetch_body())
+            first = await conn.request(ApiKey.FETCH, fetch_body(600_000))
+            second = await conn.request(ApiKey.FETCH, fetch_body(600_000))
+            # A client that ignores throttle_time_ms still waits: the broker does not read
+            # from the muted connection (KIP-219).
+            conn.throttled_until = 0.0
             start = trio.current_time()
-            pending = await conn.send(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
-            sent_after_s = trio.current_time() - start  # the client held the request back
+            await conn.request(ApiKey.METADATA, metadata)
+            muted_s = trio.current_time() - start
+            third = await conn.request(ApiKey.FETCH, fetch_body(1_000_000))  # more than the wait freed
+            start = trio.current_time()
+            pending = await conn.send(ApiKey.METADATA, metadata)
+            sent_after_s = trio.current_time() - start  # our client held the request back
             assert pending is not None
             await pending.wait(30)
-            return first, second, sent_after_s
+            return first, second, muted_s, third, sent_after_s
         finally:
             await conn.aclose()
 
     throttled_ms, elapsed_s = trio.run(produce)
-    first, second, sent_after_s = trio.run(fetch_twice_then_ask)
+    first, second, muted_s, third, sent_after_s = trio.run(fetch_twice_then_ask)
     print(f"trio producer: throttle_time_ms total {throttled_ms}, 3 MB took {elapsed_s:.1f} s; fetch throttle "
-          f"{second.throttle_time} with {len(second.responses)} topics; next request sent after {sent_after_s:.2f} s")
+          f"{second.throttle_time} with {len(second.responses)} topics, muted {muted_s:.2f} s; then throttle "
+          f"{third.throttle_time}, next request sent after {sent_after_s:.2f} s")
     assert throttled_ms > 0 and elapsed_s >= 3.0
     assert first.throttle_time.total_seconds() == 0 and len(first.responses[0].partitions[0].records) > 500_000
     # Over 1 MB fetched in a 10 s window at 100 kB/s: throttled (up to 12 000 - 10 000 ms for two
     # 600 kB answers; whole batches make them smaller), and the answer is empty, as Kafka's.
     assert 0.2 <= second.throttle_time.total_seconds() <= 2.5 and second.responses == ()
-    assert sent_after_s >= second.throttle_time.total_seconds() - 0.1
+    assert muted_s >= second.throttle_time.total_seconds() - 0.1
+    assert third.throttle_time.total_seconds() > 0.2 and third.responses == ()
+    assert sent_after_s >= third.throttle_time.total_seconds() - 0.1
 
 
 def test_request_percentage_throttles_on_handler_time(broker: MetricsBroker, admin: QuotaAdmin) -> None:
