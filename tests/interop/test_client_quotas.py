@@ -107,6 +107,17 @@ def test_alter_and_describe_as_kafka_answers(broker: BrokerProcess, admin: Quota
         42, "Entity type user cannot appear more than once in the filter.")
     assert admin.describe([("topic", 0, "t")])[:2] == (35, "Unsupported entity type topic")
 
+    # v0 (before flexible versions) answers the same
+    from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    v0 = admin._send(DescribeClientQuotasRequest[0](components=[("client-id", 0, "mirror-east")], strict=True))
+    assert v0.version == 0 and [(e.entity[0].entity_name, [(v.key, v.value) for v in e.values])
+                                for e in v0.entries] == [("mirror-east", [("producer_byte_rate", 1048576.0)])]
+    v0 = admin._send(AlterClientQuotasRequest[0](entries=[((("client-id", "v0"),), (("consumer_byte_rate", 5.0,
+                                                                                     False),))], validate_only=False))
+    assert v0.version == 0 and [(e.error_code, e.error_message) for e in v0.entries] == [(0, None)]
+    assert admin.describe([("client-id", 0, "v0")])[2] == {(("client-id", "v0"),): {"consumer_byte_rate": 5.0}}
+
 
 def test_cli_sets_and_shows_quotas(broker: BrokerProcess) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -287,13 +298,15 @@ def test_quota_survives_restart_and_the_trio_client_waits_it_out(broker: BrokerP
     from cluster.protocol.api_keys import ApiKey
 
     assert admin.alter([({"client-id": "ours"}, {"producer_byte_rate": 200_000.0}),
-                        ({"client-id": "ours-fetch"}, {"consumer_byte_rate": 100_000.0})]) == [(0, None)] * 2
+                        ({"client-id": "ours-fetch"}, {"consumer_byte_rate": 100_000.0}),
+                        ({"client-id": "old-fetch"}, {"consumer_byte_rate": 100_000.0})]) == [(0, None)] * 3
     broker.restart()
     after = QuotaAdmin(broker.bootstrap)
     try:
         assert after.describe([("client-id", 2, None)])[2] == {
             (("client-id", "ours"),): {"producer_byte_rate": 200_000.0},
-            (("client-id", "ours-fetch"),): {"consumer_byte_rate": 100_000.0}}
+            (("client-id", "ours-fetch"),): {"consumer_byte_rate": 100_000.0},
+            (("client-id", "old-fetch"),): {"consumer_byte_rate": 100_000.0}}
     finally:
         after.close()
     ck_create_topic(broker.bootstrap, "ours", 1)
@@ -340,6 +353,22 @@ def test_quota_survives_restart_and_the_trio_client_waits_it_out(broker: BrokerP
         finally:
             await conn.aclose()
 
+    async def old_client_fetches() -> tuple[Any, float, float]:
+        """Fetch v7 predates KIP-219: the broker holds the throttled answer back instead of
+        muting the connection after it."""
+        conn = await BrokerConnection(host, int(port), client_id="old-fetch").connect()
+        try:
+            await conn.request(ApiKey.FETCH, fetch_body(600_000), version=7)
+            start = trio.current_time()
+            throttled = await conn.request(ApiKey.FETCH, fetch_body(600_000), version=7)
+            answered_after_s = trio.current_time() - start
+            conn.throttled_until = 0.0
+            start = trio.current_time()
+            await conn.request(ApiKey.METADATA, metadata)
+            return throttled, answered_after_s, trio.current_time() - start
+        finally:
+            await conn.aclose()
+
     throttled_ms, elapsed_s = trio.run(produce)
     first, second, muted_s, third, sent_after_s = trio.run(fetch_twice_then_ask)
     print(f"trio producer: throttle_time_ms total {throttled_ms}, 3 MB took {elapsed_s:.1f} s; fetch throttle "
@@ -353,6 +382,13 @@ def test_quota_survives_restart_and_the_trio_client_waits_it_out(broker: BrokerP
     assert muted_s >= second.throttle_time.total_seconds() - 0.1
     assert third.throttle_time.total_seconds() > 0.2 and third.responses == ()
     assert sent_after_s >= third.throttle_time.total_seconds() - 0.1
+
+    old, answered_after_s, next_answer_s = trio.run(old_client_fetches)
+    print(f"fetch v7: throttle {old.throttle_time}, answered after {answered_after_s:.2f} s, "
+          f"the next request answered in {next_answer_s:.2f} s")
+    assert old.throttle_time.total_seconds() > 0.2 and old.responses == ()
+    assert answered_after_s >= old.throttle_time.total_seconds() - 0.05
+    assert next_answer_s < old.throttle_time.total_seconds() / 2
 
 
 def test_request_percentage_throttles_on_handler_time(broker: MetricsBroker, admin: QuotaAdmin) -> None:
