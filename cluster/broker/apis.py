@@ -29,7 +29,7 @@ from cluster.broker.quotas import ClientQuotas
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import SaslHandlers
 from cluster.controller.service import MetadataService
-from cluster.protocol.api_keys import ApiKey, api_name
+from cluster.protocol.api_keys import ApiKey, api_name, client_throttles
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import (
     CONTROLLER_API_KEY,
@@ -79,18 +79,6 @@ class Answer:
     client_throttles: bool = True
 
 
-# The first version of each API whose clients honour throttle_time_ms themselves (KIP-219,
-# Kafka's AbstractResponse.shouldClientThrottle); APIs not named: every version.
-_CLIENT_THROTTLES_FROM = {
-    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
-    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
-    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
-    ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1, ApiKey.INIT_PRODUCER_ID: 1,
-    ApiKey.ADD_PARTITIONS_TO_TXN: 1, ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1,
-    ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1, ApiKey.DESCRIBE_CONFIGS: 2,
-    ApiKey.ALTER_CONFIGS: 1, ApiKey.DESCRIBE_LOG_DIRS: 1, ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1,
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
-}
 # Broker-to-broker requests are exempt from client quotas (Kafka exempts CLUSTER_ACTION).
 _QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
 
@@ -291,7 +279,7 @@ class RequestRouter:
             if "throttle_time" in response_schema(api_key, version).__dataclass_fields__:
                 answer["throttle_time"] = throttle_ms
             response = encode_response(api_key, version, correlation_id, answer)
-        return Answer(response, throttle_ms, version >= _CLIENT_THROTTLES_FROM.get(api_key, 0))
+        return Answer(response, throttle_ms, client_throttles(api_key, version))
 
     def _admit_internal(self, session: Session) -> None:
         if self.security is not None and not self.security.may_send_internal(session):

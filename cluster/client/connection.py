@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.api_keys import ApiKey, client_throttles
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.messages import decode_response, encode_request
@@ -274,7 +274,7 @@ class PendingResponse:
             conn._in_flight.release()
         response = decode_response(self.api_key, self.version, frame)
         throttle = getattr(response, "throttle_time", None)
-        if throttle is not None and self.api_key != API_VERSIONS:
+        if throttle is not None and self.api_key != API_VERSIONS and client_throttles(self.api_key, self.version):
             throttle_ms = int(throttle.total_seconds() * 1000)
             if throttle_ms > 0:
                 conn.throttle_time_ms_total += throttle_ms
