@@ -451,6 +451,7 @@ class ClientQuotas:
     fetch: ClientQuotaManager = field(init=False)
     request: ClientQuotaManager = field(init=False)
     version: int = -1  # the image's quota version last taken
+    _source: object = None  # and the image's quota map it came from (a snapshot load replaces it)
 
     def __post_init__(self) -> None:
         self.produce = ClientQuotaManager("produce", self.window)
@@ -461,7 +462,8 @@ class ClientQuotas:
         return (self.produce, self.fetch, self.request)
 
     def update(self, quotas: Mapping[QuotaEntity, Mapping[str, float]], version: int) -> None:
-        if version != self.version:
+        """Take the image's quotas when they changed (cheap when they did not: every request asks)."""
+        if version != self.version or quotas is not self._source:
             for m in self.managers():
                 m.update(quotas)
-            self.version = version
+            self.version, self._source = version, quotas

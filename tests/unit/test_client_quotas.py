@@ -19,6 +19,7 @@ from cluster.broker.quotas import (
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     ClientQuotaManager,
+    ClientQuotas,
     QuotaRequestError,
     QuotaWindow,
     SampledRate,
@@ -203,6 +204,17 @@ def test_describe_filters_as_kafka() -> None:
     with pytest.raises(QuotaRequestError) as e:
         parse_filter([("topic", MATCH_EXACT, "t")], False)
     assert e.value.code == 35
+
+
+def test_broker_takes_new_quotas_by_version_and_by_image() -> None:
+    quotas = ClientQuotas()
+    first = {entity_key([(C, "c")]): {PRODUCER_BYTE_RATE: 1000.0}}
+    quotas.update(first, 1)
+    assert quotas.produce.quota_limit("u", "c") == 1000.0
+    # A snapshot load replaces the image: the same version number may hold other quotas.
+    quotas.update({entity_key([(C, "c")]): {PRODUCER_BYTE_RATE: 5.0}}, 1)
+    assert quotas.produce.quota_limit("u", "c") == 5.0
+    assert not quotas.fetch.enabled and not quotas.request.enabled
 
 
 def test_image_records_and_snapshot() -> None:
