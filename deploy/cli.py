@@ -28,6 +28,7 @@ from deploy import (
     load_cmd,
     mirror_cmd,
     perf_cmd,
+    quotas_cmd,
     render_cmd,
     security_cmds,
     topology_cmd,
@@ -171,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev_secrets.add_parser(sub)   # dev-secrets
     security_cmds.add_parsers(sub)  # users, acls
     txn_cmds.add_parser(sub)      # transactions list|describe|abort
+    quotas_cmd.add_parser(sub)    # quotas describe|alter
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")

@@ -16,6 +16,8 @@ field names (cluster/protocol/messages.build), or None for no answer (acks=0).
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +25,11 @@ from typing import Any
 import trio
 
 from cluster.broker.context import PLAINTEXT_SESSION, RequestContext, Session
+from cluster.broker.quotas import ClientQuotas
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import SaslHandlers
 from cluster.controller.service import MetadataService
-from cluster.protocol.api_keys import ApiKey, api_name
+from cluster.protocol.api_keys import ApiKey, api_name, client_throttles
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import (
     CONTROLLER_API_KEY,
@@ -40,6 +43,7 @@ from cluster.protocol.messages import (
     is_flexible_request,
     parse_request_header,
     peek_api,
+    response_schema,
 )
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
@@ -64,10 +68,57 @@ class Api:
     raw: RawHandler | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A request's answer (None: none is sent) and how long its connection stays muted."""
+
+    response: bytes | None
+    throttle_ms: int = 0
+    # KIP-219: a client at or above these versions waits out the throttle itself, so the
+    # broker answers at once and then mutes; older clients get their answer late.
+    client_throttles: bool = True
+
+
+# Broker-to-broker requests are exempt from client quotas (Kafka exempts CLUSTER_ACTION).
+_QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
+
+
+class RequestTimer(trio.abc.Instrument):
+    """Time a task spends running (not waiting) while it handles a request: what
+    `request_percentage` bounds, as Kafka's request-handler thread time. Installed only
+    while some request quota is set."""
+
+    def __init__(self) -> None:
+        self.busy_ns: dict[trio.lowlevel.Task, int] = {}
+        self._running: trio.lowlevel.Task | None = None
+        self._since_ns = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.busy_ns:
+            self._running, self._since_ns = task, time.perf_counter_ns()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._running is task:
+            self.busy_ns[task] += time.perf_counter_ns() - self._since_ns
+            self._running = None
+
+    def start(self, task: trio.lowlevel.Task) -> None:
+        self.busy_ns[task] = 0
+        self._running, self._since_ns = task, time.perf_counter_ns()
+
+    def stop(self, task: trio.lowlevel.Task) -> float:
+        """Seconds the task ran since start()."""
+        busy = self.busy_ns.pop(task, 0)
+        if self._running is task:
+            busy += time.perf_counter_ns() - self._since_ns
+            self._running = None
+        return busy / 1e9
+
+
 class RequestRouter:
     def __init__(self, apis: Iterable[Api], *, ready: trio.Event, metadata: MetadataService,
                  observe: Callable[[int, float], None] | None = None, security: BrokerSecurity | None = None,
-                 sasl: SaslHandlers | None = None) -> None:
+                 sasl: SaslHandlers | None = None, quotas: ClientQuotas | None = None) -> None:
         self.apis: dict[int, Api] = {}
         for api in apis:
             assert api.key not in self.apis, f"{api.key.api_name} is routed twice"
@@ -79,6 +130,8 @@ class RequestRouter:
         self._observe = observe
         self.security = security
         self.sasl = sasl
+        self.quotas = quotas
+        self._timer: RequestTimer | None = None
 
     def supported(self) -> dict[int, tuple[int, int]]:
         """API key → (min, max) version, as ApiVersions advertises them."""
@@ -94,15 +147,21 @@ class RequestRouter:
 
     async def handle(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:
         """Answer one request frame; None means no response (acks=0 produce, quorum
-        messages). Its time from here to the answer goes into the API's latency histogram."""
+        messages)."""
+        return (await self.handle_answer(frame, session)).response
+
+    async def handle_answer(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> Answer:
+        """Answer one request frame, with the time its connection is to be muted for (client
+        quotas). Its time from here to the answer goes into the API's latency histogram."""
         start = trio.current_time()
         try:
-            return await self._handle(frame, session)
+            answer = await self._handle(frame, session)
+            return answer if isinstance(answer, Answer) else Answer(answer)
         finally:
             if self._observe is not None and len(frame) >= 2:
                 self._observe((frame[0] << 8) | frame[1], trio.current_time() - start)
 
-    async def _handle(self, frame: bytearray, session: Session) -> bytes | None:
+    async def _handle(self, frame: bytearray, session: Session) -> bytes | Answer | None:
         sasl = session.sasl
         if sasl is not None and sasl.raw_tokens and sasl.state == "authenticate":
             return self._raw_sasl_token(frame, session)
@@ -141,10 +200,86 @@ class RequestRouter:
         ctx = RequestContext(header.client_id or "", "/" + session.client_ip, session.principal, session.listener,
                              None if self.security is None else self.security.authorizer())
         assert api.handler is not None
+        if self.quotas is not None and api_key not in _QUOTA_EXEMPT and self._quotas_enabled():
+            return await self._handle_with_quotas(api, version, correlation_id, request, ctx, len(frame))
         answer = await api.handler(version, request, ctx)
         if answer is None:
             return None
         return encode_response(api_key, version, correlation_id, answer)
+
+    def _quotas_enabled(self) -> bool:
+        """Takes the image's quotas when they changed; True when any quota is set."""
+        assert self.quotas is not None
+        image = self.metadata.image
+        self.quotas.update(image.client_quotas, image.quota_version)
+        if self.quotas.request.enabled != (self._timer is not None):
+            if self._timer is None:
+                self._timer = RequestTimer()
+                trio.lowlevel.add_instrument(self._timer)
+            else:
+                trio.lowlevel.remove_instrument(self._timer)
+                self._timer = None
+        return any(m.enabled for m in self.quotas.managers())
+
+    async def _handle_with_quotas(self, api: Api, version: int, correlation_id: int, request: Any,
+                                  ctx: RequestContext, request_bytes: int) -> Answer:
+        """A request under client quotas, as Kafka's KafkaApis: produce bytes are recorded
+        after the append (the data stays; only the next requests wait), fetch bytes when the
+        answer is built (a throttled fetch answers empty, its bytes taken back), handler time
+        for every request; the answer carries the largest throttle time."""
+        assert self.quotas is not None and api.handler is not None
+        quotas = self.quotas
+        api_key = api.key
+        user, client_id = ctx.principal.name, ctx.client_id
+        consumer_fetch = api_key == ApiKey.FETCH and request.replica_id < 0
+        exempt = (api_key == ApiKey.FETCH and not consumer_fetch) or (
+            api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version >= 4)
+        if exempt:
+            answer = await api.handler(version, request, ctx)
+            return Answer(None if answer is None else encode_response(api_key, version, correlation_id, answer))
+        if consumer_fetch:
+            cap = quotas.fetch.max_value_in_window(user, client_id)
+            if cap < request.max_bytes:
+                request = dataclasses.replace(request, max_bytes=max(1, int(cap)))
+        timer = self._timer
+        task = trio.lowlevel.current_task()
+        if timer is not None:
+            timer.start(task)
+        try:
+            answer = await api.handler(version, request, ctx)
+        finally:
+            busy_s = timer.stop(task) if timer is not None else 0.0
+        now_ms = self.metadata.clock.now_ms()
+        bandwidth_ms = 0
+        bandwidth = None
+        if api_key == ApiKey.PRODUCE:
+            bandwidth = quotas.produce
+            bandwidth_ms = bandwidth.record(user, client_id, request_bytes, now_ms)
+        acks_zero = api_key == ApiKey.PRODUCE and request.acks == 0
+        # Kafka's nanosToPercentage: handler seconds × 100 (a rate of 100 is one handler's whole time).
+        request_ms = 0 if acks_zero else quotas.request.record(user, client_id, busy_s * 100, now_ms)
+        response: bytes | None = None
+        if consumer_fetch:
+            assert answer is not None
+            bandwidth = quotas.fetch
+            response = encode_response(api_key, version, correlation_id, answer)
+            fetched = len(response)
+            bandwidth_ms = bandwidth.record(user, client_id, fetched, now_ms)
+            if max(bandwidth_ms, request_ms) > 0:
+                bandwidth.unrecord(user, client_id, fetched, now_ms)
+                answer = {"error_code": ErrorCode.none, "session_id": 0, "responses": []}
+                response = None
+        throttle_ms = max(bandwidth_ms, request_ms)
+        if throttle_ms > 0:
+            (bandwidth if bandwidth is not None and bandwidth_ms > request_ms else quotas.request).throttled(
+                throttle_ms)
+        if answer is None:
+            return Answer(None, throttle_ms)  # acks=0: no answer, but the connection is muted all the same
+        if throttle_ms > 0 or response is None:
+            if "throttle_time" in response_schema(api_key, version).__dataclass_fields__:
+                answer["throttle_time"] = throttle_ms
+            response = encode_response(api_key, version, correlation_id, answer)
+        return Answer(response, throttle_ms, client_throttles(api_key, version))
 
     def _admit_internal(self, session: Session) -> None:
         if self.security is not None and not self.security.may_send_internal(session):

@@ -33,6 +33,8 @@ from cluster.broker.metadata_handlers import MetadataHandlers
 from cluster.broker.metadata_quorum import build_metadata_service
 from cluster.broker.metrics import BrokerMetrics, RequestMetrics
 from cluster.broker.producer_ids import ProducerIdManager
+from cluster.broker.quota_handlers import ClientQuotaHandlers
+from cluster.broker.quotas import ClientQuotas, QuotaWindow
 from cluster.broker.replica_handlers import ReplicaHandlers
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
@@ -134,12 +136,16 @@ class Broker:
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
-                         ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller))
+                         ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
+                         ClientQuotaHandlers(lambda: self.metadata.image, self.controller))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
+        self.quotas = ClientQuotas(QuotaWindow(int(config["quota.window.num"]),
+                                               int(config["quota.window.size.seconds"]) * 1000))
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
                                     observe=self.request_metrics.observe_request, security=self.security,
-                                    sasl=SaslHandlers(self.security, clock))
-        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock, self.security)
+                                    sasl=SaslHandlers(self.security, clock), quotas=self.quotas)
+        self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock, self.security,
+                                     self.quotas)
 
     @property
     def cluster_id(self) -> str:
@@ -214,7 +220,8 @@ class Broker:
 
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
-              txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers) -> list[Api]:
+              txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers,
+              quotas: ClientQuotaHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -264,6 +271,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.DELETE_ACLS, 1, 3, acls.handle_delete_acls),
         Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, users.handle_describe_user_scram_credentials),
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, users.handle_alter_user_scram_credentials),
+        Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, quotas.handle_describe_client_quotas),
+        Api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, quotas.handle_alter_client_quotas),
     ]
 
 
@@ -278,7 +287,7 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
     """API key → (min, max) version, as every broker advertises them in ApiVersions."""
     nothing: Any = _Unwired()
     return {api.key: (api.min_version, api.max_version)
-            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
+            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
 
 
 SUPPORTED_APIS = advertised_versions()

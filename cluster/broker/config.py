@@ -32,6 +32,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("log.flush.scheduler.interval.ms", int, 1000, None, "How often flush.ms is checked", 1),
         ConfigDef("connections.max.idle.ms", int, 600_000, None, "Idle connections are closed after this", 1),
         ConfigDef("max.connections", int, 10_000, None, "Connections accepted at once", 1),
+        ConfigDef("quota.window.num", int, 11, None, "Samples client quota rates are measured over", 2),
+        ConfigDef("quota.window.size.seconds", int, 1, None, "Length of one client quota sample", 1),
         ConfigDef("producer.id.expiration.ms", int, 86_400_000, None, "Idle producer state is forgotten after this", 1),
         ConfigDef("fetch.max.bytes", int, 57_671_680, None, "Largest fetch response", 1024),
         ConfigDef("max.topic.partitions", int, 10_000, None, "Partitions one topic may have", 1),

@@ -21,6 +21,7 @@ import orjson
 import trio
 
 from cluster.broker.metadata_cache import MetadataCache
+from cluster.broker.quotas import ClientQuotas
 from cluster.broker.security import BrokerSecurity
 from cluster.common.admin_http import Route, Sample, prometheus_text
 from cluster.common.clock import Clock
@@ -83,8 +84,10 @@ class BrokerMetrics:
     """What the admin HTTP server shows of one broker: its counters and its state."""
 
     def __init__(self, replicas: ReplicaManager, cache: MetadataCache, requests: RequestMetrics,
-                 ready: trio.Event, clock: Clock, security: BrokerSecurity | None = None) -> None:
+                 ready: trio.Event, clock: Clock, security: BrokerSecurity | None = None,
+                 quotas: ClientQuotas | None = None) -> None:
         self.clock = clock
+        self.quotas = quotas
         self.security = security
         self.replicas = replicas
         self.cache = cache
@@ -201,6 +204,14 @@ class BrokerMetrics:
             families["dcmirror_broker_failed_tls_handshakes_total"] = (
                 "counter", "TLS handshakes that failed (bad, expired or missing certificates, not TLS at all)",
                 [(node, float(sec.failed_tls_handshakes))])
+        if self.quotas is not None:
+            managers = self.quotas.managers()
+            families["dcmirror_broker_throttle_time_seconds_total"] = (
+                "counter", "Time clients were throttled for by client quotas, by quota type (throttle-time)",
+                [(node | {"quota_type": m.quota_type}, m.stats.throttle_time_ms / 1000) for m in managers])
+            families["dcmirror_broker_throttled_responses_total"] = (
+                "counter", "Answers that carried a throttle time, by quota type",
+                [(node | {"quota_type": m.quota_type}, float(m.stats.throttled)) for m in managers])
         families["dcmirror_broker_request_latency_seconds"] = (
             "histogram", "Time from reading a request to its answer, by API (TotalTimeMs)", latency)
         return prometheus_text(families)

@@ -100,7 +100,10 @@ class BrokerServer:
         sock = stream.socket if isinstance(stream, trio.SocketStream) else None
 
         async def answer(frame: bytearray) -> None:
-            response = await self.dispatch(frame, session)
+            answered = await self.broker.router.handle_answer(frame, session)
+            response = answered.response
+            if answered.throttle_ms > 0 and not answered.client_throttles:
+                await trio.sleep(answered.throttle_ms / 1000)  # a pre-KIP-219 client: the answer waits
             if session.close_after_s is not None:
                 # A failed login: wait before answering (no fast guessing), answer, close.
                 await trio.sleep(session.close_after_s)
@@ -109,6 +112,9 @@ class BrokerServer:
                 raise CloseConnection(f"closed after a failed login by {session.client_ip}")
             if response is not None:
                 await stream.send_all(response)
+            if answered.throttle_ms > 0 and answered.client_throttles:
+                # KIP-219: muted (nothing read from the client) for the throttle time.
+                await trio.sleep(answered.throttle_ms / 1000)
             if decoder.limit_name != "socket.request.max.bytes" and session.authenticated:
                 decoder.max_frame_bytes, decoder.limit_name = self.max_frame_bytes, "socket.request.max.bytes"
 

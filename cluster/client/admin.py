@@ -554,6 +554,37 @@ class Admin:
                     for m in r.matching_acls]
         return out
 
+    # ---- client quotas (as kafka-configs --entity-type users/clients) ------------------------
+
+    @_retried
+    async def describe_client_quotas(self, components: Sequence[tuple[str, int, str | None]] = (), *,
+                                     strict: bool = False) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        """Quotas of the entities the filter matches: (entity type, match type, name) with
+        match type 0 exact, 1 the default entity, 2 any name. Entities are (type, name)
+        pairs sorted by type, None naming the default."""
+        resp = await (await self._any()).request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+            "strict": strict})
+        if resp.error_code != 0:
+            raise AdminError(f"describing client quotas ({resp.error_message})", resp.error_code)
+        return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                {v.key: float(v.value) for v in entry.values} for entry in resp.entries or ()}
+
+    @_retried
+    async def alter_client_quotas(self, entries: Sequence[tuple[Mapping[str, str | None], Mapping[str, float | None]]],
+                                  *, validate_only: bool = False) -> None:
+        """Set (a value) or remove (None) quota keys of entities ({entity type: name or None
+        for the default}); the first refused entity raises AdminError with the broker's message."""
+        resp = await (await self._any()).request(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [
+            {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+             "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None} for k, v in ops.items()]}
+            for entity, ops in entries], "validate_only": validate_only})
+        for r in resp.entries:
+            if r.error_code != 0:
+                entity = ", ".join(f"{e.entity_type}={e.entity_name if e.entity_name is not None else '<default>'}"
+                                   for e in r.entity)
+                raise AdminError(f"altering client quotas of {entity} ({r.error_message})", r.error_code)
+
 
 def _resource_text(resource_type: int, name: str) -> str:
     if resource_type == RESOURCE_BROKER:

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.api_keys import ApiKey, client_throttles
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
 from cluster.protocol.messages import decode_response, encode_request
@@ -29,7 +29,7 @@ MAX_RESPONSE_BYTES = 256 << 20
 CLIENT_MAX_VERSIONS = {
     0: 8, 1: 12, 2: 5, 3: 8, 8: 7, 9: 5, 10: 2, 11: 5, 12: 3, 13: 3, 14: 3, 15: 4, 16: 2,
     18: 3, 19: 4, 20: 3, 21: 2, 22: 1, 23: 3, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 29: 3, 30: 3, 31: 3, 32: 2, 33: 1, 35: 4, 37: 1, 42: 1, 43: 1, 44: 0, 45: 0, 46: 0, 47: 0,
-    50: 0, 51: 0, 60: 0, 61: 0, 65: 0, 66: 1, 75: 0,
+    48: 1, 49: 1, 50: 0, 51: 0, 60: 0, 61: 0, 65: 0, 66: 1, 75: 0,
 }
 
 
@@ -83,6 +83,10 @@ class BrokerConnection:
         self._next_read = 1  # correlation id of the next response on the wire
         self._broken: str | None = None
         self.versions: dict[int, tuple[int, int]] = {}
+        # KIP-219: an answer's throttle_time_ms holds the next request to this broker back
+        # (the broker mutes the connection that long anyway), as Kafka's clients do.
+        self.throttled_until = 0.0  # trio time
+        self.throttle_time_ms_total = 0
 
     @property
     def address(self) -> str:
@@ -155,6 +159,9 @@ class BrokerConnection:
 
     async def _send(self, api_key: int, version: int, body: dict[str, Any] | Any,
                     expect_response: bool) -> PendingResponse | None:
+        delay_s = self.throttled_until - trio.current_time()
+        if delay_s > 0:
+            await trio.sleep(delay_s)
         await self._in_flight.acquire()
         try:
             async with self._send_lock:
@@ -265,7 +272,14 @@ class PendingResponse:
         finally:
             conn._slots.pop(self.correlation_id, None)
             conn._in_flight.release()
-        return decode_response(self.api_key, self.version, frame)
+        response = decode_response(self.api_key, self.version, frame)
+        throttle = getattr(response, "throttle_time", None)
+        if throttle is not None and self.api_key != API_VERSIONS and client_throttles(self.api_key, self.version):
+            throttle_ms = int(throttle.total_seconds() * 1000)
+            if throttle_ms > 0:
+                conn.throttle_time_ms_total += throttle_ms
+                conn.throttled_until = max(conn.throttled_until, trio.current_time() + throttle_ms / 1000)
+        return response
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:

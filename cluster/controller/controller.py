@@ -592,6 +592,35 @@ class QuorumController:
             results.append({"name": str(u["name"]), "error_code": ErrorCode.none, "error_message": None})
         return _ok(results=results)
 
+    def alter_client_quotas(self, args: dict[str, Any]) -> Result:
+        """Set or remove client quota keys (the broker validated entities, keys and values,
+        cluster/broker/quotas.py). Only changes become records, as Kafka's
+        ClientQuotaControlManager; `max_entities` bounds how many entities the cluster holds."""
+        max_entities = int(args.get("max_entities", 10_000))
+        results = []
+        for entry in args.get("entries", []):
+            entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in entry["entity"]))
+            current = self.image.client_quotas.get(entity, {})
+            sets = [(str(k), v) for k, v in entry["ops"] if v is not None]
+            if entity not in self.image.client_quotas and sets and len(self.image.client_quotas) >= max_entities:
+                results.append({"entity": [list(p) for p in entity], "error_code": ErrorCode.policy_violation,
+                                "error_message": f"the cluster holds {len(self.image.client_quotas)} client quota "
+                                                 f"entities, the limit; remove unused ones first"})
+                continue
+            if not args.get("validate_only"):
+                for key, value in entry["ops"]:
+                    if value is None:
+                        if key in current:
+                            self._emit(record("ClientQuota", entity=[list(p) for p in entity], key=str(key),
+                                              value=None))
+                    elif current.get(key) != float(value):
+                        self._emit(record("ClientQuota", entity=[list(p) for p in entity], key=str(key),
+                                          value=float(value)))
+                    current = self.image.client_quotas.get(entity, {})
+            results.append({"entity": [list(p) for p in entity], "error_code": ErrorCode.none,
+                            "error_message": None})
+        return _ok(results=results)
+
     def bootstrap(self, records: list[dict[str, Any]]) -> None:
         """The records a new cluster starts with (kafka-storage format --add-scram): SCRAM
         credentials, written by the first active controller of an empty metadata log."""

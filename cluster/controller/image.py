@@ -21,6 +21,8 @@ Record types (field "type", format version "v"):
   RemoveScramCredential  name mechanism
   Acl             id resource_type resource_name pattern_type principal host operation permission
   RemoveAcl       id
+  ClientQuota     entity key value|null   (entity: [[entity type, name|null], ...] sorted by type;
+                  null name: the default entity; null value removes the key)
 RegisterBroker may carry `listeners`: {listener name: [host, port]} (advertised.listeners).
 """
 
@@ -110,6 +112,9 @@ class MetadataImage:
         # Dynamic broker configs by resource name ("" the cluster default, "<id>" one broker),
         # raw strings as the admin APIs gave them.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # Client quotas (KIP-546) by entity ((type, name|None) pairs sorted by type): key → value
+        self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        self.quota_version = 0  # bumped by every quota change
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -117,6 +122,7 @@ class MetadataImage:
     def is_empty(self) -> bool:
         """Nothing was ever recorded: a new cluster's log (bootstrap records go in first)."""
         return (not self.brokers and not self.topics and not self.scram and not self.acls and not self.broker_configs
+                and not self.client_quotas
                 and self.next_producer_id == 0 and self.next_broker_epoch == 1)
 
     def topic(self, name: str) -> TopicImage | None:
@@ -253,6 +259,20 @@ class MetadataImage:
         self.acls.pop(r["id"], None)
         self.security_version += 1
 
+    def _client_quota(self, r: dict[str, Any]) -> None:
+        entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in r["entity"]))
+        if not entity:
+            raise MetadataError("ClientQuota without an entity")
+        if r.get("value") is None:
+            values = self.client_quotas.get(entity)
+            if values is not None:
+                values.pop(r["key"], None)
+                if not values:
+                    del self.client_quotas[entity]
+        else:
+            self.client_quotas.setdefault(entity, {})[str(r["key"])] = float(r["value"])
+        self.quota_version += 1
+
     # ---- snapshots ---------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
@@ -270,6 +290,7 @@ class MetadataImage:
             "scram": [{"name": n, "mechanism": m, **c} for (n, m), c in self.scram.items()],
             "acls": [{"id": i, **a} for i, a in self.acls.items()],
             "broker_configs": self.broker_configs,
+            "client_quotas": [{"entity": [list(p) for p in e], "values": v} for e, v in self.client_quotas.items()],
         })
 
     @classmethod
@@ -297,6 +318,10 @@ class MetadataImage:
         image.security_version = len(image.scram) + len(image.acls)
         image.broker_configs = {str(name): {str(k): str(v) for k, v in configs.items()}
                                 for name, configs in doc.get("broker_configs", {}).items() if configs}
+        for q in doc.get("client_quotas", []):
+            entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in q["entity"]))
+            image.client_quotas[entity] = {str(k): float(v) for k, v in q["values"].items()}
+        image.quota_version = len(image.client_quotas)
         return image
 
     def copy(self) -> MetadataImage:
@@ -319,6 +344,7 @@ _APPLY = {
     "RemoveScramCredential": MetadataImage._remove_scram,
     "Acl": MetadataImage._acl,
     "RemoveAcl": MetadataImage._remove_acl,
+    "ClientQuota": MetadataImage._client_quota,
 }
 
 

@@ -53,6 +53,7 @@ OPERATIONS: dict[str, bool] = {
     "alter_scram": False,
     "create_acls": False,
     "delete_acls": False,
+    "alter_client_quotas": False,
 }
 
 

@@ -103,3 +103,23 @@ def api_name(api_key: int) -> str:
         return ApiKey(api_key).api_name
     except ValueError:
         return str(api_key)
+
+
+# The first version of each API whose clients wait out throttle_time_ms themselves (KIP-219,
+# Kafka's AbstractResponse.shouldClientThrottle); for older versions the broker holds the
+# answer back instead. APIs not named: every version.
+_CLIENT_THROTTLES_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
+    ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1, ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1, ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1,
+    ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1, ApiKey.DESCRIBE_CONFIGS: 2,
+    ApiKey.ALTER_CONFIGS: 1, ApiKey.DESCRIBE_LOG_DIRS: 1, ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
+}
+
+
+def client_throttles(api_key: int, version: int) -> bool:
+    """True when a client of this version waits out a throttle itself (KIP-219)."""
+    return version >= _CLIENT_THROTTLES_FROM.get(api_key, 0)

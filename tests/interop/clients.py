@@ -219,6 +219,48 @@ def ck_consume(
 # ---------------------------------------------------------------- kafka-python
 
 
+class QuotaAdmin:
+    """Describe/AlterClientQuotas through kafka-python's own protocol classes (its encoder, on
+    its admin connection): neither confluent-kafka 2.16 nor kafka-python 3.0's
+    KafkaAdminClient has a client-quota call."""
+
+    def __init__(self, bootstrap: str, **conf: Any) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self.client = KafkaAdminClient(**{"bootstrap_servers": bootstrap, "request_timeout_ms": 15000, **conf})
+        self.last_throttle_ms = 0
+
+    def _send(self, request: Any) -> Any:
+        async def send() -> Any:
+            return await self.client._manager.send(request)
+
+        response = self.client._manager.run(send)
+        self.last_throttle_ms = int(getattr(response, "throttle_time_ms", 0))
+        return response
+
+    def alter(self, entries: list[tuple[dict[str, str | None], dict[str, float | None]]],
+              validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """(error code, message) per entry; a None value removes the key."""
+        from kafka.protocol.admin import AlterClientQuotasRequest
+
+        request = AlterClientQuotasRequest(entries=[
+            (tuple(entity.items()), tuple((k, 0.0 if v is None else v, v is None) for k, v in ops.items()))
+            for entity, ops in entries], validate_only=validate_only)
+        return [(r.error_code, r.error_message) for r in self._send(request).entries]
+
+    def describe(self, components: list[tuple[str, int, str | None]], strict: bool = False
+                 ) -> tuple[int, str | None, dict[tuple[tuple[str, str | None], ...], dict[str, float]]]:
+        from kafka.protocol.admin import DescribeClientQuotasRequest
+
+        r = self._send(DescribeClientQuotasRequest(components=components, strict=strict))
+        found = {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                 {v.key: v.value for v in entry.values} for entry in r.entries or ()}
+        return r.error_code, r.error_message, found
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def kp_create_topic(
     bootstrap: str, topic: str, partitions: int, config: Mapping[str, str] | None = None
 ) -> None:

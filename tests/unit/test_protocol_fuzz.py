@@ -398,6 +398,8 @@ NAMES = st.one_of(st.sampled_from(["t", "fuzz", "", ".", "..", "a" * 249, "b" * 
 RECORDS = st.one_of(valid_batches, mutated(valid_batches), st.binary(max_size=64))
 PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
     "int8": _int(8), "int16": _int(16), "int32": _int(32), "int64": _int(64),
+    "float64": st.one_of(st.sampled_from([0.0, -1.0, 1.5, 1048576.0, 1e300, float("inf"), float("-inf")]),
+                         st.floats(allow_nan=False)),
     "bool": st.booleans(), "string": NAMES, "records": RECORDS, "bytes": st.binary(max_size=16),
     # kio writes None as the zero uuid and reads the zero uuid back as None
     "uuid": st.one_of(st.none(), st.uuids().filter(lambda u: u.int != 0)),
