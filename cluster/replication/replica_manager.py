@@ -437,8 +437,12 @@ class ReplicaManager:
     # ---- fetch -----------------------------------------------------------------------
 
     def _rack_of(self, broker_id: int) -> str | None:
+        """A broker's rack; None for one that cannot serve now (fenced, shutting down,
+        unknown), which a consumer is then never sent to (Kafka: no endpoint, not chosen)."""
         registration = self.image.brokers.get(broker_id)
-        return registration.rack if registration is not None else None
+        if registration is None or registration.fenced or registration.in_controlled_shutdown:
+            return None
+        return registration.rack
 
     def read_partition(self, fp: FetchPartition, replica_id: int, budget: int,
                        first: bool, read_committed: bool = False,
