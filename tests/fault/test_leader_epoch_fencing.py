@@ -1,7 +1,8 @@
 """Fetch, ListOffsets and OffsetForLeaderEpoch carry the client's current leader epoch
 (KIP-320): a broker answers FENCED_LEADER_EPOCH to an older one, UNKNOWN_LEADER_EPOCH to a
 newer one, NOT_LEADER_OR_FOLLOWER on a follower; after a failover the old epoch is fenced on
-the new leader. The replica verifier's id (-2) may read a follower; a consumer may not.
+the new leader. The replica verifier's id (-2) may read a follower; a consumer may read one
+only with Fetch v11+ (KIP-392, as Kafka: a v10 consumer fetch there is NOT_LEADER_OR_FOLLOWER).
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ def fetch_body(offset: int, epoch: int, replica_id: int = -1) -> dict[str, Any]:
             "forgotten_topics_data": [], "rack_id": ""}
 
 
-def ask(cluster: ClusterProcesses, node: int, epoch: int, replica_id: int = -1) -> dict[str, int]:
+def ask(cluster: ClusterProcesses, node: int, epoch: int, replica_id: int = -1,
+        fetch_version: int | None = None) -> dict[str, int]:
     """Error codes from `node` for partition 0 when the client believes the leader epoch is `epoch`."""
     async def main() -> dict[str, int]:
         conn = await BrokerConnection("127.0.0.1", cluster[node].port).connect()
         try:
-            fetch = (await conn.request(1, fetch_body(0, epoch, replica_id))).responses[0].partitions[0]
+            fetch = (await conn.request(1, fetch_body(0, epoch, replica_id),
+                                        version=fetch_version)).responses[0].partitions[0]
             lo = (await conn.request(2, {"replica_id": -1, "isolation_level": 0, "topics": [
                 {"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -1,
                                                 "current_leader_epoch": epoch}]}]})).topics[0].partitions[0]
@@ -88,8 +91,10 @@ def test_stale_and_future_leader_epochs_are_fenced(clusters: Callable[..., Clust
     future = ask(cluster, leader, epoch + 1)
     assert {k: v for k, v in future.items() if k != "fetched_bytes"} == dict.fromkeys(
         ("fetch", "list_offsets", "offset_for_leader_epoch"), ErrorCode.unknown_leader_epoch)
-    on_follower = ask(cluster, follower, epoch)
+    on_follower = ask(cluster, follower, epoch, fetch_version=10)
     assert on_follower["fetch"] == ErrorCode.not_leader_or_follower
+    assert ask(cluster, follower, epoch)["fetch"] == ok  # v12: a follower serves consumers (KIP-392)
+    assert ask(cluster, follower, epoch + 1)["fetch"] == ErrorCode.unknown_leader_epoch  # and checks epochs
     assert on_follower["list_offsets"] == ErrorCode.not_leader_or_follower
     assert on_follower["offset_for_leader_epoch"] == ErrorCode.not_leader_or_follower
     verifier = ask(cluster, follower, -1, replica_id=-2)  # kafka-replica-verification's id

@@ -309,7 +309,7 @@ maxOffsetsPerLoad = 100000
     assert s.spark_conf == {"spark.master": "local[4]", "spark.sql.shuffle.partitions": "8"}
     assert (s.fail_on_data_loss, s.min_partitions, s.max_offsets_per_load, s.load_interval_ms) == (False, 6, 100000,
                                                                                                    60000)
-    assert s.kafka == {"max.partition.fetch.bytes": "1048576"}
+    assert s.kafka == {"max.partition.fetch.bytes": "1048576", "client.rack": "central"}  # the source's datacenter
     assert s.writer == "spark"
     assert s.datacenters == {"agg": "central", "east": "dc1"}
     assert s.schema_of("east.pageviews") == "user STRING, ts TIMESTAMP" and s.schema_of("west.pageviews") is None
