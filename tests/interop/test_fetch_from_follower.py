@@ -43,8 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
         # Leader 1 (rack-a), followers 2 (rack-b) and 3 (rack-c).
         client.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[1, 2, 3]])])[TOPIC].result(30)
         wait_until(lambda: topic_ready(c, TOPIC, 1, 3), 30, f"{TOPIC} ready", c)
-        records = [Rec(0, b"%d" % i, b"%06d-" % i + b"v" * (VALUE_BYTES - 7), (), 0) for i in range(RECORDS)]
-        ck_produce(c.bootstrap, TOPIC, records, {"acks": "all"})
+        ck_produce(c.bootstrap, TOPIC, records(0, RECORDS), {"acks": "all"})
         yield c
     finally:
         c.stop()
@@ -66,6 +65,23 @@ def expect_values(values: list[bytes]) -> None:
     assert [int(v[:6]) for v in values] == list(range(RECORDS)), "not each record once, in order"
 
 
+def rack_consumer(cluster: ClusterProcesses, rack: str) -> SyncConsumer:
+    consumer = SyncConsumer({"bootstrap.servers": cluster.bootstrap, "client.rack": rack,
+                             "auto.offset.reset": "earliest"})
+    consumer.assign([(TOPIC, 0)])
+    return consumer
+
+
+def read_until(cluster: ClusterProcesses, consumer: SyncConsumer, values: list[bytes], count: int, what: str) -> None:
+    """Poll `consumer` into `values` until it holds `count` records (60 s at most)."""
+    wait_until(lambda: values.extend(r.value or b"" for rs in consumer.poll(1.0).values() for r in rs)
+               or len(values) >= count, 60, what, cluster)
+
+
+def records(first: int, last: int) -> list[Rec]:
+    return [Rec(0, b"%d" % i, b"%06d-" % i + b"v" * (VALUE_BYTES - 7), (), 0) for i in range(first, last)]
+
+
 def log_bytes(cluster: ClusterProcesses) -> int:
     return sum(p.stat().st_size for p in (cluster[1].data_dir / f"{TOPIC}-0").glob("*.log"))
 
@@ -85,12 +101,9 @@ def test_librdkafka_reads_from_the_replica_in_its_rack(cluster: ClusterProcesses
 
 def test_the_projects_consumer_and_the_loader_read_from_their_racks_follower(cluster: ClusterProcesses) -> None:
     before = bytes_out(cluster)
-    with SyncConsumer({"bootstrap.servers": cluster.bootstrap, "client.rack": "rack-b",
-                       "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([(TOPIC, 0)])
-        values: list[bytes] = []
-        wait_until(lambda: values.extend(r.value or b"" for rs in consumer.poll(1.0).values() for r in rs)
-                   or len(values) >= RECORDS, 60, "the trio consumer read every record", cluster)
+    values: list[bytes] = []
+    with rack_consumer(cluster, "rack-b") as consumer:
+        read_until(cluster, consumer, values, RECORDS, "the trio consumer read every record")
     expect_values(values)
     served = served_by(cluster, before)
     print(f"trio consumer in rack-b: bytes sent per broker {served}")
@@ -111,20 +124,15 @@ def test_a_consumer_whose_follower_dies_goes_back_to_the_leader_and_reads_each_r
     follower); broker 3 dies; RECORDS more are written, which only the leader (or broker 2,
     in another rack) can serve: the consumer reads them all from the leader, each once."""
     before = bytes_out(cluster)
-    with SyncConsumer({"bootstrap.servers": cluster.bootstrap, "client.rack": "rack-c",
-                       "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([(TOPIC, 0)])
-        values: list[bytes] = []
-        wait_until(lambda: values.extend(r.value or b"" for rs in consumer.poll(1.0).values() for r in rs)
-                   or len(values) >= RECORDS, 60, "the consumer read the topic from broker 3", cluster)
+    values: list[bytes] = []
+    with rack_consumer(cluster, "rack-c") as consumer:
+        read_until(cluster, consumer, values, RECORDS, "the consumer read the topic from broker 3")
         from_follower = served_by(cluster, before)
         assert from_follower[3] > 0 and from_follower[1] == from_follower[2] == 0, from_follower
         cluster[3].kill9()
         before = bytes_out(cluster)
-        more = [Rec(0, b"%d" % i, b"%06d-" % i + b"v" * (VALUE_BYTES - 7), (), 0) for i in range(RECORDS, 2 * RECORDS)]
-        ck_produce(cluster.bootstrap_of(1, 2), TOPIC, more, {"acks": "1"})
-        wait_until(lambda: values.extend(r.value or b"" for rs in consumer.poll(1.0).values() for r in rs)
-                   or len(values) >= 2 * RECORDS, 90, "the consumer read on from the leader", cluster)
+        ck_produce(cluster.bootstrap_of(1, 2), TOPIC, records(RECORDS, 2 * RECORDS), {"acks": "1"})
+        read_until(cluster, consumer, values, 2 * RECORDS, "the consumer read on from the leader")
     assert [int(v[:6]) for v in values] == list(range(2 * RECORDS)), "not each record once, in order"
     after = {n: v - before[n] for n, v in bytes_out(cluster).items()}
     print(f"rack-c consumer after broker 3 was killed and {RECORDS} more records written: bytes sent {after}")
