@@ -95,7 +95,10 @@ def test_a_recreated_topic_gets_a_new_id_and_a_running_producer_follows_it(broke
     # what the producer had queued for the partitions that are gone fails at once (never written
     # anywhere, never retried until message.timeout.ms); everything after its metadata caught up
     # is delivered, and the new topic holds exactly what was delivered to it
-    assert {e for _, e in failed} <= {"_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"}, failed[:5]
+    # (_DESTROY: librdkafka drops the old topic's partition objects when it sees the new id, and
+    # fails what was in flight to them that way; seen once in about ten runs under load)
+    assert {e for _, e in failed} <= {"_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_DESTROY"}, \
+        failed[:5]
     assert flush_s < 5, flush_s
     last = sorted(after, key=int)[-200:]
     assert [int(v) for v in last] == list(range(int(last[0]), int(last[0]) + 200)), "a gap among the last 200 sent"
