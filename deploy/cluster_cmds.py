@@ -7,6 +7,7 @@ import argparse
 import json
 import random
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +147,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     verify.set_defaults(func=_runner(_verify_replicas))
 
 
-def _runner(coro: Any) -> Any:
+def admin_command(name: str | None, coro: Callable[[argparse.Namespace], Awaitable[int]],
+                  errors: tuple[type[BaseException], ...] = (), *,
+                  exit_code: int = 1) -> Callable[[argparse.Namespace], int]:
+    """The `func` of an admin subcommand: runs `coro(args)` under trio; the errors a user can
+    cause (an admin answer, an unreachable cluster, a bad value, a file, and `errors`) become
+    "dcmirror NAME: message" on stderr and `exit_code` (NAME None: the parsed command's name)."""
+    caught: tuple[type[BaseException], ...] = (AdminError, KafkaConnectionError, ValueError, OSError, *errors)
+
     def run(args: argparse.Namespace) -> int:
         try:
             return int(trio.run(coro, args))
-        except (AdminError, KafkaConnectionError, ReplicaReadError, ValueError, AssignmentError, OSError) as exc:
-            print(f"dcmirror {args.command}: {exc}", file=sys.stderr)
-            return 2
+        except caught as exc:
+            print(f"dcmirror {name or args.command}: {exc}", file=sys.stderr)
+            return exit_code
     return run
+
+
+def _runner(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    return admin_command(None, coro, (ReplicaReadError, AssignmentError), exit_code=2)
 
 
 async def _partitions_of(admin: Admin, topics: list[str] | None) -> dict[str, list[Any]]:

@@ -6,11 +6,9 @@ import argparse
 import datetime
 import sys
 
-import trio
-
 from cluster.client.admin import EARLIEST, LATEST, Admin, AdminError
-from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import error_name
+from deploy.cluster_cmds import admin_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,15 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     forget = actions.add_parser("delete-offsets", help="delete a group's committed offsets of some topics")
     forget.add_argument("group")
     forget.add_argument("--topic", action="append", required=True, help="TOPIC or TOPIC:P1,P2 (repeatable)")
-    groups.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        return int(trio.run(_run, args))
-    except (AdminError, KafkaConnectionError, ValueError) as exc:
-        print(f"dcmirror groups: {exc}", file=sys.stderr)
-        return 1
+    groups.set_defaults(func=admin_command("groups", _run))
 
 
 def _table(rows: list[list[str]]) -> str:

@@ -12,9 +12,6 @@ by `--entity-name NAME` or `--entity-default`. Describe without an entity lists 
 from __future__ import annotations
 
 import argparse
-import sys
-
-import trio
 
 from cluster.broker.quotas import (
     ENTITY_CLIENT_ID,
@@ -23,9 +20,7 @@ from cluster.broker.quotas import (
     MATCH_EXACT,
     MATCH_SPECIFIED,
 )
-from cluster.client.admin import AdminError
-from cluster.client.connection import KafkaConnectionError
-from deploy.cluster_cmds import add_target, admin_for
+from deploy.cluster_cmds import add_target, admin_command, admin_for
 
 _TYPES = {"users": ENTITY_USER, "clients": ENTITY_CLIENT_ID}
 
@@ -60,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             p.add_argument("--delete-config", default="", help="KEY[,KEY...]")
             p.add_argument("--validate-only", action="store_true", help="check with the broker, change nothing")
         add_target(p)
-    quotas.set_defaults(func=run, entity_names=None)
+    quotas.set_defaults(func=admin_command("quotas", _run), entity_names=None)
 
 
 def _entity(args: argparse.Namespace) -> dict[str, str | None]:
@@ -97,14 +92,6 @@ def _ops(args: argparse.Namespace) -> dict[str, float | None]:
 def _show(entity: tuple[tuple[str, str | None], ...]) -> str:
     kinds = {ENTITY_USER: "user", ENTITY_CLIENT_ID: "client-id"}
     return ", ".join(f"{kinds.get(t, t)} {'<default>' if n is None else repr(n)}" for t, n in entity)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        return int(trio.run(_run, args))
-    except (AdminError, KafkaConnectionError, ValueError, OSError) as exc:
-        print(f"dcmirror quotas: {exc}", file=sys.stderr)
-        return 1
 
 
 async def _run(args: argparse.Namespace) -> int:

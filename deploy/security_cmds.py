@@ -15,10 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from cluster.client.admin import Admin, AdminError
-from cluster.client.connection import KafkaConnectionError
+from cluster.client.admin import Admin
 from cluster.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -30,7 +27,7 @@ from cluster.security.acl import (
     ResourceType,
 )
 from cluster.security.scram import DEFAULT_ITERATIONS, MECHANISMS
-from deploy.cluster_cmds import add_target, admin_for
+from deploy.cluster_cmds import add_target, admin_command, admin_for
 
 
 def _common(p: argparse.ArgumentParser, cluster_flag: str = "--cluster") -> None:
@@ -53,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     rm.add_argument("name")
     rm.add_argument("--mechanism", action="append", choices=sorted(MECHANISMS))
     _common(rm)
-    users.set_defaults(func=run_users)
+    users.set_defaults(func=admin_command("users", _users))
 
     acls = sub.add_parser("acls", help="ACLs, in the shape of kafka-acls: add, list, remove")
     a = acls.add_subparsers(dest="action", required=True)
@@ -73,7 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--resource-pattern-type", default="literal",
                        choices=["literal", "prefixed", "any", "match"])
         _common(p, "--topology-cluster")
-    acls.set_defaults(func=run_acls)
+    acls.set_defaults(func=admin_command("acls", _acls, (InvalidAcl,)))
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -92,14 +89,6 @@ def _password(args: argparse.Namespace) -> bytes:
     if len(text) < 8:
         raise ValueError("a password needs at least 8 characters")
     return text.encode()
-
-
-def run_users(args: argparse.Namespace) -> int:
-    try:
-        return int(trio.run(_users, args))
-    except (AdminError, KafkaConnectionError, ValueError, OSError) as exc:
-        print(f"dcmirror users: {exc}", file=sys.stderr)
-        return 1
 
 
 async def _users(args: argparse.Namespace) -> int:
@@ -142,14 +131,6 @@ def _operations(args: argparse.Namespace) -> list[AclOperation]:
             raise ValueError(f"--operation {text!r} is not one of {', '.join(sorted(_OPERATIONS))}")
         ops.append(op)
     return ops
-
-
-def run_acls(args: argparse.Namespace) -> int:
-    try:
-        return int(trio.run(_acls, args))
-    except (AdminError, KafkaConnectionError, ValueError, OSError, InvalidAcl) as exc:
-        print(f"dcmirror acls: {exc}", file=sys.stderr)
-        return 1
 
 
 def _show(b: AclBinding) -> str:

@@ -12,19 +12,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import trio
 from kio.serial.errors import SerialError
 
-from cluster.client.admin import Admin, AdminError, write_txn_marker
-from cluster.client.connection import KafkaConnectionError
+from cluster.client.admin import Admin, write_txn_marker
 from cluster.client.errors import KafkaError
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import COORDINATOR_TRANSACTION
-from deploy.cluster_cmds import add_target, admin_for
+from deploy.cluster_cmds import add_target, admin_command, admin_for
 
 _RETRY_S = 0.3
 _ABORT_WAIT_S = 30.0
@@ -44,15 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     ab.add_argument("--partition", type=int)
     ab.add_argument("--start-offset", type=int)
     add_target(ab)
-    txns.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        return int(trio.run(_run, args))
-    except (AdminError, KafkaConnectionError, KafkaError, ValueError, OSError) as exc:
-        print(f"dcmirror transactions: {exc}", file=sys.stderr)
-        return 1
+    txns.set_defaults(func=admin_command("transactions", _run, (KafkaError,)))
 
 
 async def _run(args: argparse.Namespace) -> int:
