@@ -40,6 +40,7 @@ from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
 from cluster.broker.txn_handlers import TxnHandlers
 from cluster.common.clock import SYSTEM_CLOCK, Clock
+from cluster.groups.consumer_group import ConsumerGroupConfig
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
 from cluster.protocol.api_keys import ApiKey
@@ -109,7 +110,7 @@ class Broker:
                                        image=lambda: self.metadata.image, log_config=self.dynamic_config.log_config,
                                        isr_channel=self.controller)
         self.groups = GroupService(
-            GroupCoordinator(_group_config(config)), self.replicas, OffsetsTopicSettings(
+            GroupCoordinator(_group_config(config), _consumer_group_config(config)), self.replicas, OffsetsTopicSettings(
                 num_partitions=int(config["offsets.topic.num.partitions"]),
                 replication_factor=int(config["offsets.topic.replication.factor"]),
                 segment_bytes=int(config["offsets.topic.segment.bytes"])),
@@ -242,6 +243,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.DESCRIBE_GROUPS, 0, 4, groups.handle_describe_groups),
         Api(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups),
         Api(ApiKey.OFFSET_DELETE, 0, 0, groups.handle_offset_delete),
+        Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, groups.handle_consumer_group_heartbeat),  # flexible only
+        Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, groups.handle_consumer_group_describe),  # flexible only
         Api(ApiKey.API_VERSIONS, 0, 3, None),
         Api(ApiKey.CREATE_TOPICS, 2, 4, admin.handle_create_topics),
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),
@@ -319,6 +322,15 @@ def _log_task_settings(config: BrokerConfig) -> LogTaskSettings:
             dedupe_buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
             io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
         ),
+    )
+
+
+def _consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
+    return ConsumerGroupConfig(
+        session_timeout_ms=int(config["group.consumer.session.timeout.ms"]),
+        heartbeat_interval_ms=int(config["group.consumer.heartbeat.interval.ms"]),
+        assignors=tuple(a.strip() for a in str(config["group.consumer.assignors"]).split(",") if a.strip()),
+        max_size=int(config["group.consumer.max.size"]),
     )
 
 

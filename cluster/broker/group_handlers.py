@@ -1,5 +1,6 @@
 """The Kafka group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups.
+OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups, and
+KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Each handler turns its request into calls on the sans-IO group coordinator
 (cluster/groups/coordinator.py) through its trio shell (cluster/groups/service.py), which
@@ -8,12 +9,16 @@ persists what changed before the answer goes out.
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster.broker.context import RequestContext
+from cluster.controller.image import MetadataImage
 from cluster.controller.service import ControllerUnavailable
+from cluster.groups.assignors import TopicPartitions
+from cluster.groups.consumer_group import HeartbeatRequest
 from cluster.groups.service import GroupService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
@@ -23,7 +28,7 @@ from cluster.protocol.sentinels import (
 )
 from cluster.security.acl import AclOperation, ResourceType
 
-CLASSIC_GROUP_TYPE = "classic"  # ListGroups v5 group_type of JoinGroup/SyncGroup groups
+CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 member_type of a KIP-848 member
 
 # FindCoordinator for a transactional id: (error code, coordinator node or None, message).
 FindTxnCoordinator = Callable[[str, RequestContext], Awaitable[tuple[int, int | None, str]]]
@@ -242,18 +247,119 @@ class GroupHandlers:
             groups.append(described)
         return {"throttle_time": 0, "groups": groups}
 
+    # ---- KIP-848 -----------------------------------------------------------------------
+
+    @staticmethod
+    def _by_name(image: MetadataImage, tps: Any) -> TopicPartitions | None:
+        """A request's (topic id, partitions) as topic name → partitions; ids of topics that
+        are gone are left out."""
+        if tps is None:
+            return None
+        out: TopicPartitions = {}
+        for tp in tps:
+            topic = image.topics.get(str(tp.topic_id)) if tp.topic_id is not None else None
+            if topic is not None:
+                out.setdefault(topic.name, set()).update(int(p) for p in tp.partitions)
+        return out
+
+    @staticmethod
+    def _by_id(image: MetadataImage, tps: TopicPartitions, with_names: bool = False) -> list[dict[str, Any]]:
+        out = []
+        for name, partitions in sorted(tps.items()):
+            topic = image.topic(name)
+            if topic is not None and partitions:
+                entry: dict[str, Any] = {"topic_id": uuid.UUID(topic.topic_id), "partitions": sorted(partitions)}
+                if with_names:
+                    entry["topic_name"] = name
+                out.append(entry)
+        return out
+
+    async def handle_consumer_group_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat (KIP-848): join, stay, reconcile and leave in one call."""
+        def refused(code: int, message: str) -> dict[str, Any]:
+            return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": req.member_id,
+                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return refused(ErrorCode.group_authorization_failed, f"{ctx.principal} may not use group {req.group_id}")
+        if not self.service.owns(req.group_id):
+            return refused(ErrorCode.not_coordinator, "this broker does not coordinate the group")
+        names = req.subscribed_topic_names
+        if names is not None:
+            denied = sorted(n for n in names if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n))
+            if denied:
+                return refused(ErrorCode.topic_authorization_failed, f"Topics not authorized: {', '.join(denied)}")
+        image = self.service.image
+        topics = {t.name: (t.topic_id, len(t.partitions)) for t in image.topics.values()
+                  if not t.internal and ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)}
+        timeout = req.rebalance_timeout
+        answer = self.service.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+            instance_id=req.instance_id, rack_id=req.rack_id,
+            rebalance_timeout_ms=int(timeout.total_seconds() * 1000) if timeout is not None else -1,
+            subscribed_topic_names=None if names is None else tuple(names),
+            subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+            server_assignor=req.server_assignor, owned=self._by_name(image, req.topic_partitions),
+            client_id=ctx.client_id, client_host=ctx.client_host, member_id_from_client=version >= 1,
+        ), topics, self.service.clock.now_ms())
+        self.service.flush_records()
+        assignment = answer["assignment"]
+        return {"throttle_time": 0, "error_code": answer["error_code"], "error_message": answer["error_message"],
+                "member_id": answer["member_id"], "member_epoch": answer["member_epoch"],
+                "heartbeat_interval": answer.get("heartbeat_interval_ms", 0),
+                "assignment": None if assignment is None else {"topic_partitions": self._by_id(image, assignment)}}
+
+    async def handle_consumer_group_describe(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        groups = []
+        asked = bool(req.include_authorized_operations)
+        for group_id in req.group_ids:
+            def error(code: int, message: str) -> dict[str, Any]:
+                return {"error_code": code, "error_message": message, "group_id": group_id,  # noqa: B023
+                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                        "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append(error(ErrorCode.group_authorization_failed,
+                                    f"{ctx.principal} may not describe group {group_id}"))
+                continue
+            if not self.service.owns(group_id):
+                groups.append(error(ErrorCode.not_coordinator, "this broker does not coordinate the group"))
+                continue
+            cg = self.service.coordinator.consumer_group(group_id)
+            if cg is None:
+                exists = group_id in self.service.coordinator.groups
+                groups.append(error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+                                    if exists else f"Group {group_id} not found."))
+                continue
+            image = self.service.image
+            groups.append({
+                "error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                "group_state": cg.state_name(), "group_epoch": cg.group_epoch,
+                "assignment_epoch": cg.assignment_epoch,
+                "assignor_name": self.service.coordinator.consumer.assignor_of(cg),
+                "members": [{
+                    "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "assignment": {"topic_partitions": self._by_id(image, m.assigned, with_names=True)},
+                    "target_assignment": {"topic_partitions": self._by_id(image, cg.target.get(m.member_id, {}),
+                                                                          with_names=True)},
+                    "member_type": CONSUMER_MEMBER_TYPE,
+                } for m in cg.members.values()],
+                "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id, asked=asked),
+            })
+        return {"throttle_time": 0, "groups": groups}
+
     async def handle_list_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """ListGroups; v4 filters by state (KIP-518), v5 by type and answers each group's type
-        (KIP-848: every group here is "classic"). Filters are case-insensitive, as in Kafka."""
+        ("classic" or KIP-848's "consumer"). Filters are case-insensitive, as in Kafka."""
         cluster_ok = ctx.allowed_on_cluster(AclOperation.DESCRIBE)
         states = {s.lower() for s in getattr(req, "states_filter", ())}
         types = {t.lower() for t in getattr(req, "types_filter", ())}
-        if types and CLASSIC_GROUP_TYPE not in types:
-            return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": [
-            {"group_id": g, "protocol_type": ptype, "group_state": state, "group_type": CLASSIC_GROUP_TYPE}
-            for g, ptype, state in self.service.coordinator.list_groups()
-            if (not states or state.lower() in states)
+            {"group_id": g, "protocol_type": ptype, "group_state": state, "group_type": gtype}
+            for g, ptype, state, gtype in self.service.coordinator.list_groups()
+            if (not states or state.lower() in states) and (not types or gtype in types)
             and (cluster_ok or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g))
         ]}
 

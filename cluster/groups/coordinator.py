@@ -13,9 +13,26 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.groups.records import GroupRecord, group_metadata_record, offset_record
+from cluster.groups.consumer_group import (
+    JOIN_EPOCH,
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    ConsumerGroupState,
+    HeartbeatRequest,
+    validate,
+)
+from cluster.groups.records import (
+    GroupRecord,
+    consumer_group_record,
+    group_metadata_record,
+    offset_record,
+)
 from cluster.groups.state import CommittedOffset, Group, GroupState, Member, Pending
-from cluster.protocol.consumer_protocol import decode_subscription
+from cluster.protocol.consumer_protocol import (
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from cluster.protocol.errors import ErrorCode
 
 
@@ -40,8 +57,9 @@ def _err(code: int, **extra: Any) -> dict[str, Any]:
 class GroupCoordinator:
     """Every group this coordinator owns; call `take_records()` after each request or tick."""
 
-    def __init__(self, config: GroupConfig | None = None) -> None:
+    def __init__(self, config: GroupConfig | None = None, consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.config = config or GroupConfig()
+        self.consumer = ConsumerGroupCoordinator(consumer_config)
         self.groups: dict[str, Group] = {}
         self._records: list[GroupRecord] = []
         # TxnOffsetCommit: producer id → offsets that become committed with its COMMIT marker.
@@ -198,6 +216,12 @@ class GroupCoordinator:
             return fail(ErrorCode.unknown_member_id if member_id else ErrorCode.coordinator_not_available)
         if group.state is GroupState.DEAD:
             return fail(ErrorCode.coordinator_not_available)
+        if group.consumer is not None:
+            if group.consumer.members:
+                return fail(ErrorCode.group_id_not_found)  # Kafka: "Group X is not a classic group."
+            self._records.append(consumer_group_record(group_id, None))  # empty: it becomes classic
+            group.consumer = None
+            group.protocol_type = None
         if not group.supports(protocol_type, protocols):
             return fail(ErrorCode.inconsistent_group_protocol)
 
@@ -312,6 +336,8 @@ class GroupCoordinator:
                       group_instance_id: str | None) -> int:
         if group is None or group.state is GroupState.DEAD:
             return ErrorCode.unknown_member_id
+        if group.consumer is not None:  # commits of KIP-848 members carry their member epoch
+            return self.consumer.offset_commit_error(group.consumer, member_id, generation)
         if group_instance_id is not None:
             known = group.static_members.get(group_instance_id)
             if known is not None and known != member_id:
@@ -417,7 +443,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         simple = generation_id < 0 and not member_id
         if simple:
-            if group is not None and group.members:
+            if group is not None and group.has_members:
                 return dict.fromkeys(keys, ErrorCode.unknown_member_id)
             group = self._group(group_id, create=True, now_ms=now_ms)
             if group is None:
@@ -431,7 +457,8 @@ class GroupCoordinator:
             # commit a consumer makes before rejoining must succeed, or it re-reads its batch.
             if group.state is GroupState.COMPLETING_REBALANCE:
                 return dict.fromkeys(keys, ErrorCode.rebalance_in_progress)
-            group.members[member_id].last_heartbeat_ms = now_ms
+            if group.consumer is None:
+                group.members[member_id].last_heartbeat_ms = now_ms
         results: dict[tuple[str, int], int] = {}
         for topic, partition, offset, leader_epoch, metadata in offsets:
             meta = metadata or ""
@@ -514,7 +541,10 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return ErrorCode.group_id_not_found, {}
-        if group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.members:
+        if group.consumer is not None and group.consumer.members:
+            subscribed = {t for t, _ in partitions
+                          if any(m.subscribes_to(t) for m in group.consumer.members.values())}
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.members:
             subscribed = self.subscribed_topics(group)
         elif group.state is GroupState.EMPTY:
             subscribed = set()
@@ -542,6 +572,59 @@ class GroupCoordinator:
                 continue
         return topics
 
+    # ---- KIP-848 consumer groups -----------------------------------------------------
+
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: dict[str, tuple[str, int]],
+                                 now_ms: int) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat; `topics`: every topic a member may subscribe to →
+        (topic id, partition count)."""
+        refused = validate(req, self.consumer.config)
+        if refused is not None:
+            return refused
+        group = self.groups.get(req.group_id)
+        if group is None and req.member_epoch == JOIN_EPOCH:
+            group = self._group(req.group_id, create=True, now_ms=now_ms)
+            if group is None:
+                return {"error_code": ErrorCode.coordinator_not_available, "error_message": "too many groups",
+                        "member_id": req.member_id, "member_epoch": -1, "assignment": None}
+        if group is None or group.state is GroupState.DEAD:
+            return {"error_code": ErrorCode.unknown_member_id, "member_id": req.member_id, "member_epoch": -1,
+                    "error_message": f"Group {req.group_id} has no member {req.member_id}.", "assignment": None}
+        if group.consumer is None:
+            if group.members or group.pending_member_ids:
+                return {"error_code": ErrorCode.group_id_not_found, "member_id": req.member_id,
+                        "member_epoch": -1, "error_message": f"Group {req.group_id} is not a consumer group.",
+                        "assignment": None}
+            # An empty classic group (committed offsets only) becomes a consumer group.
+            if group.protocol_type is not None:
+                self._records.append(group_metadata_record(group, tombstone=True))
+            group.consumer = ConsumerGroupState()
+            group.protocol_type = CONSUMER_PROTOCOL_TYPE
+            group.protocol_name = None
+            group.leader_id = None
+        answer, changed = self.consumer.heartbeat(group.consumer, req, topics, now_ms)
+        if changed:
+            self._consumer_group_changed(group, now_ms)
+        return answer
+
+    def _consumer_group_changed(self, group: Group, now_ms: int) -> None:
+        assert group.consumer is not None
+        if not group.consumer.members:
+            group.state_timestamp_ms = now_ms  # offsets of an empty group expire from here
+        self._records.append(consumer_group_record(group.group_id, group.consumer))
+
+    def refresh_consumer_groups(self, topics: dict[str, tuple[str, int]], now_ms: int) -> None:
+        """Topics changed (created, deleted, partitions added): groups subscribed to them
+        get a new epoch now, not only at their next heartbeat."""
+        for group in self.groups.values():
+            if group.consumer is not None and group.consumer.members \
+                    and self.consumer.refresh_topics(group.consumer, topics):
+                self._consumer_group_changed(group, now_ms)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroupState | None:
+        group = self.groups.get(group_id)
+        return None if group is None or group.state is GroupState.DEAD else group.consumer
+
     # ---- admin -----------------------------------------------------------------------
 
     def describe(self, group_id: str) -> dict[str, Any]:
@@ -549,6 +632,18 @@ class GroupCoordinator:
         if group is None:
             return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": []}
+        if group.consumer is not None:
+            # A KIP-848 group in the classic shape, for tools that only know DescribeGroups.
+            cg = group.consumer
+            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": cg.state_name(),
+                    "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": self.consumer.assignor_of(cg),
+                    "members": [
+                        {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                         "client_host": m.client_host,
+                         "member_metadata": encode_subscription(
+                             sorted(t for t in cg.topics if m.subscribes_to(t)) or list(m.subscribed_topic_names)),
+                         "member_assignment": encode_assignment({t: sorted(ps) for t, ps in sorted(m.assigned.items())})}
+                        for m in cg.members.values()]}
         stable = group.state is GroupState.STABLE
         return {
             "error_code": ErrorCode.none,
@@ -565,16 +660,16 @@ class GroupCoordinator:
             ],
         }
 
-    def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every live group."""
-        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
-                if g.state is not GroupState.DEAD]
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of every live group."""
+        return [(g.group_id, g.protocol_type or "", g.consumer.state_name() if g.consumer is not None else g.state.value,
+                 g.group_type) for g in self.groups.values() if g.state is not GroupState.DEAD]
 
     def delete_group(self, group_id: str, now_ms: int) -> int:
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return ErrorCode.group_id_not_found
-        if group.state is not GroupState.EMPTY:
+        if group.state is not GroupState.EMPTY or group.has_members:
             return ErrorCode.non_empty_group
         self._delete(group, now_ms)
         return ErrorCode.none
@@ -585,6 +680,8 @@ class GroupCoordinator:
         group.offsets.clear()
         group.transition(GroupState.DEAD, now_ms)
         self._records.append(group_metadata_record(group, tombstone=True))
+        if group.consumer is not None:
+            self._records.append(consumer_group_record(group.group_id, None))
         del self.groups[group.group_id]
 
     # ---- time ------------------------------------------------------------------------
@@ -600,6 +697,10 @@ class GroupCoordinator:
             for m in g.members.values():
                 if m.join_waiter is None and m.sync_waiter is None:
                     deadlines.append(m.last_heartbeat_ms + m.session_timeout_ms)
+            if g.consumer is not None:
+                consumer_deadline = self.consumer.next_deadline_ms(g.consumer)
+                if consumer_deadline is not None:
+                    deadlines.append(consumer_deadline)
             expiry = self._offsets_expiry_ms(g)
             if expiry is not None:
                 deadlines.append(expiry)
@@ -607,7 +708,7 @@ class GroupCoordinator:
 
     def _offsets_expiry_ms(self, group: Group) -> int | None:
         """When the group's next offset expires (only empty groups' offsets expire)."""
-        if group.state is not GroupState.EMPTY or group.members or group.pending_member_ids:
+        if group.state is not GroupState.EMPTY or group.has_members:
             return None
         retention = self.config.offsets_retention_ms
         if group.protocol_type is None:
@@ -640,10 +741,12 @@ class GroupCoordinator:
                     self._remove_member(group, member_id)
                 self._prepare_rebalance(group, now_ms)
                 self._maybe_complete_join(group, now_ms)
+            if group.consumer is not None and self.consumer.expire(group.consumer, now_ms):
+                self._consumer_group_changed(group, now_ms)
             self._expire_offsets(group, now_ms)
 
     def _expire_offsets(self, group: Group, now_ms: int) -> None:
-        if group.state is not GroupState.EMPTY or group.members or group.pending_member_ids:
+        if group.state is not GroupState.EMPTY or group.has_members:
             return
         retention = self.config.offsets_retention_ms
         if group.protocol_type is None and not group.members:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from cluster.groups.consumer_group import ConsumerGroupState, from_doc, to_doc
 from cluster.groups.state import CommittedOffset, Group, GroupState, Member
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -81,6 +82,12 @@ def group_metadata_record(group: Group, *, tombstone: bool = False) -> GroupReco
     return GroupRecord(group.group_id, _key("group", group.group_id), value)
 
 
+def consumer_group_record(group_id: str, state: ConsumerGroupState | None) -> GroupRecord:
+    """A KIP-848 group's whole state (None: the group is no consumer group any more)."""
+    return GroupRecord(group_id, _key("consumer_group", group_id),
+                       None if state is None else orjson.dumps(to_doc(state)))
+
+
 def replay(records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> dict[str, Group]:
     """Groups rebuilt from (key, value) pairs in log order; the last value per key wins."""
     latest: dict[bytes, bytes | None] = {}
@@ -120,6 +127,9 @@ def replay(records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> dic
                 group.members[member.member_id] = member
                 if member.group_instance_id is not None:
                     group.static_members[member.group_instance_id] = member.member_id
+        elif k["type"] == "consumer_group":
+            group.consumer = from_doc(v, now_ms)
+            group.protocol_type = "consumer"
     for group in groups.values():
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
     return groups

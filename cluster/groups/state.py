@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from cluster.groups.consumer_group import ConsumerGroupState
+
 
 class GroupState(Enum):
     EMPTY = "Empty"
@@ -92,6 +94,19 @@ class Group:
     in_initial_delay: bool = False
     initial_delay_cap_ms: int = 0
     sync_deadline_ms: int | None = None
+    # A KIP-848 consumer group (consumer_group.py) when not None; the classic fields above
+    # are then unused, and the two kinds share `offsets`.
+    consumer: ConsumerGroupState | None = None
+
+    @property
+    def group_type(self) -> str:
+        """ListGroups v5's type: "consumer" (KIP-848) or "classic"."""
+        return "consumer" if self.consumer is not None else "classic"
+
+    @property
+    def has_members(self) -> bool:
+        return bool(self.members) or bool(self.pending_member_ids) or (
+            self.consumer is not None and bool(self.consumer.members))
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state

@@ -13,10 +13,17 @@ It subscribes to TOPIC in GROUP with auto commit off and prints, one line each, 
     CLOSED                    after SIGTERM: consumer.close() (LeaveGroup) has returned
 
 A SIGKILL leaves no LeaveGroup behind: the coordinator only notices at session timeout.
+
+With GROUP_PROTOCOL=consumer in the environment the member uses KIP-848's protocol
+(`group.protocol=consumer`; the session timeout is then the broker's
+group.consumer.session.timeout.ms). Its assignments are incremental, so ASSIGN then lists
+every partition owned after the change, REVOKE the partitions given up, and LOST the
+partitions lost without revoking (a fenced member).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -40,25 +47,49 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    consumer = Consumer({
+    kip848 = os.environ.get("GROUP_PROTOCOL") == "consumer"
+    conf: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "client.id": name,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": session_ms,
-        "heartbeat.interval.ms": 500,
         "fetch.wait.max.ms": 100,
         "socket.timeout.ms": 10000,
-    })
+    }
+    if kip848:
+        conf["group.protocol"] = "consumer"
+        if os.environ.get("GROUP_REMOTE_ASSIGNOR"):
+            conf["group.remote.assignor"] = os.environ["GROUP_REMOTE_ASSIGNOR"]
+    else:
+        conf.update({"session.timeout.ms": session_ms, "heartbeat.interval.ms": 500})
+    consumer = Consumer(conf)
+    owned: set[int] = set()
+
+    def listed(parts: object) -> str:
+        return ",".join(str(p) for p in sorted(parts))  # type: ignore[call-overload]
 
     def on_assign(c: object, parts: list[object]) -> None:
-        out(f"ASSIGN {time.time():.3f} " + ",".join(str(p.partition) for p in parts))  # type: ignore[attr-defined]
+        new = {p.partition for p in parts}  # type: ignore[attr-defined]
+        if kip848:
+            owned.update(new)
+            new = set(owned)
+        out(f"ASSIGN {time.time():.3f} " + listed(new))
 
     def on_revoke(c: object, parts: list[object]) -> None:
-        out(f"REVOKE {time.time():.3f} " + ",".join(str(p.partition) for p in parts))  # type: ignore[attr-defined]
+        gone = {p.partition for p in parts}  # type: ignore[attr-defined]
+        owned.difference_update(gone)
+        out(f"REVOKE {time.time():.3f} " + listed(gone))
 
-    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    def on_lost(c: object, parts: list[object]) -> None:
+        gone = {p.partition for p in parts}  # type: ignore[attr-defined]
+        owned.difference_update(gone)
+        out(f"LOST {time.time():.3f} " + listed(gone))
+
+    if kip848:
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    else:  # a lost assignment is reported as a revocation, as before
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
     out("READY")
     while not stop:
         msgs = consumer.consume(200, 0.2)
