@@ -613,14 +613,6 @@ class GroupCoordinator:
             group.state_timestamp_ms = now_ms  # offsets of an empty group expire from here
         self._records.append(consumer_group_record(group.group_id, group.consumer))
 
-    def refresh_consumer_groups(self, topics: dict[str, tuple[str, int]], now_ms: int) -> None:
-        """Topics changed (created, deleted, partitions added): groups subscribed to them
-        get a new epoch now, not only at their next heartbeat."""
-        for group in self.groups.values():
-            if group.consumer is not None and group.consumer.members \
-                    and self.consumer.refresh_topics(group.consumer, topics):
-                self._consumer_group_changed(group, now_ms)
-
     def consumer_group(self, group_id: str) -> ConsumerGroupState | None:
         group = self.groups.get(group_id)
         return None if group is None or group.state is GroupState.DEAD else group.consumer

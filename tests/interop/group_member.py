@@ -17,7 +17,7 @@ A SIGKILL leaves no LeaveGroup behind: the coordinator only notices at session t
 With GROUP_PROTOCOL=consumer in the environment the member uses KIP-848's protocol
 (`group.protocol=consumer`; the session timeout is then the broker's
 group.consumer.session.timeout.ms). Its assignments are incremental, so ASSIGN then lists
-every partition owned after the change, REVOKE the partitions given up, and LOST the
+every partition owned after each change (a REVOKE too), REVOKE the partitions given up, and LOST the
 partitions lost without revoking (a fenced member).
 """
 
@@ -80,6 +80,8 @@ def main(argv: list[str]) -> int:
         gone = {p.partition for p in parts}  # type: ignore[attr-defined]
         owned.difference_update(gone)
         out(f"REVOKE {time.time():.3f} " + listed(gone))
+        if kip848:
+            out(f"ASSIGN {time.time():.3f} " + listed(owned))
 
     def on_lost(c: object, parts: list[object]) -> None:
         gone = {p.partition for p in parts}  # type: ignore[attr-defined]

@@ -513,8 +513,8 @@ class MemberProc:
 
 
 def spawn_member(bootstrap: str, topic: str, group: str, name: str, stderr_path: Path,
-                 process_ms: int = 0) -> MemberProc:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+                 process_ms: int = 0, **env_extra: str) -> MemberProc:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **env_extra)
     args = [bootstrap, topic, group, name, str(SESSION_MS), str(process_ms)]
     with open(stderr_path, "ab") as err:
         proc = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), *args],
