@@ -26,7 +26,6 @@ import pytest
 from kio.serial import entity_reader, entity_writer
 
 from tests.cluster_helpers import log_tails
-from tests.harness import BrokerProcess
 from tests.interop.test_groups import (
     RawClient,
     ck_committed,
