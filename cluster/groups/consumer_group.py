@@ -20,12 +20,13 @@ the two share committed offsets. No sockets, clocks or sleeps here: `now_ms` com
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import re2
 
 from cluster.groups.assignors import ASSIGNORS, UNIFORM, TopicPartitions
 from cluster.protocol.errors import ErrorCode
@@ -101,15 +102,20 @@ class ConsumerGroupState:
         return {t for t in existing for m in self.members.values() if m.subscribes_to(t)}
 
 
-_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
+# Subscribed regexes are RE2, as Kafka's (RE2/J): linear time in the topic name whatever a
+# client sends, so no pattern can stall the coordinator (Python's `re` backtracks).
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_REGEX_CACHE: dict[str, Any] = {}
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> Any:
+    """The compiled pattern; raises re2.error when it is not a valid RE2 expression."""
     compiled = _REGEX_CACHE.get(pattern)
     if compiled is None:
         if len(_REGEX_CACHE) > 1_000:
             _REGEX_CACHE.clear()
-        compiled = _REGEX_CACHE[pattern] = re.compile(pattern)
+        compiled = _REGEX_CACHE[pattern] = re2.compile(pattern, _RE2_OPTIONS)
     return compiled
 
 
@@ -182,8 +188,9 @@ def validate(req: HeartbeatRequest, config: ConsumerGroupConfig) -> dict[str, An
                          f"SubscribedTopicRegex is longer than {MAX_REGEX_LENGTH} characters.")
         try:
             _regex(req.subscribed_topic_regex)
-        except re.error as exc:
-            return _fail(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex is invalid: {exc}")
+        except re2.error as exc:
+            reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            return _fail(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex is invalid: {reason}")
     return None
 
 

@@ -245,6 +245,30 @@ def test_regex_subscription() -> None:
     assert answer["assignment"] == {"orders-eu": {0, 1}, "orders-us": {0, 1}}
 
 
+def test_a_backtracking_regex_cannot_stall_the_coordinator() -> None:
+    """RE2, as Kafka: `(a+)+b` against a 240-character name is linear, where Python's `re`
+    would take longer than the universe's age; an empty regex is no regex (librdkafka sends
+    it with every subscription)."""
+    import time
+
+    coord = ConsumerGroupCoordinator()
+    group = ConsumerGroupState()
+    topics = {"a" * 240: ("1", 1), "ab": ("2", 1)}
+    started = time.monotonic()
+    answer, _ = coord.heartbeat(group, HeartbeatRequest("g", "A", 0, rebalance_timeout_ms=1,
+                                                        subscribed_topic_regex="(a+)+b", owned={}), topics, 0)
+    assert time.monotonic() - started < 1.0
+    assert answer["assignment"] == {"ab": {0}}
+    answer, _ = coord.heartbeat(group, HeartbeatRequest("g", "B", 0, rebalance_timeout_ms=1,
+                                                        subscribed_topic_names=("ab",), subscribed_topic_regex="",
+                                                        owned={}), topics, 0)
+    assert answer["error_code"] == ErrorCode.none and group.members["B"].subscribed_topic_regex is None
+    refused = validate(HeartbeatRequest("g", "C", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(a)\\1",
+                                        owned={}), ConsumerGroupConfig())
+    assert refused is not None and refused["error_code"] == ErrorCode.invalid_regular_expression
+    assert "invalid escape" in refused["error_message"]
+
+
 def test_group_state_survives_a_coordinator_move() -> None:
     """Persisted in __consumer_offsets and replayed: members keep ids, epochs, partitions."""
     coordinator = GroupCoordinator(consumer_config=ConsumerGroupConfig(session_timeout_ms=SESSION_MS))

@@ -822,7 +822,7 @@ def test_describe_list_delete() -> None:
         (m2, "c1", "/127.0.0.1", b"meta-range", assignment_for(m2)),
     ]
     commit(c, s.now, "", -1, {("t", 0): 3}, group="simple")
-    assert sorted(c.list_groups()) == [(G, "consumer", "Stable"), ("simple", "", "Empty")]
+    assert sorted(c.list_groups()) == [(G, "consumer", "Stable", "classic"), ("simple", "", "Empty", "classic")]
     assert c.delete_group(G, s.now) == NON_EMPTY_GROUP
 
     # While rebalancing, members are listed without metadata or assignment.
