@@ -47,9 +47,18 @@ from cluster.protocol.messages import (
 )
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
-# Answers a version the broker advertises but does not decode: (version, correlation id,
-# frame, body offset) → the response frame, or None (acks=0).
-RawHandler = Callable[[int, int, bytes | bytearray, int], bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Legacy:
+    """Versions kio does not decode, read as a newer version the handler knows: `decode`
+    (version, frame, body offset) → a value whose `.request` is the newer request (raises
+    ProtocolError when unreadable); `encode` (that value, correlation id, the handler's
+    answer) → the size-prefixed response frame in the client's version."""
+
+    as_version: int
+    decode: Callable[[int, bytes | bytearray, int], Any]
+    encode: Callable[[Any, int, dict[str, Any]], bytes]
 
 
 class CloseConnection(Exception):
@@ -62,10 +71,10 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler | None  # None: answered by the router itself (ApiVersions)
-    # Versions below `raw_below` are answered by `raw` without decoding (Produce v0-2:
-    # advertised, as librdkafka needs, and refused with UNSUPPORTED_VERSION).
-    raw_below: int = 0
-    raw: RawHandler | None = None
+    # Versions below `legacy_below` are read by `legacy` (Produce v0-2: message sets of
+    # magic 0/1 up-converted to v3).
+    legacy_below: int = 0
+    legacy: Legacy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,24 +197,34 @@ class RequestRouter:
         api = self.apis.get(api_key)
         if api is None or not api.min_version <= version <= api.max_version:
             raise CloseConnection(f"unsupported API {api_name(api_key)} v{version}")
-        if version < api.raw_below:
-            assert api.raw is not None
+        encode: Callable[[dict[str, Any]], bytes] | None = None
+        if version < api.legacy_below:
+            legacy = api.legacy
+            assert legacy is not None
             header = parse_request_header(frame, flexible=False)
-            return api.raw(version, correlation_id, frame, header.body_offset)
-        header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
-        request = decode_request(api_key, version, frame, header.body_offset)
+            read = legacy.decode(version, frame, header.body_offset)
+            request, version = read.request, legacy.as_version
+
+            def encode(answer: dict[str, Any]) -> bytes:
+                return legacy.encode(read, correlation_id, answer)
+        else:
+            header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
+            request = decode_request(api_key, version, frame, header.body_offset)
         if api_key in _BEFORE_LOGIN:
             return encode_response(api_key, version, correlation_id, self._sasl_request(api_key, version, request,
                                                                                        session))
         ctx = RequestContext(header.client_id or "", "/" + session.client_ip, session.principal, session.listener,
                              None if self.security is None else self.security.authorizer())
         assert api.handler is not None
+        if encode is None:
+            def encode(answer: dict[str, Any]) -> bytes:
+                return encode_response(api_key, version, correlation_id, answer)
         if self.quotas is not None and api_key not in _QUOTA_EXEMPT and self._quotas_enabled():
-            return await self._handle_with_quotas(api, version, correlation_id, request, ctx, len(frame))
+            return await self._handle_with_quotas(api, version, request, ctx, len(frame), encode)
         answer = await api.handler(version, request, ctx)
         if answer is None:
             return None
-        return encode_response(api_key, version, correlation_id, answer)
+        return encode(answer)
 
     def _quotas_enabled(self) -> bool:
         """Takes the image's quotas when they changed; True when any quota is set."""
@@ -221,8 +240,8 @@ class RequestRouter:
                 self._timer = None
         return any(m.enabled for m in self.quotas.managers())
 
-    async def _handle_with_quotas(self, api: Api, version: int, correlation_id: int, request: Any,
-                                  ctx: RequestContext, request_bytes: int) -> Answer:
+    async def _handle_with_quotas(self, api: Api, version: int, request: Any, ctx: RequestContext,
+                                  request_bytes: int, encode: Callable[[dict[str, Any]], bytes]) -> Answer:
         """A request under client quotas, as Kafka's KafkaApis: produce bytes are recorded
         after the append (the data stays; only the next requests wait), fetch bytes when the
         answer is built (a throttled fetch answers empty, its bytes taken back), handler time
@@ -236,7 +255,7 @@ class RequestRouter:
             api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version >= 4)
         if exempt:
             answer = await api.handler(version, request, ctx)
-            return Answer(None if answer is None else encode_response(api_key, version, correlation_id, answer))
+            return Answer(None if answer is None else encode(answer))
         if consumer_fetch:
             cap = quotas.fetch.max_value_in_window(user, client_id)
             if cap < request.max_bytes:
@@ -262,7 +281,7 @@ class RequestRouter:
         if consumer_fetch:
             assert answer is not None
             bandwidth = quotas.fetch
-            response = encode_response(api_key, version, correlation_id, answer)
+            response = encode(answer)
             fetched = len(response)
             bandwidth_ms = bandwidth.record(user, client_id, fetched, now_ms)
             if max(bandwidth_ms, request_ms) > 0:
@@ -278,7 +297,7 @@ class RequestRouter:
         if throttle_ms > 0 or response is None:
             if "throttle_time" in response_schema(api_key, version).__dataclass_fields__:
                 answer["throttle_time"] = throttle_ms
-            response = encode_response(api_key, version, correlation_id, answer)
+            response = encode(answer)
         return Answer(response, throttle_ms, client_throttles(api_key, version))
 
     def _admit_internal(self, session: Session) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from cluster.broker.admin_handlers import AdminHandlers
-from cluster.broker.apis import Api, RequestRouter
+from cluster.broker.apis import Api, Legacy, RequestRouter
 from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.config import BrokerConfig
 from cluster.broker.controller_channel import ControllerChannel
@@ -44,7 +44,7 @@ from cluster.groups.consumer_group import ConsumerGroupConfig
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
 from cluster.protocol.api_keys import ApiKey
-from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
 from cluster.replication.fetcher import FetcherSettings
 from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
 from cluster.security.connector import LinkSecurity
@@ -226,7 +226,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
-        Api(ApiKey.PRODUCE, 0, 8, replicas.handle_produce, raw_below=3, raw=refuse_legacy_produce),
+        Api(ApiKey.PRODUCE, 0, 8, replicas.handle_produce, legacy_below=3,
+            legacy=Legacy(3, decode_legacy_produce, encode_legacy_produce_response)),
         Api(ApiKey.FETCH, 4, 13, replicas.handle_fetch),
         Api(ApiKey.LIST_OFFSETS, 1, 5, replicas.handle_list_offsets),
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),

@@ -39,7 +39,7 @@ from kio.serial import entity_reader, entity_writer
 from cluster.broker.broker import SUPPORTED_APIS
 from cluster.protocol import messages
 from cluster.protocol.errors import ProtocolError
-from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.protocol.legacy import decode_legacy_produce
 from tests.fuzzing import mutate
 from tests.harness import BrokerProcess
 
@@ -294,8 +294,8 @@ def expected_outcome(body: bytes) -> str:
             return "close"
         if api == PRODUCE and version < 3:
             h = messages.parse_request_header(body, flexible=False)
-            resp = refuse_legacy_produce(version, 0, body, h.body_offset)
-            return "none" if resp is None else "response"
+            read = decode_legacy_produce(version, body, h.body_offset)
+            return "none" if read.acks == 0 else "response"
         h = messages.parse_request_header(body, flexible=messages.is_flexible_request(api, version))
         request = messages.decode_request(api, version, body, h.body_offset)
     except ProtocolError:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import gzip
 import io
 import struct
 import tempfile
 import tracemalloc
 import typing
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ from cluster.protocol.api_keys import ApiKey, api_name
 from cluster.protocol.errors import FrameTooLarge, ProtocolError
 from cluster.protocol.framing import FrameDecoder, encode_frame
 from cluster.protocol.internal import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
-from cluster.protocol.legacy import refuse_legacy_produce
+from cluster.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
 from cluster.protocol.record_batch import (
     InvalidRecordBatch,
     UnsupportedMagic,
@@ -69,10 +71,11 @@ FAST = settings(FUZZ, max_examples=200)
 I32 = struct.Struct(">i")
 INT32_MAX = 2**31 - 1
 UNSUPPORTED_VERSION = 35
+CORRUPT_MESSAGE = 2
 API_VERSIONS = 18
 
 # Every (api, version) the broker advertises. Produce v0-2 has no kio schema: it is parsed
-# by legacy.refuse_legacy_produce and fuzzed separately below.
+# and up-converted by protocol/legacy.py and fuzzed separately below.
 ADVERTISED = [(k, v) for k, (lo, hi) in sorted(SUPPORTED_APIS.items()) for v in range(lo, hi + 1)]
 LEGACY_PRODUCE = [(0, v) for v in range(0, 3) if (0, v) in ADVERTISED]
 KIO_PAIRS = [p for p in ADVERTISED if p not in LEGACY_PRODUCE]
@@ -576,22 +579,74 @@ def legacy_produce_body(acks: int, topics: list[tuple[bytes, list[tuple[int, byt
     return out
 
 
+def legacy_message(magic: int, key: bytes | None, value: bytes | None, codec: int = 0, timestamp: int = 0) -> bytes:
+    """One magic 0/1 message with its offset and size, written from the protocol guide."""
+    def field(b: bytes | None) -> bytes:
+        return I32.pack(-1) if b is None else I32.pack(len(b)) + b
+
+    body = struct.pack(">bb", magic, codec) + (struct.pack(">q", timestamp) if magic == 1 else b"")
+    body += field(key) + field(value)
+    msg = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(msg)) + msg
+
+
+@st.composite
+def legacy_message_sets(draw: Any) -> bytes:
+    """A readable message set (plain or gzip-wrapped), or random bytes (almost never one)."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=20))
+    magic = draw(st.sampled_from([0, 1]))
+    records = draw(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=5)),
+                                      st.one_of(st.none(), st.binary(max_size=5))), min_size=1, max_size=3))
+    inner = b"".join(legacy_message(magic, k, v) for k, v in records)
+    if draw(st.booleans()):
+        return inner
+    return legacy_message(magic, None, gzip.compress(inner), codec=1)
+
+
 legacy_topics = st.lists(
-    st.tuples(st.binary(max_size=6), st.lists(st.tuples(st.integers(-1, 5), st.binary(max_size=20)), max_size=3)),
-    max_size=3,
+    st.tuples(st.binary(max_size=6), st.lists(st.tuples(st.integers(-1, 5), legacy_message_sets()), max_size=3,
+                                              unique_by=lambda part: part[0])),
+    max_size=3, unique_by=lambda topic: topic[0],
 )
+
+
+def _readable(message_set: bytes) -> bool:
+    """Whether the set is one `legacy_message_sets` built (the oracle, not the reader)."""
+    pos = 0
+    while pos < len(message_set):
+        if len(message_set) - pos < 12:
+            return False
+        (size,) = I32.unpack_from(message_set, pos + 8)
+        body = message_set[pos + 16 : pos + 12 + size]
+        if size < 14 or pos + 12 + size > len(message_set) or \
+                zlib.crc32(body) != struct.unpack_from(">I", message_set, pos + 12)[0] or body[0] not in (0, 1):
+            return False
+        pos += 12 + size
+    return pos > 0
 
 
 @FUZZ
 @given(version=st.sampled_from([v for _, v in LEGACY_PRODUCE]), acks=st.sampled_from([-1, 0, 1]),
        topics=legacy_topics, corr=st.integers(0, INT32_MAX))
-def test_legacy_produce_is_refused_exactly(version: int, acks: int, topics: list[Any], corr: int) -> None:
+def test_legacy_produce_answers_every_partition(version: int, acks: int, topics: list[Any], corr: int) -> None:
+    """Readable message sets become v3 partitions; unreadable ones are answered
+    CORRUPT_MESSAGE; the answer names every partition, in order, in the client's version."""
     frame = request_header(0, version, corr) + legacy_produce_body(acks, topics)
-    resp = refuse_legacy_produce(version, corr, frame, 14)
-    if acks == 0:
-        assert resp is None
-        return
-    assert resp is not None
+    read = decode_legacy_produce(version, frame, 14)
+    assert read.acks == acks and read.request.acks == acks
+    converted = {(t.name, p.index) for t in read.request.topic_data for p in t.partition_data}
+    for name, parts in topics:
+        for index, message_set in parts:
+            key = (name.decode("utf-8", errors="replace"), index)
+            if _readable(message_set):
+                assert key in converted, (key, message_set)
+            else:
+                assert read.refused.get(key) == CORRUPT_MESSAGE, (key, message_set)
+    answer = {"responses": [{"name": t.name, "partition_responses": [
+        {"index": p.index, "error_code": 0, "base_offset": 7, "log_append_time": 9} for p in t.partition_data]}
+        for t in read.request.topic_data], "throttle_time": 3}
+    resp = encode_legacy_produce_response(read, corr, answer)
     assert struct.unpack_from(">ii", resp) == (len(resp) - 4, corr)
     pos = 8
     (n_topics,) = I32.unpack_from(resp, pos)
@@ -603,10 +658,14 @@ def test_legacy_produce_is_refused_exactly(version: int, acks: int, topics: list
         pos += 2 + n
         assert I32.unpack_from(resp, pos)[0] == len(parts)
         pos += 4
-        for index, _ in parts:
-            assert struct.unpack_from(">ihq", resp, pos) == (index, UNSUPPORTED_VERSION, -1)
-            pos += 14 + (8 if version >= 2 else 0)
-    assert len(resp) - pos == (4 if version >= 1 else 0)
+        for index, message_set in parts:
+            ok = _readable(message_set)
+            assert struct.unpack_from(">ihq", resp, pos) == (index, 0 if ok else CORRUPT_MESSAGE, 7 if ok else -1)
+            pos += 14
+            if version >= 2:
+                assert struct.unpack_from(">q", resp, pos)[0] == (9 if ok else -1)
+                pos += 8
+    assert resp[pos:] == (I32.pack(3) if version >= 1 else b"")
 
 
 @FAST
@@ -615,10 +674,11 @@ def test_legacy_produce_is_refused_exactly(version: int, acks: int, topics: list
 def test_legacy_produce_garbage_raises_only_protocol_error(version: int, body: bytes) -> None:
     frame = request_header(0, version, 5) + body
     try:
-        resp = refuse_legacy_produce(version, 5, frame, 14)
+        read = decode_legacy_produce(version, frame, 14)
     except ProtocolError:
         return
-    assert resp is None or struct.unpack_from(">ii", resp) == (len(resp) - 4, 5)
+    resp = encode_legacy_produce_response(read, 5, {"responses": [], "throttle_time": 0})
+    assert struct.unpack_from(">ii", resp) == (len(resp) - 4, 5)
 
 
 # ---- BrokerServer.dispatch ---------------------------------------------------------------
