@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from cluster.broker.context import RequestContext
@@ -41,6 +41,37 @@ def offset_commit_answer(req: Any, results: dict[tuple[str, int], int]) -> dict[
             {"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
             for p in t.partitions]}
         for t in req.topics]}
+
+
+class _SubscribableTopics(Mapping[str, tuple[str, int]]):
+    """Topic name → (topic id, partition count) of the topics a member may subscribe to
+    (not internal, DESCRIBE allowed), looked up in the image on demand: a heartbeat costs
+    its subscription's size, not the cluster's topic count (only a regex walks them all)."""
+
+    def __init__(self, image: MetadataImage, ctx: RequestContext) -> None:
+        self._image = image
+        self._ctx = ctx
+
+    def _visible(self, name: str) -> tuple[str, int] | None:
+        topic = self._image.topic(name)
+        if topic is None or topic.internal or not self._ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            return None
+        return topic.topic_id, len(topic.partitions)
+
+    def __getitem__(self, name: str) -> tuple[str, int]:
+        found = self._visible(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._visible(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in list(self._image.topics_by_name) if name in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class GroupHandlers:
@@ -290,8 +321,7 @@ class GroupHandlers:
             if denied:
                 return refused(ErrorCode.topic_authorization_failed, f"Topics not authorized: {', '.join(denied)}")
         image = self.service.image
-        topics = {t.name: (t.topic_id, len(t.partitions)) for t in image.topics.values()
-                  if not t.internal and ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)}
+        topics = _SubscribableTopics(image, ctx)
         timeout = req.rebalance_timeout
         answer = self.service.coordinator.consumer_group_heartbeat(HeartbeatRequest(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,

@@ -99,7 +99,13 @@ class ConsumerGroupState:
         return "Stable"
 
     def subscribed_topics(self, existing: Mapping[str, Any]) -> set[str]:
-        return {t for t in existing for m in self.members.values() if m.subscribes_to(t)}
+        """The existing topics some member subscribes to: names looked up, and only a
+        regex walks every topic name (once per distinct regex)."""
+        names = {t for m in self.members.values() for t in m.subscribed_topic_names if t in existing}
+        for pattern in {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}:
+            compiled = _regex(pattern)
+            names.update(t for t in existing if compiled.fullmatch(t) is not None)
+        return names
 
 
 # Subscribed regexes are RE2, as Kafka's (RE2/J): linear time in the topic name whatever a

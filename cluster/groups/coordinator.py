@@ -10,6 +10,7 @@ leaves as `GroupRecord`s (see records.py) which the driver appends to
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -574,7 +575,7 @@ class GroupCoordinator:
 
     # ---- KIP-848 consumer groups -----------------------------------------------------
 
-    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: dict[str, tuple[str, int]],
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, tuple[str, int]],
                                  now_ms: int) -> dict[str, Any]:
         """ConsumerGroupHeartbeat; `topics`: every topic a member may subscribe to →
         (topic id, partition count)."""

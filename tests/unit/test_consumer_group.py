@@ -269,6 +269,31 @@ def test_a_backtracking_regex_cannot_stall_the_coordinator() -> None:
     assert "invalid escape" in refused["error_message"]
 
 
+class _Unlistable(dict):  # type: ignore[type-arg]
+    """Topics that may be looked up but not walked: a heartbeat by names must not list the
+    cluster's topics (10,000 topics x every member's heartbeat)."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("a heartbeat walked every topic")
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("a heartbeat walked every topic")
+
+    def items(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("a heartbeat walked every topic")
+
+
+def test_heartbeats_by_name_look_topics_up_without_walking_them() -> None:
+    coord = ConsumerGroupCoordinator()
+    group = ConsumerGroupState()
+    topics = _Unlistable({f"t{i}": (str(i), 2) for i in range(1000)})
+    a, b = Member("A", ("t7", "t9")), Member("B", ("t9",))
+    for m in (a, b, a, b, a, b):
+        beat(coord, group, m, topics=topics)
+    assert sorted((t, p) for m in (a, b) for t, ps in m.owned.items() for p in ps) == [
+        ("t7", 0), ("t7", 1), ("t9", 0), ("t9", 1)]
+
+
 def test_group_state_survives_a_coordinator_move() -> None:
     """Persisted in __consumer_offsets and replayed: members keep ids, epochs, partitions."""
     coordinator = GroupCoordinator(consumer_config=ConsumerGroupConfig(session_timeout_ms=SESSION_MS))
