@@ -15,7 +15,6 @@ import io
 import random
 import signal
 import struct
-import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
@@ -38,6 +37,7 @@ from tests.interop.test_groups import (
     raw_describe,
     raw_join,
     spawn_member,
+    stop_members,
     wait_until,
 )
 
@@ -345,19 +345,7 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
         raise
     finally:
         stop.set()
-        for m in members:
-            if m.proc.poll() is None:
-                m.proc.send_signal(signal.SIGTERM)
-        for m in members:
-            try:
-                m.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait()
-            if m.reader is not None:
-                m.reader.join(timeout=10)
-            (tmp_path / f"{m.name}.out").write_text("".join(f"{t:.3f} {line}\n" for t, line in m.lines))
-        print(f"member logs in {tmp_path}")
+        stop_members(members, tmp_path)
 
     logs = {m.name: parse_member(m.snapshot()) for m in members}
     counts = Counter(po for log in logs.values() for po in log.consumed)

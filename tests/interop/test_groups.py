@@ -524,6 +524,24 @@ def spawn_member(bootstrap: str, topic: str, group: str, name: str, stderr_path:
     return m
 
 
+def stop_members(members: list[MemberProc], logs_dir: Path) -> None:
+    """SIGTERM the live members (close: they leave the group), kill any that hang, and keep
+    each one's output in `logs_dir`."""
+    for m in members:
+        if m.proc.poll() is None:
+            m.proc.send_signal(signal.SIGTERM)
+    for m in members:
+        try:
+            m.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            m.proc.kill()
+            m.proc.wait()
+        if m.reader is not None:
+            m.reader.join(timeout=10)
+        (logs_dir / f"{m.name}.out").write_text("".join(f"{t:.3f} {line}\n" for t, line in m.lines))
+    print(f"member logs in {logs_dir}")
+
+
 @dataclass
 class MemberLog:
     consumed: list[tuple[int, int]]  # every consumption, in order
@@ -639,19 +657,7 @@ def test_member_killed_partitions_move_to_survivors(gbroker: BrokerProcess, tmp_
         time.sleep(1.0)
     finally:
         produce_stop.set()
-        for m in members:
-            if m.proc.poll() is None:
-                m.proc.send_signal(signal.SIGTERM)
-        for m in members:
-            try:
-                m.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait()
-            if m.reader is not None:
-                m.reader.join(timeout=10)
-            (tmp_path / f"{m.name}.out").write_text("".join(f"{t:.3f} {line}\n" for t, line in m.lines))
-        print(f"member logs in {tmp_path}")
+        stop_members(members, tmp_path)
 
     for m in survivors:
         assert m.proc.returncode == 0 and m.snapshot()[-1] == "CLOSED", (m.name, m.snapshot()[-5:])
