@@ -13,7 +13,7 @@ records get -1 (no timestamp), as Kafka's up-conversion gives them. Batches are 
 uncompressed, one per partition, without a producer id (v0-2 producers have none).
 
 Every bound is checked before anything is allocated: the frame's own size bounds the
-counts, and a compressed set inflates to at most `max_inflated_bytes`.
+counts, and the compressed wrappers of one set inflate to `max_inflated_bytes` together.
 """
 
 from __future__ import annotations
@@ -123,8 +123,11 @@ def _fix_magic0_lz4(data: bytes) -> bytes:
 
 def read_message_set(data: bytes, *, max_inflated_bytes: int = MAX_INFLATED_BYTES,
                      _wrapped: bool = False) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-    """(timestamp, key, value) of every message, compressed wrappers opened."""
+    """(timestamp, key, value) of every message, compressed wrappers opened. All the
+    wrappers of one set together inflate to at most `max_inflated_bytes` (a frame of many
+    small compressed wrappers must not multiply the bound)."""
     pos = 0
+    inflated_left = max_inflated_bytes
     if not data and not _wrapped:
         raise CorruptMessageSet("empty message set")
     while pos < len(data):
@@ -161,9 +164,10 @@ def read_message_set(data: bytes, *, max_inflated_bytes: int = MAX_INFLATED_BYTE
         if codec == 3 and magic == 0:
             value = _fix_magic0_lz4(value)
         try:
-            inner = decompress(codec, value, max_size_bytes=max_inflated_bytes)
+            inner = decompress(codec, value, max_size_bytes=inflated_left)
         except InvalidRecordBatch as exc:
             raise CorruptMessageSet(str(exc)) from None
+        inflated_left -= len(inner)
         for ts, k, v in read_message_set(inner, max_inflated_bytes=max_inflated_bytes, _wrapped=True):
             # LogAppendTime on the wrapper: the broker's time replaces the inner ones anyway.
             yield (timestamp if magic == 1 and attributes & _LOG_APPEND_TIME else ts), k, v

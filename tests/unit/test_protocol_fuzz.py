@@ -49,7 +49,12 @@ from cluster.protocol.api_keys import ApiKey, api_name
 from cluster.protocol.errors import FrameTooLarge, ProtocolError
 from cluster.protocol.framing import FrameDecoder, encode_frame
 from cluster.protocol.internal import CONTROLLER_API_KEY, INTERNAL_API_KEYS, internal_frame
-from cluster.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
+from cluster.protocol.legacy import (
+    CorruptMessageSet,
+    decode_legacy_produce,
+    encode_legacy_produce_response,
+    read_message_set,
+)
 from cluster.protocol.record_batch import (
     InvalidRecordBatch,
     UnsupportedMagic,
@@ -666,6 +671,15 @@ def test_legacy_produce_answers_every_partition(version: int, acks: int, topics:
                 assert struct.unpack_from(">q", resp, pos)[0] == (9 if ok else -1)
                 pos += 8
     assert resp[pos:] == (I32.pack(3) if version >= 1 else b"")
+
+
+def test_legacy_wrappers_share_one_inflation_bound() -> None:
+    """Three gzip wrappers of 40 KiB each: under a 100 KiB bound each, over it together."""
+    inner = b"".join(legacy_message(1, None, b"x" * 1000) for _ in range(40))
+    wrapper = legacy_message(1, None, gzip.compress(inner), codec=1)
+    assert len(list(read_message_set(wrapper * 2, max_inflated_bytes=100 << 10))) == 80
+    with pytest.raises(CorruptMessageSet, match="inflate"):
+        list(read_message_set(wrapper * 3, max_inflated_bytes=100 << 10))
 
 
 @FAST
