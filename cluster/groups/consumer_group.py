@@ -364,7 +364,9 @@ class ConsumerGroupCoordinator:
         return max(sorted(votes), key=lambda name: votes[name])
 
     def _maybe_assign(self, group: ConsumerGroupState) -> bool:
-        if group.group_epoch <= group.assignment_epoch and set(group.target) == set(group.members):
+        # Every change of members bumps the group epoch, so an assignment of the current
+        # epoch covers exactly the members there are.
+        if group.group_epoch <= group.assignment_epoch:
             return False
         counts = {t: n for t, (_, n) in group.topics.items()}
         subscriptions = {mid: frozenset(t for t in counts if m.subscribes_to(t)) for mid, m in group.members.items()}
