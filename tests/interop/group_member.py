@@ -17,7 +17,7 @@ A SIGKILL leaves no LeaveGroup behind: the coordinator only notices at session t
 With GROUP_PROTOCOL=consumer in the environment the member uses KIP-848's protocol
 (`group.protocol=consumer`; the session timeout is then the broker's
 group.consumer.session.timeout.ms). Its assignments are incremental, so ASSIGN then lists
-every partition owned after each change (a REVOKE too), REVOKE the partitions given up, and LOST the
+every partition owned after each change (a REVOKE or LOST too), REVOKE the partitions given up, and LOST the
 partitions lost without revoking (a fenced member).
 """
 
@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 
 def main(argv: list[str]) -> int:
@@ -76,17 +77,17 @@ def main(argv: list[str]) -> int:
             new = set(owned)
         out(f"ASSIGN {time.time():.3f} " + listed(new))
 
-    def on_revoke(c: object, parts: list[object]) -> None:
-        gone = {p.partition for p in parts}  # type: ignore[attr-defined]
-        owned.difference_update(gone)
-        out(f"REVOKE {time.time():.3f} " + listed(gone))
-        if kip848:
-            out(f"ASSIGN {time.time():.3f} " + listed(owned))
+    def released(kind: str) -> Callable[[object, list[object]], None]:
+        """REVOKE (given up) or LOST (taken without a revocation: a fenced member)."""
+        def callback(c: object, parts: list[object]) -> None:
+            gone = {p.partition for p in parts}  # type: ignore[attr-defined]
+            owned.difference_update(gone)
+            out(f"{kind} {time.time():.3f} " + listed(gone))
+            if kip848:
+                out(f"ASSIGN {time.time():.3f} " + listed(owned))
+        return callback
 
-    def on_lost(c: object, parts: list[object]) -> None:
-        gone = {p.partition for p in parts}  # type: ignore[attr-defined]
-        owned.difference_update(gone)
-        out(f"LOST {time.time():.3f} " + listed(gone))
+    on_revoke, on_lost = released("REVOKE"), released("LOST")
 
     if kip848:
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)

@@ -15,7 +15,6 @@ import io
 import random
 import signal
 import struct
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -26,9 +25,9 @@ from kio.serial import entity_reader, entity_writer
 
 from tests.cluster_helpers import log_tails
 from tests.interop.test_groups import (
+    LiveProducer,
     RawClient,
     ck_committed,
-    ck_producer,
     create_topic,
     end_offsets,
     final_assignment_ok,
@@ -265,25 +264,7 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
 
     admin.create_topics([NewTopic(topic, 6, 3)])[topic].result(30)
     delivered = produce(cluster.bootstrap, topic, 600, 6, "pre")
-    stop = threading.Event()
-    errors: list[str] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            delivered[(msg.partition(), msg.offset())] = msg.value()
-
-    def keep_producing() -> None:
-        producer = ck_producer(cluster.bootstrap)
-        i = 0
-        while not stop.is_set():
-            producer.produce(topic, value=f"live-{i}".encode(), partition=i % 6, on_delivery=report)
-            producer.poll(0)
-            i += 1
-            time.sleep(0.01)
-        if producer.flush(60):
-            errors.append("flush timed out")
+    producing = LiveProducer(cluster.bootstrap, topic, 6, delivered)
 
     def describe() -> Any:
         """A new Admin client each time: librdkafka's keeps the coordinator it found first and
@@ -301,7 +282,6 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
 
     members = [spawn_member(cluster.bootstrap, topic, group, f"m{i}", tmp_path / f"m{i}.stderr", process_ms=200,
                             **CONSUMER_ENV) for i in range(3)]
-    producing = threading.Thread(target=keep_producing, daemon=True)
     victim_index = rng.randrange(3)
     victim = members[victim_index]
     survivors = [m for m in members if m is not victim]
@@ -329,9 +309,8 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
                    "survivors committing at the new coordinator")
         cluster[coordinator].start()
         time.sleep(2.0)
-        stop.set()
-        producing.join(timeout=90)
-        assert not producing.is_alive() and not errors, errors[:5]
+        errors = producing.stop()
+        assert not errors, errors[:5]
         in_log = log_contents(cluster.bootstrap, topic, 6)
         assert set(delivered) <= in_log, "an acknowledged record is not in the log"
         ends = end_offsets(dict.fromkeys(in_log, b""), 6)
@@ -344,7 +323,7 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
         print(log_tails(cluster))
         raise
     finally:
-        stop.set()
+        producing.stop()
         stop_members(members, tmp_path)
 
     logs = {m.name: parse_member(m.snapshot()) for m in members}

@@ -524,6 +524,49 @@ def spawn_member(bootstrap: str, topic: str, group: str, name: str, stderr_path:
     return m
 
 
+class LiveProducer:
+    """A librdkafka producer thread writing `live-<i>` round robin over the partitions
+    every 10 ms from start() to stop(); what it delivered goes into `delivered`."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int,
+                 delivered: dict[tuple[int, int], bytes]) -> None:
+        self.bootstrap, self.topic, self.partitions, self.delivered = bootstrap, topic, partitions, delivered
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.delivered[(msg.partition(), msg.offset())] = msg.value()
+
+    def _run(self) -> None:
+        producer = ck_producer(self.bootstrap)
+        i = 0
+        while not self._stop.is_set():
+            producer.produce(self.topic, value=f"live-{i}".encode(), partition=i % self.partitions,
+                             on_delivery=self._report)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.01)
+        if producer.flush(60):
+            self.errors.append("flush timed out")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> list[str]:
+        """Stop and flush (60 s); the delivery errors, a thread still running among them.
+        Idempotent, and raises nothing (it also runs in `finally`)."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=90)
+            if self._thread.is_alive() and "the producer thread did not finish" not in self.errors:
+                self.errors.append("the producer thread did not finish")
+        return self.errors
+
+
 def stop_members(members: list[MemberProc], logs_dir: Path) -> None:
     """SIGTERM the live members (close: they leave the group), kill any that hang, and keep
     each one's output in `logs_dir`."""
@@ -592,31 +635,12 @@ def test_member_killed_partitions_move_to_survivors(gbroker: BrokerProcess, tmp_
     create_topic(bootstrap, topic, 6)
     delivered = produce(bootstrap, topic, 600, 6, "pre")
 
-    produce_stop = threading.Event()
-    produce_errors: list[str] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            produce_errors.append(str(err))
-        else:
-            delivered[(msg.partition(), msg.offset())] = msg.value()
-
-    def keep_producing() -> None:
-        producer = ck_producer(bootstrap)
-        i = 0
-        while not produce_stop.is_set():
-            producer.produce(topic, value=f"live-{i}".encode(), partition=i % 6, on_delivery=report)
-            producer.poll(0)
-            i += 1
-            time.sleep(0.01)
-        if producer.flush(30):
-            produce_errors.append("flush timed out")
+    producing = LiveProducer(bootstrap, topic, 6, delivered)
 
     # Each batch takes 300 ms to "process" before its commit, so the kill usually lands
     # inside an uncommitted window.
     members = [spawn_member(bootstrap, topic, group, f"member-{i}", tmp_path / f"member-{i}.stderr",
                             process_ms=300) for i in range(3)]
-    producing = threading.Thread(target=keep_producing, daemon=True)
     try:
         wait_until(lambda: final_assignment_ok([m.latest_assignment() for m in members], 6, 2), 60,
                    "3 members with 2 partitions each")
@@ -640,9 +664,7 @@ def test_member_killed_partitions_move_to_survivors(gbroker: BrokerProcess, tmp_
                              if line.startswith("ASSIGN ") and t > killed_at)
         assert first_takeover - killed_at >= SESSION_MS / 1000 - 1.5, first_takeover - killed_at
         time.sleep(2.0)
-        produce_stop.set()
-        producing.join(timeout=60)
-        assert not producing.is_alive()
+        produce_errors = producing.stop()
         assert not produce_errors, produce_errors[:5]
         ends = end_offsets(delivered, 6)
 
@@ -656,7 +678,7 @@ def test_member_killed_partitions_move_to_survivors(gbroker: BrokerProcess, tmp_
                    30, "survivors committed up to the end")
         time.sleep(1.0)
     finally:
-        produce_stop.set()
+        producing.stop()
         stop_members(members, tmp_path)
 
     for m in survivors:
