@@ -188,7 +188,7 @@ class LegacyProduce:
     acks: int
     request: Any  # kio ProduceRequest v3
     order: list[tuple[bytes, str, list[int]]]  # topics (as sent, as read) and partitions, for the answer
-    refused: dict[tuple[str, int], int] = field(default_factory=dict)
+    refused: dict[tuple[bytes, int], int] = field(default_factory=dict)  # by the name as sent
 
 
 def decode_legacy_produce(version: int, frame: bytes | bytearray, body_offset: int) -> LegacyProduce:
@@ -198,25 +198,32 @@ def decode_legacy_produce(version: int, frame: bytes | bytearray, body_offset: i
     acks = cur.i16()
     timeout_ms = cur.i32()
     order: list[tuple[bytes, str, list[int]]] = []
-    refused: dict[tuple[str, int], int] = {}
+    refused: dict[tuple[bytes, int], int] = {}
     topics = []
     for _ in range(cur.count(6)):
         raw_name = cur.take(cur.i16())
-        name = raw_name.decode("utf-8", errors="replace")
+        try:
+            name: str | None = raw_name.decode("utf-8")
+        except UnicodeDecodeError:
+            # No topic has such a name; decoding with replacement could make two names one.
+            name = None
         indexes: list[int] = []
         parts = []
         for _ in range(cur.count(8)):
             index = cur.i32()
             data = cur.take(cur.i32())
             indexes.append(index)
+            if name is None:
+                refused[(raw_name, index)] = ErrorCode.invalid_topic_exception
+                continue
             try:
                 batch = up_convert(data)
             except (CorruptMessageSet, ValueError):
-                refused[(name, index)] = ErrorCode.corrupt_message
+                refused[(raw_name, index)] = ErrorCode.corrupt_message
                 continue
             parts.append(produce_v3.PartitionProduceData(index=index, records=batch))  # type: ignore[arg-type]
-        order.append((raw_name, name, indexes))
-        if parts:
+        order.append((raw_name, name or "", indexes))
+        if parts and name is not None:
             topics.append(produce_v3.TopicProduceData(name=name, partition_data=tuple(parts)))  # type: ignore[arg-type]
     if cur.pos != len(frame):
         raise ProtocolError(f"{len(frame) - cur.pos} bytes after a legacy produce request")
@@ -237,8 +244,9 @@ def encode_legacy_produce_response(legacy: LegacyProduce, correlation_id: int, a
     for raw_name, name, indexes in legacy.order:
         out += _I16.pack(len(raw_name)) + raw_name + _I32.pack(len(indexes))
         for index in indexes:
-            p = results.get((name, index), {})
-            code = legacy.refused.get((name, index), p.get("error_code", ErrorCode.unknown_server_error))
+            refused = legacy.refused.get((raw_name, index))
+            p = {"error_code": refused} if refused is not None else results.get((name, index), {})
+            code = p.get("error_code", ErrorCode.unknown_server_error)
             out += _I32.pack(index) + _I16.pack(int(code)) + _I64.pack(int(p.get("base_offset", -1)))
             if legacy.version >= 2:
                 out += _I64.pack(int(p.get("log_append_time", -1)))
