@@ -63,6 +63,7 @@ class QuorumSim:
         self.isolated: set[int] = set()
         self.leaders_by_epoch: dict[int, int] = {}
         self.committed: list[Entry] = []
+        self._checked: dict[int, tuple[RaftNode, int, Entry]] = {}  # node id: (node, checked up to, entry there - 1)
         self.proposed = 0
         self.committed_when_faults_stopped = -1
         self.stats = {"events": 0, "crashes": 0, "partitions": 0, "elections": 0, "snapshots": 0, "resignations": 0}
@@ -138,9 +139,25 @@ class QuorumSim:
             ):
                 self._fail(f"new leader {node.node_id} (epoch {node.epoch}) lacks committed offset {offset}")
 
-    def _check_node(self, node: RaftNode) -> None:
+    def _check_node(self, node: RaftNode, *, full: bool = False) -> None:
+        """Each committed entry the node holds is the one committed at that offset.
+
+        After a step only offsets past the last check are read, unless the entry that
+        ended the last check is gone or replaced (the core changes its log only by
+        appends, truncations and snapshots, each of which that detects); every 500
+        events and at the end each live node is read in full."""
         start = node.state.log_start_offset
-        for offset in range(max(start, 0), node.high_watermark):
+        first = max(start, 0)
+        seen = self._checked.get(node.node_id)
+        if not full and seen is not None and seen[0] is node:
+            checked_to, anchor = seen[1], seen[2]
+            if start < checked_to <= min(node.high_watermark, node.log_end_offset) and \
+                    node.entry(checked_to - 1) is anchor:
+                first = checked_to
+        if node.high_watermark > node.log_end_offset:
+            self._fail(f"node {node.node_id} high watermark {node.high_watermark} past its log end")
+        offset = first
+        while offset < node.high_watermark:
             entry = node.entry(offset)
             if offset < len(self.committed):
                 if self.committed[offset] != entry:
@@ -151,12 +168,15 @@ class QuorumSim:
             else:
                 # The node's snapshot covers offsets the checker has not seen committed: fine.
                 break
-        if node.high_watermark > node.log_end_offset:
-            self._fail(f"node {node.node_id} high watermark {node.high_watermark} past its log end")
+            offset += 1
+        if offset > max(start, 0):
+            self._checked[node.node_id] = (node, offset, node.entry(offset - 1))
 
     def check_logs_match(self) -> None:
         """Log matching: same epoch at an offset means identical prefixes (where both hold them)."""
         live = [n for n in self.nodes.values() if n is not None]
+        for node in live:
+            self._check_node(node, full=True)
         for i, a in enumerate(live):
             for b in live[i + 1 :]:
                 lo = max(a.state.log_start_offset, b.state.log_start_offset)
