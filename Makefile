@@ -34,7 +34,7 @@ sysdeps:
 test: venv sysdeps
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile
+	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile --no-loadscope-reorder
 	$(PY) -m pytest -m "spark_session and not perf and not soak" -q --tb=short --durations=10
 
 demo: venv sysdeps

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.harness import BrokerProcess, ClusterProcesses
@@ -45,3 +48,33 @@ def cluster_factory(tmp_path: Path) -> Iterator[object]:
     yield make
     for cluster in started:
         cluster.stop()
+
+
+# ---- order of files under xdist (make test runs `--dist loadfile --no-loadscope-reorder`) ----
+# Each file runs whole on one worker, in the order collected. The longest files go first
+# (longest-processing-time-first), so the run does not end with one worker on a long file
+# while the other is idle. tests/durations.json holds seconds per file from a recent run
+# (the slowest files `make test` prints at its end); a file not in it counts 1 s per test.
+# The order changes nothing but the order.
+
+DURATIONS_S: dict[str, float] = orjson.loads((Path(__file__).parent / "durations.json").read_bytes())
+_file_seconds: dict[str, float] = defaultdict(float)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    per_file = Counter(item.nodeid.split("::", 1)[0] for item in items)
+    weight = {path: DURATIONS_S.get(path, float(count)) for path, count in per_file.items()}
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))}
+    items.sort(key=lambda item: (-weight[item.nodeid.split("::", 1)[0]], first_seen[item.nodeid.split("::", 1)[0]]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _file_seconds[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or len(_file_seconds) < 2:
+        return
+    slowest = sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:30]
+    terminalreporter.write_sep("=", "slowest 30 files (seconds, for tests/durations.json)")
+    terminalreporter.write_line(orjson.dumps({path: round(s) for path, s in slowest}).decode())
