@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+from typing import Any
 
 from cluster.client.admin import EARLIEST, LATEST, Admin, AdminError
 from cluster.client.errors import error_name
@@ -49,7 +50,11 @@ async def _run(args: argparse.Namespace) -> int:
             print(_table(rows))
         elif args.action == "describe":
             group, lags = await admin.describe_group_lag(args.group)
-            print(f"group {args.group}: state {group.group_state}, {len(group.members)} member(s)")
+            kip848 = await admin.describe_consumer_group(args.group)
+            if kip848 is None:
+                print(f"group {args.group}: state {group.group_state}, {len(group.members)} member(s)")
+            else:
+                print(_consumer_group(args.group, kip848))
             rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                      "CLIENT-ID"]]
             for r in lags:
@@ -69,6 +74,24 @@ async def _run(args: argparse.Namespace) -> int:
             print(_table(rows))
             return 0 if all(code == 0 for code in codes.values()) else 1
     return 0
+
+
+def _assignment(topic_partitions: Any) -> str:
+    """t:0,1 u:3 (a member's assignment, as kafka-consumer-groups --members --verbose)."""
+    return " ".join(f"{t.topic_name}:{','.join(map(str, sorted(t.partitions)))}"
+                    for t in sorted(topic_partitions, key=lambda t: t.topic_name)) or "-"
+
+
+def _consumer_group(group_id: str, g: Any) -> str:
+    """A KIP-848 group: its epochs and assignor, then each member's epoch and assignments
+    (a member behind the group epoch is still revoking or waiting for partitions)."""
+    head = (f"group {group_id}: state {g.group_state}, {len(g.members)} member(s), consumer protocol "
+            f"(group epoch {g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})")
+    rows = [["CONSUMER-ID", "HOST", "CLIENT-ID", "INSTANCE-ID", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
+    for m in sorted(g.members, key=lambda m: (m.client_id, m.member_id)):
+        rows.append([m.member_id, m.client_host, m.client_id, m.instance_id or "-", str(m.member_epoch),
+                     _assignment(m.assignment.topic_partitions), _assignment(m.target_assignment.topic_partitions)])
+    return head + "\n" + _table(rows)
 
 
 async def _partitions(admin: Admin, specs: list[str]) -> list[tuple[str, int]]:

@@ -412,6 +412,23 @@ class Admin:
         return out
 
     @_retried
+    async def describe_consumer_group(self, group_id: str) -> Any | None:
+        """KIP-848's view of a consumer-protocol group (ConsumerGroupDescribe): epochs, the
+        assignor, each member's current and target assignment. None for a classic group or
+        none at all (GROUP_ID_NOT_FOUND), or a broker without the API."""
+        conn = await self.coordinator(group_id)
+        if ApiKey.CONSUMER_GROUP_DESCRIBE not in conn.versions:
+            return None
+        resp = await conn.request(ApiKey.CONSUMER_GROUP_DESCRIBE,
+                                  {"group_ids": [group_id], "include_authorized_operations": False})
+        (group,) = resp.groups
+        if group.error_code == ErrorCode.group_id_not_found:
+            return None
+        if group.error_code != 0:
+            raise AdminError(f"describing consumer group {group_id!r}", group.error_code)
+        return group
+
+    @_retried
     async def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         conn = await self.coordinator(group_id)
         resp = await conn.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None})

@@ -39,6 +39,7 @@ from tests.interop.test_groups import (
     stop_members,
     wait_until,
 )
+from tests.interop.test_groups_cli import ok
 
 SESSION_MS = 6000
 KIP848 = {"group.consumer.session.timeout.ms": SESSION_MS, "group.consumer.heartbeat.interval.ms": 500,
@@ -207,6 +208,20 @@ def test_librdkafka_members_split_partitions_and_admin_apis_see_them(broker_fact
             sorted(m.latest_assignment() or [] for m in members)
         assert sorted(m.client_id for m in desc.members) == ["m0", "m1", "m2"]
         final = [m.latest_assignment() or [] for m in members]
+        # The project's CLI shows the KIP-848 view: epochs, the assignor, each member's
+        # epoch and its current and target partitions (the same once the group is stable).
+        head, *lines = ok(b, "describe", group).splitlines()
+        epoch = int(head.split("group epoch ")[1].split(",")[0])
+        assert head == (f"group {group}: state Stable, 3 member(s), consumer protocol "
+                        f"(group epoch {epoch}, assignment epoch {epoch}, assignor uniform)"), head
+        assert lines[0].split() == ["CONSUMER-ID", "HOST", "CLIENT-ID", "INSTANCE-ID", "EPOCH", "ASSIGNMENT",
+                                    "TARGET-ASSIGNMENT"]
+        shown = [line.split() for line in lines[1:4]]
+        assert [(row[2], row[3], row[4]) for row in shown] == [(f"m{i}", "-", str(epoch)) for i in range(3)]
+        assert [(row[5], row[6]) for row in shown] == [
+            (f"{topic}:{','.join(map(str, p))}",) * 2 for p in final], shown
+        assert sorted(row[0] for row in shown) == sorted(m.member_id for m in desc.members)
+        assert lines[4].split()[:2] == ["TOPIC", "PARTITION"] and len(lines) == 4 + 1 + 6
         listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}, request_timeout=15).result()
         assert [g.group_id for g in listed.valid] == [group]
         assert listed.valid[0].type == ConsumerGroupType.CONSUMER
