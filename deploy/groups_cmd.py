@@ -89,7 +89,7 @@ def _consumer_group(group_id: str, g: Any) -> str:
             f"(group epoch {g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})")
     rows = [["CONSUMER-ID", "HOST", "CLIENT-ID", "INSTANCE-ID", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
     for m in sorted(g.members, key=lambda m: (m.client_id, m.member_id)):
-        rows.append([m.member_id, m.client_host, m.client_id, m.instance_id or "-", str(m.member_epoch),
+        rows.append([m.member_id, m.client_host or "-", m.client_id or "-", m.instance_id or "-", str(m.member_epoch),
                      _assignment(m.assignment.topic_partitions), _assignment(m.target_assignment.topic_partitions)])
     return head + "\n" + _table(rows)
 
