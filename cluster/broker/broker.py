@@ -113,7 +113,8 @@ class Broker:
             GroupCoordinator(_group_config(config), _consumer_group_config(config)), self.replicas, OffsetsTopicSettings(
                 num_partitions=int(config["offsets.topic.num.partitions"]),
                 replication_factor=int(config["offsets.topic.replication.factor"]),
-                segment_bytes=int(config["offsets.topic.segment.bytes"])),
+                segment_bytes=int(config["offsets.topic.segment.bytes"]),
+                commit_timeout_ms=int(config["offsets.commit.timeout.ms"])),
             clock=clock, image=lambda: self.metadata.image, cluster_size=lambda: self.cluster_size,
             create_topics=self.controller.create_topics)
         self.replicas.on_partitions_changed.append(self.groups.on_partitions_changed)

@@ -58,6 +58,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("offset.metadata.max.bytes", int, 4096, None, "Largest commit metadata string", 0),
         ConfigDef("offsets.topic.num.partitions", int, 50, None, "Partitions of __consumer_offsets", 1),
         ConfigDef("offsets.topic.segment.bytes", int, 104_857_600, None, "Segment size of __consumer_offsets", 1024),
+        ConfigDef("offsets.commit.timeout.ms", int, 5000, None,
+                  "A group's records (commits, KIP-848 state) wait this long for the offsets topic's in-sync replicas", 1),
         ConfigDef("transaction.state.log.num.partitions", int, 50, None, "Partitions of __transaction_state", 1),
         ConfigDef("transaction.state.log.replication.factor", int, 3, None,
                   "Replication factor of __transaction_state (capped by brokers)", 1),

@@ -201,7 +201,10 @@ class GroupHandlers:
                 generation_id=getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1)),
                 group_instance_id=getattr(req, "group_instance_id", None), offsets=known, now_ms=self.service.clock.now_ms(),
             ))
-        self.service.flush_records()
+        # The answer waits until the offsets are on the in-sync replicas, as Kafka's does.
+        durable = await self.service.flush_durable(req.group_id)
+        if durable != ErrorCode.none:
+            results = {tp: durable if code == ErrorCode.none else code for tp, code in results.items()}
         return offset_commit_answer(req, results)
 
     async def handle_offset_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -332,7 +335,9 @@ class GroupHandlers:
             server_assignor=req.server_assignor, owned=self._by_name(image, req.topic_partitions),
             client_id=ctx.client_id, client_host=ctx.client_host, member_id_from_client=version >= 1,
         ), topics, self.service.clock.now_ms())
-        self.service.flush_records()
+        durable = await self.service.flush_durable(req.group_id)
+        if durable != ErrorCode.none and answer["error_code"] == ErrorCode.none:
+            return refused(durable, f"the group's new state is not on its in-sync replicas ({ErrorCode(durable).name})")
         assignment = answer["assignment"]
         return {"throttle_time": 0, "error_code": answer["error_code"], "error_message": answer["error_message"],
                 "member_id": answer["member_id"], "member_epoch": answer["member_epoch"],

@@ -41,6 +41,22 @@ class OffsetsTopicSettings:
     num_partitions: int = 50  # offsets.topic.num.partitions
     replication_factor: int = 3  # offsets.topic.replication.factor (capped by the cluster's size)
     segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms: a group's records wait this long for the ISR
+
+
+# What a group call answers when its records could not be written or replicated (the
+# mapping of Kafka 4's group coordinator; clients retry, or look for the coordinator again).
+_APPEND_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
 
 
 # Creates topics through the controller; per-topic results (name, error_code, error_message).
@@ -185,22 +201,39 @@ class GroupService:
 
     # ---- persistence and timers ---------------------------------------------------------
 
-    def flush_records(self) -> None:
-        """Append what the coordinator produced; raises nothing the caller must handle."""
+    def flush_records(self) -> dict[int, dict[str, Any]]:
+        """Append what the coordinator produced; the append's answer per partition of the
+        offsets topic (failures are also logged). Raises nothing the caller must handle."""
         records = self.coordinator.take_records()
         self._state_changed.set()
+        answers: dict[int, dict[str, Any]] = {}
         if not records:
-            return
+            return answers
         by_partition: dict[int, list[GroupRecord]] = defaultdict(list)
         for r in records:
             by_partition[partition_for(r.group_id, self.num_partitions)].append(r)
         now = self.clock.now_ms()
         for p, recs in by_partition.items():
             batch = encode_batch([Record(i, now, r.key, r.value, ()) for i, r in enumerate(recs)])
-            response = self.replicas.append(OFFSETS_TOPIC, p, batch)
+            answers[p] = response = self.replicas.append(OFFSETS_TOPIC, p, batch)
             if response["error_code"] != ErrorCode.none:
                 log.error("could not persist %d group record(s) to %s-%d: error %s",
                           len(recs), OFFSETS_TOPIC, p, response["error_code"])
+        return answers
+
+    async def flush_durable(self, group_id: str) -> int:
+        """flush_records, then wait, as Kafka's coordinator does before it answers, until the
+        group's records are on every in-sync replica of its offsets partition (acks=all,
+        within offsets.commit.timeout.ms): a coordinator that dies after the answer cannot
+        take the change with it. NONE, or the coordinator error for the client."""
+        answer = self.flush_records().get(partition_for(group_id, self.num_partitions))
+        if answer is None:
+            return ErrorCode.none  # nothing of this group was written
+        if answer["error_code"] == ErrorCode.none:
+            await self.replicas.wait_for_acks_all([{"name": OFFSETS_TOPIC, "partition_responses": [answer]}],
+                                                  self.settings.commit_timeout_ms / 1000)
+        code = ErrorCode(answer["error_code"])
+        return int(_APPEND_ERRORS.get(code, code))
 
     async def timer_loop(self) -> None:
         while True:
