@@ -77,6 +77,24 @@ def acked_total(lab: MirrorLab, ends: dict[str, dict[tuple[str, int], int]]) -> 
     return done, sum(end for want in ends.values() for end in want.values()) - done
 
 
+def behind_partitions(lab: MirrorLab, ends: dict[str, dict[tuple[str, int], int]]) -> list[str]:
+    """Each partition still behind: its end, and each worker's view of it (for a stall's report)."""
+    views: dict[tuple[str, str, int], list[tuple[str, float, int]]] = {}
+    for flow in lab.status():
+        for w in flow["workers"]:
+            for p in w.get("partitions", []):
+                views.setdefault((flow["flow"], p["topic"], p["partition"]), []).append(
+                    (str(w.get("worker")), float(w.get("age_s", -1)), int(p["acked_offset"])))
+    out = []
+    for f, want in ends.items():
+        for (t, p), end in sorted(want.items()):
+            seen = views.get((f, t, p), [])
+            if not any(acked + 1 >= end for _, _, acked in seen):
+                out.append(f"{f} {t}-{p}: end {end}, " + ("; ".join(
+                    f"{w} (status {age:.0f} s old) acked {acked}" for w, age, acked in seen) or "owned by no worker"))
+    return out
+
+
 def mirrored_so_far(lab: MirrorLab) -> int:
     return sum(doc.get("records", 0) for flow in FLOWS for doc in lab.worker_status(flow).values())
 
@@ -165,6 +183,7 @@ def test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9(
             stalls.append(f"{behind} records behind, no progress for {STALL_S:.0f} s; {len(failed)} failed claims, "
                           f"the last: {failed[-1:]}")
             print(f"STALLED at {time.monotonic() - started:.1f} s: {stalls[-1]}", flush=True)
+            print("\n".join(behind_partitions(lab, ends)) + "\n" + lab.mirror_log_tail(150), flush=True)
             assert len(stalls) < 3, "\n".join(stalls) + "\n" + lab.mirror_log_tail()
             for flow in FLOWS:
                 for index in lab.worker_pids(flow):
