@@ -61,15 +61,18 @@ DURATIONS_S: dict[str, float] = orjson.loads((Path(__file__).parent / "durations
 _file_seconds: dict[str, float] = defaultdict(float)
 
 
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    per_file = Counter(item.nodeid.split("::", 1)[0] for item in items)
-    weight = {path: DURATIONS_S.get(path, float(count)) for path, count in per_file.items()}
-    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))}
-    items.sort(key=lambda item: (-weight[item.nodeid.split("::", 1)[0]], first_seen[item.nodeid.split("::", 1)[0]]))
+    tests_per_file = Counter(_file_of(item.nodeid) for item in items)  # in collection order
+    rank = {path: (-DURATIONS_S.get(path, float(count)), i) for i, (path, count) in enumerate(tests_per_file.items())}
+    items.sort(key=lambda item: rank[_file_of(item.nodeid)])
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _file_seconds[report.nodeid.split("::", 1)[0]] += report.duration
+    _file_seconds[_file_of(report.nodeid)] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
