@@ -25,9 +25,10 @@ _I32 = struct.Struct(">i")
 API_VERSIONS = ApiKey.API_VERSIONS
 MAX_RESPONSE_BYTES = 256 << 20
 
-# The newest version of each API this client speaks (kio has every one of these).
+# The newest version of each API this client speaks (kio has every one of these). Metadata
+# v10+ carries topic ids (KIP-516); a consumer asks for Fetch v13 (by topic id) itself.
 CLIENT_MAX_VERSIONS = {
-    0: 8, 1: 12, 2: 5, 3: 8, 8: 7, 9: 5, 10: 2, 11: 5, 12: 3, 13: 3, 14: 3, 15: 4, 16: 2,
+    0: 8, 1: 12, 2: 5, 3: 12, 8: 7, 9: 5, 10: 2, 11: 5, 12: 3, 13: 3, 14: 3, 15: 4, 16: 2,
     18: 3, 19: 4, 20: 3, 21: 2, 22: 1, 23: 3, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 29: 3, 30: 3, 31: 3, 32: 2, 33: 1, 35: 4, 37: 1, 42: 1, 43: 1, 44: 0, 45: 0, 46: 0, 47: 0,
     48: 1, 49: 1, 50: 0, 51: 0, 60: 0, 61: 0, 65: 0, 66: 1, 69: 1, 75: 0,
 }
@@ -151,11 +152,13 @@ class BrokerConnection:
     def _encode(self, api_key: int, version: int, correlation_id: int, body: dict[str, Any] | Any) -> bytes:
         return encode_request(api_key, version, correlation_id, self._client_id_bytes, body)
 
-    async def send(self, api_key: int, body: dict[str, Any] | Any, *,
-                   expect_response: bool = True) -> PendingResponse | None:
+    async def send(self, api_key: int, body: dict[str, Any] | Any, *, expect_response: bool = True,
+                   version: int | None = None) -> PendingResponse | None:
         """Put one request on the wire (waiting for an in-flight slot); the answer is
-        awaited separately, so one task can keep several requests in flight in order."""
-        return await self._send(api_key, self.version_for(api_key), body, expect_response)
+        awaited separately, so one task can keep several requests in flight in order.
+        `version`: one the caller checked the broker speaks (default: the negotiated one)."""
+        return await self._send(api_key, self.version_for(api_key) if version is None else version, body,
+                                expect_response)
 
     async def _send(self, api_key: int, version: int, body: dict[str, Any] | Any,
                     expect_response: bool) -> PendingResponse | None:

@@ -10,6 +10,13 @@ One fetch task per broker keeps a Fetch in flight for the partitions that broker
 while the prefetch buffer (queued.max.messages.kbytes) has room, so records are decoded
 while the application works on the previous ones. Only records below the high watermark
 arrive (the broker sees to that); control batches are skipped.
+
+Each position belongs to one incarnation of its topic (KIP-516): its topic id, taken when
+the position is set. Fetches name the topic by that id (Fetch v13, where the broker speaks
+it), so no record of a topic deleted and created again under the same name is ever handed
+out as if it followed the old position; the change surfaces instead (`TopicIdChanged` with
+auto.offset.reset=none, else a reset). `getmany_chunks` also says which topic id and leader
+epochs the records came with, for callers that keep history as a follower does (the mirror).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import math
 import random
 import re
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -44,7 +52,8 @@ from cluster.protocol.record_batch import (
 from cluster.protocol.records import Record, decode_records, decompress
 from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
-__all__ = ["Consumer", "ConsumerRecord", "OffsetOutOfRange", "TopicPartition", "EARLIEST", "LATEST"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedChunk", "OffsetOutOfRange", "TopicIdChanged", "TopicPartition",
+           "EARLIEST", "LATEST"]
 
 log = logging.getLogger("dcmirror.client.consumer")
 
@@ -63,8 +72,50 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-class OffsetOutOfRange(KafkaError):
+class PartitionError(KafkaError):
+    """An error of one partition the application must act on (seek clears it); `tp` names it."""
+
+    def __init__(self, message: str, code: int, tp: TopicPartition | None = None, *,
+                 log_start_offset: int = -1, high_watermark: int = -1) -> None:
+        super().__init__(message, code)
+        self.tp = tp
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+
+
+class OffsetOutOfRange(PartitionError):
     """A position outside the log and auto.offset.reset=none: seek somewhere valid."""
+
+
+class TopicIdChanged(PartitionError):
+    """The topic of a position was deleted and created again (another topic id) and
+    auto.offset.reset=none: the position means nothing in the new incarnation; seek."""
+
+    def __init__(self, message: str, tp: TopicPartition, old_id: uuid.UUID, new_id: uuid.UUID) -> None:
+        super().__init__(message, ErrorCode.unknown_topic_id, tp)
+        self.old_id = old_id
+        self.new_id = new_id
+
+
+class FetchedChunk(NamedTuple):
+    """Records of one partition as fetched, with the topic id they were fetched under (None
+    from brokers without topic ids) and the leader epoch of each run of them: (offset of the
+    run's first record, epoch), ascending."""
+
+    tp: TopicPartition
+    records: list[Record]
+    topic_id: uuid.UUID | None
+    leader_epochs: list[tuple[int, int]]
+
+    def epoch_of(self, index: int) -> int:
+        """Leader epoch of records[index] (-1 if no batch said)."""
+        offset = self.records[index].offset
+        epoch = -1
+        for first, e in self.leader_epochs:
+            if first > offset:
+                break
+            epoch = e
+        return epoch
 
 
 @dataclass(slots=True)
@@ -81,6 +132,7 @@ class PartitionPosition:
     # KIP-392: the replica the leader sent this consumer to (-1: the leader), until when
     read_replica: int = -1
     read_replica_until_s: float = 0.0
+    topic_id: uuid.UUID | None = None  # the incarnation the position belongs to (None: not known yet)
 
 
 class Consumer:
@@ -94,9 +146,9 @@ class Consumer:
         self.auto_offset_reset: str = reset
         self.request_timeout_s = c["request.timeout.ms"] / 1000
         self._assigned: dict[TopicPartition, PartitionPosition] = {}
-        # (partition, its seek epoch, records, bytes they hold against queued.max.messages.kbytes)
-        # (partition, assignment epoch, records, weight, offset after the chunk's last batch)
-        self._buffer: deque[tuple[TopicPartition, int, list[Record], int, int]] = deque()
+        # (partition, seek epoch, records, weight against queued.max.messages.kbytes, offset
+        # after the chunk's last batch, (topic id, leader epochs): see FetchedChunk)
+        self._buffer: deque[_Buffered] = deque()
         self._buffered_bytes = 0
         self._max_buffered_bytes = c["queued.max.messages.kbytes"] * 1024
         self._errors: list[Exception] = []
@@ -196,13 +248,16 @@ class Consumer:
         at = self._state(tp).answered_at_s
         return None if at < 0 else trio.current_time() - at
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Next getmany() starts at `offset` (EARLIEST / LATEST also accepted)."""
+    def seek(self, tp: TopicPartition, offset: int, *, topic_id: uuid.UUID | None = None) -> None:
+        """Next getmany() starts at `offset` (EARLIEST / LATEST also accepted), in the
+        incarnation `topic_id` of the topic (default: the one the metadata names at the next
+        fetch)."""
         state = self._state(tp)
         if offset in (EARLIEST, LATEST):
             self._reset_later(tp, state, "earliest" if offset == EARLIEST else "latest")
         else:
             self._seek_state(state, offset)
+            state.topic_id = topic_id
         self._drop_buffered(lambda t: t == tp)
         self._signal_changed()
 
@@ -241,10 +296,12 @@ class Consumer:
         state.epoch += 1
         state.retry_after_s = 0.0
         state.parked = False
+        state.topic_id = None  # the incarnation the metadata names at the first fetch, unless said
 
     def _reset_later(self, tp: TopicPartition, state: PartitionPosition, strategy: str) -> None:
         state.position = state.fetch_offset = None
         state.epoch += 1
+        state.topic_id = None
         self._pending_reset[tp] = strategy
 
     async def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
@@ -349,6 +406,14 @@ class Consumer:
     async def getmany(self, timeout_s: float = 0.0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
         """Records that arrived, per partition, in order; waits up to `timeout_s` for some."""
         out: dict[TopicPartition, list[Record]] = {}
+        for chunk in await self.getmany_chunks(timeout_s, max_records):
+            out.setdefault(chunk.tp, []).extend(chunk.records)
+        return out
+
+    async def getmany_chunks(self, timeout_s: float = 0.0, max_records: int | None = None) -> list[FetchedChunk]:
+        """As getmany(), as chunks that carry their topic id and leader epochs (a partition's
+        chunks in offset order)."""
+        out: list[FetchedChunk] = []
         with trio.move_on_after(timeout_s):
             while not self._buffer and not self._errors:
                 await self._arrived.wait()
@@ -357,7 +422,7 @@ class Consumer:
         budget = math.inf if max_records is None else max_records
         buffer = self._buffer
         while buffer and budget > 0:
-            tp, epoch, records, weight, end = buffer[0]
+            tp, epoch, records, weight, end, origin = buffer[0]
             state = self._assigned.get(tp)
             if state is None or state.epoch != epoch or state.paused or state.parked or not records \
                     or state.position is None or records[-1].offset < state.position:
@@ -377,14 +442,14 @@ class Consumer:
                 n = int(budget)
                 take, rest = records[:n], records[n:]
                 share = weight * n // len(records)
-                buffer[0] = (tp, epoch, rest, weight - share, end)
+                buffer[0] = (tp, epoch, rest, weight - share, end, origin)
                 self._buffered_bytes -= share
                 records = take
             else:
                 buffer.popleft()
                 self._buffered_bytes -= weight
                 rest = []
-            out.setdefault(tp, []).extend(records)
+            out.append(FetchedChunk(tp, records, origin[0], origin[1]))
             state.position = records[-1].offset + 1 if rest else max(records[-1].offset + 1, end)
             budget -= len(records)
         if out:
@@ -409,7 +474,7 @@ class Consumer:
                 return record
 
     def _drop_buffered(self, predicate: Callable[[TopicPartition], bool]) -> None:
-        kept: deque[tuple[TopicPartition, int, list[Record], int, int]] = deque()
+        kept: deque[_Buffered] = deque()
         for item in self._buffer:
             if predicate(item[0]):
                 self._buffered_bytes -= item[3]
@@ -481,16 +546,53 @@ class Consumer:
                     self._pending_reset.pop(tp, None)
 
     async def _run_metadata(self) -> None:
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
         while True:
-            with trio.move_on_after(self.config["metadata.max.age.ms"] / 1000):
-                await self._changed.wait()
-            if self.cluster.stale() or any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned):
+            # Look before waiting: an assignment made before this task first ran has already
+            # signalled its change.
+            changed = self._changed
+            leaderless = any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned)
+            if self.cluster.stale() or leaderless:
                 try:
                     await self.cluster.refresh()
                 except (KafkaError, KafkaConnectionError) as exc:
                     log.debug("metadata refresh failed: %s", exc)
                     await trio.sleep(self.config["retry.backoff.ms"] / 1000)
+                self._check_incarnations()
                 self._ensure_fetchers()
+                leaderless = any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned)
+            # A partition without a leader (a topic being created again, an election) is
+            # looked up again with backoff, not after metadata.max.age.ms.
+            wait_s = backoff.next_delay_s() if leaderless else self.config["metadata.max.age.ms"] / 1000
+            if not leaderless:
+                backoff.reset()
+            with trio.move_on_after(wait_s):
+                await changed.wait()
+
+    def _check_incarnations(self) -> None:
+        """Positions of a topic that was deleted and created again (the metadata names another
+        topic id than the position's): with auto.offset.reset=none the application is told
+        (TopicIdChanged) and the partition waits for a seek; otherwise it is reset."""
+        meta = self.cluster.metadata
+        for tp, state in self._assigned.items():
+            now_id = meta.topic_id(tp[0])
+            if state.topic_id is None or now_id is None or now_id == state.topic_id or state.parked:
+                continue
+            old_id = state.topic_id
+            if self.auto_offset_reset == "none":
+                self._errors.append(TopicIdChanged(
+                    f"topic {tp[0]} was deleted and created again (topic id {old_id} -> {now_id}): position "
+                    f"{state.position} of partition {tp[1]} belongs to the old topic", tp, old_id, now_id))
+                state.parked = True
+                self._drop_buffered(lambda t, tp=tp: t == tp)  # type: ignore[misc]
+                self._arrived.set()
+                self._arrived = trio.Event()
+            else:
+                log.warning("topic %s was deleted and created again (topic id %s -> %s): partition %d reset to "
+                            "the %s offset", tp[0], old_id, now_id, tp[1], self.auto_offset_reset)
+                self._reset_later(tp, state, self.auto_offset_reset)
+                self._drop_buffered(lambda t, tp=tp: t == tp)  # type: ignore[misc]
+                self._signal_changed()
 
     def _fetch_node(self, tp: TopicPartition, state: PartitionPosition, now: float) -> int:
         """Where `tp` is fetched from: the read replica the leader named (KIP-392) while
@@ -520,7 +622,7 @@ class Consumer:
         """Keep a Fetch in flight to `node` while the prefetch buffer has room. The next
         fetch goes out as soon as an answer's batch headers say where it ends, before its
         records are decoded, so the broker works while this side decodes."""
-        pending: tuple[Any, dict[TopicPartition, tuple[int, int]]] | None = None
+        pending: tuple[Any, dict[TopicPartition, tuple[int, int]], dict[uuid.UUID | None, str] | None] | None = None
         try:
             while True:
                 if pending is None:
@@ -532,7 +634,7 @@ class Consumer:
                         with trio.move_on_after(0.2):
                             await self._changed.wait()
                         continue
-                answer, requested = pending
+                answer, requested, names = pending
                 pending = None
                 try:
                     resp = await answer.wait(self.request_timeout_s + self.config["fetch.max.wait.ms"] / 1000)
@@ -542,23 +644,34 @@ class Consumer:
                     await self._backoff_partitions(list(requested))
                     continue
                 self.metrics["fetches"] += 1
-                decode = self._handle_fetch(resp, requested, node)
+                decode = self._handle_fetch(resp, requested, node, names)
                 if decode:
                     pending = await self._send_fetch(node)
                     self._decode(decode)
         finally:
             self._fetchers.discard(node)
 
-    async def _send_fetch(self, node: int) -> tuple[Any, dict[TopicPartition, tuple[int, int]]] | None:
+    async def _send_fetch(self, node: int) -> tuple[Any, dict[TopicPartition, tuple[int, int]],
+                                                    dict[uuid.UUID | None, str] | None] | None:
         c = self.config
         parts = self._fetchable(node, trio.current_time()) if self._buffered_bytes < self._max_buffered_bytes else []
         if not parts:
             return None
         self._rotation = rotation = (self._rotation + 1) % len(parts)
         parts = parts[rotation:] + parts[:rotation]  # fair share of max_bytes
+        meta = self.cluster.metadata
+        for (t, _), s in parts:
+            if s.topic_id is None:
+                s.topic_id = meta.topic_id(t)
         requested = {tp: (s.fetch_offset or 0, s.epoch) for tp, s in parts}
+        # One incarnation per topic name in a request: a partition whose position belongs to
+        # another one than the others waits for the next request.
+        ids: dict[str, uuid.UUID | None] = {}
         topics: dict[str, list[dict[str, Any]]] = {}
         for (t, p), s in parts:
+            if ids.setdefault(t, s.topic_id) != s.topic_id:
+                del requested[(t, p)]
+                continue
             topics.setdefault(t, []).append({
                 "partition": p, "current_leader_epoch": -1, "fetch_offset": s.fetch_offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
@@ -566,16 +679,20 @@ class Consumer:
         body = {"replica_id": CONSUMER_REPLICA_ID, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
                 "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": c["client.rack"],
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+                "topics": [{"topic": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]}
         try:
             conn = await self.cluster.connection(node)
-            answer = await conn.send(ApiKey.FETCH, body)
+            # KIP-516: by topic id wherever every topic's is known and the broker speaks v13,
+            # so an answer can only come from the incarnation each position belongs to.
+            by_id = all(ids.values()) and conn.versions.get(ApiKey.FETCH, (0, -1))[1] >= FETCH_BY_TOPIC_ID_VERSION
+            answer = await conn.send(ApiKey.FETCH, body, version=FETCH_BY_TOPIC_ID_VERSION if by_id else None)
+            names = {topic_id: t for t, topic_id in ids.items()} if by_id else None
         except KafkaConnectionError as exc:
             log.debug("fetch from broker %d failed: %s", node, exc)
             self._leave_read_replica(node, list(requested))
             await self._backoff_partitions(list(requested))
             return None
-        return answer, requested
+        return answer, requested, names
 
     def _leave_read_replica(self, node: int, tps: list[TopicPartition]) -> None:
         """A read replica that failed: back to the leader (which may name it again)."""
@@ -593,21 +710,26 @@ class Consumer:
             await self.cluster.refresh()
         except (KafkaError, KafkaConnectionError):
             pass
+        self._check_incarnations()
         self._signal_changed()
 
-    def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]], node: int = -1
-                      ) -> list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]]:
+    def _handle_fetch(self, resp: Any, requested: dict[TopicPartition, tuple[int, int]], node: int = -1,
+                      names: dict[uuid.UUID | None, str] | None = None) -> list[_Decode]:
         """Errors, high watermarks and next fetch offsets (from batch headers alone); returns
-        the record data still to decode: (partition, epoch, data, first offset wanted).
-        `node` answered; a leader may name another replica to read from (KIP-392)."""
-        decode: list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]] = []
+        the record data still to decode: (partition, epoch, data, first offset wanted, aborted
+        transactions, topic id). `node` answered; a leader may name another replica to read
+        from (KIP-392). `names`: topic id -> name of a fetch by topic id (v13)."""
+        decode: list[_Decode] = []
         arrived = False
         reset = False
         stale_leaders = False
         moved = False
         for t in resp.responses:
+            topic = t.topic if names is None else names.get(t.topic_id)
+            if topic is None:
+                continue
             for p in t.partitions:
-                tp = (t.topic, p.partition_index)
+                tp = (topic, p.partition_index)
                 state = self._assigned.get(tp)
                 asked = requested.get(tp)
                 if state is None or asked is None or (state.fetch_offset, state.epoch) != asked:
@@ -640,19 +762,26 @@ class Consumer:
                             aborted = getattr(p, "aborted_transactions", None)
                             decode.append((tp, state.epoch, p.records, asked[0],
                                            None if aborted is None else [(a.producer_id, a.first_offset)
-                                                                         for a in aborted]))
+                                                                         for a in aborted], state.topic_id))
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     log.info("offset %d out of range for %s-%d (log start %d, high watermark %d); "
                              "auto.offset.reset=%s", asked[0], tp[0], tp[1], p.log_start_offset, p.high_watermark,
                              self.auto_offset_reset)
                     if self.auto_offset_reset == "none":
-                        self._errors.append(OffsetOutOfRange(f"offset {asked[0]} of {tp[0]}-{tp[1]} is out of range "
-                                                             f"[{p.log_start_offset}, {p.high_watermark}]", p.error_code))
+                        self._errors.append(OffsetOutOfRange(
+                            f"offset {asked[0]} of {tp[0]}-{tp[1]} is out of range "
+                            f"[{p.log_start_offset}, {p.high_watermark}]", p.error_code, tp,
+                            log_start_offset=p.log_start_offset, high_watermark=p.high_watermark))
                         state.parked = True
                         arrived = True
                     else:
                         self._reset_later(tp, state, self.auto_offset_reset)
                         reset = True
+                elif p.error_code == ErrorCode.unknown_topic_id:
+                    # The incarnation the position belongs to is gone: the metadata tells
+                    # whether another one took its name (_check_incarnations).
+                    stale_leaders = True
+                    state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
                 elif p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.not_leader_or_follower:
                     stale_leaders = True
                     state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
@@ -675,14 +804,15 @@ class Consumer:
                                        ErrorCode.corrupt_message))
         state.parked = True
 
-    def _decode(self, work: list[tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None]]) -> None:
+    def _decode(self, work: list[_Decode]) -> None:
         arrived = False
-        for tp, epoch, data, from_offset, aborted in work:
+        for tp, epoch, data, from_offset, aborted, topic_id in work:
             state = self._assigned.get(tp)
             if state is None or state.epoch != epoch:
                 continue
+            leader_epochs: list[tuple[int, int]] = []
             try:
-                records = self._parse(data, from_offset, aborted)
+                records = self._parse(data, from_offset, aborted, leader_epochs)
                 end = _next_fetch_offset(data, from_offset)
             except InvalidRecordBatch as exc:
                 self._corrupt(tp, state, from_offset, exc)
@@ -691,18 +821,20 @@ class Consumer:
             # A chunk of markers only still counts against queued.max.messages.kbytes (a
             # little), so a consumer nobody polls stops fetching them too.
             weight = _approx_bytes(records) if records else _EMPTY_CHUNK_BYTES
-            self._buffer.append((tp, epoch, records, weight, end))
+            self._buffer.append((tp, epoch, records, weight, end, (topic_id, leader_epochs)))
             self._buffered_bytes += weight
             arrived = True
         if arrived:
             self._arrived.set()
             self._arrived = trio.Event()
 
-    def _parse(self, data: bytes, fetch_offset: int, aborted: list[tuple[int, int]] | None = None) -> list[Record]:
+    def _parse(self, data: bytes, fetch_offset: int, aborted: list[tuple[int, int]] | None = None,
+               leader_epochs: list[tuple[int, int]] | None = None) -> list[Record]:
         """Records at or after `fetch_offset` from the whole batches in `data` (a partial last
         batch is left for the next fetch; control batches are skipped). `aborted` (read_committed:
         the fetch answer's aborted transactions, (producer id, first offset)) drops the
-        batches of aborted transactions, as Kafka's consumer does."""
+        batches of aborted transactions, as Kafka's consumer does. `leader_epochs` gets
+        (first offset, epoch) of each run of records of one leader epoch."""
         records: list[Record] = []
         for pos, header in iter_committed(data, aborted, strict=True, check_crcs=self.config["check.crcs"]):
             if header.base_offset + header.last_offset_delta >= fetch_offset:
@@ -712,6 +844,9 @@ class Consumer:
                 batch = decode_records(body, header.records_count, header.base_offset, header.base_timestamp)
                 if batch and batch[0].offset < fetch_offset:
                     batch = [r for r in batch if r.offset >= fetch_offset]
+                if batch and leader_epochs is not None and (
+                        not leader_epochs or leader_epochs[-1][1] != header.partition_leader_epoch):
+                    leader_epochs.append((batch[0].offset, header.partition_leader_epoch))
                 records.extend(batch)
         self.metrics["records"] += len(records)
         self.metrics["bytes"] += len(data)
@@ -719,6 +854,13 @@ class Consumer:
 
 
 _EMPTY_CHUNK_BYTES = 64
+FETCH_BY_TOPIC_ID_VERSION = 13  # KIP-516
+# A buffered chunk: partition, seek epoch, records, weight, offset after its last batch,
+# (topic id, leader epochs).
+_Buffered = tuple[TopicPartition, int, list[Record], int, int, tuple[uuid.UUID | None, list[tuple[int, int]]]]
+# Fetched data to decode: partition, seek epoch, data, first offset wanted, aborted
+# transactions, topic id.
+_Decode = tuple[TopicPartition, int, bytes, int, list[tuple[int, int]] | None, uuid.UUID | None]
 
 
 def _next_fetch_offset(data: bytes, fetch_offset: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ class TopicInfo:
     name: str
     error_code: int
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    topic_id: uuid.UUID | None = None  # KIP-516 (Metadata v10+; None from older brokers)
 
 
 class ClusterMetadata:
@@ -70,7 +72,8 @@ class ClusterMetadata:
         if all_topics:
             self.topics = {}
         for t in response.topics:
-            info = TopicInfo(t.name, t.error_code)
+            topic_id = getattr(t, "topic_id", None)
+            info = TopicInfo(t.name, t.error_code, topic_id=topic_id if topic_id and topic_id.int else None)
             for p in t.partitions:
                 info.partitions[p.partition_index] = PartitionInfo(
                     t.name, p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1),
@@ -83,6 +86,10 @@ class ClusterMetadata:
         if info is None or info.error_code != 0 or not info.partitions:
             return None
         return len(info.partitions)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.topics.get(topic)
+        return None if info is None or info.error_code != 0 else info.topic_id
 
     def leader(self, topic: str, partition: int) -> int:
         info = self.topics.get(topic)

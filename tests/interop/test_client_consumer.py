@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.client.consumer import Consumer, OffsetOutOfRange
+from cluster.client.admin import Admin
+from cluster.client.consumer import Consumer, FetchedChunk, OffsetOutOfRange, TopicIdChanged
 from cluster.client.producer import Producer
 from cluster.protocol.records import Record
 from tests.harness import BrokerProcess, free_port
@@ -539,6 +540,92 @@ def test_seek_after_offset_out_of_range_resumes(mbroker: BrokerProcess) -> None:
             assert offsets(got.get(tp0, [])) == list(range(5, 100))
 
     run(main, 30)
+
+
+async def write_values(bs: str, topic: str, values: list[bytes]) -> None:
+    async with Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 2}) as p:
+        for v in values:
+            await p.send(topic, v, partition=0)
+        await p.flush(20)
+
+
+async def recreate(bs: str, topic: str, values: list[bytes]) -> Any:
+    """Delete `topic`, create it again (1 partition), write `values`; its new topic id."""
+    async with Admin(bs) as admin:
+        await admin.delete_topic(topic)
+        with trio.fail_after(20):
+            while True:
+                try:
+                    await admin.create_topic(topic, 1, 1, {})
+                    break
+                except Exception:  # noqa: BLE001 - still being deleted: TOPIC_ALREADY_EXISTS
+                    await trio.sleep(0.1)
+        await write_values(bs, topic, values)
+        (desc,) = await admin.describe_topic_partitions([topic])
+        return desc["topic_id"]
+
+
+async def chunks_until(c: Consumer, n: int, timeout_s: float = 10.0) -> list[FetchedChunk]:
+    got: list[FetchedChunk] = []
+    with trio.move_on_after(timeout_s):
+        while sum(len(ch.records) for ch in got) < n:
+            got += await c.getmany_chunks(timeout_s=0.5)
+    return got
+
+
+@pytest.mark.parametrize("reset", ["none", "earliest"])
+def test_a_topic_created_again_is_never_read_from_the_old_position(mbroker: BrokerProcess, reset: str) -> None:
+    """KIP-516: the consumer's position belongs to the topic id it was set in, and its fetches
+    name that id (Fetch v13). The topic is deleted and created again with more records than
+    the old position (offsets from 0): with auto.offset.reset=none getmany raises
+    TopicIdChanged (old and new id) and hands out nothing until a seek; with earliest the new
+    incarnation is read from offset 0. Either way no record of the new topic arrives as if it
+    followed the old position: the partition is paused while the topic is created again, so
+    the consumer's metadata still names the old one when it fetches again, and a fetch by
+    name delivers offsets 100..149 of the new topic. Chunks carry their topic id and leader
+    epochs."""
+    bs = mbroker.bootstrap
+    topic = f"incarnations-{reset}"
+    tp = (topic, 0)
+
+    async def main() -> None:
+        async with Admin(bs) as admin:
+            await admin.create_topic(topic, 1, 1, {})
+            (desc,) = await admin.describe_topic_partitions([topic])
+            old_id = desc["topic_id"]
+        await write_values(bs, topic, [b"old-%d" % i for i in range(100)])
+        async with Consumer(ours_conf(bs, **{"auto.offset.reset": reset})) as c:
+            c.assign([tp])
+            c.seek(tp, 0)
+            first = await chunks_until(c, 100)
+            assert [r.value for ch in first for r in ch.records] == [b"old-%d" % i for i in range(100)]
+            assert {ch.topic_id for ch in first} == {old_id}, [ch.topic_id for ch in first]
+            assert all(ch.leader_epochs and ch.leader_epochs[0] == (ch.records[0].offset, 0) for ch in first)
+            # Paused meanwhile, so the consumer's metadata still names the old topic when it
+            # fetches again: only the topic id in the fetch can tell the incarnations apart.
+            c.pause(tp)
+            new_id = await recreate(bs, topic, [b"new-%d" % i for i in range(150)])
+            assert new_id != old_id
+            c.resume(tp)
+            got: list[FetchedChunk] = []
+            errors: list[TopicIdChanged] = []
+            with trio.move_on_after(15):
+                while sum(len(ch.records) for ch in got) < 150 and not errors:
+                    try:
+                        got += await c.getmany_chunks(timeout_s=0.5)
+                    except TopicIdChanged as exc:
+                        errors.append(exc)
+            if reset == "none":
+                assert got == [], f"records of the new topic before a seek: {got[:2]}"
+                assert len(errors) == 1 and errors[0].tp == tp, errors
+                assert (errors[0].old_id, errors[0].new_id) == (old_id, new_id)
+                c.seek(tp, 0, topic_id=new_id)
+                got = await chunks_until(c, 150)
+            assert [r.value for ch in got for r in ch.records] == [b"new-%d" % i for i in range(150)]
+            assert [r.offset for ch in got for r in ch.records] == list(range(150))
+            assert {ch.topic_id for ch in got} == {new_id}
+
+    run(main, 60)
 
 
 def test_seek_past_end_resets_to_earliest(mbroker: BrokerProcess) -> None:
