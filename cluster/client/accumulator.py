@@ -11,6 +11,7 @@ broker always sees sequences in order.
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ class ProducerBatch:
     base_sequence: int = -1
     _built: bytes | None = None
     _built_for: tuple[int, int, int] | None = None
+    compression: int = -1  # this batch's codec (-1: the producer's compression.type)
+    topic_id: uuid.UUID | None = None  # the topic's incarnation when the batch began (None: not known)
 
     @property
     def held_bytes(self) -> int:
@@ -76,7 +79,10 @@ class ProducerBatch:
         return BATCH_OVERHEAD_BYTES + len(self.body) + RECORD_OVERHEAD_BYTES * self.count
 
     def encode(self, compression: int) -> bytes:
-        """The batch as sent: built once per (producer id, epoch, sequence) and reused by retries."""
+        """The batch as sent: built once per (producer id, epoch, sequence) and reused by retries;
+        `compression` unless the batch has a codec of its own."""
+        if self.compression >= 0:
+            compression = self.compression
         key = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self._built is None or self._built_for != key:
             self._built = batch_from_records_section(
@@ -117,19 +123,36 @@ class RecordAccumulator:
         self.flushing = 0
         self.paused = False  # waiting for a new producer id: nothing is drained
         self.incomplete = 0  # batches appended to and not yet completed or failed
+        # The topic id a new batch is stamped with (KIP-516): a batch is never sent into
+        # another incarnation of its topic than the one it was filled for.
+        self.topic_id_of: Callable[[str], uuid.UUID | None] | None = None
 
     # ---- appending (hot path) -----------------------------------------------------
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
                headers: tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]],
-               waiter: Any, now_s: Callable[[], float] | float) -> int:
+               waiter: Any, now_s: Callable[[], float] | float, compression: int = -1) -> int:
         """Add a record (the producer's hot path). Returns NEW_BATCH when it started a batch
         (a linger timer begins), BATCH_FULL when a batch filled up (send it), else 0.
-        `now_s` may be a clock function: it is only read when a batch starts."""
+        `now_s` may be a clock function: it is only read when a batch starts. `compression`
+        (a codec id) puts the record in a batch of its own with that codec."""
         if self.buffered_bytes >= self.buffer_memory:
             raise BufferFull(f"buffer.memory ({self.buffer_memory} bytes) is full")
         batch = self._open.get((topic, partition))
         outcome = 0
+        if compression >= 0:
+            if batch is not None:
+                batch.closed = True
+                del self._open[(topic, partition)]
+            batch = self._new_batch(topic, partition, now_s() if callable(now_s) else now_s)
+            batch.base_timestamp = batch.max_timestamp = timestamp
+            batch.compression = compression
+            self.buffered_bytes += append_record(batch.body, 0, 0, key, value, headers) + RECORD_OVERHEAD_BYTES
+            batch.count = 1
+            if waiter is not None:
+                batch.waiters.append((0, timestamp, waiter))
+            batch.closed = True
+            return BATCH_FULL
         if batch is not None:
             body = batch.body
             if len(body) < self.batch_size:
@@ -213,6 +236,8 @@ class RecordAccumulator:
         if state is None:
             state = self.partitions[(topic, partition)] = PartitionState()
         batch = ProducerBatch(topic, partition, now_s)
+        if self.topic_id_of is not None:
+            batch.topic_id = self.topic_id_of(topic)
         state.queue.append(batch)
         self.buffered_bytes += BATCH_OVERHEAD_BYTES
         self.incomplete += 1

@@ -118,6 +118,8 @@ class ClientCluster:
         self._refresh_lock = trio.Lock()
         self._refreshed = trio.Event()
         self._refresh_error: Exception | None = None
+        # The topics the latest Metadata request named (None: all topics).
+        self.asked_topics: set[str] | None = set()
         self.closed = False
 
     # ---- connections --------------------------------------------------------------
@@ -197,22 +199,27 @@ class ClientCluster:
             self._wanted_topics |= topics
 
     async def refresh(self, topics: set[str] | None = None) -> ClusterMetadata:
-        """Ask any broker for metadata of the wanted topics (plus `topics`). Concurrent callers
-        share one request."""
+        """Ask any broker for metadata of the wanted topics (plus `topics`). A caller that comes
+        while a request is out shares it if it names all of `topics`; else it waits for it and
+        then asks again (that answer would not have them)."""
         if topics:
             self._wanted_topics |= topics
-        if self._refresh_lock.locked():
+        while self._refresh_lock.locked():
             event = self._refreshed
+            asked = self.asked_topics
+            shared = asked is None or not topics or topics <= asked
             await event.wait()
-            if self._refresh_error is not None:
-                raise self._refresh_error  # the shared request failed: so did ours
-            return self.metadata
+            if shared:
+                if self._refresh_error is not None:
+                    raise self._refresh_error  # the shared request failed: so did ours
+                return self.metadata
         async with self._refresh_lock:
             self._refresh_error = None
+            all_topics = self._all_topics
+            names = None if all_topics else sorted(self._wanted_topics)
+            self.asked_topics = None if names is None else set(names)
             try:
                 conn = await self.any_connection()
-                all_topics = self._all_topics
-                names = None if all_topics else sorted(self._wanted_topics)
                 body = {"topics": None if names is None else [{"name": t} for t in names],
                         "allow_auto_topic_creation": False,
                         "include_cluster_authorized_operations": False,

@@ -40,6 +40,7 @@ from cluster.client.errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerFenced,
+    error_name,
     is_retriable,
 )
 from cluster.client.metadata import ClientCluster
@@ -102,6 +103,9 @@ class Producer:
         self.clock = clock  # record timestamps (CreateTime)
         self.config = producer_config(config)
         self._retry_backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
+        # Between Metadata requests while a held record's topic is still unknown (being created).
+        self._metadata_backoff = Backoff(self.config["retry.backoff.ms"] / 1000,
+                                         self.config["retry.backoff.max.ms"] / 1000)
         c = self.config
         self.acks = {"all": -1, "-1": -1, "0": 0, "1": 1}[c["acks"]]
         self.idempotent: bool = c["enable.idempotence"]
@@ -114,6 +118,7 @@ class Producer:
             batch_size=c["batch.size"], buffer_memory=c["buffer.memory"], linger_s=c["linger.ms"] / 1000,
             max_in_flight=c["max.in.flight.requests.per.connection"], idempotent=self.idempotent)
         self.cluster = ClientCluster(c)
+        self.accumulator.topic_id_of = self.cluster.metadata.topic_id
         self.metrics = {"records": 0, "batches": 0, "requests": 0, "retries": 0, "errors": 0,
                         "bytes": 0, "producer_id_resets": 0}
         self._random_partitions = c["partitioner"] == "random"
@@ -126,7 +131,10 @@ class Producer:
         self._progress = trio.Event()
         self._need_metadata = True
         self._refreshing = False
+        # While a held record's topic has no metadata: when to ask again (after _metadata_backoff).
+        self._metadata_retry_at_s = -math.inf
         self._need_reset = False
+        self._claiming = False  # claim() was used: fencing is per partition (see _handle_partition)
         self._initializing = False
         self._metadata_error: Exception | None = None
         self._fatal: Exception | None = None
@@ -174,16 +182,38 @@ class Producer:
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                 partition: int | None = None, timestamp_ms: int | None = None, headers: Headers = (),
-                on_delivery: DeliveryCallback | DeliveryFuture | None = None) -> None:
+                on_delivery: DeliveryCallback | DeliveryFuture | None = None, compression: str | None = None) -> None:
         """Queue one record; never blocks. Raises BufferFull when buffer.memory is used up.
 
         `on_delivery(metadata, error)` is called once the record is acknowledged or failed.
+        `compression` (a codec name; the partition must be given and known): the record goes
+        in a batch of its own with that codec, and max.request.size bounds it compressed
+        (the broker says whether it fits) rather than as it is.
         """
         if self._fatal is not None or self._closing:
             raise self._fatal or RuntimeError("produce() on a closed producer")
+        if self._claiming and partition is not None and self.fenced(topic, partition):
+            raise ProducerFenced(f"{topic}-{partition} was claimed by another writer: claim it again first",
+                                 ErrorCode.producer_fenced)
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
         if headers:
             size += sum(len(k) + (0 if v is None else len(v)) + 10 for k, v in headers)
+        if compression is not None:
+            codec = CODEC_IDS[compression]
+            count = self.cluster.metadata.partition_count(topic)
+            if partition is None or count is None or not 0 <= partition < count:
+                raise KafkaError(f"partition {partition} of topic {topic!r} is not known",
+                                 ErrorCode.unknown_topic_or_partition)
+            if size > self.accumulator.buffer_memory:
+                raise KafkaError(f"a record of about {size} bytes exceeds buffer.memory "
+                                 f"{self.accumulator.buffer_memory}", ErrorCode.message_too_large)
+            if self.accumulator.buffered_bytes >= self.accumulator.buffer_memory:
+                raise BufferFull(f"buffer.memory ({self.accumulator.buffer_memory} bytes) is full")
+            self.accumulator.append(topic, partition, self.clock.now_ms() if timestamp_ms is None else timestamp_ms,
+                                    key, value, headers, on_delivery, trio.current_time, compression=codec)
+            if not self._wakeup.is_set():
+                self._wakeup.set()
+            return
         if size + RECORD_MAX_OVERHEAD_BYTES > self.max_request_size:
             raise KafkaError(f"a record of about {size + RECORD_MAX_OVERHEAD_BYTES} bytes (key, value, headers) "
                              f"exceeds max.request.size {self.max_request_size}", ErrorCode.message_too_large)
@@ -222,37 +252,43 @@ class Producer:
 
     def produce_tagged(self, topic: str, partition: int, records: Sequence[Record], start: int,
                        prefix: tuple[tuple[str, bytes], ...], offset_key: str, suffix: tuple[tuple[str, bytes], ...],
-                       on_delivery: DeliveryCallback | DeliveryFuture | None = None) -> tuple[int, int]:
+                       on_delivery: DeliveryCallback | DeliveryFuture | None = None,
+                       max_record_bytes: int | None = None) -> tuple[int, int]:
         """Queue fetched `records[start:]` for one known partition, each with headers
         prefix + ((offset_key, b"<its offset>"),) + suffix (the mirror's hot path, in C when
         built), stopping at a record with headers of its own or too large for max.request.size
         (send() such a record: it adds the headers, or raises), or when buffer.memory is full.
-        `on_delivery` reports the last record queued. Returns (next index, value bytes queued)."""
+        `on_delivery` reports the last record queued; `max_record_bytes` lowers the bound on a
+        record's key and value (a topic's own limit). Returns (next index, value bytes queued)."""
         if self._fatal is not None or self._closing:
             raise self._fatal or RuntimeError("produce_tagged() on a closed producer")
+        if self._claiming and self.fenced(topic, partition):
+            raise ProducerFenced(f"{topic}-{partition} was claimed by another writer: claim it again first",
+                                 ErrorCode.producer_fenced)
         count = self.cluster.metadata.partition_count(topic)
         if count is None or not 0 <= partition < count:
             raise KafkaError(f"partition {partition} of topic {topic!r} is not known", ErrorCode.unknown_topic_or_partition)
         end, outcome, value_bytes = self.accumulator.append_tagged(
             topic, partition, records, start, prefix, offset_key, suffix,
-            self.max_request_size - RECORD_MAX_OVERHEAD_BYTES, on_delivery, trio.current_time)
+            min(self.max_request_size - RECORD_MAX_OVERHEAD_BYTES, max_record_bytes or self.max_request_size),
+            on_delivery, trio.current_time)
         if outcome and not self._wakeup.is_set():
             self._wakeup.set()
         return end, value_bytes
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                    partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: Headers = ()) -> DeliveryFuture:
+                   headers: Headers = (), compression: str | None = None) -> DeliveryFuture:
         """Queue one record, waiting up to max.block.ms for buffer space and the topic's
-        metadata; returns a future of its delivery."""
-        if partition is None and self.cluster.metadata.partition_count(topic) is None:
+        metadata; returns a future of its delivery. `compression`: as produce()."""
+        if (partition is None or compression is not None) and self.cluster.metadata.partition_count(topic) is None:
             self._need_metadata = True
             await self.cluster.wait_for_topic(topic, self.max_block_s)
         future = DeliveryFuture()
         if self.accumulator.buffered_bytes >= self.accumulator.buffer_memory:
             await self._wait_for_space()
         self.produce(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers,
-                     on_delivery=future)
+                     on_delivery=future, compression=compression)
         if self._wakeup.is_set():
             await trio.lowlevel.checkpoint()  # a batch is ready: let the sender ship it
         return future
@@ -284,7 +320,8 @@ class Producer:
                     await self._progress.wait()
         except trio.TooSlowError:
             raise KafkaTimeoutError(
-                f"flush: {self.accumulator.incomplete} batches still unacknowledged after {timeout_s:g} s") from None
+                f"flush: {self.accumulator.incomplete} batches still unacknowledged after {timeout_s:g} s"
+                + self._unresolved_report(trio.current_time())) from None
         finally:
             self.accumulator.flushing -= 1
         if self._fatal is not None:
@@ -293,7 +330,10 @@ class Producer:
     def claim(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> None:
         """Write `partition` as (producer_id, producer_epoch), sequences from 0 — taking over
         from the writer whose id that is, with a higher epoch, fences it (see accumulator.claim).
-        Records already queued for the partition must be flushed first."""
+        Records already queued for the partition must be flushed first. `producer_id` -1: the
+        producer's own id (a partition nobody wrote). From the first claim on, a fenced
+        partition fails its own records only, never the producer."""
+        self._claiming = True
         self.accumulator.claim(topic, partition, producer_id, producer_epoch)
 
     def fenced(self, topic: str, partition: int) -> bool:
@@ -323,13 +363,44 @@ class Producer:
         available = [p for p, pi in info.partitions.items() if pi.leader >= 0] if info else []
         return random.choice(available) if available else random.randrange(count)
 
+    def _unresolved_report(self, now_s: float) -> str:
+        """What flush()'s timeout says about records held for their topic's metadata: per
+        topic how many and for how long, what the last Metadata answer said of it."""
+        if not self._unresolved:
+            return ""
+        meta = self.cluster.metadata
+        asked = self.cluster.asked_topics
+        topics = []
+        for topic, held in self._unresolved.items():
+            info = meta.topics.get(topic)
+            if info is None:
+                state = "not in the last answer" + ("" if asked is None or topic in asked else ", which did not ask for it")
+            elif info.error_code:
+                state = f"last answered {error_name(info.error_code)}"
+            else:
+                state = "last answered with no partitions"
+            waited_s = now_s - self._unresolved_since_s.get(topic, now_s)
+            topics.append(f"{len(held)} for {topic!r} for {waited_s:.1f} s ({state})")
+        wait_s = self._metadata_retry_at_s - now_s
+        if self._refreshing:
+            status = f"the next request in {wait_s:.1f} s" if wait_s > 0 else "a request is out"
+        elif self._need_metadata or self.cluster.stale():
+            status = "a request is due"
+        else:
+            status = f"the next request in {wait_s:.1f} s" if wait_s > 0 else "no request is due"
+        error = f"; last metadata error: {self._metadata_error}" if self._metadata_error is not None else ""
+        return (f"; {sum(map(len, self._unresolved.values()))} records wait for their topic's metadata: "
+                f"{', '.join(topics)}; metadata last answered {now_s - meta.updated_s:.1f} s ago, {status}{error}")
+
     def _hold_unresolved(self, topic: str, args: tuple[Any, ...]) -> None:
-        held = self._unresolved.setdefault(topic, [])
+        held = self._unresolved.get(topic)
+        if held is None:
+            held = self._unresolved[topic] = []
+            self._unresolved_since_s[topic] = trio.current_time()
+            self._need_metadata = True  # a new topic: ask now (again only after _metadata_backoff)
         if len(held) >= 100_000:
             raise BufferFull(f"100000 records wait for the metadata of topic {topic!r}")
         held.append(args)
-        self._unresolved_since_s.setdefault(topic, trio.current_time())
-        self._need_metadata = True
         self._flush_soon()
 
     def _append_resolved(self, topic: str, partition: int, ts: int, key: bytes | None, value: bytes | None,
@@ -352,6 +423,7 @@ class Producer:
                         continue
                     self._append_resolved(topic_, partition, ts, key, value, headers, waiter, now_s)
                 self._unresolved_since_s.pop(topic, None)
+                self._signal_progress()  # flush() waits on _unresolved too (its records may all have failed)
             elif now_s - self._unresolved_since_s[topic] >= self.max_block_s:
                 info = self.cluster.metadata.topics.get(topic)
                 error: Exception
@@ -391,12 +463,13 @@ class Producer:
             self._fail(batch, KafkaTimeoutError(
                 f"{batch.count} records to {batch.topic}-{batch.partition} not delivered within "
                 f"delivery.timeout.ms ({self.delivery_timeout_s:g} s)"))
-        if (self._need_metadata or self.cluster.stale()) and not self._refreshing:
+        if self._unresolved:
+            self._release_unresolved(now)  # before deciding on a refresh: what is still held has no metadata
+        if not self._refreshing and (self._need_metadata or self.cluster.stale()
+                                     or (self._unresolved and now >= self._metadata_retry_at_s)):
             self._refreshing = True
             assert self._nursery is not None
             self._nursery.start_soon(self._refresh_metadata)
-        if self._unresolved:
-            self._release_unresolved(now)
         if self.idempotent and (acc.producer_id < 0 or self._need_reset):
             acc.paused = True
             if acc.in_flight_count() == 0 and not self._initializing:
@@ -406,18 +479,34 @@ class Producer:
                 self._nursery.start_soon(self._init_producer_id)
 
     async def _refresh_metadata(self) -> None:
+        # Cleared before the request, not after its answer: a need that arises while it is out
+        # (a record held for a topic the request did not name, a batch whose leader moved) must
+        # bring another request, not be forgotten when this one's answer arrives.
+        self._need_metadata = False
         try:
             self.cluster.want_topics({tp[0] for tp in self.accumulator.partitions} | set(self._unresolved))
             await self.cluster.refresh()
-            self._need_metadata = False
             self._metadata_error = None
+            missing = sorted(t for t in self._unresolved if self.cluster.metadata.partition_count(t) is None)
+            if missing:
+                # Not there yet (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE while it is being
+                # created): _maintain asks again after a backoff, until the topic is there or
+                # max.block.ms fails its records (metadata.max.age.ms alone would be minutes).
+                delay_s = self._metadata_backoff.next_delay_s()
+                log.debug("no metadata yet for %s; asking again in %.2f s", missing, delay_s)
+                self._metadata_retry_at_s = trio.current_time() + delay_s
+            else:
+                self._metadata_backoff.reset()
+                self._metadata_retry_at_s = -math.inf
         except KafkaAuthenticationError as exc:
             # Wrong credentials stay wrong: fail what waits, as Kafka's producer does, not retry forever.
             self._set_fatal(exc)
         except (KafkaConnectionError, KafkaError) as exc:
             log.debug("metadata refresh failed: %s", exc)
             self._metadata_error = exc
-            await trio.sleep(self.config["retry.backoff.ms"] / 1000)
+            self._need_metadata = True
+            self._metadata_retry_at_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
+            await trio.sleep_until(self._metadata_retry_at_s)
         finally:
             self._refreshing = False
             self._flush_soon()
@@ -478,6 +567,9 @@ class Producer:
                     continue
                 batch = acc.sendable(tp, now)
                 if batch is None:
+                    continue
+                if batch.topic_id is not None and meta.topic_id(tp[0]) not in (None, batch.topic_id):
+                    self._fail_old_incarnation(tp, meta.topic_id(tp[0]))
                     continue
                 size = len(batch.body) + 128
                 if leader in building and (tp in in_request[leader] or sizes[leader] + size > self.max_request_size):
@@ -568,8 +660,10 @@ class Producer:
         error = KafkaError(what, code)
         if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
             state = self.accumulator.partitions[(batch.topic, batch.partition)]
-            if state.claimed_id >= 0:
-                # Another writer claimed this partition after us: it alone writes it now.
+            if state.claimed_id >= 0 or self._claiming:
+                # Another writer claimed this partition after us: it alone writes it now. A
+                # producer that claims partitions (the mirror's) is fenced per partition even
+                # where it wrote under its own id (a partition that was empty when it took it).
                 state.fenced = True
                 fenced = ProducerFenced(what + " (the partition was claimed by another writer)", code)
                 for b in [*state.in_flight, *state.queue]:
@@ -626,6 +720,15 @@ class Producer:
             _notify(waiter, None, error)
         self._signal_progress()
 
+    def _fail_old_incarnation(self, tp: TopicPartition, now_id: Any) -> None:
+        """The topic was deleted and created again since these batches were filled (KIP-516):
+        they are failed, never written into the new topic (UNKNOWN_TOPIC_ID)."""
+        state = self.accumulator.partitions[tp]
+        for batch in [b for b in state.queue if b.topic_id not in (None, now_id)]:
+            self._fail(batch, KafkaError(f"{batch.count} records for {tp[0]}-{tp[1]}: the topic was deleted and "
+                                         f"created again (topic id {batch.topic_id} -> {now_id}) before they were "
+                                         "sent", ErrorCode.unknown_topic_id))
+
     def _set_fatal(self, error: Exception) -> None:
         log.error("producer failed: %s", error)
         self._fatal = error
@@ -639,6 +742,8 @@ class Producer:
 
 
 def _notify(waiter: Any, metadata: RecordMetadata | None, error: Exception | None) -> None:
+    if waiter is None:
+        return  # a held record produced without on_delivery
     if isinstance(waiter, DeliveryFuture):
         waiter._resolve(metadata, error)
     else:

@@ -18,12 +18,15 @@ from typing import Any, TypeVar
 
 import pytest
 import trio
+import trio.testing
 from confluent_kafka import Producer as CkProducer
 
-from cluster.client.config import InvalidConfig
+from cluster.client.config import InvalidConfig, producer_config
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError, KafkaTimeoutError
+from cluster.client.metadata import ClientCluster
 from cluster.client.producer import BufferFull, DeliveryFuture, Producer, RecordMetadata
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from tests.harness import BrokerProcess, free_port
 from tests.interop.clients import ck_consume, ck_create_topic, kp_consume
@@ -317,6 +320,169 @@ def test_records_produced_before_metadata_keep_their_order(broker: BrokerProcess
     assert [g.value for g in got] == [b"0", b"1", b"2"]
     assert [m.offset for m in metas] == [0, 1, 2]
 
+
+# ---------------------------------------------------------------------------- metadata while records wait
+
+
+class MetadataGate:
+    """Sees every Metadata request a client's ClientCluster sends (`asked`: the topics each
+    named, None for all) and each refresh once its answer is applied (`applied`, `changed`);
+    `hold()` keeps the next answer, once it is here (`held`), from being applied until the
+    event it returns is set: a slow answer made deterministic."""
+
+    def __init__(self, cluster: ClientCluster) -> None:
+        self.cluster = cluster
+        self.asked: list[list[str] | None] = []
+        self.applied: list[list[str] | None] = []
+        self.changed = trio.Event()
+        self.held = trio.Event()  # set once a held answer has arrived
+        self._hold: trio.Event | None = None
+        real_any_connection, real_refresh = cluster.any_connection, cluster.refresh
+        gate = self
+
+        class Gated:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._conn, name)
+
+            async def request(self, api_key: int, body: Any, **kwargs: Any) -> Any:
+                resp = await self._conn.request(api_key, body, **kwargs)
+                if api_key == ApiKey.METADATA:
+                    gate.asked.append(None if body["topics"] is None else [t["name"] for t in body["topics"]])
+                    if gate._hold is not None:
+                        release, gate._hold = gate._hold, None
+                        gate.held.set()
+                        await release.wait()
+                return resp
+
+        async def any_connection() -> Any:
+            return Gated(await real_any_connection())
+
+        async def refresh(topics: set[str] | None = None) -> Any:
+            before = len(self.asked)
+            meta = await real_refresh(topics)
+            self.applied.append(self.asked[-1] if len(self.asked) > before else None)
+            self.changed.set()
+            self.changed = trio.Event()
+            return meta
+
+        cluster.any_connection = any_connection  # type: ignore[method-assign]
+        cluster.refresh = refresh  # type: ignore[method-assign]
+
+    def hold(self) -> trio.Event:
+        """The next Metadata answer, once here, is applied only after the returned event is set."""
+        self._hold = trio.Event()
+        return self._hold
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait, refresh by refresh, until `condition()` holds (run() bounds the whole test)."""
+        while not condition():
+            await self.changed.wait()
+
+
+def test_a_record_held_while_the_first_metadata_request_is_out_is_sent(broker: BrokerProcess) -> None:
+    """The SyncProducer case (CI: a flush after `dcmirror up` timed out with "0 batches still
+    unacknowledged"): the producer's first Metadata request goes out naming no topic; a record
+    for an existing topic is produced before its answer arrives. The answer (without the
+    topic) must not end the need for metadata: the topic is asked for next, the record sent."""
+    topic = "held-during-refresh"
+    ck_create_topic(broker.bootstrap, topic, 2)
+
+    async def main() -> RecordMetadata:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "max.block.ms": 60_000})
+        gate = MetadataGate(p.cluster)
+        release = gate.hold()
+        async with p:
+            await gate.held.wait()  # the first answer is here, not yet applied
+            assert gate.asked == [[]], gate.asked
+            future = DeliveryFuture()
+            p.produce(topic, b"v", partition=1, on_delivery=future)
+            release.set()
+            await p.flush(20)
+            assert any(names and topic in names for names in gate.asked), gate.asked
+            return await future.wait()
+
+    md = run(main)
+    assert (md.topic, md.partition, md.offset) == (topic, 1, 0)
+
+
+def test_a_record_for_a_topic_created_after_the_first_answer_is_sent(broker: BrokerProcess) -> None:
+    """The first answer about the topic is UNKNOWN_TOPIC_OR_PARTITION (not created yet, or
+    still being created): the producer asks again, with backoff, until the topic is there,
+    not only when metadata.max.age.ms (5 minutes) has passed."""
+    topic = "created-after-first-answer"
+
+    async def main() -> RecordMetadata:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "max.block.ms": 60_000})
+        gate = MetadataGate(p.cluster)
+        async with p:
+            future = DeliveryFuture()
+            p.produce(topic, b"v", partition=0, on_delivery=future)
+            await gate.until(lambda: any(names and topic in names for names in gate.applied))
+            info = p.cluster.metadata.topics.get(topic)
+            assert info is not None and info.error_code == ErrorCode.unknown_topic_or_partition, info
+            await trio.to_thread.run_sync(ck_create_topic, broker.bootstrap, topic, 1)
+            await p.flush(20)
+            return await future.wait()
+
+    md = run(main)
+    assert (md.topic, md.partition, md.offset) == (topic, 0, 0)
+
+
+def test_a_flush_timeout_names_the_records_waiting_for_metadata(broker: BrokerProcess) -> None:
+    """flush() also waits for records held for their topic's metadata: when it times out, it
+    says how many per topic, for how long, and what the last Metadata answer said."""
+    topic = "never-created"
+
+    async def main() -> str:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "max.block.ms": 60_000})
+        gate = MetadataGate(p.cluster)
+        async with p:
+            for i in range(3):
+                p.produce(topic, b"%d" % i, partition=0)
+            await gate.until(lambda: any(names and topic in names for names in gate.applied))
+            with pytest.raises(KafkaTimeoutError) as info:
+                await p.flush(0.5)
+            await p.close()
+            return str(info.value)
+
+    message = run(main)
+    assert message.startswith("flush: 0 batches still unacknowledged after 0.5 s; 3 records wait for their "
+                              "topic's metadata: 3 for 'never-created' for "), message
+    assert "(last answered UNKNOWN_TOPIC_OR_PARTITION)" in message, message
+
+
+def test_a_refresh_joining_one_in_flight_gets_its_own_topics(broker: BrokerProcess) -> None:
+    """ClientCluster.refresh({t}) while another refresh is out that did not name t: it must
+    not return that answer (without t) as its own; it asks for t after it."""
+    topic = "joined-refresh"
+    ck_create_topic(broker.bootstrap, topic, 3)
+
+    async def main() -> None:
+        cluster = ClientCluster(producer_config({"bootstrap.servers": broker.bootstrap}))
+        gate = MetadataGate(cluster)
+        release = gate.hold()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cluster.refresh)
+                await gate.held.wait()  # the first request (no topics) is answered, not applied
+                joined: list[int | None] = []
+
+                async def join() -> None:
+                    meta = await cluster.refresh({topic})
+                    joined.append(meta.partition_count(topic))
+
+                nursery.start_soon(join)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+            assert joined == [3], (joined, gate.asked)
+            assert gate.asked == [[], [topic]], gate.asked
+        finally:
+            await cluster.aclose()
+
+    run(main)
 
 
 # ---------------------------------------------------------------------------- errors

@@ -4,13 +4,17 @@ cross-checked with confluent-kafka."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
+import trio
 from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import TopicPartition
 
 from cluster.client.config import InvalidConfig
+from cluster.client.metadata import ClientCluster
 from cluster.client.sync import SyncAdmin, SyncConsumer, SyncProducer
+from cluster.protocol.api_keys import ApiKey
 
 
 def test_sync_produce_consume_admin_roundtrip(broker) -> None:  # type: ignore[no-untyped-def]
@@ -56,6 +60,54 @@ def test_sync_produce_consume_admin_roundtrip(broker) -> None:  # type: ignore[n
             msgs += [m for m in ck.consume(1000, 5.0) if m.error() is None]
         assert [(m.offset(), m.key(), m.value()) for m in msgs] == \
             [(r.offset, r.key, r.value) for r in got[("sync", 0)]]
+    finally:
+        ck.close()
+
+
+def test_sync_producer_sends_records_produced_while_its_first_metadata_request_is_out(
+        broker, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """CI's test_monitoring case: the SyncProducer's thread sends its first Metadata request
+    (naming no topic) while the caller's produce() calls (explicit partitions) are held for
+    the topic's metadata. Here that answer is held until all 200 are in; flush() must then
+    deliver them (it timed out with "0 batches still unacknowledged": nothing asked again)."""
+    with SyncAdmin(broker.bootstrap) as admin:
+        admin.create_topic("pageviews", 2, 1)
+    held, release = threading.Event(), threading.Event()
+    asked: list[list[str] | None] = []
+    real_any_connection = ClientCluster.any_connection
+
+    class HoldFirstMetadataAnswer:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+        async def request(self, api_key: int, body: Any, **kwargs: Any) -> Any:
+            resp = await self._conn.request(api_key, body, **kwargs)
+            if api_key == ApiKey.METADATA:
+                asked.append(None if body["topics"] is None else [t["name"] for t in body["topics"]])
+                if len(asked) == 1:
+                    held.set()
+                    await trio.to_thread.run_sync(release.wait, 60)
+            return resp
+
+    async def any_connection(self: ClientCluster) -> Any:
+        return HoldFirstMetadataAnswer(await real_any_connection(self))
+
+    monkeypatch.setattr(ClientCluster, "any_connection", any_connection)
+    with SyncProducer({"bootstrap.servers": broker.bootstrap, "acks": "all"}) as p:
+        assert held.wait(30), "the producer sent no Metadata request"
+        assert asked == [[]], asked
+        for i in range(200):
+            p.produce("pageviews", b"v%d" % i, partition=i % 2)
+        release.set()
+        p.flush(20)
+    assert ["pageviews"] in asked, asked
+    ck = CkConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "ck-held"})
+    try:
+        assert [ck.get_watermark_offsets(TopicPartition("pageviews", i), timeout=10) for i in (0, 1)] == \
+            [(0, 100), (0, 100)]
     finally:
         ck.close()
 
