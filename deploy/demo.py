@@ -399,15 +399,18 @@ QUERY_LINE = re.compile(r"^query: \d+ row\(s\)(?: \(truncated\))? in ([\d.]+) s"
 
 def warehouse_query(streams: list[Stream]) -> str:
     """One Spark SQL query over the four tables: per datacenter and topic the records, the
-    distinct source records (provenance: source partition and offset), the distinct users
+    distinct source records (provenance: source topic id, partition, leader epoch and
+    offset: a re-created topic's offsets and a diverged copy count apart), the distinct users
     and the most frequent url (fields read from the JSON values)."""
     union = "\n  UNION ALL\n".join(
-        f"  SELECT '{s.target_topic}' AS topic, source_dc, source_partition, source_offset,\n"
+        f"  SELECT '{s.target_topic}' AS topic, source_dc, source_topic_id, source_partition,\n"
+        f"         source_leader_epoch, source_offset,\n"
         f"         get_json_object(CAST(value AS STRING), '$.user') AS user,\n"
         f"         get_json_object(CAST(value AS STRING), '$.url') AS url\n"
         f"  FROM {table_name(s.target_topic)}" for s in streams)
     return ("SELECT source_dc AS dc, topic, count(*) AS records,\n"
-            "       count(DISTINCT source_partition, source_offset) AS distinct_records,\n"
+            "       count(DISTINCT coalesce(source_topic_id, ''), source_partition,\n"
+            "                      coalesce(source_leader_epoch, -1), source_offset) AS distinct_records,\n"
             "       count(DISTINCT user) AS users, mode(url) AS top_url\n"
             f"FROM (\n{union}\n)\nGROUP BY source_dc, topic ORDER BY topic")
 

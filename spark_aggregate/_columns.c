@@ -74,6 +74,22 @@ static int bitmap_put(Bitmap *m, int valid) {
     return 0;
 }
 
+/* A fixed-width column that may hold nulls: values, validity. */
+typedef struct {
+    Buf values;
+    Bitmap valid;
+} Fixed;
+
+static int fixed_put_i32(Fixed *c, int valid, int32_t v) {
+    if (put_i32(&c->values, valid ? v : 0) < 0) return -1;
+    return bitmap_put(&c->valid, valid);
+}
+
+static int fixed_put_i64(Fixed *c, int valid, int64_t v) {
+    if (put_i64(&c->values, valid ? v : 0) < 0) return -1;
+    return bitmap_put(&c->valid, valid);
+}
+
 /* A binary/string column: offsets (n + 1 int32), data, validity. */
 typedef struct {
     Buf offsets;
@@ -98,15 +114,19 @@ typedef struct {
     Binary key, value;
     Buf header_list; /* n + 1 int32 */
     Binary header_key, header_value;
-    Binary cluster;
-    Buf src_partition, src_offset;
-    Bitmap src_partition_valid, src_offset_valid;
+    Binary cluster, src_topic_id;
+    Fixed src_partition, src_offset, src_leader_epoch;
     Bitmap fence;
     Py_ssize_t rows;
     Py_ssize_t size_bytes;
 } Columns;
 
 static void buf_free(Buf *b) { PyMem_Free(b->data); b->data = NULL; }
+
+static void fixed_free(Fixed *c) {
+    buf_free(&c->values);
+    buf_free(&c->valid.bits);
+}
 
 static void binary_free(Binary *c) {
     buf_free(&c->offsets);
@@ -118,9 +138,9 @@ static void columns_free(Columns *c) {
     buf_free(&c->offset); buf_free(&c->timestamp); buf_free(&c->type);
     binary_free(&c->key); binary_free(&c->value);
     buf_free(&c->header_list); binary_free(&c->header_key); binary_free(&c->header_value);
-    binary_free(&c->cluster);
-    buf_free(&c->src_partition); buf_free(&c->src_offset);
-    buf_free(&c->src_partition_valid.bits); buf_free(&c->src_offset_valid.bits); buf_free(&c->fence.bits);
+    binary_free(&c->cluster); binary_free(&c->src_topic_id);
+    fixed_free(&c->src_partition); fixed_free(&c->src_offset); fixed_free(&c->src_leader_epoch);
+    buf_free(&c->fence.bits);
 }
 
 #include "../cluster/protocol/varint.h"
@@ -157,17 +177,27 @@ static int key_is(const unsigned char *k, int64_t n, const char *name) {
     return n == (int64_t)len && memcmp(k, name, len) == 0;
 }
 
-/* Decimal text -> integer; 0 when it is not a plain (optionally negative) number. */
-static int parse_decimal(const unsigned char *s, int64_t n, int64_t *out) {
-    if (n <= 0 || n > 19) return 0;
+/* Decimal text -> integer in [low, high]; 0 when it is not a plain (optionally negative)
+ * number of at most 19 characters in that range (columns.py's _decimal_or_none). */
+static int parse_decimal(const unsigned char *s, int64_t n, int64_t low, int64_t high, int64_t *out) {
+    if (!s || n <= 0 || n > 19) return 0;
     int neg = 0;
-    int64_t i = 0, v = 0;
+    int64_t i = 0;
+    uint64_t v = 0; /* at most 19 digits: below 10^19 < 2^64, no overflow */
     if (s[0] == '-') { neg = 1; i = 1; if (n == 1) return 0; }
     for (; i < n; i++) {
         if (s[i] < '0' || s[i] > '9') return 0;
-        v = v * 10 + (s[i] - '0');
+        v = v * 10 + (uint64_t)(s[i] - '0');
     }
-    *out = neg ? -v : v;
+    if (neg) {
+        /* at most 18 digits after the sign: v < 10^18 fits int64 */
+        int64_t r = -(int64_t)v;
+        if (r < low || r > high) return 0;
+        *out = r;
+    } else {
+        if (v > (uint64_t)INT64_MAX || (int64_t)v > high) return 0;
+        *out = (int64_t)v;
+    }
     return 1;
 }
 
@@ -198,9 +228,9 @@ static int decode_records(Columns *c, const unsigned char *buf, Py_ssize_t size,
             return -1;
         if (binary_put(&c->key, key, key_len) < 0 || binary_put(&c->value, value, value_len) < 0) return -1;
         c->size_bytes += (key_len > 0 ? key_len : 0) + (value_len > 0 ? value_len : 0);
-        const unsigned char *cluster = NULL;
-        int64_t cluster_len = -1, src_partition = 0, src_offset = 0;
-        int has_partition = 0, has_offset = 0, fence = 0;
+        const unsigned char *cluster = NULL, *topic_id = NULL;
+        int64_t cluster_len = -1, topic_id_len = -1, src_partition = 0, src_offset = 0, src_epoch = 0;
+        int has_partition = 0, has_offset = 0, has_epoch = 0, fence = 0;
         for (int64_t h = 0; h < n_headers; h++) {
             const unsigned char *hk, *hv;
             int64_t hk_len, hv_len;
@@ -210,12 +240,16 @@ static int decode_records(Columns *c, const unsigned char *buf, Py_ssize_t size,
             if (flags & WANT_PROVENANCE) {
                 if (key_is(hk, hk_len, "dcmirror.source.cluster")) { cluster = hv; cluster_len = hv_len; continue; }
                 if (key_is(hk, hk_len, "dcmirror.source.partition")) {
-                    has_partition = hv_len >= 0 && parse_decimal(hv, hv_len, &src_partition)
-                                    && src_partition >= INT32_MIN && src_partition <= INT32_MAX;
+                    has_partition = parse_decimal(hv, hv_len, INT32_MIN, INT32_MAX, &src_partition);
                     continue;
                 }
                 if (key_is(hk, hk_len, "dcmirror.source.offset")) {
-                    has_offset = hv_len >= 0 && parse_decimal(hv, hv_len, &src_offset);
+                    has_offset = parse_decimal(hv, hv_len, INT64_MIN, INT64_MAX, &src_offset);
+                    continue;
+                }
+                if (key_is(hk, hk_len, "dcmirror.source.topic.id")) { topic_id = hv; topic_id_len = hv_len; continue; }
+                if (key_is(hk, hk_len, "dcmirror.source.leader.epoch")) {
+                    has_epoch = parse_decimal(hv, hv_len, INT32_MIN, INT32_MAX, &src_epoch);
                     continue;
                 }
                 if (key_is(hk, hk_len, "dcmirror.path")) continue;
@@ -233,10 +267,10 @@ static int decode_records(Columns *c, const unsigned char *buf, Py_ssize_t size,
         }
         if (flags & WANT_PROVENANCE) {
             if (text_put(&c->cluster, cluster, cluster_len) < 0) return -1;
-            if (put_i32(&c->src_partition, has_partition ? (int32_t)src_partition : 0) < 0) return -1;
-            if (bitmap_put(&c->src_partition_valid, has_partition) < 0) return -1;
-            if (put_i64(&c->src_offset, has_offset ? src_offset : 0) < 0) return -1;
-            if (bitmap_put(&c->src_offset_valid, has_offset) < 0) return -1;
+            if (fixed_put_i32(&c->src_partition, has_partition, (int32_t)src_partition) < 0) return -1;
+            if (fixed_put_i64(&c->src_offset, has_offset, src_offset) < 0) return -1;
+            if (text_put(&c->src_topic_id, topic_id, topic_id_len) < 0) return -1;
+            if (fixed_put_i32(&c->src_leader_epoch, has_epoch, (int32_t)src_epoch) < 0) return -1;
             if (bitmap_put(&c->fence, 0) < 0) return -1;
             if (fence) c->fence.bits.data[(c->fence.n - 1) >> 3] |= (char)(1 << ((c->fence.n - 1) & 7));
         }
@@ -262,6 +296,10 @@ static PyObject *bitmap_of(Bitmap *m) {
     return bytes_of(&m->bits);
 }
 
+static PyObject *fixed_tuple(Fixed *c) {
+    return Py_BuildValue("(NNn)", bytes_of(&c->values), bitmap_of(&c->valid), c->valid.nulls);
+}
+
 static PyObject *binary_tuple(Binary *c) {
     return Py_BuildValue("(NNNn)", bytes_of(&c->offsets), bytes_of(&c->data), bitmap_of(&c->valid), c->valid.nulls);
 }
@@ -279,7 +317,8 @@ static PyObject *decode_chunk(PyObject *self, PyObject *args) {
     const unsigned char *data = view.buf;
     Py_ssize_t size = view.len, pos = 0;
     if (binary_init(&c.key) < 0 || binary_init(&c.value) < 0 || put_i32(&c.header_list, 0) < 0
-        || binary_init(&c.header_key) < 0 || binary_init(&c.header_value) < 0 || binary_init(&c.cluster) < 0)
+        || binary_init(&c.header_key) < 0 || binary_init(&c.header_value) < 0 || binary_init(&c.cluster) < 0
+        || binary_init(&c.src_topic_id) < 0)
         goto done;
     while (pos + BATCH_HEADER_SIZE <= size) {
         const unsigned char *h = data + pos;
@@ -333,9 +372,8 @@ static PyObject *decode_chunk(PyObject *self, PyObject *args) {
     }
     if (result && (flags & WANT_PROVENANCE)) {
         PyObject *prov = Py_BuildValue(
-            "(NNNnNNnN)", binary_tuple(&c.cluster), bytes_of(&c.src_partition), bitmap_of(&c.src_partition_valid),
-            c.src_partition_valid.nulls, bytes_of(&c.src_offset), bitmap_of(&c.src_offset_valid),
-            c.src_offset_valid.nulls, bytes_of(&c.fence.bits));
+            "(NNNNNN)", binary_tuple(&c.cluster), fixed_tuple(&c.src_partition), fixed_tuple(&c.src_offset),
+            binary_tuple(&c.src_topic_id), fixed_tuple(&c.src_leader_epoch), bytes_of(&c.fence.bits));
         if (!prov || PyDict_SetItemString(result, "provenance", prov) < 0) Py_CLEAR(result);
         Py_XDECREF(prov);
     }

@@ -3,16 +3,26 @@
     key binary, value binary, topic string, partition int, offset bigint,
     timestamp timestamp, timestampType int
     [headers array<struct<key: string, value: binary>>]                       includeHeaders
-    [sourceCluster string, sourcePartition int, sourceOffset bigint, fence boolean]   includeProvenance
+    [sourceCluster string, sourcePartition int, sourceOffset bigint,
+     sourceTopicId string, sourceLeaderEpoch int, fence boolean]              includeProvenance
 
 With includeProvenance the mirror's provenance headers become columns and are left out of
-`headers`. Rows are built column by column: the per-record work is one C call per batch
-when the record codec extension is built (`_columns`), else the reference Python loop
-below (the tests keep both equal).
+`headers`. sourceTopicId is the dcmirror.source.topic.id header's text as it is (Kafka's
+22-character form; which incarnation of the source topic), sourceLeaderEpoch the source
+batch's leader epoch: with them a source offset that was mirrored twice (the topic created
+again, or an unclean election's diverged copy and the source's new record) gives two
+distinct rows. A column is null where its header is absent (records mirrored before
+workers wrote it, records with no provenance) or unreadable; numbers are read as plain
+decimals (an optional "-", digits) in the column's range.
+
+Rows are built column by column: the per-record work is one C call per batch when the
+record codec extension is built (`_columns`), else the reference Python loop below (the
+tests keep both equal).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,14 +39,23 @@ from cluster.protocol.record_batch import (
     read_header,
 )
 from cluster.protocol.records import decode_records, decompress
-from mirror.provenance import FENCE, PATH, SOURCE_CLUSTER, SOURCE_OFFSET, SOURCE_PARTITION
+from mirror.provenance import (
+    FENCE,
+    PATH,
+    SOURCE_CLUSTER,
+    SOURCE_LEADER_EPOCH,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC_ID,
+)
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 # Provenance headers that become columns (and leave `headers`) with includeProvenance.
-PROVENANCE_COLUMN_HEADERS = frozenset({SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET, PATH})
+PROVENANCE_COLUMN_HEADERS = frozenset({SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET, SOURCE_TOPIC_ID,
+                                       SOURCE_LEADER_EPOCH, PATH})
 # Arrow binary/string arrays use 32-bit offsets: a batch is cut well before 2 GiB.
 MAX_BATCH_BYTES = 256 << 20
 MAX_BATCH_ROWS = 1 << 20
@@ -49,7 +68,8 @@ def spark_schema(include_headers: bool, include_provenance: bool) -> str:
     if include_headers:
         ddl += ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
     if include_provenance:
-        ddl += ", sourceCluster STRING, sourcePartition INT, sourceOffset BIGINT, fence BOOLEAN"
+        ddl += (", sourceCluster STRING, sourcePartition INT, sourceOffset BIGINT, sourceTopicId STRING, "
+                "sourceLeaderEpoch INT, fence BOOLEAN")
     return ddl
 
 
@@ -61,7 +81,8 @@ def arrow_schema(include_headers: bool, include_provenance: bool) -> pa.Schema:
         fields.append(pa.field("headers", HEADER_TYPE))
     if include_provenance:
         fields += [pa.field("sourceCluster", pa.string()), pa.field("sourcePartition", pa.int32()),
-                   pa.field("sourceOffset", pa.int64()), pa.field("fence", pa.bool_())]
+                   pa.field("sourceOffset", pa.int64()), pa.field("sourceTopicId", pa.string()),
+                   pa.field("sourceLeaderEpoch", pa.int32()), pa.field("fence", pa.bool_())]
     return pa.schema(fields)
 
 
@@ -102,13 +123,18 @@ def sections(data: bytes, start: int, end: int) -> Iterator[Section]:
         pos = batch_end
 
 
-def _int_or_none(raw: bytes | None) -> int | None:
-    if raw is None:
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_DECIMAL = re.compile(rb"-?[0-9]{1,19}")
+
+
+def _decimal_or_none(raw: bytes | None, low: int, high: int) -> int | None:
+    """A header's plain decimal (an optional "-", then digits: no sign "+", spaces or "_" as
+    int() would take) within [low, high], else None; as the C loop's parse_decimal reads it."""
+    if raw is None or len(raw) > 19 or not _DECIMAL.fullmatch(raw):
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
+    value = int(raw)
+    return value if low <= value <= high else None
 
 
 class PyColumnBuilder:
@@ -126,6 +152,8 @@ class PyColumnBuilder:
         self.clusters: list[str | None] = []
         self.source_partitions: list[int | None] = []
         self.source_offsets: list[int | None] = []
+        self.topic_ids: list[str | None] = []
+        self.leader_epochs: list[int | None] = []
         self.fences: list[bool] = []
         self.size_bytes = 0
 
@@ -158,7 +186,7 @@ class PyColumnBuilder:
         if not (self.include_headers or self.include_provenance):
             return
         for hs in headers:
-            cluster = partition = offset = None
+            cluster = partition = offset = topic_id = epoch = None
             fence = False
             own: list[tuple[str, bytes | None]] = []
             for k, v in hs:
@@ -169,6 +197,10 @@ class PyColumnBuilder:
                         partition = v
                     elif k == SOURCE_OFFSET:
                         offset = v
+                    elif k == SOURCE_TOPIC_ID:
+                        topic_id = v
+                    elif k == SOURCE_LEADER_EPOCH:
+                        epoch = v
                     continue
                 if k == FENCE:
                     fence = True
@@ -177,8 +209,10 @@ class PyColumnBuilder:
                 self.headers.append(own)
             if self.include_provenance:
                 self.clusters.append(None if cluster is None else cluster.decode("utf-8", "replace"))
-                self.source_partitions.append(_int_or_none(partition))
-                self.source_offsets.append(_int_or_none(offset))
+                self.source_partitions.append(_decimal_or_none(partition, INT32_MIN, INT32_MAX))
+                self.source_offsets.append(_decimal_or_none(offset, INT64_MIN, INT64_MAX))
+                self.topic_ids.append(None if topic_id is None else topic_id.decode("utf-8", "replace"))
+                self.leader_epochs.append(_decimal_or_none(epoch, INT32_MIN, INT32_MAX))
                 self.fences.append(fence)
 
     def finish(self, topic: str, partition: int) -> pa.RecordBatch:
@@ -196,7 +230,8 @@ class PyColumnBuilder:
             arrays.append(pa.array(self.headers, HEADER_TYPE))
         if self.include_provenance:
             arrays += [pa.array(self.clusters, pa.string()), pa.array(self.source_partitions, pa.int32()),
-                       pa.array(self.source_offsets, pa.int64()), pa.array(self.fences, pa.bool_())]
+                       pa.array(self.source_offsets, pa.int64()), pa.array(self.topic_ids, pa.string()),
+                       pa.array(self.leader_epochs, pa.int32()), pa.array(self.fences, pa.bool_())]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.include_headers, self.include_provenance))
 
 
@@ -257,12 +292,13 @@ class CColumnBuilder:
             arrays.append(pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lists)]),
                                                    struct, type=HEADER_TYPE))
         if self.include_provenance:
-            cluster, partitions, partitions_valid, partition_nulls, offsets, offsets_valid, offset_nulls, fences = \
-                got["provenance"]
+            cluster, partitions, offsets, topic_ids, epochs, fences = got["provenance"]
             arrays += [
                 _binary(pa.string(), n, cluster),
-                pa.Array.from_buffers(pa.int32(), n, [_buffer(partitions_valid), pa.py_buffer(partitions)], partition_nulls),
-                pa.Array.from_buffers(pa.int64(), n, [_buffer(offsets_valid), pa.py_buffer(offsets)], offset_nulls),
+                _fixed(pa.int32(), n, partitions),
+                _fixed(pa.int64(), n, offsets),
+                _binary(pa.string(), n, topic_ids),
+                _fixed(pa.int32(), n, epochs),
                 pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(fences)]),
             ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -270,6 +306,11 @@ class CColumnBuilder:
 
 def _buffer(raw: bytes | None) -> pa.Buffer | None:
     return None if raw is None else pa.py_buffer(raw)
+
+
+def _fixed(kind: pa.DataType, n: int, parts: tuple[bytes, bytes | None, int]) -> pa.Array:
+    values, valid, nulls = parts
+    return pa.Array.from_buffers(kind, n, [_buffer(valid), pa.py_buffer(values)], nulls)
 
 
 def _binary(kind: pa.DataType, n: int, parts: tuple[bytes, bytes, bytes | None, int]) -> pa.Array:

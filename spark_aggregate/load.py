@@ -27,9 +27,20 @@ files renamed so far (never a file twice); with the embedded metastore no query 
 during a load at all (one process at a time, see spark_aggregate/session.py).
 
 Records without provenance headers (produced into the loaded cluster directly) get the
-loaded cluster as their source cluster and their own partition and offset; fence records
-(which a mirror worker writes when it takes over a partition) are not data and are skipped.
-A source cluster the topology does not name gets source_dc "unknown".
+loaded cluster as their source cluster and their own partition and offset, and NULL
+source_topic_id and source_leader_epoch (so do records mirrored before workers wrote those
+headers); fence records (which a mirror worker writes when it takes over a partition) are
+not data and are skipped. A source cluster the topology does not name gets source_dc
+"unknown". A row's source identity is (source_cluster, source_topic_id, source_partition,
+source_offset): a source topic deleted and created again starts its offsets at 0 again under
+a new topic id, and after an unclean leader election the aggregate can hold one source
+offset twice, the diverged copy and the source's new record, told apart by
+source_leader_epoch. Exactly once holds per aggregate partition and offset (the ledger), so
+a source record the mirror wrote once is one row.
+
+Tables created by an earlier version gain the columns added since (and a topic's JSON schema
+its new columns) with ALTER TABLE ... ADD COLUMNS when a load first touches them: after the
+columns they had, before the partition columns; rows loaded before read them as NULL.
 """
 
 from __future__ import annotations
@@ -412,33 +423,54 @@ class Loader:
             return None
 
     def ensure_table(self, topic: str) -> None:
-        table = f"{DATABASE}.{table_name(topic)}"
+        """Create the topic's table, or give the existing one the columns it lacks: table
+        columns added since it was created, and new columns of the topic's JSON schema (rows
+        loaded before read them as NULL)."""
+        name = table_name(topic)
+        table = f"{DATABASE}.{name}"
         if table in self._tables:
             return
-        self._tables.add(table)
         ddl = self.settings.schema_of(topic)
-        known = self.catalog_table(table_name(topic))
+        declared = self.declared_columns(topic, ddl)
+        known = self.catalog_table(name)
+        if known is None:
+            wanted = ", ".join(f"`{c}` {t}" for c, t, _ in TABLE_COLUMNS)
+            if ddl is not None:
+                wanted += ", " + ddl
+            partition_ddl = ", ".join(f"`{c}` {t}" for c, t, _ in PARTITION_COLUMNS)
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({wanted}, {partition_ddl}) USING parquet "
+                           f"PARTITIONED BY ({', '.join(c for c, *_ in PARTITION_COLUMNS)})")
+            known = self.catalog_table(name)
         if known is not None:
-            self._locations[table_name(topic)] = known[0]
-            if ddl is None:
-                return
-        wanted = ", ".join(f"`{c}` {t}" for c, t, _ in TABLE_COLUMNS)
-        if ddl is not None:
-            wanted += ", " + ddl
-        partition_ddl = ", ".join(f"`{c}` {t}" for c, t, _ in PARTITION_COLUMNS)
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({wanted}, {partition_ddl}) USING parquet "
-                       f"PARTITIONED BY ({', '.join(c for c, *_ in PARTITION_COLUMNS)})")
-        if ddl is not None:
-            from pyspark.sql.types import StructType
-
+            self._locations[name] = known[0]
+            have = known[1]
+        else:
             have = {c.lower() for c in self.spark.table(table).columns}
-            declared = StructType.fromDDL(ddl)
-            assert isinstance(declared, StructType)
-            new = [f for f in declared.fields if f.name.lower() not in have]
-            if new:
-                # The topology's schema grew: older rows read the new columns as NULL.
-                added = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new)
-                self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+        new = [(c, t) for c, t, _ in TABLE_COLUMNS if c not in have]
+        new += [(c, t) for c, t in declared if c.lower() not in have]
+        if new:
+            log.info("table %s gains columns %s", table, ", ".join(c for c, _ in new))
+            added = ", ".join(f"`{c}` {t}" for c, t in new)
+            self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+        self._tables.add(table)
+
+    def declared_columns(self, topic: str, ddl: str | None) -> list[tuple[str, str]]:
+        """(name, Spark type) of the columns the topic's JSON schema `ddl` declares."""
+        if ddl is None:
+            return []
+        from pyspark.sql.types import StructType
+
+        declared = StructType.fromDDL(ddl)
+        assert isinstance(declared, StructType)
+        own = {c for c, *_ in (*TABLE_COLUMNS, *PARTITION_COLUMNS)}
+        clash = [f.name for f in declared.fields if f.name.lower() in own]
+        if clash:
+            # The topology refuses the warehouse's own names; a schema written before a
+            # column was added to the tables can still hold it.
+            raise LoadConfigError(f"the warehouse schema of topic {topic!r} declares column {clash[0]!r}, one of "
+                                  f"the warehouse's own columns ({', '.join(sorted(own))}); rename it in "
+                                  "[warehouse.schemas]")
+        return [(f.name, f.dataType.simpleString()) for f in declared.fields]
 
     def table_location(self, table: str) -> str:
         if table in self._locations:

@@ -16,8 +16,8 @@ unless kafka.isolation.level says read_uncommitted (Spark's Kafka source default
 other): ranges end at the last stable offset, aborted transactions and markers are left out.
 
 dcmirror's own additions: `includeProvenance` adds the mirror's provenance (sourceCluster,
-sourcePartition, sourceOffset, and `fence` for the records a mirror worker writes when it
-takes a partition) as columns; `pollTimeoutMs` bounds how long a read waits for a range's
+sourcePartition, sourceOffset, sourceTopicId, sourceLeaderEpoch, and `fence` for the records
+a mirror worker writes when it takes a partition) as columns; `pollTimeoutMs` bounds how long a read waits for a range's
 records (a leader failover in the middle of a read).
 """
 

@@ -37,7 +37,11 @@ from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange
 from spark_aggregate.settings import UNKNOWN_DATACENTER
 
-# The tables' columns: name, Spark DDL type, Arrow type (the Parquet files' schema).
+# The tables' columns: name, Spark DDL type, Arrow type (the Parquet files' schema). A table
+# created before a column was added here gains it when a load next ensures the table
+# (load.py: ALTER TABLE ... ADD COLUMNS, after its existing data columns); Parquet files
+# written before have no such column and read it as NULL (source_topic_id and
+# source_leader_epoch came after source_offset).
 TABLE_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("key", "BINARY", pa.binary()),
     ("value", "BINARY", pa.binary()),
@@ -49,6 +53,8 @@ TABLE_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("source_cluster", "STRING", pa.string()),
     ("source_partition", "INT", pa.int32()),
     ("source_offset", "BIGINT", pa.int64()),
+    ("source_topic_id", "STRING", pa.string()),
+    ("source_leader_epoch", "INT", pa.int32()),
     ("load_id", "STRING", pa.string()),
 )
 PARTITION_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -110,7 +116,14 @@ class RowContext:
 
 def table_batch(batch: pa.RecordBatch, ctx: RowContext) -> pa.RecordBatch:
     """Records (the data source's columns with headers and provenance) -> table rows with
-    the partition columns last; fence records are dropped."""
+    the partition columns last; fence records are dropped.
+
+    A row's source identity is (source_cluster, source_topic_id, source_partition,
+    source_offset), with source_leader_epoch telling apart the two copies of an offset an
+    unclean election leaves in the aggregate. Records without provenance (produced into the
+    loaded cluster itself) get the loaded cluster and their own partition and offset, and
+    NULL topic id and leader epoch, as do records mirrored before workers wrote those headers.
+    """
     fence = batch.column("fence")
     if fence.true_count:
         batch = batch.filter(pc.invert(fence))
@@ -130,7 +143,8 @@ def table_batch(batch: pa.RecordBatch, ctx: RowContext) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         batch.column("key"), batch.column("value"), batch.column("headers"), batch.column("timestamp"),
         batch.column("timestampType"), batch.column("partition"), batch.column("offset"),
-        source_cluster, source_partition, source_offset, repeated_string(ctx.load_id, n),
+        source_cluster, source_partition, source_offset, batch.column("sourceTopicId"),
+        batch.column("sourceLeaderEpoch"), repeated_string(ctx.load_id, n),
         dcs.take(index), pc.cast(batch.column("timestamp"), pa.date32()),
     ], schema=ROW_SCHEMA)
 

@@ -14,6 +14,9 @@ DEFAULT_RENAME = "{source}.{topic}"
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base")
+# Keys that take one of a few words: what a flow does when its source topic was deleted and
+# created again (mirror the new incarnation after the old one, or stop that partition).
+MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop")}
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
 # The workers' admin HTTP (workers_http, or http.port.base): bind address, bearer token (a
 # reference), HTTPS keystore, and the CA `dcmirror status` verifies it with.
@@ -27,7 +30,8 @@ WAREHOUSE_CONFIG_KEYS = ("metastore.uri", "warehouse.uri", "failOnDataLoss", "mi
 WAREHOUSE_CONFIG_PREFIXES = ("spark.", "kafka.")
 # Columns every warehouse table has; a topic's schema cannot declare them again.
 WAREHOUSE_COLUMNS = ("key", "value", "headers", "timestamp", "timestamp_type", "kafka_partition",
-                     "kafka_offset", "source_cluster", "source_partition", "source_offset", "load_id",
+                     "kafka_offset", "source_cluster", "source_partition", "source_offset", "source_topic_id",
+                     "source_leader_epoch", "load_id",
                      "source_dc", "event_date")
 
 

@@ -37,6 +37,8 @@ pytestmark = [pytest.mark.perf, pytest.mark.timeout(3600)]
 PARTITIONS = 6
 VALUE_BYTES = 200
 MB = 1_000_000
+TOPIC_ID = "3Qd-h9ZzQ1uR0gGxXw7k2A"  # the source topic's id (dcmirror.source.topic.id), as a mirror writes it
+LEADER_EPOCH = 4
 
 
 def tree_pids(root: int) -> list[int]:
@@ -75,7 +77,8 @@ def produce(bootstrap: str, topic: str, n: int, json_path: Path | None) -> None:
             partition, offset = i % PARTITIONS, i // PARTITIONS
             value = values[i & 1023]
             headers = [("dcmirror.source.cluster", b"east"), ("dcmirror.source.partition", b"%d" % partition),
-                       ("dcmirror.source.offset", b"%d" % offset), ("dcmirror.path", b"east")]
+                       ("dcmirror.source.offset", b"%d" % offset), ("dcmirror.source.topic.id", TOPIC_ID.encode()),
+                       ("dcmirror.source.leader.epoch", b"%d" % LEADER_EPOCH), ("dcmirror.path", b"east")]
             while True:
                 try:
                     p.produce(topic, value, b"k%d" % (i % 1000), partition=partition, timestamp=ts, headers=headers)
@@ -85,7 +88,8 @@ def produce(bootstrap: str, topic: str, n: int, json_path: Path | None) -> None:
             if lines is not None:
                 lines.write(orjson.dumps({"key": f"k{i % 1000}", "value": value.decode(), "timestamp": ts,
                                           "partition": partition, "offset": offset, "source_cluster": "east",
-                                          "source_partition": partition, "source_offset": offset}) + b"\n")
+                                          "source_partition": partition, "source_offset": offset,
+                                          "source_topic_id": TOPIC_ID, "source_leader_epoch": LEADER_EPOCH}) + b"\n")
             if not i & 0xFFFF:
                 p.poll(0)
                 if i:
@@ -176,12 +180,13 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
 def write_json_peer(spark: object, json_path: Path, out: Path) -> None:
     """The same records, the same columns, the same table layout, from a JSON-lines file."""
     schema = ("key STRING, value STRING, timestamp BIGINT, partition INT, offset BIGINT, source_cluster STRING, "
-              "source_partition INT, source_offset BIGINT")
+              "source_partition INT, source_offset BIGINT, source_topic_id STRING, source_leader_epoch INT")
     df = spark.read.schema(schema).json(str(json_path))  # type: ignore[attr-defined]
     df = df.selectExpr(
         "CAST(key AS BINARY) AS key", "CAST(value AS BINARY) AS value",
         "CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers",
         "timestamp_millis(timestamp) AS timestamp", "0 AS timestamp_type", "partition AS kafka_partition",
-        "offset AS kafka_offset", "source_cluster", "source_partition", "source_offset", "'peer' AS load_id",
+        "offset AS kafka_offset", "source_cluster", "source_partition", "source_offset", "source_topic_id",
+        "source_leader_epoch", "'peer' AS load_id",
         "'dc-east' AS source_dc", "to_date(timestamp_millis(timestamp)) AS event_date")
     df.write.mode("overwrite").partitionBy("source_dc", "event_date").parquet(str(out))

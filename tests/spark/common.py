@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from confluent_kafka import Producer
 
 from cluster.client.admin import EARLIEST, LATEST
 from cluster.client.sync import SyncAdmin
+from mirror.history import topic_id_text
 from mirror.provenance import FENCE, mirrored_headers
 from tests.harness import REPO
 
@@ -39,6 +41,13 @@ class Sent:
     source_partition: int
     source_offset: int
     timestamp_ms: int
+    source_topic_id: str | None = None  # None: no provenance, or mirrored before topic ids
+    source_leader_epoch: int | None = None
+
+
+def source_topic_id(cluster: str, topic: str) -> str:
+    """The topic id (Kafka's text form) Feed gives `topic` in source `cluster`."""
+    return topic_id_text(uuid.uuid5(uuid.NAMESPACE_URL, f"dcmirror-test:{cluster}/{topic}"))
 
 
 def write_topology(path: Path, aggregate_bootstrap: str, warehouse: Path, *, topics: str = ".*",
@@ -76,7 +85,10 @@ def create_topics(bootstrap: str, topics: dict[str, int], configs: dict[str, str
 class Feed:
     """Produces mirrored-looking records into the aggregate (with librdkafka) and remembers them.
 
-    Source offsets continue per (source cluster, topic, partition), as a mirror's would.
+    Source offsets continue per (source cluster, topic, partition), as a mirror's would. Each
+    (source cluster, topic) has one topic id (source_topic_id) and the records the leader
+    epoch asked for; `incarnation=False` writes provenance as workers did before topic ids
+    and leader epochs.
     """
 
     def __init__(self, bootstrap: str) -> None:
@@ -87,7 +99,7 @@ class Feed:
 
     def produce(self, topic: str, partitions: int, count: int, *, source: str | None = "east",
                 value: Callable[[int], bytes] | None = None, timestamp_ms: int | None = None,
-                fence_every: int = 0) -> list[Sent]:
+                fence_every: int = 0, leader_epoch: int = 0, incarnation: bool = True) -> list[Sent]:
         """`count` records spread round-robin over the partitions; a fence record after every
         `fence_every` (not data: the load must skip it)."""
         made: list[Sent] = []
@@ -108,13 +120,17 @@ class Feed:
             payload = value(n) if value is not None else f"v-{topic}-{n}".encode()
             key = f"k{n % 17}".encode()
             ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-            headers = mirrored_headers((), source, partition, source_offset) if source else ()
+            topic_id = source_topic_id(source, topic) if source and incarnation else None
+            epoch = leader_epoch if source and incarnation else None
+            headers = mirrored_headers((), source, partition, source_offset, topic_id,
+                                       -1 if epoch is None else epoch) if source else ()
             offset = self._next_offset.get((topic, partition), 0)
             producer.produce(topic, payload, key, partition=partition, timestamp=ts, headers=list(headers),
                              on_delivery=delivered)
             made.append(Sent(topic, partition, offset, key, payload, source,
                              source_partition=partition if source else partition,
-                             source_offset=source_offset if source else offset, timestamp_ms=ts))
+                             source_offset=source_offset if source else offset, timestamp_ms=ts,
+                             source_topic_id=topic_id, source_leader_epoch=epoch))
             offset += 1
             if fence_every and (i + 1) % fence_every == 0:
                 producer.produce(topic, None, None, partition=partition, headers=[(FENCE, b"")],
@@ -137,19 +153,26 @@ def offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int,
     return {p: (starts[(topic, p)], ends[(topic, p)]) for _, p in tps}
 
 
-EXPECTED_COLUMNS = ("source_dc", "source_cluster", "source_partition", "source_offset", "kafka_partition",
-                    "kafka_offset", "key", "value")
+EXPECTED_COLUMNS = ("source_dc", "source_cluster", "source_partition", "source_offset", "source_topic_id",
+                    "source_leader_epoch", "kafka_partition", "kafka_offset", "key", "value")
 
 
 def expected_rows(sent: Iterable[Sent], loaded_cluster: str = "aggregate") -> list[tuple[Any, ...]]:
     """The rows (EXPECTED_COLUMNS) a table must hold for `sent`, sorted: records without
-    provenance have the loaded cluster as their source, at their own partition and offset."""
+    provenance have the loaded cluster as their source, at their own partition and offset,
+    with no topic id or leader epoch."""
     rows = []
     for s in sent:
         cluster = s.source_cluster or loaded_cluster
         dc = DATACENTERS.get(cluster, "central" if cluster == loaded_cluster else "unknown")
-        rows.append((dc, cluster, s.source_partition, s.source_offset, s.partition, s.offset, s.key, s.value))
-    return sorted(rows)
+        rows.append((dc, cluster, s.source_partition, s.source_offset, s.source_topic_id, s.source_leader_epoch,
+                     s.partition, s.offset, s.key, s.value))
+    return sorted_rows(rows)
+
+
+def sorted_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows in one order whatever their NULLs (None sorts first in each column)."""
+    return sorted(rows, key=lambda row: tuple((v is not None, v) for v in row))
 
 
 def run_cli(args: Sequence[str], *, timeout_s: float = 300, env: dict[str, str] | None = None,

@@ -1,7 +1,8 @@
 """The warehouse load in one Spark session (local mode) against a real broker: known records
 with provenance headers -> load -> the tables hold exactly those records; incremental loads
 add only what is new; a load with nothing new changes nothing; JSON schemas give typed
-columns; records deleted by retention before they were loaded fail the load, naming the gap.
+columns; tables created by an earlier version gain the columns added since; records deleted
+by retention before they were loaded fail the load, naming the gap.
 
 Every test loads its own topics (the warehouse topics regex is narrowed per test) into the
 one warehouse of this module.
@@ -10,21 +11,26 @@ one warehouse of this module.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cluster.client.sync import SyncAdmin
 from spark_aggregate.ledger import COMMITTED, GAP, PLANNED
-from spark_aggregate.load import Loader, LoadOutcome
+from spark_aggregate.load import LoadConfigError, Loader, LoadOutcome
 from spark_aggregate.ranges import DataLossError
 from spark_aggregate.session import start_session, stop_session, warehouse_lock
 from spark_aggregate.settings import WarehouseSettings
+from spark_aggregate.stage import PARTITION_COLUMNS, TABLE_COLUMNS
 from tests.harness import BrokerProcess
 from tests.spark.common import (
     EXPECTED_COLUMNS,
@@ -33,6 +39,8 @@ from tests.spark.common import (
     expected_rows,
     offsets,
     run_cli,
+    sorted_rows,
+    source_topic_id,
     write_topology,
 )
 from topology import load
@@ -59,7 +67,7 @@ class Env:
     def rows(self, table: str, where: str = "true") -> list[tuple[Any, ...]]:
         self.spark.sql(f"REFRESH TABLE dcmirror.{table}")
         got = self.spark.sql(f"SELECT {', '.join(EXPECTED_COLUMNS)} FROM dcmirror.{table} WHERE {where}").collect()
-        return sorted(tuple(bytes(v) if isinstance(v, bytearray) else v for v in row) for row in got)
+        return sorted_rows(tuple(bytes(v) if isinstance(v, bytearray) else v for v in row) for row in got)
 
     def ledger(self, topic_like: str) -> list[Any]:
         self.spark.sql("REFRESH TABLE dcmirror.loads")
@@ -171,6 +179,70 @@ def test_json_schema_gives_typed_columns(env: Env) -> None:
     expected[4] = (4, "u4", None, None)
     assert [tuple(r) for r in got] == expected
     assert env.rows("t2_views") == expected_rows(made)
+
+
+# The tables' data columns before source_topic_id and source_leader_epoch were added.
+OLD_TABLE_COLUMNS = tuple(c for c in TABLE_COLUMNS if c[0] not in ("source_topic_id", "source_leader_epoch"))
+OLD_LOAD_ID = "20250101T000000.000Z-0a0b0c"
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_a_table_created_by_an_earlier_version_gains_the_new_columns(env: Env, writer: str) -> None:
+    # As an earlier version left it: the table without the columns, and one published file
+    # written with the columns it had then (by Arrow; JSON schema topics' by Spark: the
+    # parsed columns too).
+    topic, table = f"t6.{writer}", f"t6_{writer}"
+    schema = "user STRING, n INT" if writer == "spark" else None
+    declared = [("user", "STRING", pa.string()), ("n", "INT", pa.int32())] if schema else []
+    old_columns = [*OLD_TABLE_COLUMNS, *declared]
+    columns = ", ".join(f"`{c}` {t}" for c, t, _ in [*old_columns, *PARTITION_COLUMNS])
+    env.spark.sql(f"CREATE TABLE dcmirror.{table} ({columns}) USING parquet PARTITIONED BY (source_dc, event_date)")
+    location = next(str(r[1]) for r in env.spark.sql(f"DESCRIBE TABLE EXTENDED dcmirror.{table}").collect()
+                    if r[0] == "Location")
+    folder = Path(location.removeprefix("file:")) / "source_dc=dc-east" / "event_date=2025-01-01"
+    folder.mkdir(parents=True)
+    old_row = {"key": b"k", "value": b'{"user": "u-old", "n": 1}', "headers": [],
+               "timestamp": datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC), "timestamp_type": 0,
+               "kafka_partition": 0, "kafka_offset": 1_000_000, "source_cluster": "east", "source_partition": 0,
+               "source_offset": 999, "load_id": OLD_LOAD_ID, "user": "u-old", "n": 1}
+    old_schema = pa.schema([pa.field(c, kind) for c, _, kind in old_columns])
+    pq.write_table(pa.Table.from_pylist([{c: old_row[c] for c in old_schema.names}], old_schema),
+                   folder / f"{OLD_LOAD_ID}-p0-o0.parquet")
+    env.spark.sql(f"ALTER TABLE dcmirror.{table} ADD PARTITION (source_dc = 'dc-east', event_date = DATE '2025-01-01')")
+
+    create_topics(env.broker.bootstrap, {topic: 2})
+    made = env.feed.produce(topic, 2, 30, source="east", leader_epoch=7,
+                            value=lambda n: b'{"user": "u%d", "n": %d}' % (n, n))
+    made += env.feed.produce(topic, 2, 4, source=None)
+    schemas = ((re.escape(topic), schema),) if schema else ()
+    outcomes, _ = env.load(re.escape(topic), writer=writer, schemas=schemas)
+    assert outcomes[0].rows == 34
+    # The new columns come after the ones the table had (ALTER TABLE ... ADD COLUMNS), before
+    # the partition columns.
+    assert env.spark.table(f"dcmirror.{table}").columns == [
+        *(c for c, *_ in old_columns), "source_topic_id", "source_leader_epoch", "source_dc", "event_date"]
+    assert env.rows(table, f"load_id != '{OLD_LOAD_ID}'") == expected_rows(made)
+    assert {r.source_topic_id for r in env.spark.table(f"dcmirror.{table}").collect()
+            if r.source_cluster == "east" and r.load_id != OLD_LOAD_ID} == {source_topic_id("east", topic)}
+    # The earlier version's file has no such columns: NULL there, the rest as it was.
+    [old] = env.spark.sql(f"SELECT * FROM dcmirror.{table} WHERE load_id = '{OLD_LOAD_ID}'").collect()
+    assert (old.source_topic_id, old.source_leader_epoch, old.source_offset, old.source_dc) == (None, None, 999,
+                                                                                                "dc-east")
+    if schema:
+        assert (old.user, old.n) == ("u-old", 1)
+    # The evolved table goes on loading like any other.
+    more = env.feed.produce(topic, 2, 6, source="east", leader_epoch=8, value=lambda n: b'{"user": "u", "n": 0}')
+    outcomes, _ = env.load(re.escape(topic), writer=writer, schemas=schemas)
+    assert outcomes[0].rows == 6
+    assert env.rows(table, f"load_id != '{OLD_LOAD_ID}'") == expected_rows(made + more)
+
+
+def test_a_schema_naming_a_warehouse_column_is_refused(env: Env) -> None:
+    # The topology refuses the warehouse's own column names; one written before a column was
+    # added to the tables is refused by the load, with the fix.
+    settings = dataclasses.replace(env.settings, schemas=(("t7", "source_topic_id STRING"),))
+    with pytest.raises(LoadConfigError, match="declares column 'source_topic_id', one of the warehouse's own"):
+        Loader(env.spark, settings, io.StringIO()).ensure_table("t7")
 
 
 def test_retention_gap_fails_the_load_naming_it(env: Env) -> None:

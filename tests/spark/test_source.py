@@ -18,7 +18,7 @@ from cluster.client.sync import SyncAdmin
 from spark_aggregate.session import start_session, stop_session
 from spark_aggregate.settings import WarehouseSettings
 from tests.harness import BrokerProcess, ClusterProcesses
-from tests.spark.common import Feed, Sent, create_topics, offsets, write_topology
+from tests.spark.common import Feed, Sent, create_topics, offsets, source_topic_id, write_topology
 from topology import load
 
 # A SparkSession inside a pytest-xdist worker fails its accumulator handshake ("EOF reached
@@ -82,26 +82,31 @@ def test_json_offsets_read_exactly_the_requested_ranges(spark: Any, broker: Brok
 def test_min_partitions_splits_ranges_with_the_same_rows(spark: Any, broker: BrokerProcess) -> None:
     create_topics(broker.bootstrap, {"s2.clicks": 2})
     feed = Feed(broker.bootstrap)
-    sent = feed.produce("s2.clicks", 2, 1000, source="west", fence_every=100)
+    sent = feed.produce("s2.clicks", 2, 600, source="west", fence_every=100, leader_epoch=3)
+    sent += feed.produce("s2.clicks", 2, 400, source="west", fence_every=100, incarnation=False)  # older workers
     whole = read(spark, broker.bootstrap, subscribe="s2.clicks", includeHeaders="true", includeProvenance="true")
     split = read(spark, broker.bootstrap, subscribe="s2.clicks", includeHeaders="true", includeProvenance="true",
                  minPartitions="9")
     assert whole.rdd.getNumPartitions() == 2
     assert split.rdd.getNumPartitions() >= 9
     columns = ["partition", "offset", "key", "value", "timestampType", "headers", "sourceCluster", "sourcePartition",
-               "sourceOffset", "fence"]
-    a = sorted(tuple(r) for r in whole.select(*columns).collect())
-    b = sorted(tuple(r) for r in split.select(*columns).collect())
+               "sourceOffset", "sourceTopicId", "sourceLeaderEpoch", "fence"]
+    a = sorted((tuple(r) for r in whole.select(*columns).collect()), key=lambda r: r[:2])
+    b = sorted((tuple(r) for r in split.select(*columns).collect()), key=lambda r: r[:2])
     assert a == b and len(a) == 1010
     data = [r for r in a if not r[-1]]
     by_offset = {(s.partition, s.offset): s for s in sent}
     assert len(data) == 1000
-    for partition, offset, key, value, ts_type, headers, cluster, source_partition, source_offset, _ in data:
+    for partition, offset, key, value, ts_type, headers, cluster, source_partition, source_offset, topic_id, epoch, _ \
+            in data:
         s = by_offset[(partition, offset)]
-        assert (bytes(key), bytes(value), ts_type, cluster, source_partition, source_offset, headers) == (
-            s.key, s.value, 0, "west", s.source_partition, s.source_offset, [])
+        assert (bytes(key), bytes(value), ts_type, cluster, source_partition, source_offset, topic_id, epoch,
+                headers) == (s.key, s.value, 0, "west", s.source_partition, s.source_offset, s.source_topic_id,
+                             s.source_leader_epoch, [])
+    assert {(r[9], r[10]) for r in data} == {(source_topic_id("west", "s2.clicks"), 3), (None, None)}
     fences = [r for r in a if r[-1]]
-    assert len(fences) == 10 and all(r[2] is None and r[3] is None and r[6] is None for r in fences)
+    assert len(fences) == 10 and all(r[2] is None and r[3] is None and r[6] is None and r[9] is None
+                                     for r in fences)
 
 
 def test_patterns_never_read_internal_topics(spark: Any, broker: BrokerProcess) -> None:

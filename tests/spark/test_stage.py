@@ -5,6 +5,7 @@ only, the same names when run again)."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 
 from cluster.client.sync import SyncAdmin, SyncProducer
 from cluster.protocol.records import Record, encode_batch
+from mirror.history import topic_id_text
 from mirror.provenance import FENCE, mirrored_headers
-from spark_aggregate.columns import new_builder
+from spark_aggregate.columns import COLUMNS_BACKEND, new_builder
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import OffsetRange, cap_ranges
 from spark_aggregate.stage import (
@@ -37,6 +39,8 @@ from tests.harness import BrokerProcess
 
 DAY_MS = 86_400_000
 CTX = RowContext("agg", (("east", "dc-east"), ("west", "dc-west")), "L1")
+TOPIC_A = topic_id_text(uuid.UUID(int=0xA11CE))  # a source topic, and the same name created again
+TOPIC_B = topic_id_text(uuid.UUID(int=0xB0B))
 
 
 def source_rows(records: list[Record]) -> object:
@@ -47,21 +51,51 @@ def source_rows(records: list[Record]) -> object:
 
 def test_table_rows_take_provenance_from_headers_and_drop_fences() -> None:
     records = [
-        Record(10, 5 * DAY_MS + 1, b"k", b"v1", mirrored_headers((("own", b"1"),), "west", 3, 77)),
+        Record(10, 5 * DAY_MS + 1, b"k", b"v1", mirrored_headers((("own", b"1"),), "west", 3, 77, TOPIC_A, 2)),
         Record(11, 5 * DAY_MS + 2, None, None, ((FENCE, b""),)),
         Record(12, 6 * DAY_MS, b"k2", b"v2", ()),  # produced into the aggregate itself
-        Record(13, 6 * DAY_MS + 5, None, b"v3", mirrored_headers((), "north", 0, 5)),  # a cluster nobody named
+        Record(13, 6 * DAY_MS + 5, None, b"v3", mirrored_headers((), "north", 0, 5)),  # a cluster nobody named,
+        # mirrored before workers wrote topic ids and leader epochs
     ]
     rows = table_batch(source_rows(records), CTX)  # type: ignore[arg-type]
     got = [(r["kafka_offset"], r["kafka_partition"], r["source_cluster"], r["source_partition"], r["source_offset"],
-            r["source_dc"], r["event_date"], r["load_id"], r["headers"], r["value"]) for r in rows.to_pylist()]
+            r["source_topic_id"], r["source_leader_epoch"], r["source_dc"], r["event_date"], r["load_id"],
+            r["headers"], r["value"]) for r in rows.to_pylist()]
     assert got == [
-        (10, 4, "west", 3, 77, "dc-west", dt.date(1970, 1, 6), "L1", [{"key": "own", "value": b"1"}], b"v1"),
-        (12, 4, "agg", 4, 12, "unknown", dt.date(1970, 1, 7), "L1", [], b"v2"),
-        (13, 4, "north", 0, 5, "unknown", dt.date(1970, 1, 7), "L1", [], b"v3"),
+        (10, 4, "west", 3, 77, TOPIC_A, 2, "dc-west", dt.date(1970, 1, 6), "L1", [{"key": "own", "value": b"1"}],
+         b"v1"),
+        (12, 4, "agg", 4, 12, None, None, "unknown", dt.date(1970, 1, 7), "L1", [], b"v2"),
+        (13, 4, "north", 0, 5, None, None, "unknown", dt.date(1970, 1, 7), "L1", [], b"v3"),
     ]
     assert payload_bytes(rows) == len(b"k" + b"v1" + b"k2" + b"v2" + b"v3")
     assert rows.schema.names == [*DATA_SCHEMA.names, "source_dc", "event_date"]
+
+
+@pytest.mark.parametrize("backend", ["python", COLUMNS_BACKEND])
+def test_incarnations_and_leader_epochs_of_one_source_offset_stay_distinct_rows(backend: str) -> None:
+    # One source partition (east, 3) as an aggregate partition holds it: offsets 0-2 of the
+    # first incarnation at leader epoch 5; an unclean election at the source made offset 2
+    # diverge (the copy mirrored at epoch 5 stays, the source's new record at epoch 6
+    # follows); then the topic was deleted and created again: offsets from 0 again, under
+    # another topic id.
+    mirrored = [(0, TOPIC_A, 5, b"a0"), (1, TOPIC_A, 5, b"a1"), (2, TOPIC_A, 5, b"a2-diverged"),
+                (2, TOPIC_A, 6, b"a2"), (3, TOPIC_A, 6, b"a3"), (0, TOPIC_B, 0, b"b0"), (1, TOPIC_B, 0, b"b1")]
+    records = [Record(100 + i, DAY_MS, b"k", value, mirrored_headers((), "east", 3, offset, topic_id, epoch))
+               for i, (offset, topic_id, epoch, value) in enumerate(mirrored)]
+    builder = new_builder(True, True, backend=backend)
+    builder.add_chunk(encode_batch(records), 0, 1 << 40)
+    rows = table_batch(builder.finish("agg.t", 4), CTX).to_pylist()
+    got = [(r["source_cluster"], r["source_topic_id"], r["source_partition"], r["source_offset"],
+            r["source_leader_epoch"], r["kafka_offset"], r["value"], r["headers"]) for r in rows]
+    assert got == [("east", topic_id, 3, offset, epoch, 100 + i, value, [])
+                   for i, (offset, topic_id, epoch, value) in enumerate(mirrored)]
+    identities = [(r["source_cluster"], r["source_topic_id"], r["source_partition"], r["source_offset"],
+                   r["source_leader_epoch"]) for r in rows]
+    assert len(set(identities)) == len(rows) == 7
+    # (cluster, partition, offset) alone would name the seven rows four times.
+    assert len({(c, p, o) for c, _, p, o, _ in identities}) == 4
+    # Per incarnation, a source offset's rows differ only in their leader epoch.
+    assert sorted(e for _, t, _, o, e in identities if (t, o) == (TOPIC_A, 2)) == [5, 6]
 
 
 def test_rows_split_by_partition_directory() -> None:

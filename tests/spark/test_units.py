@@ -5,14 +5,17 @@ offset ranges and their splitting, load planning from the ledger, the Arrow colu
 from __future__ import annotations
 
 import os
+import re
+import uuid
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.protocol.records import COMPRESSION_GZIP, COMPRESSION_LZ4, Record, encode_batch
-from mirror.provenance import FENCE, mirrored_headers
-from spark_aggregate.columns import COLUMNS_BACKEND, new_builder
+from mirror.history import topic_id_text
+from mirror.provenance import FENCE, SOURCE_LEADER_EPOCH, SOURCE_TOPIC_ID, mirrored_headers
+from spark_aggregate.columns import COLUMNS_BACKEND, arrow_schema, new_builder, spark_schema
 from spark_aggregate.ledger import (
     COMMITTED,
     GAP,
@@ -37,6 +40,9 @@ from spark_aggregate.settings import WarehouseSettings, is_loadable, table_name
 from topology import TopologyError, loads
 
 BS = {"bootstrap.servers": "127.0.0.1:9092"}
+# Two incarnations of one source topic (deleted and created again).
+TOPIC_A = topic_id_text(uuid.UUID(int=0xA11CE))
+TOPIC_B = topic_id_text(uuid.UUID(int=0xB0B))
 
 
 # ---- options -------------------------------------------------------------------------------
@@ -194,10 +200,18 @@ def test_offset_limit_is_exact_and_proportional(available: dict[tuple[str, int],
 # ---- Arrow columns: the C loop equals the Python reference -------------------------------
 
 header_names = st.sampled_from(["a", "dcmirror.path", "dcmirror.source.cluster", "dcmirror.source.partition",
-                                "dcmirror.source.offset", FENCE, "\u00e9t\u00e9", ""])
-header_values = st.one_of(st.none(), st.binary(max_size=6), st.sampled_from([b"east", b"12", b"-3", b"x9", b"\xff"]))
+                                "dcmirror.source.offset", SOURCE_TOPIC_ID, SOURCE_LEADER_EPOCH, FENCE,
+                                "\u00e9t\u00e9", ""])
+# Numbers the Python int() reads but a plain decimal is not (" 1", "+1", "1_0"), and numbers
+# just outside int32 / int64: both builders read them as null.
+header_values = st.one_of(st.none(), st.binary(max_size=6), st.sampled_from([
+    b"east", b"12", b"-3", b"x9", b"\xff", b"-", b"-0", b" 1", b"+1", b"1_0", TOPIC_A.encode(),
+    b"2147483647", b"2147483648", b"-2147483648", b"-2147483649", b"9223372036854775807", b"9223372036854775808",
+    b"9999999999999999999", b"-999999999999999999", b"12345678901234567890"]))
+# A record's provenance: 0 none, 1 as mirrored before workers wrote topic ids and leader
+# epochs, 2 and 3 two incarnations of the source topic.
 records = st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=12)), st.one_of(st.none(), st.binary(max_size=40)),
-                             st.lists(st.tuples(header_names, header_values), max_size=5), st.booleans(),
+                             st.lists(st.tuples(header_names, header_values), max_size=5), st.integers(0, 3),
                              st.integers(0, 3)),
                    min_size=1, max_size=30)
 
@@ -207,7 +221,11 @@ def _chunk(spec: list, compression: int, log_append: bool) -> tuple[bytes, int]:
     offset = 100
     batch: list[Record] = []
     for key, value, headers, provenance, gap in spec:
-        hs = mirrored_headers(tuple(headers), "east", 2, offset * 3) if provenance else tuple(headers)
+        if provenance:
+            topic_id = (None, None, TOPIC_A, TOPIC_B)[provenance]
+            hs = mirrored_headers(tuple(headers), "east", 2, offset * 3, topic_id, -1 if topic_id is None else gap)
+        else:
+            hs = tuple(headers)
         batch.append(Record(offset, 1_700_000_000_000 + offset, key, value, hs))
         offset += 1 + gap  # gaps: offsets compacted away
         if len(batch) == 7:
@@ -238,20 +256,32 @@ def test_c_columns_equal_the_python_reference(spec: list, compression: int, log_
 
 
 def test_columns_of_mirrored_records() -> None:
-    recs = [Record(5, 1_000, b"k", b"v", mirrored_headers((("own", b"1"),), "west", 3, 77)),
+    recs = [Record(5, 1_000, b"k", b"v", mirrored_headers((("own", b"1"),), "west", 3, 77, TOPIC_A, 4)),
             Record(6, 2_000, None, None, ((FENCE, b""),)),
-            Record(7, 3_000, b"k2", None, ())]
+            Record(7, 3_000, b"k2", None, ()),
+            Record(8, 4_000, b"k3", None, mirrored_headers((), "west", 3, 78)),  # mirrored before topic ids
+            Record(9, 5_000, b"k4", None, ((SOURCE_TOPIC_ID, b"not-an-id"), (SOURCE_LEADER_EPOCH, b"2147483648")))]
     for backend in ("python", COLUMNS_BACKEND):
         builder = new_builder(True, True, backend=backend)
         builder.add_chunk(encode_batch(recs), 0, 100)
         rows = builder.finish("agg.t", 1).to_pylist()
-        assert [(r["offset"], r["sourceCluster"], r["sourcePartition"], r["sourceOffset"], r["fence"], r["headers"])
-                for r in rows] == [
-            (5, "west", 3, 77, False, [{"key": "own", "value": b"1"}]),
-            (6, None, None, None, True, [{"key": FENCE, "value": b""}]),
-            (7, None, None, None, False, [])]
-        assert [r["timestamp"].timestamp() for r in rows] == [1.0, 2.0, 3.0]
+        assert [(r["offset"], r["sourceCluster"], r["sourcePartition"], r["sourceOffset"], r["sourceTopicId"],
+                 r["sourceLeaderEpoch"], r["fence"], r["headers"]) for r in rows] == [
+            (5, "west", 3, 77, TOPIC_A, 4, False, [{"key": "own", "value": b"1"}]),
+            (6, None, None, None, None, None, True, [{"key": FENCE, "value": b""}]),
+            (7, None, None, None, None, None, False, []),
+            (8, "west", 3, 78, None, None, False, []),
+            (9, None, None, None, "not-an-id", None, False, [])]  # the text as it is; no int32 epoch
+        assert [r["timestamp"].timestamp() for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
         assert {(r["topic"], r["partition"], r["timestampType"]) for r in rows} == {("agg.t", 1, 0)}
+
+
+def test_provenance_columns_follow_source_offset_in_both_schemas() -> None:
+    for headers in (False, True):
+        ddl_names = re.findall(r"(?:^|, )(\w+) [A-Z]", spark_schema(headers, True))
+        assert ddl_names == arrow_schema(headers, True).names
+    assert arrow_schema(False, True).names[-6:] == ["sourceCluster", "sourcePartition", "sourceOffset",
+                                                    "sourceTopicId", "sourceLeaderEpoch", "fence"]
 
 
 def test_large_random_chunk_columns_match() -> None:
