@@ -187,6 +187,30 @@ def flow_reports(topology: Any, flows: list[Any], timeout_s: float = STATUS_TIME
     return trio.run(gather, topology, flows, timeout_s, state_dir)
 
 
+EVENTS_SHOWN = 5  # per worker, newest last (--json has them all)
+
+
+def _event_text(e: dict[str, Any]) -> str:
+    """One line for a history event of a worker's status (mirror/worker.py `_event`)."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.get("at_ms", 0) / 1000))
+    where = f"{e.get('topic')}-{e.get('partition')}"
+    kind = e.get("kind")
+    if kind == "diverged":
+        what = (f"DIVERGED: source offsets {e.get('start_offset')}..{e.get('end_offset')} ({e.get('offsets')}) "
+                f"no longer at the source as mirrored (epoch {e.get('mirrored_epoch')}); kept in {e.get('target_topic')}")
+    elif kind == "source_recreated":
+        what = (f"source topic created again (topic id {e.get('old_topic_id')} -> {e.get('new_topic_id')}); "
+                f"mirroring it from offset {e.get('resume_offset')}")
+    elif kind == "target_refilled":
+        what = f"target lost records; refilled from source offset {e.get('resume_offset')}" + (
+            f", {e.get('source_gone')} no longer at the source" if e.get("source_gone") else "")
+    elif kind == "dead_letter":
+        what = f"DEAD LETTER: offset {e.get('offset')} ({e.get('size_bytes')} bytes): {e.get('reason')}"
+    else:
+        what = str(kind)
+    return f"{when} UTC {where}: {what}"
+
+
 def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: float = STATUS_TIMEOUT_S) -> int:
     report = flow_reports(topology, flows, timeout_s)
     # Unhealthy: a declared worker did not answer. A stale status file is a worker that was
@@ -199,6 +223,11 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
         print(f"flow {f['flow']}: {f['source']} -> {f['target']}: {f['live_workers']} live worker(s), "
               f"{f['records']} records mirrored, lag {f['lag_records']} records"
               + (f", DATA LOSS {f['data_loss_records']} records" if f["data_loss_records"] else "")
+              + (f", DIVERGED {f['diverged_records']} offsets in {f['divergences']} divergence(s)"
+                 if f.get("divergences") else "")
+              + (f", {f['source_recreations']} source topic re-creation(s)" if f.get("source_recreations") else "")
+              + (f", {f['target_refills']} target refill(s)" if f.get("target_refills") else "")
+              + (f", {f['dead_letter_records']} DEAD LETTER(S)" if f.get("dead_letter_records") else "")
               + ("" if f["via"] == "http" else " (from this host's status files: the flow declares no worker "
                                                "admin HTTP addresses)"))
         for w in f["workers"]:
@@ -209,13 +238,17 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
                 else:
                     print(f"  {w['worker']}: gone (last reported {w.get('age_s', 0):.0f} s ago)")
                 continue
-            parts = ", ".join(f"{p['topic']}-{p['partition']} lag {p['lag_records']}" for p in w.get("partitions", []))
+            parts = ", ".join(f"{p['topic']}-{p['partition']} lag {p['lag_records']}"
+                              + (f" {p['state']}" if p.get("state", "MIRRORING") != "MIRRORING" else "")
+                              for p in w.get("partitions", []))
             rate = w.get("records_per_s_recent")
             rate_text = f"{rate:.0f}/s now" if rate is not None else f"{w.get('records_per_s', 0):.0f}/s"
             problem = w.get("last_problem")
             print(f"  {w['worker']}{where}: {w.get('records', 0)} records, {rate_text}, claims {w.get('claims', 0)}; "
                   f"{parts or 'no partitions'}"
                   + (f"; last problem {problem['level']}: {problem['message']}" if problem else ""))
+            for e in w.get("events", [])[-EVENTS_SHOWN:]:
+                print(f"    {_event_text(e)}")
     return 0 if healthy else 1
 
 

@@ -122,6 +122,10 @@ def flow_workers_from_files(state_dir: Path) -> list[dict[str, Any]]:
     return workers
 
 
+# What the workers found of the sides' histories (mirror/history.py), summed per flow.
+HISTORY_COUNTERS = ("source_recreations", "divergences", "diverged_records", "target_refills", "dead_letter_records")
+
+
 async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: float,
                        state_dir: Any) -> list[dict[str, Any]]:
     """Per flow: its workers' state (over HTTP where they have addresses, else from this
@@ -147,5 +151,6 @@ async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: f
                        "workers": found, "live_workers": len(live),
                        "lag_records": sum(w.get("lag_records", 0) for w in live),
                        "records": sum(w.get("records", 0) for w in live),
-                       "data_loss_records": sum(w.get("data_loss_records", 0) for w in found)})
+                       "data_loss_records": sum(w.get("data_loss_records", 0) for w in found),
+                       **{key: sum(w.get(key, 0) for w in found) for key in HISTORY_COUNTERS}})
     return report

@@ -40,8 +40,8 @@ from deploy.health import ClusterHealth, cluster_health
 from deploy.mirror_cmd import state_dir as mirror_state_dir
 from deploy.mirror_cmd import worker_argv
 from deploy.processes import ChildSpec, ProcessSupervisor
+from deploy.status_http import HISTORY_COUNTERS, flow_workers_from_files
 from deploy.status_http import flow_reports as gather_flows
-from deploy.status_http import flow_workers_from_files
 from topology import ClusterSpec, Topology, TopologyError, load
 
 READY_POLL_S = 0.25
@@ -450,7 +450,8 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
                 "lag_records": f["lag_records"] if live else None,
                 "lag_s_max": max((x for x in lags if x is not None), default=0.0) if live else None,
                 "partitions": sum(len(w.get("partitions", [])) for w in live),
-                "data_loss_records": f["data_loss_records"]}
+                "data_loss_records": f["data_loss_records"],
+                **{key: f.get(key, 0) for key in HISTORY_COUNTERS}}
         flows.append(flow)
         if f["live_workers"] < spec.workers:
             silent = [f"{w['worker']} at {w['address']}: {w['error']}" for w in f["workers"]
@@ -463,6 +464,12 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
         if f["data_loss_records"]:
             problems.append(f"flow {f['flow']}: {f['data_loss_records']} records lost at the source "
                             "(removed before they were mirrored)")
+        if f.get("diverged_records"):
+            problems.append(f"flow {f['flow']}: {f['diverged_records']} mirrored offsets no longer at the source as "
+                            "mirrored (see `dcmirror mirror status`)")
+        if f.get("dead_letter_records"):
+            problems.append(f"flow {f['flow']}: {f['dead_letter_records']} records the target cannot take "
+                            "(dead letters, see `dcmirror mirror status`)")
     up, scheduled = _up_state(topology)
     last_load = _last_load(topology, scheduled)
     if last_load is not None and last_load["status"] != "ok":

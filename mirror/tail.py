@@ -20,7 +20,8 @@ from cluster.protocol.sentinels import (
     LATEST_TIMESTAMP,
     READ_UNCOMMITTED,
 )
-from mirror.provenance import last_mirrored_offset
+from mirror.history import MirroredPosition
+from mirror.provenance import last_mirrored as last_mirrored_in
 
 TAIL_FETCH_BYTES = 4 << 20
 FIRST_WINDOW_RECORDS = 512
@@ -112,9 +113,10 @@ async def abort_marker(cluster: ClientCluster, topic: str, partition: int, produ
 
 
 async def last_mirrored(cluster: ClientCluster, topic: str, partition: int, below: int, source_cluster: str,
-                        source_partition: int) -> int | None:
-    """The highest source offset (of `source_cluster`, `source_partition`) held in the target
-    partition below offset `below`, searching backwards in growing windows."""
+                        source_partition: int) -> tuple[MirroredPosition | None, list[tuple[int, int]]]:
+    """The last record of (`source_cluster`, `source_partition`) in the target partition below
+    offset `below` (in target order), searching backwards in growing windows, and the leader
+    epochs of its incarnation the window that held it shows ((epoch, first source offset))."""
     start, _ = await offsets(cluster, topic, partition)
     window = FIRST_WINDOW_RECORDS
     hi = below
@@ -129,9 +131,24 @@ async def last_mirrored(cluster: ClientCluster, topic: str, partition: int, belo
             for b in batches:
                 records.extend(r for r in b.records if lo <= r.offset < hi)
             at = batches[-1].header.base_offset + batches[-1].header.last_offset_delta + 1
-        found = last_mirrored_offset(records, source_cluster, source_partition)
+        found, starts = last_mirrored_in(records, source_cluster, source_partition)
         if found is not None:
-            return found
+            return found, starts
         hi = lo
         window *= 4
-    return None
+    return None, []
+
+
+async def end_offset_for_epoch(cluster: ClientCluster, topic: str, partition: int, leader_epoch: int
+                               ) -> tuple[int, int]:
+    """OffsetForLeaderEpoch at the partition's leader, as a consumer asks it (KIP-320): the
+    largest epoch at or below `leader_epoch` the leader has and where it ends ((-1, -1) when
+    it keeps none that old)."""
+    resp = await cluster.leader_request(topic, partition, ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+        "replica_id": CONSUMER_REPLICA_ID,
+        "topics": [{"topic": topic, "partitions": [{"partition": partition, "current_leader_epoch": -1,
+                                                     "leader_epoch": leader_epoch}]}]})
+    p = resp.topics[0].partitions[0]
+    if p.error_code:
+        raise KafkaError(f"asking where leader epoch {leader_epoch} of {topic}-{partition} ends", p.error_code)
+    return p.leader_epoch, p.end_offset

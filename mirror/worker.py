@@ -20,6 +20,7 @@ import collections
 import logging
 import re
 import socket
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,24 +30,63 @@ import trio
 
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
-from cluster.client.consumer import Consumer
+from cluster.client.consumer import Consumer, FetchedChunk, PartitionError, TopicIdChanged
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.records import CODEC_IDS, compress
+from cluster.protocol.sentinels import RESOURCE_BROKER
 from cluster.security.connector import CLIENT_SECURITY_KEYS
-from mirror import checkpoints, provenance, tail
-from topology.model import MIRROR_CONFIG_KEYS, MirrorSpec, Topology
+from mirror import checkpoints, deadletter, history, provenance, tail
+from topology.model import MIRROR_CHOICE_KEYS, MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror")
 
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
 SOURCE_SILENT_S = 5.0  # a partition's leader silent longer than this counts as lag (status)
+EVENTS_MAX = 50  # history events (re-creations, divergences, refills, dead letters) kept for status
+# Target refusals of a record for its size: it goes to the dead-letter topic, not around again.
+SIZE_ERRORS = frozenset({ErrorCode.message_too_large, ErrorCode.record_list_too_large})
+SIZE_REFUSALS_MAX = 2  # a record refused for its size this often is dead-lettered
 # Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 INTERNAL_PREFIXES = ("__", "dcmirror.")
 TopicPartition = tuple[str, int]
+
+
+MAX_MESSAGE_BYTES = "max.message.bytes"
+MAX_MESSAGE_BYTES_EFFECTIVE = "\0effective max.message.bytes"  # not a config name: never sent anywhere
+DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's message.max.bytes default, if a source does not say
+REQUEST_OVERHEAD_BYTES = 16 << 10  # a produce request around its largest batch
+BATCH_FRAMING_BYTES = 96  # a one-record batch beyond key, value and headers: batch header, record framing
+REQUEST_FRAMING_BYTES = 1 << 10  # a produce request around its one batch
+LARGE_RECORD_CODEC = "zstd"  # a record that only fits compressed (it came compressed)
+
+
+DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104_857_600  # Kafka's default
+
+
+def _value_bytes(r: Any) -> int:
+    return (len(r.key) if r.key is not None else 0) + (len(r.value) if r.value is not None else 0)
+
+
+def _compressed_bytes(r: Any) -> int:
+    """What key and value take compressed with LARGE_RECORD_CODEC (for records too large
+    otherwise: rare, and each compressed once more when sent)."""
+    return sum(len(compress(CODEC_IDS[LARGE_RECORD_CODEC], part)) for part in (r.key, r.value) if part)
+
+
+def _record_bytes(r: Any, headers: provenance.Headers) -> int:
+    return ((len(r.key) if r.key is not None else 0) + (len(r.value) if r.value is not None else 0)
+            + sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in headers))
+
+
+def _topic_id(t: Any) -> uuid.UUID | None:
+    """A Metadata answer's topic id (None from brokers that do not send them)."""
+    topic_id = getattr(t, "topic_id", None)
+    return topic_id if isinstance(topic_id, uuid.UUID) and topic_id.int else None
 
 
 def group_id(flow: MirrorSpec) -> str:
@@ -62,11 +102,24 @@ class PartitionMirror:
     next_offset: int = -1  # next source offset to mirror
     acked_offset: int = -1  # highest source offset the target acknowledged
     committed_offset: int = -1  # what the source group last committed (next offset)
-    pending: list[tuple[int, DeliveryFuture]] = field(default_factory=list)
+    # (source offset, its delivery, whether the record was sent alone: a size refusal names it)
+    pending: list[tuple[int, DeliveryFuture, bool]] = field(default_factory=list)
     last_timestamp_ms: int = -1  # of the last record mirrored
     records: int = 0
     bytes: int = 0
     broken: str | None = None  # why it must be claimed again
+    stopped: str | None = None  # why it is not mirrored at all (on.topic.recreated = stop)
+    # The source history mirrored so far: topic id, leader epochs (mirror/history.py).
+    history: history.MirroredHistory = field(default_factory=history.MirroredHistory)
+    target_topic_id: uuid.UUID | None = None  # the target incarnation this worker claimed
+    target_leader_epoch: int = -1  # the target partition's leader epoch when last checked
+    # Records the target refused for their size: source offset -> (reason, refusals). Sent
+    # once more after the claim has sized the target again (the source's limit may have
+    # grown since), dead-lettered at the second refusal.
+    refused: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # A hole being filled: (first source offset the target already holds after it, where to
+    # go on once the hole is filled).
+    fill_until: tuple[int, int] | None = None
 
 
 def _admin_part(client: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +138,7 @@ class WorkerConfig:
     http_auth_token: str = ""  # a reference to the bearer token every page but /healthz needs
     http_keystore: str = ""  # PEM key + certificate: HTTPS only
     batch_records: int = 5000
+    on_topic_recreated: str = "mirror"  # or "stop": a re-created source topic stops its partitions
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
     # This flow's own principal on each side (source.* / target.*: sasl.*, ssl.*), over the
@@ -108,6 +162,11 @@ class WorkerConfig:
                 c.checkpoint_interval_s = int(value) / 1000
             elif key == "http.port.base":
                 c.http_port_base = int(value)
+            elif key == "on.topic.recreated":
+                if value not in MIRROR_CHOICE_KEYS[key]:
+                    raise ValueError(f"mirror flow {flow.name!r}: {key} takes one of "
+                                     + ", ".join(MIRROR_CHOICE_KEYS[key]) + f", not {value!r}")
+                c.on_topic_recreated = value
             elif key == "http.host":
                 c.http_host = value
             elif key == "http.auth.token":
@@ -162,7 +221,20 @@ class MirrorWorker:
         self.partitions: dict[TopicPartition, PartitionMirror] = {}
         self.topics: dict[str, str] = {}  # source topic -> target topic
         self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "skipped_cycle": 0, "data_loss_records": 0,
-                                        "claims": 0, "fenced": 0, "started_ms": clock.now_ms()}
+                                        "claims": 0, "fenced": 0, "source_recreations": 0, "divergences": 0,
+                                        "diverged_records": 0, "target_refills": 0, "dead_letter_records": 0,
+                                        "started_ms": clock.now_ms()}
+        # What happened to the histories of the partitions (newest last), for status.
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=EVENTS_MAX)
+        # Per source partition, the last position the target acknowledged to this process:
+        # (topic id, leader epoch, next offset). A target found holding less has lost records.
+        self._acknowledged: dict[TopicPartition, tuple[uuid.UUID | None, int, int]] = {}
+        self._target_ids: dict[str, uuid.UUID] = {}  # target topic -> id, as last seen
+        self._target_limits: dict[str, int] = {}  # target topic -> max.message.bytes this flow set or saw
+        self._dead_lettered: set[tuple[TopicPartition, uuid.UUID | None, int]] = set()
+        # The largest request the target's brokers read (socket.request.max.bytes): a record
+        # that cannot fit one even compressed is dead-lettered rather than sent forever.
+        self._target_request_max_bytes = DEFAULT_SOCKET_REQUEST_MAX_BYTES
         self.last_problem: dict[str, Any] | None = None
         self._rate_samples: collections.deque[tuple[int, int]] = collections.deque(maxlen=64)
         self._consumer: Consumer | None = None
@@ -185,7 +257,9 @@ class MirrorWorker:
                            "enable.idempotence": True, "linger.ms": 5, "max.block.ms": 30000, **c.producer}
         consumer_config = {**source_client, "client.id": self.name,
                            "group.id": group_id(self.flow), "enable.auto.commit": False,
-                           "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                           # Every position is set by a claim; one the source no longer has (a
+                           # truncation, a re-created topic) is claimed again, never reset blindly.
+                           "auto.offset.reset": "none", "isolation.level": "read_committed",
                            "session.timeout.ms": 10000,
                            "heartbeat.interval.ms": 1000, "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
                            # Workers run beside their target (consume remote, produce local):
@@ -198,6 +272,7 @@ class MirrorWorker:
                 Producer(producer_config) as producer, Consumer(consumer_config) as consumer:
             self._source_admin, self._target_admin = sadmin, tadmin
             self._producer, self._consumer = producer, consumer
+            await self._read_target_request_limit()
             await self._sync_topics()
             consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             task_status.started()
@@ -237,27 +312,116 @@ class MirrorWorker:
                     and not self._is_copy_from_target(t.name)}
         target_meta = await self._target_admin.metadata(None)
         target_counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
+        target_ids = {t.name: _topic_id(t) for t in target_meta.topics if t.error_code == 0}
+        target_epochs = {(t.name, p.partition_index): p.leader_epoch for t in target_meta.topics if t.error_code == 0
+                         for p in t.partitions}
         rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
         mapping = {}
         for name, count in sorted(matching.items()):
             target_name = self.flow.target_topic(name, self.source.datacenter)
             mapping[name] = target_name
             have = target_counts.get(target_name)
+            source_configs = await self._source_topic_configs(name)
+            # Whatever the source accepts must fit in the target with the headers the flow adds.
+            want_limit = int(source_configs.pop(MAX_MESSAGE_BYTES_EFFECTIVE)) + provenance.overhead_bytes(
+                self.flow.source, sum(len(c.encode()) + 1 for c in self.topology.clusters))
             if have is None:
-                configs = await self._source_topic_configs(name)
+                for pm in self.partitions.values():
+                    if pm.target[0] == target_name and not pm.broken:
+                        # Nothing more goes there until the claim has looked at what it holds.
+                        pm.broken = f"target topic {target_name} is gone from {self.flow.target}"
+                configs = {**source_configs, MAX_MESSAGE_BYTES: str(want_limit)}
                 try:
                     await self._target_admin.create_topic(target_name, count, rf, configs)
-                    log.info("created %s in %s: %d partitions, RF %d, configs %s", target_name, self.flow.target,
-                             count, rf, configs)
+                    self._target_limits[target_name] = want_limit
+                    if target_name in self._target_ids:
+                        log.warning("target topic %s was gone from %s (deleted?): created it again with %d partitions; "
+                                    "the partitions mirrored into it are refilled from what %s still holds",
+                                    target_name, self.flow.target, count, self.flow.source)
+                    else:
+                        log.info("created %s in %s: %d partitions, RF %d, configs %s", target_name, self.flow.target,
+                                 count, rf, configs)
                 except AdminError as exc:
                     if exc.code != ErrorCode.topic_already_exists:
                         raise
-            elif have < count:
+                self._target_ids.pop(target_name, None)  # learnt again from the next metadata
+                continue
+            if have < count:
                 await self._target_admin.create_partitions(target_name, count)
                 log.info("added partitions to %s in %s: %d -> %d", target_name, self.flow.target, have, count)
+            await self._size_target(target_name, want_limit)
+            now_id = target_ids.get(target_name)
+            if now_id is not None:
+                self._target_ids[target_name] = now_id
+                for pm in self.partitions.values():
+                    if pm.target[0] == target_name and pm.target_topic_id not in (None, now_id) and not pm.broken:
+                        pm.broken = (f"target topic {target_name} was deleted and created again (topic id "
+                                     f"{pm.target_topic_id} -> {now_id})")
+        self._size_producer()
+        await self._check_target_tails(target_epochs)
         changed = mapping != self.topics
         self.topics = mapping
         return changed
+
+    async def _check_target_tails(self, epochs: dict[TopicPartition, int]) -> None:
+        """A target partition whose leader changed may have lost acknowledged records (an
+        unclean election there, a restore): its tail against what it acknowledged to us."""
+        assert self._target_admin is not None
+        for pm in list(self.partitions.values()):
+            epoch = epochs.get(pm.target, -1)
+            if pm.broken or pm.stopped or epoch < 0 or epoch == pm.target_leader_epoch:
+                continue
+            if pm.target_leader_epoch < 0:
+                pm.target_leader_epoch = epoch
+                continue
+            pm.target_leader_epoch = epoch
+            self._settle()
+            _, hw = await tail.offsets(self._target_admin.cluster, *pm.target)
+            found, _ = await tail.last_mirrored(self._target_admin.cluster, *pm.target, hw, self.flow.source,
+                                                pm.source[1])
+            acknowledged = self._acknowledged.get(pm.source)
+            if acknowledged is not None and (found is None or (found.topic_id == acknowledged[0]
+                                                               and found.offset + 1 < acknowledged[2])):
+                pm.broken = (f"the target's leader changed (epoch {epoch}) and it holds "
+                             f"{'nothing' if found is None else f'source offsets up to {found.offset}'} of what it "
+                             f"acknowledged (up to {acknowledged[2] - 1})")
+
+    async def _read_target_request_limit(self) -> None:
+        assert self._target_admin is not None
+        try:
+            meta = await self._target_admin.metadata([])
+            node = min(b.node_id for b in meta.brokers)
+            entries = {e.name: e.value for e in await self._target_admin.describe_configs(RESOURCE_BROKER, str(node))}
+            self._target_request_max_bytes = int(entries.get("socket.request.max.bytes")
+                                                 or DEFAULT_SOCKET_REQUEST_MAX_BYTES)
+        except (*RETRIABLE, ValueError) as exc:
+            log.info("reading the target's socket.request.max.bytes: %s; assuming %d", exc,
+                     DEFAULT_SOCKET_REQUEST_MAX_BYTES)
+
+    async def _size_target(self, target_name: str, want_limit: int) -> None:
+        """Raise the target topic's max.message.bytes to `want_limit` (the source's limit plus
+        the headers the flow adds) if it is below: set on the topic by this flow, or found there."""
+        assert self._target_admin is not None
+        have = self._target_limits.get(target_name)
+        if have is None:
+            entries = {e.name: e.value for e in await self._target_admin.topic_configs(target_name)}
+            have = int(entries.get(MAX_MESSAGE_BYTES) or 0)
+            self._target_limits[target_name] = have
+        if have < want_limit:
+            await self._target_admin.alter_topic_configs(target_name, {MAX_MESSAGE_BYTES: str(want_limit)}, [])
+            self._target_limits[target_name] = want_limit
+            log.info("%s in %s: max.message.bytes %d -> %d (the source's limit plus the flow's headers)",
+                     target_name, self.flow.target, have, want_limit)
+
+    def _size_producer(self) -> None:
+        """The flow's producer takes the largest record any target topic of the flow takes."""
+        if self._producer is None or not self._target_limits:
+            return
+        need = max(self._target_limits.values()) + REQUEST_OVERHEAD_BYTES
+        if self._producer.max_request_size < need:
+            log.info("producer max.request.size %d -> %d (the largest target topic limit)",
+                     self._producer.max_request_size, need)
+            self._producer.max_request_size = need
 
     def _is_copy_from_target(self, topic: str) -> bool:
         """Whether `topic` is what a flow from our target into our source names its copies:
@@ -275,10 +439,14 @@ class MirrorWorker:
         return False
 
     async def _source_topic_configs(self, topic: str) -> dict[str, str]:
+        """The configs set on the source topic itself, and under MAX_MESSAGE_BYTES_EFFECTIVE its
+        max.message.bytes in force (set there or the broker's default)."""
         assert self._source_admin is not None
-        out = {}
+        out = {MAX_MESSAGE_BYTES_EFFECTIVE: str(DEFAULT_MAX_MESSAGE_BYTES)}
         for entry in await self._source_admin.topic_configs(topic):
             source = getattr(entry, "config_source", None)
+            if entry.name == MAX_MESSAGE_BYTES and entry.value:
+                out[MAX_MESSAGE_BYTES_EFFECTIVE] = entry.value
             if source == 1 and entry.value is not None:  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
                 out[entry.name] = entry.value
         return out
@@ -329,12 +497,20 @@ class MirrorWorker:
 
     async def _claim(self, pm: PartitionMirror) -> None:
         """Fence the previous writer of the target partition, then resume after the last
-        source offset the target holds."""
+        source record the target holds, once the source confirmed that record's history
+        (mirror/history.py): a re-created source topic is mirrored from its start, records
+        the source no longer holds as mirrored are reported and the source's records at
+        those offsets mirrored, a target that lost records is refilled."""
         assert self._producer is not None and self._consumer is not None
         producer, consumer = self._producer, self._consumer
         topic, p = pm.target
         assert self._target_admin is not None
         cluster = self._target_admin.cluster
+        if pm.refused:
+            # A record was refused for its size: the source's limit may have grown since the
+            # last refresh; the target is sized again before it is sent once more.
+            self._target_limits.pop(topic, None)
+            await self._sync_topics()
         await producer.flush(30)
         await cluster.wait_for_topic(topic, 30)
         with trio.fail_after(30):
@@ -342,6 +518,7 @@ class MirrorWorker:
                 await producer.cluster.refresh({topic})
                 if (producer.partitions_for(topic) or 0) <= p:
                     await trio.sleep(0.2)
+        target_id = producer.cluster.metadata.topic_id(topic)
         writer = await tail.last_writer(cluster, topic, p)
         below = None
         if writer is not None:
@@ -356,6 +533,8 @@ class MirrorWorker:
                 fence = await producer.send_and_wait(topic, None, None, partition=p,
                                                      headers=[(provenance.FENCE, self.name.encode())])
                 below = fence.offset
+        else:
+            producer.claim(topic, p, -1, -1)  # nothing to fence; writes resume (an abandoned partition)
         if below is None:
             # The marker is replicated: the high watermark is past it and past every batch
             # the fenced writer got into the log; nothing of it can land later.
@@ -363,25 +542,141 @@ class MirrorWorker:
             fence_at = below - 1  # the marker: nothing else is written meanwhile
         else:
             fence_at = below
-        last = await tail.last_mirrored(cluster, topic, p, below, self.flow.source, pm.source[1])
-        start, _ = await tail.offsets(self._source_cluster_client(), pm.source[0], pm.source[1])
-        resume = start if last is None else last + 1
-        if resume < start:
-            lost = start - resume
-            self.metrics["data_loss_records"] += lost
-            log.error("DATA LOSS: %s-%d offsets %d..%d were deleted by retention at the source before they were "
-                      "mirrored (%d records); resuming at %d", pm.source[0], pm.source[1], resume, start - 1, lost,
-                      start)
-            resume = start
+        found, epoch_starts = await tail.last_mirrored(cluster, topic, p, below, self.flow.source, pm.source[1])
+        source = self._source_cluster_client()
+        source_id = await self._source_topic_id(pm.source[0])
+        start, hw = await tail.offsets(source, pm.source[0], pm.source[1])
+        reply = None
+        if found is not None and found.leader_epoch >= 0 and (
+                found.topic_id is None or source_id is None or found.topic_id == source_id):
+            reply = await tail.end_offset_for_epoch(source, pm.source[0], pm.source[1], found.leader_epoch)
+        decision = history.resume_point(found, source_id, start, hw, reply, epoch_starts)
+        resume, fill = decision.offset, None
+        if found is not None and not decision.new_incarnation and decision.divergence is None:
+            fill = await self._hole(pm, cluster, start, found)
+            if fill is not None:
+                resume = start
+        self._report_history(pm, found, decision, source_id, resume, fill)
+        if decision.new_incarnation and self.config.on_topic_recreated == "stop":
+            pm.stopped = (f"source topic {pm.source[0]} was deleted and created again (topic id "
+                          f"{found.topic_id if found else None} -> {source_id}); on.topic.recreated = stop")
+            pm.broken = None
+            consumer.pause(pm.source)
+            return
+        pm.stopped = None
+        pm.fill_until = fill
         pm.next_offset = resume
         pm.acked_offset = resume - 1
         pm.broken = None
-        consumer.seek(pm.source, resume)
+        pm.target_topic_id = target_id
+        same = found is not None and not decision.new_incarnation
+        pm.history.reset(source_id, decision.leader_epoch if fill is None else history.NO_EPOCH,
+                         epoch_starts if same and fill is None else None)
+        consumer.seek(pm.source, resume, topic_id=source_id)
         consumer.resume(pm.source)
         self.metrics["claims"] += 1
         log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d", self.name,
                  pm.source[0], pm.source[1], topic, p, fence_at,
                  f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume)
+
+    async def _source_topic_id(self, topic: str) -> uuid.UUID | None:
+        assert self._source_admin is not None
+        meta = await self._source_admin.metadata([topic])
+        for t in meta.topics:
+            if t.name == topic:
+                if t.error_code:
+                    raise KafkaError(f"looking up source topic {topic}", t.error_code)
+                return _topic_id(t)
+        return None
+
+    async def _hole(self, pm: PartitionMirror, cluster: Any, source_start: int,
+                    found: history.MirroredPosition) -> tuple[int, int] | None:
+        """Source offsets [source_start, F) missing below the first record F of the source
+        partition's current incarnation in a target partition that never lost a record at
+        its start (log start 0): what a re-created target got from retried writes of the
+        old one before it was refilled. (F, where to go on once the hole is filled) or None."""
+        tstart, _ = await tail.offsets(cluster, *pm.target)
+        if tstart != 0:
+            return None  # the target's own retention moved its start: nothing can be told
+        batches = await tail.fetch_batches(cluster, pm.target[0], pm.target[1], 0, max_bytes=16 << 10)
+        for b in batches:
+            for r in b.records:
+                pos = provenance.source_position(r, self.flow.source)
+                if pos is None or pos[0] != pm.source[1]:
+                    continue
+                topic_id, _ = provenance.incarnation_of(r)
+                if found.topic_id is not None and topic_id != found.topic_id:
+                    return None  # an older incarnation first: no hole of this one can be told
+                first = pos[1]
+                if first <= source_start:
+                    return None
+                # Compaction or aborted transactions may have left the source nothing there.
+                source = self._source_cluster_client()
+                held = await tail.fetch_batches(source, pm.source[0], pm.source[1], source_start, max_bytes=16 << 10)
+                firsts = [r.offset for sb in held for r in sb.records[:1]]
+                if not firsts or firsts[0] >= first:
+                    return None
+                return first, found.offset + 1
+        return None
+
+    def _report_history(self, pm: PartitionMirror, found: history.MirroredPosition | None,
+                        decision: history.Resume, source_id: uuid.UUID | None, resume: int,
+                        fill: tuple[int, int] | None) -> None:
+        """Say what the claim found of the partition's history: log, metrics, status events."""
+        topic, p = pm.source
+        where = f"{self.flow.source}/{topic}-{p}"
+        target = f"{self.flow.target}/{pm.target[0]}-{pm.target[1]}"
+        if decision.new_incarnation:
+            self.metrics["source_recreations"] += 1
+            action = ("stopped (on.topic.recreated = stop)" if self.config.on_topic_recreated == "stop"
+                      else f"mirroring the new one from offset {decision.offset} after the old one's records")
+            log.warning("source topic %s was deleted and created again (topic id %s -> %s): %s; %s",
+                        where, found.topic_id if found else None, source_id, action, target)
+            self._event("source_recreated", pm, old_topic_id=str(found.topic_id if found else None),
+                        new_topic_id=str(source_id), resume_offset=decision.offset)
+        if decision.divergence is not None:
+            d = decision.divergence
+            self._diverged(pm, d)
+        # This process saw the target acknowledge more of the same history than it holds now:
+        # the target lost records (deleted and created again, truncated, restored).
+        acknowledged = self._acknowledged.get(pm.source)
+        lost_in_target = acknowledged is not None and not decision.new_incarnation and decision.divergence is None and (
+            found is None or (found.topic_id == acknowledged[0] and found.offset + 1 < acknowledged[2]
+                              and (found.leader_epoch < 0 or acknowledged[1] < 0 or found.leader_epoch <= acknowledged[1])))
+        if fill is not None or lost_in_target:
+            self.metrics["target_refills"] += 1
+            held = "nothing of it" if found is None else f"source offsets up to {found.offset}"
+            if fill is not None:
+                held = f"source offsets {fill[0]}..{fill[1] - 1} but not {resume}..{fill[0] - 1}"
+            gone = decision.lost_before_start
+            log.warning("target %s lost records mirrored from %s: it holds %s%s; refilling from source offset %d%s",
+                        target, where, held,
+                        f" (acknowledged before: up to {acknowledged[2] - 1})" if acknowledged else "", resume,
+                        f"; the source no longer has {gone} of them" if gone else "; the source still has them all")
+            self._event("target_refilled", pm, held_up_to=None if found is None else found.offset,
+                        resume_offset=resume, hole=list(fill) if fill else None, source_gone=gone)
+        if decision.lost_before_start:
+            lost = decision.lost_before_start
+            self.metrics["data_loss_records"] += lost
+            log.error("DATA LOSS: %s offsets %d..%d were deleted by retention at the source before they were "
+                      "mirrored (%d records); resuming at %d", where, decision.offset - lost, decision.offset - 1,
+                      lost, decision.offset)
+
+    def _diverged(self, pm: PartitionMirror, d: history.Divergence) -> None:
+        topic, p = pm.source
+        self.metrics["divergences"] += 1
+        self.metrics["diverged_records"] += d.offsets
+        log.error("DIVERGED: %s/%s-%d no longer holds source offsets %d..%d as they were mirrored into %s (%d "
+                  "offsets, mirrored in leader epoch %d; the source's epoch %s ends at %d): they stay in the "
+                  "target; mirroring the source's records from offset %d", self.flow.source, topic, p,
+                  d.start_offset, d.end_offset, pm.target[0], d.offsets, d.mirrored_epoch,
+                  d.source_epoch if d.source_epoch >= 0 else "?", d.start_offset, d.start_offset)
+        self._event("diverged", pm, start_offset=d.start_offset, end_offset=d.end_offset, offsets=d.offsets,
+                    mirrored_epoch=d.mirrored_epoch, source_epoch=d.source_epoch)
+
+    def _event(self, kind: str, pm: PartitionMirror, **details: Any) -> None:
+        self.events.append({"kind": kind, "topic": pm.source[0], "partition": pm.source[1],
+                            "target_topic": pm.target[0], "at_ms": self.clock.now_ms(), **details})
 
     def _source_cluster_client(self) -> Any:
         # The admin's connections: the consumer's carry long-polling Fetches, which a request
@@ -393,12 +688,9 @@ class MirrorWorker:
 
     async def _mirror_loop(self) -> None:
         assert self._consumer is not None and self._producer is not None
-        consumer, producer = self._consumer, self._producer
-        target_cluster = self.flow.target
-        source_cluster = self.flow.source
-        source_bytes = source_cluster.encode()
+        consumer = self._consumer
         while True:
-            for broken in [pm for pm in self.partitions.values() if pm.broken]:
+            for broken in [pm for pm in self.partitions.values() if pm.broken and not pm.stopped]:
                 log.warning("re-claiming %s-%d: %s", broken.source[0], broken.source[1], broken.broken)
                 try:
                     await self._claim(broken)
@@ -406,100 +698,249 @@ class MirrorWorker:
                     broken.broken = f"claim failed: {exc}"
                     log.warning("claiming %s-%d failed: %s", broken.source[0], broken.source[1], exc)
                     await trio.sleep(1)
-            batches = await consumer.getmany(timeout_s=0.5, max_records=self.config.batch_records)
-            for tp, records in batches.items():
-                pm = self.partitions.get(tp)
-                if pm is None or pm.broken or pm.next_offset < 0:
+            try:
+                chunks = await consumer.getmany_chunks(timeout_s=0.5, max_records=self.config.batch_records)
+            except PartitionError as exc:
+                # A position the source no longer has, or a topic created again: the claim
+                # looks at both sides' history again. Partitions not claimed yet wait for it.
+                pm = self.partitions.get(exc.tp) if exc.tp is not None else None
+                if pm is not None and pm.next_offset >= 0 and not pm.broken:
+                    pm.broken = f"source: {exc}"
+                    if isinstance(exc, TopicIdChanged):
+                        log.warning("%s", exc)
+                continue
+            for chunk in chunks:
+                pm = self.partitions.get(chunk.tp)
+                if pm is None or pm.broken or pm.stopped or pm.next_offset < 0:
                     continue  # not (yet) ours: claimed first, then sought
-                if records[0].offset > pm.next_offset:
-                    try:
-                        await self._check_gap(pm, records[0].offset)
-                    except RETRIABLE as exc:
-                        log.warning("checking a gap in %s-%d: %s", tp[0], tp[1], exc)
-                ttopic, tpart = pm.target
-                future: DeliveryFuture | None = None
-                # Provenance of records without headers of their own (nearly all): only the
-                # offset varies, so the producer adds it in C (produce_tagged).
-                prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % tp[1]))
-                suffix = ((provenance.PATH, source_bytes),)
-                i, n = 0, len(records)
-                while i < n and records[i].offset < pm.next_offset:
-                    i += 1
-                first = i
-                count = nbytes = 0
                 try:
-                    while i < n:
-                        r = records[i]
-                        if not r.headers:
-                            f = DeliveryFuture()
-                            end, vbytes = producer.produce_tagged(ttopic, tpart, records, i, prefix,
-                                                                  provenance.SOURCE_OFFSET, suffix, on_delivery=f)
-                            if end > i:
-                                future = f
-                                nbytes += vbytes
-                                count += end - i
-                                i = end
-                                continue
-                            headers: provenance.Headers = prefix + (
-                                (provenance.SOURCE_OFFSET, b"%d" % r.offset),) + suffix
-                        elif provenance.passed_through(r.headers, target_cluster) or provenance.is_fence(r):
-                            # Back where it came from, or another flow's fence: not data to copy.
-                            self.metrics["skipped_cycle"] += 1
-                            i += 1
-                            continue
-                        else:
-                            headers = provenance.mirrored_headers(r.headers, source_cluster, tp[1], r.offset)
-                        # A record with headers of its own, or buffer.memory is full (send waits for room).
-                        future = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
-                                                     headers=headers)
-                        nbytes += len(r.value) if r.value is not None else 0
-                        count += 1
-                        i += 1
+                    await self._mirror_chunk(pm, chunk)
                 except KafkaError as exc:  # e.g. the target lost the partition's metadata
                     pm.broken = f"producing: {exc}"
-                    continue
-                if i > first:
-                    pm.next_offset = records[i - 1].offset + 1
-                    pm.last_timestamp_ms = records[i - 1].timestamp
-                pm.records += count
-                pm.bytes += nbytes
-                if future is None and pm.next_offset > 0:
-                    # Only skipped records: they count as done once everything before them is.
-                    future = DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1))
-                if future is not None:
-                    pm.pending.append((pm.next_offset - 1, future))
-                    self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
-                        n for tp, (n, _) in self._totals.items() if tp not in self.partitions)
             for tp, pm in self.partitions.items():
                 try:
                     position = consumer.position(tp)
                 except KeyError:
                     continue  # being revoked
-                if pm.broken or pm.next_offset < 0 or position is None or position <= pm.next_offset:
+                if pm.broken or pm.stopped or pm.next_offset < 0 or position is None or position <= pm.next_offset:
                     continue
                 # The consumer moved past transaction markers or aborted data of the source:
                 # nothing there to copy, done once everything before it is.
                 pm.next_offset = position
-                pm.pending.append((position - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1))))
+                pm.pending.append((position - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1)), False))
             self._settle()
             # getmany() returns at once while records are buffered: without this the loop would
             # run until buffer.memory filled before the sender and the fetcher got a turn.
             await trio.lowlevel.checkpoint()
 
+    async def _mirror_chunk(self, pm: PartitionMirror, chunk: FetchedChunk) -> None:
+        """Hand one chunk of source records to the producer, run by leader-epoch run: a run of
+        another epoch than the last mirrored one is copied only once the source confirmed that
+        epoch still ends at or after the position (as a follower truncates, KIP-279)."""
+        assert self._consumer is not None
+        records = chunk.records
+        tp = chunk.tp
+        if chunk.topic_id is not None and pm.history.topic_id is not None and chunk.topic_id != pm.history.topic_id:
+            pm.broken = f"records of topic id {chunk.topic_id}, the claim was for {pm.history.topic_id}"
+            return
+        if records[0].offset < pm.next_offset:
+            # The consumer was positioned behind the mirror's back: never skip silently.
+            pm.broken = (f"the source gave offset {records[0].offset} where {pm.next_offset} was next (a position "
+                         "reset?)")
+            return
+        if pm.fill_until is not None:
+            first_held, go_on = pm.fill_until
+            keep = [r for r in records if r.offset < first_held]
+            if len(keep) < len(records) or (records and records[-1].offset + 1 >= first_held):
+                # The hole is filled: the rest is in the target already.
+                pm.fill_until = None
+                if keep:
+                    await self._mirror_runs(pm, chunk._replace(records=keep))
+                pm.next_offset = go_on
+                pm.pending.append((go_on - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1)), False))
+                self._consumer.seek(tp, go_on, topic_id=pm.history.topic_id)
+                log.info("%s-%d: the hole is filled; going on at source offset %d", tp[0], tp[1], go_on)
+                return
+        if records[0].offset > pm.next_offset:
+            try:
+                await self._check_gap(pm, records[0].offset)
+            except RETRIABLE as exc:
+                log.warning("checking a gap in %s-%d: %s", tp[0], tp[1], exc)
+        await self._mirror_runs(pm, chunk)
+
+    async def _mirror_runs(self, pm: PartitionMirror, chunk: FetchedChunk) -> None:
+        assert self._consumer is not None and self._producer is not None
+        records, tp = chunk.records, chunk.tp
+        epochs = chunk.leader_epochs or [(records[0].offset, history.NO_EPOCH)]
+        bounds = [i for i, r in enumerate(records) if any(r.offset == first for first, _ in epochs[1:])]
+        starts = [0, *bounds]
+        topic_id_text = history.topic_id_text(pm.history.topic_id) if pm.history.topic_id else None
+        for n, i in enumerate(starts):
+            end = starts[n + 1] if n + 1 < len(starts) else len(records)
+            epoch = chunk.epoch_of(i)
+            if pm.history.needs_check(epoch) and epoch >= 0:
+                reply = await tail.end_offset_for_epoch(self._source_cluster_client(), tp[0], tp[1],
+                                                        pm.history.last_epoch)
+                divergence = pm.history.divergence(pm.next_offset, *reply)
+                if divergence is not None:
+                    await self._rewind(pm, divergence)
+                    return
+            run = records if (i == 0 and end == len(records)) else records[i:end]
+            await self._produce_run(pm, run, topic_id_text, epoch)
+            pm.history.mirrored(run[0].offset, epoch)
+
+    async def _rewind(self, pm: PartitionMirror, d: history.Divergence) -> None:
+        """The source rewrote its history below the position: what was mirrored stays (reported),
+        the source's records from the divergence point on are mirrored next."""
+        assert self._consumer is not None and self._producer is not None
+        await self._producer.flush(30)
+        self._settle()
+        self._diverged(pm, d)
+        pm.history.diverged(d)
+        pm.next_offset = d.start_offset
+        pm.acked_offset = min(pm.acked_offset, d.start_offset - 1)
+        pm.pending.clear()
+        self._consumer.seek(pm.source, d.start_offset, topic_id=pm.history.topic_id)
+
+    async def _produce_run(self, pm: PartitionMirror, records: list[Any], topic_id_text: str | None,
+                           epoch: int) -> None:
+        """Queue records of one leader epoch with their provenance; records the target cannot
+        take for their size go to the dead-letter topic instead."""
+        assert self._producer is not None
+        producer = self._producer
+        source_cluster = self.flow.source
+        source_bytes = source_cluster.encode()
+        target_cluster = self.flow.target
+        ttopic, tpart = pm.target
+        sp = pm.source[1]
+        future: DeliveryFuture | None = None  # of the last records queued together
+        # Provenance of records without headers of their own (nearly all): only the offset
+        # varies, so the producer adds it in C (produce_tagged).
+        prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % sp))
+        suffix = provenance.incarnation_headers(topic_id_text, epoch) + ((provenance.PATH, source_bytes),)
+        # What one record (key, value, headers) may take in the target: its topic's limit, its
+        # brokers' request limit, around it a batch and a request.
+        record_max = min(self._target_limits.get(ttopic) or producer.max_request_size,
+                         self._target_request_max_bytes - REQUEST_FRAMING_BYTES) - BATCH_FRAMING_BYTES
+        # Records larger than this (key and value) go one at a time, compressed if need be.
+        tagged_max = record_max - provenance.overhead_bytes(source_cluster, len(source_bytes))
+        i, n = 0, len(records)
+        count = nbytes = 0
+        while i < n:
+            r = records[i]
+            refused = pm.refused.get(r.offset)
+            if not r.headers and refused is None:
+                f = DeliveryFuture()
+                end, vbytes = producer.produce_tagged(ttopic, tpart, records, i, prefix, provenance.SOURCE_OFFSET,
+                                                      suffix, on_delivery=f, max_record_bytes=tagged_max)
+                if end > i:
+                    future = f
+                    nbytes += vbytes
+                    count += end - i
+                    i = end
+                    continue
+            if future is not None:  # what came before goes first (pending is in offset order)
+                pm.pending.append((records[i - 1].offset, future, False))
+                future = None
+            if refused is not None and refused[1] >= SIZE_REFUSALS_MAX:
+                del pm.refused[r.offset]
+                self._dead_letter(pm, r, topic_id_text, epoch, refused[0])
+                pm.pending.append((r.offset, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)), False))
+                i += 1
+                continue
+            if not r.headers:
+                headers: provenance.Headers = prefix + ((provenance.SOURCE_OFFSET, b"%d" % r.offset),) + suffix
+            elif provenance.passed_through(r.headers, target_cluster) or provenance.is_fence(r):
+                # Back where it came from, or another flow's fence: not data to copy.
+                self.metrics["skipped_cycle"] += 1
+                i += 1
+                continue
+            else:
+                headers = provenance.mirrored_headers(r.headers, source_cluster, sp, r.offset, topic_id_text, epoch)
+            # A record with headers of its own, one larger than a batch, or buffer.memory is
+            # full (send waits for room). One too large for a request even so is compressed
+            # on its own: the source took it compressed.
+            size = _record_bytes(r, headers)
+            alone = size > producer.accumulator.batch_size or refused is not None
+            compressed = size > record_max
+            if compressed and _compressed_bytes(r) + size - _value_bytes(r) > record_max:
+                self._dead_letter(pm, r, topic_id_text, epoch, f"{size} bytes, {_compressed_bytes(r)} compressed with "
+                                  f"{LARGE_RECORD_CODEC}: more than the target takes (max.message.bytes "
+                                  f"{self._target_limits.get(ttopic)}, socket.request.max.bytes "
+                                  f"{self._target_request_max_bytes})")
+                pm.pending.append((r.offset, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)), False))
+                i += 1
+                continue
+            try:
+                one = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
+                                          headers=headers, compression=LARGE_RECORD_CODEC if compressed else None)
+            except KafkaError as exc:
+                if exc.code not in SIZE_ERRORS:
+                    raise
+                self._dead_letter(pm, r, topic_id_text, epoch, str(exc))
+                one = DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1))
+            pm.pending.append((r.offset, one, alone))
+            nbytes += len(r.value) if r.value is not None else 0
+            count += 1
+            i += 1
+        if i > 0:
+            pm.next_offset = records[i - 1].offset + 1
+            pm.last_timestamp_ms = records[i - 1].timestamp
+        pm.records += count
+        pm.bytes += nbytes
+        if future is not None:
+            pm.pending.append((pm.next_offset - 1, future, False))
+        elif i > 0 and (not pm.pending or pm.pending[-1][0] < pm.next_offset - 1):
+            # Skipped records at the end: they count as done once everything before them is.
+            pm.pending.append((pm.next_offset - 1, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)),
+                               False))
+        self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
+            m for tp, (m, _) in self._totals.items() if tp not in self.partitions)
+
+    def _dead_letter(self, pm: PartitionMirror, r: Any, topic_id_text: str | None, epoch: int, reason: str) -> None:
+        """A record the target cannot take: said once (log, metric, status) and written as a
+        dead-letter entry (its coordinates, never its data) into the target's dead-letter topic;
+        the partition moves on behind it."""
+        assert self._producer is not None
+        key = (pm.source, pm.history.topic_id, r.offset)
+        if key in self._dead_lettered:
+            return
+        self._dead_lettered.add(key)
+        entry = deadletter.DeadLetter(
+            flow=self.flow.name, source_cluster=self.flow.source, topic=pm.source[0], partition=pm.source[1],
+            offset=r.offset, topic_id=topic_id_text, leader_epoch=epoch, timestamp_ms=r.timestamp,
+            size_bytes=(len(r.key) if r.key else 0) + (len(r.value) if r.value else 0), reason=reason[:300],
+            target_topic=pm.target[0], worker=self.name, at_ms=self.clock.now_ms())
+        self.metrics["dead_letter_records"] += 1
+        log.error("DEAD LETTER: %s/%s-%d offset %d (%d bytes) cannot be written into %s/%s: %s; its coordinates "
+                  "are in %s, the partition goes on behind it", self.flow.source, pm.source[0], pm.source[1], r.offset,
+                  entry.size_bytes, self.flow.target, pm.target[0], reason, deadletter.DEAD_LETTER_TOPIC)
+        self._event("dead_letter", pm, offset=r.offset, size_bytes=entry.size_bytes, reason=reason[:300])
+        try:
+            self._producer.produce(deadletter.DEAD_LETTER_TOPIC, entry.value(), entry.key, headers=[
+                (provenance.HEARTBEAT, b"0")])
+        except (BufferFull, KafkaError) as exc:
+            log.warning("writing the dead-letter entry of %s-%d offset %d: %s", pm.source[0], pm.source[1], r.offset,
+                        exc)
+
     def _settle(self) -> None:
         """Move acknowledged positions forward; a failed delivery breaks the partition (it is
-        claimed again: the target says where to resume)."""
+        claimed again: the target says where to resume). A record sent alone that the target
+        refused for its size is dead-lettered when the partition resumes at it."""
         for pm in self.partitions.values():
             while pm.pending and pm.pending[0][1].done:
-                offset, future = pm.pending.pop(0)
+                offset, future, single = pm.pending.pop(0)
                 if future.error is not None:
+                    code = getattr(future.error, "code", None)
+                    if single and code in SIZE_ERRORS:
+                        pm.refused[offset] = (str(future.error), pm.refused.get(offset, ("", 0))[1] + 1)
                     pm.broken = f"delivery failed: {future.error}"
                     pm.pending.clear()
-                    if isinstance(future.error, KafkaError) and future.error.code in (
-                            ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+                    if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
                         self.metrics["fenced"] += 1
                     break
                 pm.acked_offset = max(pm.acked_offset, offset)
+                self._acknowledged[pm.source] = (pm.history.topic_id, pm.history.last_epoch, pm.acked_offset + 1)
 
     async def _check_gap(self, pm: PartitionMirror, first: int) -> None:
         """Records skipped between the expected offset and `first`: compaction leaves such gaps
@@ -538,12 +979,13 @@ class MirrorWorker:
         """A heartbeat per flow into the target's dcmirror.heartbeats topic (key = flow name), so
         the aggregate side can tell a quiet source from a broken flow."""
         assert self._producer is not None and self._target_admin is not None
-        try:
-            await self._target_admin.create_topic(HEARTBEATS_TOPIC, 1, min(3, len(self.target.brokers)),
-                                                  {"cleanup.policy": "compact,delete", "retention.ms": "86400000"})
-        except AdminError as exc:
-            if exc.code != ErrorCode.topic_already_exists:
-                log.warning("creating %s: %s", HEARTBEATS_TOPIC, exc)
+        for topic, configs in ((HEARTBEATS_TOPIC, {"cleanup.policy": "compact,delete", "retention.ms": "86400000"}),
+                               (deadletter.DEAD_LETTER_TOPIC, deadletter.DEAD_LETTER_CONFIGS)):
+            try:
+                await self._target_admin.create_topic(topic, 1, min(3, len(self.target.brokers)), configs)
+            except AdminError as exc:
+                if exc.code != ErrorCode.topic_already_exists:
+                    log.warning("creating %s: %s", topic, exc)
         while True:
             beat = {"flow": self.flow.name, "source": self.flow.source, "target": self.flow.target,
                     "worker": self.name, "timestamp_ms": self.clock.now_ms(), "lag_records": self.lag_records()}
@@ -579,7 +1021,7 @@ class MirrorWorker:
                         if pm is None or written.get((group, tp)) == offset:
                             continue
                         target_offset = await checkpoints.translate(self._target_admin.cluster, pm.target[0], pm.target[1],
-                                                                    self.flow.source, tp[1], offset)
+                                                                    self.flow.source, tp[1], offset, pm.history.topic_id)
                         if target_offset is None:
                             continue  # the mirror has not copied that far yet
                         cp = checkpoints.Checkpoint(group, self.flow.source, tp[0], tp[1], offset, pm.target[0],
@@ -617,7 +1059,12 @@ class MirrorWorker:
             silent_s = consumer.since_last_answer_s(tp) if consumer and tp in consumer.assignment() else None
             if silent_s is not None and silent_s > SOURCE_SILENT_S:
                 lag_s = max(lag_s or 0.0, silent_s)
-            parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
+            state = ("STOPPED" if pm.stopped else "CLAIMING" if pm.broken or pm.next_offset < 0
+                     else "FILLING" if pm.fill_until else "MIRRORING")
+            parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0], "state": state,
+                          "reason": pm.stopped or pm.broken,
+                          "source_topic_id": str(pm.history.topic_id) if pm.history.topic_id else None,
+                          "leader_epoch": pm.history.last_epoch,
                           "next_offset": pm.next_offset, "acked_offset": pm.acked_offset, "high_watermark": hw,
                           "lag_records": lag, "records": pm.records, "bytes": pm.bytes,
                           "record_age_s": None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000,
@@ -633,7 +1080,7 @@ class MirrorWorker:
                 "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_ms"},
                 "records_per_s": self.metrics["records"] / uptime, "records_per_s_recent": recent,
                 "lag_records": sum(p["lag_records"] or 0 for p in parts), "uptime_s": uptime,
-                "last_problem": self.last_problem, "partitions": parts}
+                "last_problem": self.last_problem, "events": list(self.events), "partitions": parts}
 
 
     def prometheus(self) -> bytes:
@@ -668,6 +1115,19 @@ class MirrorWorker:
                                                     "came from", [(base, st["skipped_cycle"])]),
             "dcmirror_mirror_data_loss_records_total": ("counter", "Source records deleted before they were "
                                                         "mirrored", [(base, st["data_loss_records"])]),
+            "dcmirror_mirror_source_recreations_total": ("counter", "Source topics found deleted and created again "
+                                                         "(a new incarnation, mirrored after the old one)",
+                                                         [(base, st["source_recreations"])]),
+            "dcmirror_mirror_divergences_total": ("counter", "Times a source no longer held what was mirrored "
+                                                  "(unclean election, truncation, restore)",
+                                                  [(base, st["divergences"])]),
+            "dcmirror_mirror_diverged_records_total": ("counter", "Mirrored source offsets the source no longer holds "
+                                                       "as mirrored (they stay in the target)",
+                                                       [(base, st["diverged_records"])]),
+            "dcmirror_mirror_target_refills_total": ("counter", "Target partitions found missing mirrored records and "
+                                                     "refilled from the source", [(base, st["target_refills"])]),
+            "dcmirror_mirror_dead_letter_records_total": ("counter", "Source records the target cannot take, written "
+                                                          "to dcmirror.deadletter", [(base, st["dead_letter_records"])]),
         })
 
     def cluster_view(self) -> dict[str, Any]:

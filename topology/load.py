@@ -30,6 +30,7 @@ from topology.ddl import DdlError, column_names
 from topology.errors import TopologyError
 from topology.model import (
     DEFAULT_RENAME,
+    MIRROR_CHOICE_KEYS,
     MIRROR_CONFIG_KEYS,
     MIRROR_CONFIG_PREFIXES,
     MIRROR_HTTP_KEYS,
@@ -637,12 +638,16 @@ class _Loader:
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():
                         self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
+                elif key in MIRROR_CHOICE_KEYS:
+                    if value not in MIRROR_CHOICE_KEYS[key]:
+                        self.fail(path + ("config", key), f"mirror config {key!r} takes one of "
+                                  + ", ".join(MIRROR_CHOICE_KEYS[key]) + f", not {value!r}")
                 elif not key.startswith(MIRROR_CONFIG_PREFIXES):
-                    close = difflib.get_close_matches(key, MIRROR_CONFIG_KEYS, n=1)
+                    known = MIRROR_CONFIG_KEYS + tuple(MIRROR_CHOICE_KEYS) + MIRROR_HTTP_KEYS
+                    close = difflib.get_close_matches(key, known, n=1)
                     self.fail(path + ("config", key),
                               f"unknown mirror config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                              + "; known: " + ", ".join(MIRROR_CONFIG_KEYS + MIRROR_HTTP_KEYS)
-                              + ", producer.*, consumer.*, source.*, target.*")
+                              + "; known: " + ", ".join(known) + ", producer.*, consumer.*, source.*, target.*")
             workers_http: tuple[NodeAddress, ...] = ()
             if "workers_http" in table:
                 listed = table["workers_http"]

@@ -190,6 +190,23 @@ def alert_rules(o: MonitoringOptions) -> dict[str, Any]:
         _alert("DcmirrorDataLoss", "increase(dcmirror_mirror_data_loss_records_total[15m]) > 0", "", "critical",
                "Flow {{ $labels.flow }} lost records at the source",
                "Records were deleted by retention before they were mirrored ({{ $value }} in 15 minutes)."),
+        _alert("DcmirrorMirrorSourceDiverged", "increase(dcmirror_mirror_diverged_records_total[15m]) > 0", "",
+               "critical", "Flow {{ $labels.flow }}: the source no longer holds records it mirrored",
+               "{{ $value }} mirrored offsets are gone from the source as they were mirrored (an unclean leader "
+               "election, a truncation, a restore): they stay in the target beside the source's new records at "
+               "those offsets. `dcmirror mirror status` names the ranges."),
+        _alert("DcmirrorMirrorSourceRecreated", "increase(dcmirror_mirror_source_recreations_total[15m]) > 0", "",
+               "warning", "Flow {{ $labels.flow }}: a source topic was deleted and created again",
+               "The new incarnation is mirrored after the old one into the same target topic (or its partitions "
+               "stopped, with on.topic.recreated = stop). `dcmirror mirror status` names the topic."),
+        _alert("DcmirrorMirrorTargetRefilled", "increase(dcmirror_mirror_target_refills_total[15m]) > 0", "",
+               "warning", "Flow {{ $labels.flow }}: a target partition lost mirrored records",
+               "It was refilled from what the source still holds; records the source no longer had are counted "
+               "as data loss."),
+        _alert("DcmirrorMirrorDeadLetter", "increase(dcmirror_mirror_dead_letter_records_total[15m]) > 0", "",
+               "critical", "Flow {{ $labels.flow }}: records the target cannot take",
+               "{{ $value }} source records could not be written into the target (too large for it even "
+               "compressed); their coordinates are in the target's dcmirror.deadletter topic."),
     ]
     loads = [
         _alert("DcmirrorLoadFailed", "dcmirror_load_last_run_success == 0", "", "critical",

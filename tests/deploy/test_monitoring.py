@@ -97,7 +97,7 @@ def test_rendered_monitoring_passes_promtool(tmp_path: Path, fmt: str) -> None:
     out = _render(tmp_path, REPO / "topology" / "default.toml", fmt, "--load-metrics-target", "warehouse:9100")
     proc = _promtool("check", "config", "prometheus.yml", cwd=out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 12 rules found" in proc.stdout, proc.stdout
+    assert "SUCCESS: 16 rules found" in proc.stdout, proc.stdout
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert set(jobs) == {monitoring.BROKER_JOB, monitoring.MIRROR_JOB, monitoring.LOAD_JOB}
@@ -151,6 +151,10 @@ tests:
     values: '30x22'
   - series: 'dcmirror_mirror_data_loss_records_total{flow="west-to-aggregate", worker="w0", job="dcmirror-mirror"}'
     values: '0 0 0 0 5x10'
+  - series: 'dcmirror_mirror_diverged_records_total{flow="east-to-aggregate", worker="w1", job="dcmirror-mirror"}'
+    values: '0 0 0 0 50x10'
+  - series: 'dcmirror_mirror_dead_letter_records_total{flow="east-to-aggregate", worker="w1", job="dcmirror-mirror"}'
+    values: '0x14'
   - series: 'dcmirror_load_last_run_success{source="aggregate", job="dcmirror-load"}'
     values: '1 1 0x40'
   - series: 'dcmirror_load_last_success_timestamp_seconds{source="aggregate", job="dcmirror-load"}'
@@ -201,6 +205,16 @@ tests:
         summary: "Flow west-to-aggregate lost records at the source"
         description: "Records were deleted by retention before they were mirrored (5 in 15 minutes)."
   - eval_time: 1m
+    alertname: DcmirrorMirrorSourceDiverged
+    exp_alerts:
+    - exp_labels: {severity: critical, flow: east-to-aggregate, worker: w1, job: dcmirror-mirror}
+      exp_annotations:
+        summary: "Flow east-to-aggregate: the source no longer holds records it mirrored"
+        description: "50 mirrored offsets are gone from the source as they were mirrored (an unclean leader election, a truncation, a restore): they stay in the target beside the source's new records at those offsets. `dcmirror mirror status` names the ranges."
+  - eval_time: 3m
+    alertname: DcmirrorMirrorDeadLetter
+    exp_alerts: []
+  - eval_time: 1m
     alertname: DcmirrorLoadFailed
     exp_alerts:
     - exp_labels: {severity: critical, source: aggregate, job: dcmirror-load}
@@ -221,7 +235,8 @@ tests:
 def test_alert_rules_fire_on_what_they_are_meant_for(tmp_path: Path) -> None:
     """`promtool test rules`: broker down (one of two), offline partitions, under-min-ISR summed
     over brokers, a flow lagging past 60 s for 2 minutes (its twin at 30 s stays quiet), data
-    lost at the source, a failed load, a late scheduled load (an unscheduled one stays quiet)."""
+    lost at the source, mirrored records the source no longer holds (a flow without dead
+    letters stays quiet), a failed load, a late scheduled load (an unscheduled one stays quiet)."""
     out = _render(tmp_path, REPO / "topology" / "default.toml", "systemd")
     (out / "tests.yml").write_text(RULE_TESTS)
     proc = _promtool("test", "rules", "tests.yml", cwd=out)
@@ -316,7 +331,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
         assert wait_for(targets_up, 60, "Prometheus scrapes 2 brokers and 2 workers") == sorted(
             [*admin.values(), *workers])
         rules = _prometheus_api(port, "rules")["groups"]
-        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 12, rules
+        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 16, rules
         dashboard = json.loads((out / "grafana-dashboard.json").read_text())
         live = [e for e in monitoring.dashboard_exprs(dashboard) if "dcmirror_load_" not in e]
 

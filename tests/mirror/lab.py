@@ -35,9 +35,11 @@ from tests.harness import REPO, ClusterProcesses
 SOURCE_CLUSTER = "dcmirror.source.cluster"
 SOURCE_PARTITION = "dcmirror.source.partition"
 SOURCE_OFFSET = "dcmirror.source.offset"
+SOURCE_TOPIC_ID = "dcmirror.source.topic.id"
+SOURCE_LEADER_EPOCH = "dcmirror.source.leader.epoch"
 PATH = "dcmirror.path"
 FENCE = "dcmirror.fence"
-PROVENANCE = (SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET, PATH)
+PROVENANCE = (SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET, SOURCE_TOPIC_ID, SOURCE_LEADER_EPOCH, PATH)
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
 
 T = TypeVar("T")
@@ -115,9 +117,12 @@ class MirrorLab:
     """Clusters by name (each `sizes[name]` brokers), the combined topology file and the
     mirror processes. `teardown()` kills everything it started."""
 
-    def __init__(self, root: Path, sizes: dict[str, int], **broker_config: object) -> None:
+    def __init__(self, root: Path, sizes: dict[str, int], *, controllers: dict[str, int] | None = None,
+                 cluster_config: dict[str, dict[str, object]] | None = None, **broker_config: object) -> None:
         self.root = Path(root)
-        self.clusters = {name: ClusterProcesses(self.root / name, size, name=name, **broker_config)
+        self.clusters = {name: ClusterProcesses(self.root / name, size, name=name,
+                                                controllers=(controllers or {}).get(name, 0),
+                                                **{**broker_config, **(cluster_config or {}).get(name, {})})
                          for name, size in sizes.items()}
         self.topology_path = self.root / "topology.toml"
         self.flows: list[Flow] = []
@@ -133,10 +138,10 @@ class MirrorLab:
         return cluster.bootstrap_of(*cluster.alive()) if cluster.alive() else cluster.bootstrap
 
     def start(self, timeout_s: float = 90.0) -> MirrorLab:
-        """Every broker of every cluster at once, then wait until each is ready."""
+        """Every node of every cluster at once, then wait until each broker is ready."""
         for cluster in self.clusters.values():
-            for broker in cluster.brokers.values():
-                broker.start(wait_ready=False)
+            for node in (*cluster.controllers.values(), *cluster.brokers.values()):
+                node.start(wait_ready=False)
         for cluster in self.clusters.values():
             for broker in cluster.brokers.values():
                 broker.wait_ready(timeout_s)
@@ -358,7 +363,7 @@ class MirrorLab:
                 except ProcessLookupError:
                     pass
         for cluster in self.clusters.values():
-            for broker in cluster.brokers.values():
+            for broker in (*cluster.brokers.values(), *cluster.controllers.values()):
                 if broker.alive():
                     broker.resume()
                     broker.kill9()
@@ -710,3 +715,66 @@ class SourceWriter:
 
 def write(bootstrap: str, topic: str, partitions: int, total: int, prefix: str, start: int = 0) -> None:
     SourceWriter(bootstrap, topic, partitions, total, prefix, start=start).run()
+
+
+# --------------------------------------------------------------------------- history
+
+
+def topic_id_of(bootstrap: str, topic: str) -> str:
+    """The topic's id in the text form the mirror's provenance carries."""
+    from cluster.client.sync import SyncAdmin
+    from mirror.history import topic_id_text
+
+    with SyncAdmin(bootstrap) as a:
+        (desc,) = a.describe_topic_partitions([topic])
+    assert desc["error_code"] == 0 and desc["topic_id"] is not None, desc
+    return topic_id_text(desc["topic_id"])
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete `topic` and wait until the cluster no longer lists it."""
+    client = admin(bootstrap)
+    client.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(timeout=30)
+    wait_for(lambda: topic not in topics_of(bootstrap), 30, f"topic {topic} gone")
+
+
+class Mirrored(NamedTuple):
+    """A target record as the history checks see it."""
+
+    topic_id: str | None
+    offset: int
+    epoch: int
+    key: bytes | None
+    value: bytes | None
+
+
+def mirrored_history(rows: list[Rec]) -> list[Mirrored]:
+    """The mirrored records of a target partition, in target order."""
+    out = []
+    for r in rows:
+        if not r.mirrored:
+            continue
+        tid = r.header(SOURCE_TOPIC_ID)
+        epoch = r.header(SOURCE_LEADER_EPOCH)
+        out.append(Mirrored(tid.decode() if tid else None, int(r.header(SOURCE_OFFSET) or b"-1"),
+                            int(epoch) if epoch else -1, r.key, r.value))
+    return out
+
+
+def assert_history(got: list[Mirrored], want: list[tuple[str, Rec]], what: str) -> None:
+    """Target records (topic id, source offset, key, value) exactly `want` ((topic id, source
+    record) in target order): every record of every incarnation once, in order."""
+    g = [(m.topic_id, m.offset, m.key, m.value) for m in got]
+    w = [(tid, r.offset, r.key, r.value) for tid, r in want]
+    if g == w:
+        return
+    counts: dict[tuple[Any, ...], int] = {}
+    for item in g:
+        counts[item[:2]] = counts.get(item[:2], 0) + 1
+    dupes = [k for k, n in counts.items() if n > 1]
+    missing = [x[:2] for x in w if x[:2] not in counts]
+    extra = [x[:2] for x in g if x[:2] not in {y[:2] for y in w}]
+    first = next((i for i, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), min(len(g), len(w)))
+    raise AssertionError(f"{what}: {len(g)} mirrored, {len(w)} wanted; {len(dupes)} twice (e.g. {dupes[:3]}), "
+                         f"{len(missing)} missing (e.g. {missing[:3]}), {len(extra)} not wanted (e.g. {extra[:3]}); "
+                         f"first difference at {first}: got {g[first:first + 2]}, want {w[first:first + 2]}")

@@ -2,7 +2,8 @@
 its supervisor (`dcmirror mirror --config FILE`, two workers, topic.refresh.ms 1000):
 
 - a topic that matched before the start gets a target topic with the source's partition
-  count and the configs set on the source topic (retention.ms, max.message.bytes);
+  count and the configs set on the source topic (retention.ms; max.message.bytes with room
+  for the provenance headers, also where the source topic has the broker's default);
 - a matching topic created after the start is mirrored within 30 s, configs included;
 - topics the flow's `exclude` regex matches are never mirrored, whether they existed at
   the start or came later;
@@ -32,14 +33,24 @@ from tests.mirror.lab import (
 
 FLOW = "east-to-aggregate"
 DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source: set on the topic itself
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+PROVENANCE_BYTES_MAX = 1024
 WITHIN_S = 30.0
 MAIN_CONFIGS = {"retention.ms": "3600000", "max.message.bytes": "500000"}
 
 
 def assert_target_configs(bootstrap: str, topic: str, want: dict[str, str]) -> None:
+    """`want` set on the target topic; max.message.bytes is the source's plus what the flow's
+    provenance headers add (at most PROVENANCE_BYTES_MAX), whether the source set it or not."""
     entries = topic_config(bootstrap, topic)
     got = {name: (entries[name].value, getattr(entries[name].source, "value", entries[name].source))
-           for name in want}
+           for name in [*want, "max.message.bytes"]}
+    limit = int(want.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
+    headroom = int(got["max.message.bytes"][0]) - limit
+    assert 0 < headroom <= PROVENANCE_BYTES_MAX and got["max.message.bytes"][1] == DYNAMIC_TOPIC_CONFIG, \
+        f"{topic}: max.message.bytes {got['max.message.bytes']} for a source limit of {limit}"
+    got.pop("max.message.bytes")
+    want = {k: v for k, v in want.items() if k != "max.message.bytes"}
     assert got == {name: (value, DYNAMIC_TOPIC_CONFIG) for name, value in want.items()}, \
         f"{topic}: configs {got}, want {want} set on the topic"
 

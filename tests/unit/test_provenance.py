@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 from cluster.protocol.records import Record
+from mirror import history
 from mirror import provenance as pv
 from mirror.checkpoints import Checkpoint
+from mirror.history import MirroredPosition
 from mirror.worker import WorkerConfig
 from topology.model import MirrorSpec
 
@@ -25,19 +29,32 @@ def test_second_hop_replaces_provenance_and_extends_the_path() -> None:
     assert not pv.passed_through(second, "west") and not pv.passed_through((), "east")
 
 
-def test_resume_point_is_the_highest_source_offset_of_the_partition_in_the_tail() -> None:
-    def rec(offset: int, cluster: str, partition: int, source_offset: int) -> Record:
-        return Record(offset, 0, None, b"v", pv.mirrored_headers((), cluster, partition, source_offset))
+def test_the_tail_position_is_the_last_record_of_the_partition_in_target_order() -> None:
+    def rec(offset: int, cluster: str, partition: int, source_offset: int, epoch: int = -1,
+            topic_id: str | None = None) -> Record:
+        return Record(offset, 0, None, b"v", pv.mirrored_headers((), cluster, partition, source_offset, topic_id, epoch))
 
     fence = Record(5, 0, None, None, ((pv.FENCE, b"w1"),))
     tail = [rec(0, "east", 2, 10), rec(1, "east", 2, 11), rec(2, "west", 2, 99), rec(3, "east", 1, 50), fence]
-    assert pv.last_mirrored_offset(tail, "east", 2) == 11
-    assert pv.last_mirrored_offset(tail, "east", 1) == 50
-    assert pv.last_mirrored_offset([fence], "east", 2) is None
+    assert pv.last_mirrored(tail, "east", 2) == (MirroredPosition(11, None, -1), [])
+    assert pv.last_mirrored(tail, "east", 1)[0] == MirroredPosition(50, None, -1)
+    assert pv.last_mirrored([fence], "east", 2) == (None, [])
     assert pv.is_fence(fence) and not pv.is_fence(tail[0])
     assert pv.source_position(tail[2], "east") is None
     assert pv.source_position(Record(0, 0, None, b"", ((pv.SOURCE_CLUSTER, b"east"), (pv.SOURCE_PARTITION, b"x"),
                                                       (pv.SOURCE_OFFSET, b"1"))), "east") is None
+    # After a divergence (offsets 12..13 of epoch 3 no longer at the source) the source's
+    # offsets 12.. of epoch 4 follow: the last in target order counts, not the highest.
+    old, new = uuid.uuid4(), uuid.uuid4()
+    a, b = history.topic_id_text(old), history.topic_id_text(new)
+    diverged = [rec(0, "east", 0, 10, 2, a), rec(1, "east", 0, 11, 3, a), rec(2, "east", 0, 12, 3, a),
+                rec(3, "east", 0, 13, 3, a), rec(4, "east", 0, 12, 4, a)]
+    assert pv.last_mirrored(diverged, "east", 0) == (MirroredPosition(12, old, 4), [(2, 10), (3, 11), (4, 12)])
+    # A new incarnation of the topic: its offset 0 follows the old one's 13.
+    recreated = diverged[:4] + [rec(4, "east", 0, 0, 0, b)]
+    assert pv.last_mirrored(recreated, "east", 0) == (MirroredPosition(0, new, 0), [(0, 0)])
+    assert pv.incarnation_of(recreated[-1]) == (new, 0)
+    assert history.parse_topic_id(b) == new and history.parse_topic_id("not base64!") is None
 
 
 def test_checkpoint_records_round_trip() -> None:

@@ -1020,6 +1020,12 @@ config = { "topic.refresh.msx" = "1000" }
     ok = loads(text.replace('"topic.refresh.msx" = "1000"', '"topic.refresh.ms" = 1000, "producer.linger.ms" = 10'),
                path=None)
     assert ok.mirrors[0].config == {"topic.refresh.ms": "1000", "producer.linger.ms": "10"}
+    with pytest.raises(TopologyError, match=r":12: .*'on.topic.recreated' takes one of mirror, stop, not 'skip'"):
+        loads(text.replace('"topic.refresh.msx" = "1000"', '"on.topic.recreated" = "skip"'), path=None)
+    with pytest.raises(TopologyError, match=r"did you mean 'on.topic.recreated'"):
+        loads(text.replace('"topic.refresh.msx" = "1000"', '"on.topic.recreate" = "stop"'), path=None)
+    stop = loads(text.replace('"topic.refresh.msx" = "1000"', '"on.topic.recreated" = "stop"'), path=None)
+    assert stop.mirrors[0].config == {"on.topic.recreated": "stop"}
 
 
 # -- listeners, client_listener, users -------------------------------------------------------

@@ -1,0 +1,279 @@
+"""The mirror checks the history of both sides as a follower does (mirror/history.py), with
+real broker and worker processes:
+
+- a source topic deleted and created again under a running flow (a new topic id, offsets
+  from 0): the new incarnation's records all arrive after the old one's, once, with their
+  topic id in the provenance, a WARNING and the re-creation counted; then a worker killed -9
+  in the middle of the new incarnation's traffic loses and doubles nothing;
+- an unclean leader election at the source (3 brokers, 3 controllers, replicas [1, 2]): the
+  records the new leader lacks stay in the aggregate and are reported as a divergence with
+  their range, and the source's new records at those offsets are mirrored;
+- the aggregate topic deleted under a running flow: re-created and refilled from the source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import NewTopic
+
+from tests.cluster_helpers import NotYet, admin, metadata_from, partitions_of
+from tests.harness import REPO
+from tests.mirror.lab import (
+    Flow,
+    MirrorLab,
+    Rec,
+    SourceWriter,
+    assert_history,
+    delete_topic,
+    end_offsets,
+    mirrored_count,
+    mirrored_history,
+    new_topic,
+    read_topic,
+    topic_id_of,
+    topics_of,
+    wait_for,
+    write,
+)
+
+FLOW = "east-to-aggregate"
+FAST = {"topic.refresh.ms": "1000"}
+
+
+def worker_doc(lab: MirrorLab) -> dict[str, Any]:
+    """The single worker's last status file."""
+    docs = list(lab.worker_status(FLOW).values())
+    assert len(docs) == 1, docs
+    return docs[0]
+
+
+def events(lab: MirrorLab, kind: str) -> list[dict[str, Any]]:
+    return [e for e in worker_doc(lab).get("events", []) if e["kind"] == kind]
+
+
+def want_of(incarnations: list[tuple[str, dict[int, list[Rec]]]], partition: int) -> list[tuple[str, Rec]]:
+    return [(tid, r) for tid, rows in incarnations for r in rows.get(partition, [])]
+
+
+@pytest.mark.timeout(300)
+def test_a_source_topic_created_again_is_mirrored_after_the_old_one_through_a_worker_kill(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    lab = mirror_lab({"east": 1, "aggregate": 1})
+    east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
+    new_topic(east, "events", 2)
+    write(east, "events", 2, 750, "first")
+    lab.write_topology([Flow("east", "aggregate", "events", config=FAST)])
+    lab.start_worker(FLOW, 0)
+    lab.check_exactly_once(FLOW, ["events"], timeout_s=90)
+    old_rows, old_id = read_topic(east, "events"), topic_id_of(east, "events")
+
+    # Deleted and created again: offsets from 0, below the mirror's last position (375).
+    delete_topic(east, "events")
+    new_topic(east, "events", 2)
+    new_id = topic_id_of(east, "events")
+    assert new_id != old_id
+    write(east, "events", 2, 500, "second")
+    wait_for(lambda: mirrored_count(aggregate, "east.events") == 1250, 60,
+             "the aggregate holds the old 750 and the new 500 records", interval_s=0.5, on_timeout=lab.mirror_log_tail)
+    target = read_topic(aggregate, "east.events")
+    new_rows = read_topic(east, "events")
+    for p in (0, 1):
+        assert_history(mirrored_history(target[p]), want_of([(old_id, old_rows), (new_id, new_rows)], p),
+                       f"east.events-{p} after the re-creation")
+    assert "was deleted and created again" in lab.mirror_log(), lab.mirror_log_tail()
+    wait_for(lambda: worker_doc(lab)["source_recreations"] >= 1, 10, "the re-creation counted in the status")
+    recreated = events(lab, "source_recreated")
+    assert {(e["partition"], e["new_topic_id"]) for e in recreated} >= {(0, str(_uuid(new_id))), (1, str(_uuid(new_id)))}
+
+    # kill -9 in the middle of the new incarnation's traffic; the restarted worker resumes
+    # from the aggregate's tail in the new incarnation.
+    writer = SourceWriter(east, "events", 2, 3000, "third", rate_per_s=800, start=500).start()
+    wait_for(lambda: mirrored_count(aggregate, "east.events") >= 1250 + 800, 60, "the mirror moves the third writes",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
+    lab.kill_worker(FLOW, 0)
+    killed_at = mirrored_count(aggregate, "east.events")
+    lab.start_worker(FLOW, 0)
+    writer.finish()
+    ends = end_offsets(east, "events")
+    assert sum(ends.values()) == 3500
+    lab.wait_caught_up({FLOW: {("events", p): end for p, end in ends.items()}}, 120, count_mirrored=True)
+    target = read_topic(aggregate, "east.events")
+    new_rows = read_topic(east, "events")
+    for p in (0, 1):
+        assert_history(mirrored_history(target[p]), want_of([(old_id, old_rows), (new_id, new_rows)], p),
+                       f"east.events-{p} after the kill")
+    print(f"killed with {killed_at} of 4250 in the aggregate; all 750 + 3500 there once, in order", flush=True)
+
+
+@pytest.mark.timeout(240)
+def test_a_flow_told_to_stop_on_a_recreated_topic_stops_its_partitions(mirror_lab: Callable[..., MirrorLab]) -> None:
+    """on.topic.recreated = stop: the new incarnation is not mirrored; its partition shows
+    STOPPED with the reason, the re-creation is counted and nothing of it reaches the target."""
+    lab = mirror_lab({"east": 1, "aggregate": 1})
+    east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
+    new_topic(east, "events", 1)
+    write(east, "events", 1, 300, "first")
+    lab.write_topology([Flow("east", "aggregate", "events", config={**FAST, "on.topic.recreated": "stop"})])
+    lab.start_worker(FLOW, 0)
+    lab.check_exactly_once(FLOW, ["events"], timeout_s=90)
+    delete_topic(east, "events")
+    new_topic(east, "events", 1)
+    write(east, "events", 1, 100, "second")
+
+    def stopped() -> bool:
+        parts = worker_doc(lab)["partitions"]
+        return bool(parts) and parts[0]["state"] == "STOPPED" and "on.topic.recreated = stop" in parts[0]["reason"]
+
+    wait_for(stopped, 60, "events-0 STOPPED in the worker's status", on_timeout=lab.mirror_log_tail)
+    assert worker_doc(lab)["source_recreations"] == 1
+    assert mirrored_count(aggregate, "east.events") == 300, "records of the new incarnation were mirrored"
+    text = subprocess.run([sys.executable, "-m", "deploy.cli", "mirror", "status", "--config", str(lab.topology_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    assert "events-0 lag" in text and "STOPPED" in text and "1 source topic re-creation(s)" in text, text
+
+
+def _uuid(text: str) -> Any:
+    from mirror.history import parse_topic_id
+
+    return parse_topic_id(text)
+
+
+# ---------------------------------------------------------------- unclean election at the source
+
+
+def produce_values(bootstrap: str, topic: str, values: list[int]) -> list[int]:
+    """One record per value into partition 0 (idempotent, acks=all); their offsets."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 30_000, "log_level": 2})
+    offsets: dict[int, int] = {}
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets[int(msg.value())] = msg.offset()
+
+    for v in values:
+        producer.produce(topic, value=str(v).encode(), key=b"k%d" % v, partition=0, on_delivery=delivered)
+    assert producer.flush(40) == 0 and not errors, errors
+    return [offsets[v] for v in values]
+
+
+def wait_partition(lab: MirrorLab, node: int, topic: str, leader: int, isr: set[int], timeout_s: float = 40) -> None:
+    def reached() -> bool:
+        view = partitions_of(metadata_from(lab["east"], node, topic), topic)[0]
+        if view.leader != leader or set(view.isr) != isr:
+            raise NotYet(view)
+        return True
+
+    wait_for(reached, timeout_s, f"node {node} reports {topic}-0 led by {leader} with ISR {sorted(isr)}")
+
+
+@pytest.mark.timeout(300)
+def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_records_arrive(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    """Broker 2 is killed; broker 1 acknowledges 50 records alone (min.insync.replicas=1) and
+    the mirror copies them; broker 1 is killed; broker 2 comes back and is made leader by an
+    unclean election: it lacks offsets 200..249. It takes 80 new records at 200..279. The
+    aggregate keeps the 50 (epoch 0) and reports them as a divergence [200, 249]; the 80 new
+    ones follow them, once each (in the new leader's epoch)."""
+    lab = mirror_lab({"east": 3, "aggregate": 1}, controllers={"east": 3})
+    east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
+    client = admin(east)
+    client.create_topics([NewTopic("events", 1, replica_assignment=[[1, 2]],
+                                   config={"min.insync.replicas": "1"})])["events"].result(timeout=30)
+    wait_partition(lab, 1, "events", 1, {1, 2})
+    assert produce_values(east, "events", list(range(200))) == list(range(200))
+    lab.write_topology([Flow("east", "aggregate", "events", config=FAST)], replication_factor=1)
+    lab.start_worker(FLOW, 0)
+    wait_for(lambda: mirrored_count(aggregate, "east.events") == 200, 60, "200 records mirrored",
+             on_timeout=lab.mirror_log_tail)
+    tid = topic_id_of(east, "events")
+
+    lab["east"][2].kill9()
+    wait_partition(lab, 1, "events", 1, {1})
+    assert produce_values(lab["east"].bootstrap_of(1), "events", list(range(10_000, 10_050))) == list(range(200, 250))
+    wait_for(lambda: mirrored_count(aggregate, "east.events") == 250, 60, "the 50 records broker 1 took alone "
+             "mirrored", on_timeout=lab.mirror_log_tail)
+    diverged_rows = read_topic(lab["east"].bootstrap_of(1), "events")[0][200:]
+    lab["east"][1].kill9()
+    lab["east"][2].start()
+    wait_partition(lab, 2, "events", -1, {1})
+    proc = subprocess.run([sys.executable, "-m", "deploy.cli", "elect-leaders", "--election-type", "unclean",
+                           "--topic", "events", "--partition", "0", "--bootstrap", lab["east"].bootstrap_of(2)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wait_partition(lab, 2, "events", 2, {2})
+    assert produce_values(lab["east"].bootstrap_of(2), "events", list(range(20_000, 20_080))) == list(range(200, 280))
+
+    wait_for(lambda: mirrored_count(aggregate, "east.events") == 330, 60,
+             "the aggregate holds 200 + 50 diverged + 80 new records", interval_s=0.5, on_timeout=lab.mirror_log_tail)
+    source = read_topic(lab["east"].bootstrap_of(2), "events")[0]
+    assert [int(r.value or b"") for r in source] == list(range(200)) + list(range(20_000, 20_080))
+    target = mirrored_history(read_topic(aggregate, "east.events")[0])
+    assert_history(target, [(tid, r) for r in source[:200] + diverged_rows + source[200:]], "east.events-0")
+    new_epoch = target[250].epoch
+    assert [m.epoch for m in target] == [0] * 250 + [new_epoch] * 80 and new_epoch > 0, \
+        f"leader epochs in the provenance: {sorted(set(m.epoch for m in target))}"
+    log_text = lab.mirror_log()
+    assert "DIVERGED: east/events-0 no longer holds source offsets 200..249" in log_text, lab.mirror_log_tail()
+    wait_for(lambda: worker_doc(lab)["diverged_records"] == 50, 10, "50 diverged offsets in the status")
+    (event,) = events(lab, "diverged")
+    assert (event["start_offset"], event["end_offset"], event["offsets"], event["mirrored_epoch"]) == (200, 249, 50, 0)
+
+    # The old leader comes back and truncates its tail: the source is whole again, nothing more
+    # is mirrored.
+    lab["east"][1].start()
+    wait_partition(lab, 2, "events", 2, {1, 2})
+    assert mirrored_count(aggregate, "east.events") == 330
+
+
+# ---------------------------------------------------------------- the aggregate topic deleted
+
+
+@pytest.mark.timeout(300)
+def test_an_aggregate_topic_deleted_under_a_running_flow_is_refilled_from_the_source(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    lab = mirror_lab({"east": 1, "aggregate": 1})
+    east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
+    new_topic(east, "events", 2)
+    write(east, "events", 2, 1000, "first")
+    lab.write_topology([Flow("east", "aggregate", "events", config=FAST)])
+    lab.start_worker(FLOW, 0)
+    lab.check_exactly_once(FLOW, ["events"], timeout_s=90)
+    writer = SourceWriter(east, "events", 2, 2000, "second", rate_per_s=500, start=1000).start()
+    wait_for(lambda: mirrored_count(aggregate, "east.events") >= 1200, 60, "the mirror moves the writes")
+    old_target_id = topic_id_of(aggregate, "east.events")
+    client = admin(aggregate)
+    client.delete_topics(["east.events"], operation_timeout=30)["east.events"].result(timeout=30)
+    # The flow creates it again at once (topic.refresh.ms 1000): a new topic id, not a wait.
+    wait_for(lambda: "east.events" in topics_of(aggregate) and topic_id_of(aggregate, "east.events") != old_target_id,
+             30, "east.events created again", interval_s=0.2)
+    writer.finish()
+    ends = end_offsets(east, "events")
+    assert sum(ends.values()) == 3000
+    lab.wait_caught_up({FLOW: {("events", p): end for p, end in ends.items()}}, 120, count_mirrored=True)
+    source = read_topic(east, "events")
+    target = read_topic(aggregate, "east.events")
+    tid = topic_id_of(east, "events")
+    for p in (0, 1):
+        got = mirrored_history(target[p])
+        want = [(tid, r) for r in source[p]]
+        if [m.offset for m in got] != [r.offset for _, r in want]:
+            # Records retried into the new topic before the flow saw it gone come first, then
+            # the hole below them is filled: each once, in two ordered runs.
+            assert sorted(m.offset for m in got) == [r.offset for _, r in want], f"partition {p}: not each once"
+            runs = 1 + sum(1 for a, b in zip(got, got[1:], strict=False) if b.offset < a.offset)
+            assert runs <= 3, f"partition {p}: {runs} runs of source offsets"
+        else:
+            assert_history(got, want, f"east.events-{p}")
+    assert "lost records mirrored from east/events" in lab.mirror_log(), lab.mirror_log_tail()
+    wait_for(lambda: worker_doc(lab)["target_refills"] >= 2, 10, "both partitions' refills in the status")
+
