@@ -2,9 +2,9 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := kcat redis-server openjdk-17-jre-headless iproute2 openssl prometheus
+APT_PACKAGES := kcat redis-server openjdk-17-jre-headless openjdk-17-jdk-headless maven iproute2 openssl prometheus
 
-.PHONY: test demo bench soak lint sysdeps venv clean
+.PHONY: test demo bench soak lint sysdeps venv clean peers
 
 venv: $(STAMP)
 
@@ -21,6 +21,8 @@ sysdeps:
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	bare=""; command -v promtool >/dev/null 2>&1 || bare="prometheus"; \
@@ -31,7 +33,13 @@ sysdeps:
 	  { [ -z "$$bare" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$bare >/dev/null; }; \
 	fi
 
-test: venv sysdeps
+# Apache Kafka 4.x (broker, tools, MirrorMaker 2, Streams) and Spark's Kafka source, pinned in
+# tests/peers/peers.toml, from Maven Central into ~/.cache/dcmirror/peers ($$DCMIRROR_PEERS_DIR);
+# a warm cache fetches nothing.
+peers: venv sysdeps
+	$(PY) -m tests.peers.fetch
+
+test: venv sysdeps peers
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile --no-loadscope-reorder
@@ -40,7 +48,7 @@ test: venv sysdeps
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
 
-bench: venv sysdeps
+bench: venv sysdeps peers
 	$(PY) -m pytest -m perf -q -s tests/perf
 
 # The replication simulation, many more seeds than make test runs (DCMIRROR_SOAK_SEEDS).
