@@ -111,6 +111,10 @@ class ReplicaHandlers:
         out: dict[int, Any] = {}
         for index, (producer_id, _, guard) in starts.items():
             code = codes.get((t.name, index), ErrorCode.not_enough_replicas)
+            if code == ErrorCode.producer_fenced:
+                # As Kafka's AddPartitionsToTxnManager: a produce answer says INVALID_PRODUCER_EPOCH,
+                # which producers handle (the Java producer aborts; PRODUCER_FENCED would be fatal).
+                code = ErrorCode.invalid_producer_epoch
             if code == ErrorCode.none:
                 out[index] = guard
             else:

@@ -78,6 +78,11 @@ async def scenario(bootstrap: str) -> dict[str, Any]:
             while (await stable_and_high(cluster, 0))[0] < 2:
                 await trio.sleep(0.1)
         out["after the abort"] = await produce(cluster, 0, pid, epoch, 1, b"late")
+        again = await txn.request(ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": TXN_ID, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
+        assert again.error_code == 0 and (again.producer_id, again.producer_epoch) == (pid, epoch + 1)
+        # Partition 1 has no state of this producer: only the coordinator knows it is fenced.
+        out["fenced epoch"] = await produce(cluster, 1, pid, epoch, 0, b"zombie")
         out["offsets"] = [await stable_and_high(cluster, p) for p in range(PARTITIONS)]
         return out
     finally:
@@ -93,6 +98,9 @@ def test_produce_outside_the_transaction_is_refused_and_nothing_hangs(cluster_fa
     assert got["added partition"] == ErrorCode.none
     assert got["partition not added"] == [ErrorCode.invalid_txn_state] * 2
     assert got["after the abort"] == ErrorCode.invalid_txn_state
+    # Kafka answers a produce the coordinator finds fenced with INVALID_PRODUCER_EPOCH (the Java
+    # producer aborts and learns it is fenced from EndTxn); PRODUCER_FENCED would be fatal at once.
+    assert got["fenced epoch"] == ErrorCode.invalid_producer_epoch
     # Partition 0: the aborted record and its marker; 1 and 2 empty. Nothing holds an LSO back.
     assert got["offsets"] == [(2, 2), (0, 0), (0, 0)]
     assert len({got["coordinator"], *got["leaders"]}) > 1, "every partition led by the coordinator"
