@@ -166,12 +166,17 @@ def perf_tools(bootstrap: str, topic: str, n: int, root: Path) -> tuple[float | 
                     str(n), "--timeout", "60000", cwd=root, timeout_s=600, jvm=("-Xmx512m",))
     consumed = None
     lines = [x for x in cons.stdout.splitlines() if x.strip()]
-    if cons.returncode == 0 and len(lines) >= 2:
-        header = [h.strip() for h in lines[0].split(",")]
-        values = [v.strip() for v in lines[-1].split(",")]
+    heads = [i for i, line in enumerate(lines) if "nMsg.sec" in line]
+    if cons.returncode == 0 and heads and heads[0] + 1 < len(lines):
+        header = [h.strip() for h in lines[heads[0]].split(",")]
+        values = [v.strip() for v in lines[heads[0] + 1].split(",")]
         row = dict(zip(header, values, strict=False))
-        consumed = float(row.get("nMsg.sec", "nan"))
-    note = "" if produced and consumed else f"producer: {last[-200:]} consumer rc {cons.returncode}: {cons.stderr[-300:]}"
+        try:
+            consumed = float(row["nMsg.sec"])
+        except (KeyError, ValueError):
+            consumed = None
+    note = "" if produced and consumed else (f"producer: {last[-200:]} consumer rc {cons.returncode}: "
+                                             f"{cons.stdout[-300:]} {cons.stderr[-300:]}")
     return produced, consumed, note
 
 
