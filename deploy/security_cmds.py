@@ -1,8 +1,10 @@
 """`dcmirror users add|list|remove` (kafka-configs --alter --add-config SCRAM-SHA-512=...)
 and `dcmirror acls add|list|remove` (kafka-acls), against any cluster.
 
-Both take `--bootstrap HOST:PORT` and `--command-config FILE`: a client properties file with
-the caller's own security settings (security.protocol, sasl.*, ssl.*), as Kafka's tools do.
+Both take `--bootstrap HOST:PORT` (acls also kafka-acls' `--bootstrap-server`) and
+`--command-config FILE`: a client properties file with the caller's own security settings
+(security.protocol, sasl.*, ssl.*), as Kafka's tools do. `acls remove` asks before it removes
+anything, unless `--force` (kafka-acls' prompt).
 Passwords are read from a file or the terminal, never from the command line; only the
 salted password travels (AlterUserScramCredentials), never the password itself.
 """
@@ -59,7 +61,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME")
         p.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME")
         p.add_argument("--principal", help="list/remove: only this principal's ACLs")
-        p.add_argument("--allow-host", action="append", default=[], help="default *")
+        p.add_argument("--allow-host", action="append", default=[],
+                       help="host of the --allow-principal ACLs (default *)")
+        p.add_argument("--deny-host", action="append", default=[], help="host of the --deny-principal ACLs (default *)")
         p.add_argument("--operation", action="append", default=[],
                        help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
                             "AlterConfigs, IdempotentWrite, All")
@@ -70,6 +74,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--resource-pattern-type", default="literal",
                        choices=["literal", "prefixed", "any", "match"])
         _common(p, "--topology-cluster")
+        p.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT",
+                       help="as --bootstrap (kafka-acls' name)")
+        if name == "remove":
+            p.add_argument("--force", action="store_true", help="remove without asking (kafka-acls' --force)")
     acls.set_defaults(func=admin_command("acls", _acls, (InvalidAcl,)))
 
 
@@ -150,7 +158,7 @@ async def _acls(args: argparse.Namespace) -> int:
                                  "(--topic, --group, --transactional-id or --cluster)")
             bindings = [AclBinding(rt, name, pattern, principal, host, op, perm).validate()
                         for principal, perm in principals for rt, name in resources for op in ops
-                        for host in (args.allow_host or ["*"])]
+                        for host in _hosts(args, perm)]
             await admin.create_acls(bindings)
             for b in bindings:
                 print(f"added  {_show(b)}")
@@ -163,16 +171,42 @@ async def _acls(args: argparse.Namespace) -> int:
             for b in found:
                 print(_show(b))
             return 0
+        if not args.force:
+            doomed: list[AclBinding] = []
+            for f in filters:
+                doomed += [b for b in await admin.describe_acls(f) if b not in doomed]
+            if not doomed:
+                return 0
+            print("Are you sure you want to remove these ACLs? (y/n)\n" + "\n".join(f"  {_show(b)}" for b in doomed),
+                  flush=True)
+            if sys.stdin.readline().strip().lower() != "y":
+                print("dcmirror acls: not confirmed, nothing removed (answer y, or pass --force)", file=sys.stderr)
+                return 0
         for b in await admin.delete_acls(filters):
             print(f"removed  {_show(b)}")
         return 0
 
 
+def _hosts(args: argparse.Namespace, permission: AclPermissionType) -> list[str]:
+    """kafka-acls: --allow-host goes with the --allow-principal ACLs, --deny-host with the
+    --deny-principal ones; * where none is given."""
+    hosts = args.allow_host if permission is AclPermissionType.ALLOW else args.deny_host
+    return hosts or ["*"]
+
+
 def _filters(args: argparse.Namespace, pattern: PatternType) -> list[AclFilter]:
-    principal = args.principal or (args.allow_principal or args.deny_principal or [None])[0]
     ops = _operations(args) or [AclOperation.ANY]
     resources: list[tuple[ResourceType, Any]] = _resources(args) or [(ResourceType.ANY, None)]
     if args.action == "list" and args.resource_pattern_type == "literal" and resources[0][0] is ResourceType.ANY:
         pattern = PatternType.ANY
-    return [AclFilter(rt, name, pattern, principal, None, op, AclPermissionType.ANY)
-            for rt, name in resources for op in ops]
+    # --principal: that principal's ACLs, any permission and host; --allow/--deny-principal
+    # (kafka-acls --remove): exactly those ACLs, with their hosts (* where none is given).
+    entries: list[tuple[str | None, str | None, AclPermissionType]] = []
+    if args.principal or not (args.allow_principal or args.deny_principal):
+        entries.append((args.principal, None, AclPermissionType.ANY))
+    else:
+        entries += [(p, h, perm) for perm, principals in ((AclPermissionType.ALLOW, args.allow_principal),
+                                                          (AclPermissionType.DENY, args.deny_principal))
+                    for p in principals for h in _hosts(args, perm)]
+    return [AclFilter(rt, name, pattern, principal, host, op, perm)
+            for rt, name in resources for op in ops for principal, host, perm in entries]

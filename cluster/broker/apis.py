@@ -88,6 +88,21 @@ class Answer:
     client_throttles: bool = True
 
 
+# Feature flags (KIP-584) as ApiVersions v3+ reports them: name -> (supported min, supported
+# max, finalized level). Only what this broker implements: metadata.version 21 is Kafka's
+# 3.9-IV0, the protocol these brokers follow (this metadata log is not Kafka's, so the level
+# names the client protocol, and nothing upgrades it); kraft.version 0 is a static voter set
+# (controller.quorum.voters); group.version 1 is KIP-848 consumer groups. transaction.version
+# stays 0: at 2 Kafka 4's Java producer switches to KIP-890 part 2 transactions (an epoch bump
+# per transaction, EndTxn v5), which these brokers do not speak. No eligible.leader.replicas
+# (KIP-966), share or streams groups.
+FEATURES: dict[str, tuple[int, int, int]] = {
+    "group.version": (0, 1, 1),
+    "kraft.version": (0, 0, 0),
+    "metadata.version": (21, 21, 21),
+    "transaction.version": (0, 0, 0),
+}
+
 # Broker-to-broker requests are exempt from client quotas (Kafka exempts CLUSTER_ACTION).
 _QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
 
@@ -147,11 +162,19 @@ class RequestRouter:
         return {k: (a.min_version, a.max_version) for k, a in sorted(self.apis.items())}
 
     def api_versions_body(self, error: int = ErrorCode.none) -> dict[str, Any]:
+        """The answer to ApiVersions; v3+ also carries the feature levels (KIP-584), which
+        `kafka-features describe` prints: the finalized epoch is the metadata offset applied."""
         return {
             "error_code": error,
             "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, (lo, hi) in self.supported().items()],
             "throttle_time": 0,
+            "supported_features": [{"name": n, "min_version": lo, "max_version": hi}
+                                   for n, (lo, hi, _) in sorted(FEATURES.items())],
+            "finalized_features_epoch": self.metadata.image.offset,
+            # Kafka lists a feature as finalized only at a level above 0.
+            "finalized_features": [{"name": n, "min_version_level": level, "max_version_level": level}
+                                   for n, (_, _, level) in sorted(FEATURES.items()) if level > 0],
         }
 
     async def handle(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:

@@ -33,6 +33,7 @@ from cluster.broker.metadata_handlers import MetadataHandlers
 from cluster.broker.metadata_quorum import build_metadata_service
 from cluster.broker.metrics import BrokerMetrics, RequestMetrics
 from cluster.broker.producer_ids import ProducerIdManager
+from cluster.broker.quorum_handlers import QuorumHandlers
 from cluster.broker.quota_handlers import ClientQuotaHandlers
 from cluster.broker.quotas import ClientQuotas, QuotaWindow
 from cluster.broker.replica_handlers import ReplicaHandlers
@@ -139,7 +140,8 @@ class Broker:
         apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
-                         ClientQuotaHandlers(lambda: self.metadata.image, self.controller))
+                         ClientQuotaHandlers(lambda: self.metadata.image, self.controller),
+                         QuorumHandlers(self.controller, membership.voters, self.security.inter_broker))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.quotas = ClientQuotas(QuotaWindow(int(config["quota.window.num"]),
                                                int(config["quota.window.size.seconds"]) * 1000))
@@ -223,7 +225,7 @@ class Broker:
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
               txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers,
-              quotas: ClientQuotaHandlers) -> list[Api]:
+              quotas: ClientQuotaHandlers, quorum: QuorumHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -242,7 +244,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.HEARTBEAT, 0, 3, groups.handle_heartbeat),
         Api(ApiKey.LEAVE_GROUP, 0, 3, groups.handle_leave_group),
         Api(ApiKey.SYNC_GROUP, 0, 3, groups.handle_sync_group),
-        Api(ApiKey.DESCRIBE_GROUPS, 0, 4, groups.handle_describe_groups),
+        Api(ApiKey.DESCRIBE_GROUPS, 0, 6, groups.handle_describe_groups),
         Api(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups),
         Api(ApiKey.OFFSET_DELETE, 0, 0, groups.handle_offset_delete),
         Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, groups.handle_consumer_group_heartbeat),  # flexible only
@@ -278,6 +280,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, users.handle_alter_user_scram_credentials),
         Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, quotas.handle_describe_client_quotas),
         Api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, quotas.handle_alter_client_quotas),
+        Api(ApiKey.DESCRIBE_QUORUM, 0, 2, quorum.handle_describe_quorum),  # flexible only
     ]
 
 
@@ -292,7 +295,7 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
     """API key → (min, max) version, as every broker advertises them in ApiVersions."""
     nothing: Any = _Unwired()
     return {api.key: (api.min_version, api.max_version)
-            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
+            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
 
 
 SUPPORTED_APIS = advertised_versions()

@@ -276,6 +276,9 @@ class GroupHandlers:
                                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
                 continue
             described = self.service.coordinator.describe(group_id)
+            if version >= 6 and group_id not in self.service.coordinator.groups:
+                # KIP-1043: v6 names a group that does not exist (v0-5: state Dead, no error).
+                described.update(error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found.")
             described["authorized_operations"] = ctx.authorized_operations(
                 ResourceType.GROUP, group_id, asked=bool(getattr(req, "include_authorized_operations", False)))
             groups.append(described)

@@ -269,14 +269,16 @@ class TxnHandlers:
                 if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name):
                     parts.append({**base, "error_code": ErrorCode.topic_authorization_failed})
                     continue
-                part, code = self.service.replicas.leader_partition(t.name, index)
+                # Any replica answers, as in Kafka (KIP-664: kafka-transactions find-hanging
+                # asks each broker about every partition it holds).
+                part, code = self.service.replicas.local_partition(t.name, index)
                 if part is None:
                     parts.append({**base, "error_code": code})
                     continue
                 state = part.log.producer_state
                 parts.append({**base, "error_code": ErrorCode.none, "active_producers": [
                     {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,
-                     "last_timestamp": e.last_timestamp_ms, "coordinator_epoch": -1,
+                     "last_timestamp": e.last_timestamp_ms, "coordinator_epoch": e.coordinator_epoch,
                      "current_txn_start_offset": state.ongoing.get(e.producer_id, -1)}
                     for e in state.producers.values()]})
             topics.append({"name": t.name, "partitions": parts})

@@ -31,7 +31,7 @@ from cluster.controller.rpc import RpcClient, RpcUnavailable
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import internal_payload
 from cluster.quorum.driver import NotLeader, QuorumDriver
-from cluster.quorum.raft import RaftConfig, Role
+from cluster.quorum.raft import RaftConfig, ReplicaView, Role
 from cluster.security.connector import PLAINTEXT, LinkSecurity
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ OPERATIONS: dict[str, bool] = {
     "create_acls": False,
     "delete_acls": False,
     "alter_client_quotas": False,
+    "describe_quorum": False,  # a read of the quorum leader's Raft state (DescribeQuorum)
 }
 
 
@@ -215,6 +216,8 @@ class MetadataService:
         timeout and be fenced). Every answer still waits until everything proposed before it,
         and its own records, are committed; whatever fails to commit drops the working image.
         """
+        if op == "describe_quorum":
+            return self.describe_quorum()
         async with self._op_lock:
             ctrl = self._controller
             if ctrl is None:
@@ -265,6 +268,25 @@ class MetadataService:
                         "leader_id": self.driver.leader_id}
         result["metadata_offset"] = wait_end
         return result
+
+    def describe_quorum(self) -> dict[str, Any]:
+        """The quorum as its leader sees it (DescribeQuorum): leader, epoch, high watermark,
+        each voter's and observer's log end offset and fetch times; NOT_CONTROLLER elsewhere
+        (`call` then asks the leader)."""
+        node = self.driver.node
+        view = node.quorum_view(self.clock.now_ms()) if node is not None else None
+        if view is None:
+            return {"error_code": ErrorCode.not_controller, "error_message": "not the quorum leader",
+                    "leader_id": self.driver.leader_id}
+
+        def rows(replicas: tuple[ReplicaView, ...]) -> list[dict[str, int]]:
+            return [{"replica_id": r.replica_id, "log_end_offset": r.log_end_offset,
+                     "last_fetch_timestamp": r.last_fetch_ms, "last_caught_up_timestamp": r.caught_up_ms}
+                    for r in replicas]
+
+        return {"error_code": ErrorCode.none, "leader_id": view.leader_id, "leader_epoch": view.epoch,
+                "high_watermark": view.high_watermark, "voters": rows(view.voters),
+                "observers": rows(view.observers)}
 
     async def handle_rpc(self, frame: bytes | bytearray) -> dict[str, Any]:
         try:

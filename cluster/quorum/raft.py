@@ -122,6 +122,40 @@ class DurableState:
         return DurableState(self.epoch, self.voted_for, self.log_start_offset, list(self.entries), self.snapshot)
 
 
+@dataclass
+class ReplicaProgress:
+    """A replica as the leader last saw it fetch (Kafka's LeaderState.ReplicaState):
+    `caught_up_ms` is the last time it had everything the leader had, -1 never."""
+
+    log_end_offset: int = 0
+    last_fetch_ms: int = -1
+    caught_up_ms: int = -1
+    leader_end_at_last_fetch: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    replica_id: int
+    log_end_offset: int
+    last_fetch_ms: int
+    caught_up_ms: int
+
+
+@dataclass(frozen=True)
+class QuorumView:
+    """The leader's account of the quorum (DescribeQuorum)."""
+
+    leader_id: int
+    epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaView, ...]
+    observers: tuple[ReplicaView, ...]
+
+
+OBSERVERS_MAX = 1000
+OBSERVER_SESSION_MS = 300_000  # an observer silent this long is no longer listed (as Kafka)
+
+
 class RaftNode:
     def __init__(self, node_id: int, voters: list[int], state: DurableState, config: RaftConfig,
                  rng: random.Random, now_ms: int) -> None:
@@ -155,6 +189,9 @@ class RaftNode:
         self._replica_offsets: dict[int, int] = {}
         self._replica_fetch_ms: dict[int, int] = {}
         self._check_quorum_deadline = 0
+        # Leader: what DescribeQuorum reports of every replica that fetched in this epoch,
+        # voters and observers (at most OBSERVERS_MAX of those, the stalest dropped first).
+        self._replication: dict[int, ReplicaProgress] = {}
 
     # ---- log helpers -----------------------------------------------------------------
 
@@ -273,6 +310,7 @@ class RaftNode:
         self._fetch_due_ms = None
         self._replica_offsets = {v: 0 for v in self.voters}
         self._replica_fetch_ms = {v: now_ms for v in self.voters}
+        self._replication = {}
         self._check_quorum_deadline = now_ms + self.config.fetch_timeout_ms
         # A leader can only commit entries of its own epoch: append a marker at once.
         self._append(Entry(self.epoch, b""))
@@ -491,6 +529,7 @@ class RaftNode:
                                                          diverging_epoch=epoch, diverging_end_offset=end,
                                                          request_id=msg.request_id))
                 return
+        self._note_fetch(msg.replica_id, base, now_ms)
         # The fetch offset is the follower's proof of what it has durably appended.
         if msg.replica_id in self._replica_offsets:
             self._replica_offsets[msg.replica_id] = base
@@ -499,6 +538,42 @@ class RaftNode:
         entries = tuple(self.state.entries[start : start + self.config.max_fetch_entries])
         self._send(msg.replica_id, FetchResponse(self.epoch, self.node_id, base, entries, self.high_watermark,
                                                  request_id=msg.request_id))
+
+    def _note_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """Kafka's ReplicaState.updateFollowerState: caught up when the fetch reaches the
+        leader's end now, or the end the leader had at the replica's previous fetch."""
+        progress = self._replication.get(replica_id)
+        if progress is None:
+            if replica_id not in self.voters and len(self._replication) >= OBSERVERS_MAX + len(self.voters):
+                stalest = min((r for r in self._replication if r not in self.voters),
+                              key=lambda r: self._replication[r].last_fetch_ms)
+                del self._replication[stalest]
+            progress = self._replication[replica_id] = ReplicaProgress()
+        end = self.log_end_offset
+        if fetch_offset >= end:
+            progress.caught_up_ms = max(progress.caught_up_ms, now_ms)
+        elif 0 < progress.leader_end_at_last_fetch <= fetch_offset:
+            progress.caught_up_ms = max(progress.caught_up_ms, progress.last_fetch_ms)
+        progress.log_end_offset = fetch_offset
+        progress.leader_end_at_last_fetch = end
+        progress.last_fetch_ms = now_ms
+
+    def quorum_view(self, now_ms: int) -> QuorumView | None:
+        """Leader: every voter (this one as of now) and the observers heard from within
+        OBSERVER_SESSION_MS; None on any other node."""
+        if self.role is not Role.LEADER:
+            return None
+
+        def view(replica_id: int) -> ReplicaView:
+            if replica_id == self.node_id:
+                return ReplicaView(replica_id, self.log_end_offset, now_ms, now_ms)
+            p = self._replication.get(replica_id, ReplicaProgress(log_end_offset=-1))
+            return ReplicaView(replica_id, p.log_end_offset, p.last_fetch_ms, p.caught_up_ms)
+
+        observers = sorted(r for r, p in self._replication.items()
+                           if r not in self.voters and now_ms - p.last_fetch_ms < OBSERVER_SESSION_MS)
+        return QuorumView(self.node_id, self.epoch, self.high_watermark, tuple(view(v) for v in self.voters),
+                          tuple(view(o) for o in observers))
 
     def _advance_high_watermark(self) -> None:
         offsets = sorted((self._replica_offsets.get(v, 0) for v in self.voters), reverse=True)

@@ -30,7 +30,13 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
 from cluster.replication.replica_selector import ReplicaView, rack_aware_select
-from cluster.storage.log import AppendResult, Log, NotEnoughReplicas, OffsetOutOfRange
+from cluster.storage.log import (
+    AppendResult,
+    Log,
+    NotEnoughReplicas,
+    OffsetOutOfRange,
+    UnexpectedAppendOffset,
+)
 from cluster.storage.txn_index import AbortedTxn
 
 # A leader whose ISR change was refused (say, the follower is still fenced) asks again no
@@ -511,6 +517,19 @@ class Partition:
         if records:
             try:
                 appended = self.log.append_as_follower(records, now_ms=now_ms)
+            except UnexpectedAppendOffset as exc:
+                lg = self.log
+                if not (lg.log_end_offset == lg.log_start_offset
+                        and exc.first_offset < lg.log_end_offset <= exc.last_offset):
+                    if self.follower is not None:
+                        self.follower.needs_truncation = True
+                    raise
+                # An empty log starting inside the leader's first batch: the leader's log
+                # start is not batch-aligned (DeleteRecords), and a fetch from it returns the
+                # whole batch. Start the log at the batch's base (its log start then follows
+                # the leader's), as Kafka's Partition.appendRecordsToFollowerOrFutureReplica.
+                lg.truncate_fully_and_start_at(exc.first_offset, now_ms)
+                appended = lg.append_as_follower(records, now_ms=now_ms)
             except InvalidRecordBatch:  # the fetched data does not continue our log
                 if self.follower is not None:
                     self.follower.needs_truncation = True

@@ -590,6 +590,16 @@ class ReplicaManager:
         epoch, end = part.end_offset_for_epoch(leader_epoch)
         return ErrorCode.none, epoch, end
 
+    def local_partition(self, topic: str, index: int) -> tuple[Partition | None, int]:
+        """The replica if this broker holds one, leader or follower (Kafka's
+        getPartitionOrError), else the error."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            code = ErrorCode.not_leader_or_follower if self.image.partition(topic, index) \
+                else ErrorCode.unknown_topic_or_partition
+            return None, code
+        return part, ErrorCode.none
+
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
         """The replica if this broker leads it (and the client's epoch matches), else the error."""
         part = self.partitions.get((topic, index))

@@ -30,7 +30,15 @@ from cluster.storage.leader_epoch import LeaderEpochCache
 from cluster.storage.producer_state import CompletedTxn, ProducerStateManager, SequenceVerdict
 from cluster.storage.segment import LogSegment, RecoveryResult, segment_name
 from cluster.storage.swap import complete_swaps
-from cluster.storage.txn_index import ABORT, COMMIT, AbortedTxn, marker_batch, marker_type
+from cluster.storage.txn_index import (
+    ABORT,
+    COMMIT,
+    AbortedTxn,
+    Marker,
+    marker_batch,
+    marker_type,
+    read_marker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,16 @@ class NotEnoughReplicas(Exception):
 
 class StorageError(Exception):
     """KAFKA_STORAGE_ERROR: the disk refused a write (full, I/O error); nothing was appended."""
+
+
+class UnexpectedAppendOffset(InvalidRecordBatch):
+    """Fetched batches that do not start at the follower's log end (Kafka's
+    UnexpectedAppendOffsetException); carries the first batch's first and last offsets."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +302,7 @@ class Log:
         for seg in self.segments[idx:]:
             for pos, header in seg.scan_headers(seg.offset_index.lookup(start)):
                 if header.base_offset >= start:
-                    marker = marker_type(seg.read(pos, header.size_bytes)) if header.is_control else None
+                    marker = read_marker(seg.read(pos, header.size_bytes)) if header.is_control else None
                     self._index_completed(seg, self.producer_state.record(header, marker))
                     replayed += 1
         return replayed
@@ -414,9 +432,9 @@ class Log:
             raise RejectedRecords(errors, timestamp=not keyless)
 
     def _write_as_leader(self, payload: bytes, batches: list[tuple[int, BatchHeader]], leader_epoch: int,
-                         now_ms: int, append_time_ms: int, marker: int | None = None) -> AppendResult:
+                         now_ms: int, append_time_ms: int, marker: Marker | None = None) -> AppendResult:
         """Assign offsets from the log end, stamp the leader epoch, write, and record the
-        batches (a transaction `marker`'s type for a control batch)."""
+        batches (a transaction `marker` for a control batch)."""
         first_offset = self.log_end_offset
         last_offset = first_offset + sum(h.last_offset_delta + 1 for _, h in batches) - 1
         self._maybe_roll(len(payload), last_offset, now_ms)
@@ -457,7 +475,7 @@ class Log:
         payload = marker_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
                                coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms)
         return self._write_as_leader(payload, split_batches(payload, validate=False), leader_epoch, now_ms, -1,
-                                     marker=COMMIT if commit else ABORT)
+                                     marker=Marker(COMMIT if commit else ABORT, coordinator_epoch))
 
     def append_as_follower(self, payload: bytes, *, now_ms: int) -> int:
         """Append batches fetched from the leader as they are (offsets and epochs kept).
@@ -471,8 +489,10 @@ class Log:
         expected = self.log_end_offset
         for _, h in batches:
             if h.base_offset != expected:
-                raise InvalidRecordBatch(f"{self.name}: fetched batch starts at offset {h.base_offset}, "
-                                         f"the log ends at {expected}")
+                first = batches[0][1]
+                raise UnexpectedAppendOffset(f"{self.name}: fetched batch starts at offset {h.base_offset}, "
+                                             f"the log ends at {expected}",
+                                             first.base_offset, first.base_offset + first.last_offset_delta)
             expected = h.base_offset + h.last_offset_delta + 1
         first_offset = self.log_end_offset
         last_offset = expected - 1
@@ -485,7 +505,7 @@ class Log:
         for pos, h in batches:
             if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
-            marker = marker_type(view[pos : pos + h.size_bytes]) if h.is_control else None
+            marker = read_marker(view[pos : pos + h.size_bytes]) if h.is_control else None
             self._index_completed(self.active_segment, self.producer_state.record(h, marker))
         self.log_end_offset = expected
         count = expected - first_offset
@@ -767,5 +787,6 @@ __all__ = [
     "ProducerFenced",
     "RecordTooLarge",
     "StorageError",
+    "UnexpectedAppendOffset",
     "parse_partition_dir",
 ]

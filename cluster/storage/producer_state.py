@@ -17,6 +17,7 @@ import orjson
 
 from cluster.protocol.record_batch import BatchHeader
 from cluster.protocol.sentinels import NO_SEQUENCE
+from cluster.storage.txn_index import Marker
 
 NUM_BATCHES_TO_RETAIN = 5
 _SEQUENCE_MODULUS = 0x80000000
@@ -44,6 +45,7 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp_ms: int = -1
+    coordinator_epoch: int = -1  # of the last transaction marker (DescribeProducers), -1 before one
 
     @property
     def last_seq(self) -> int:
@@ -131,9 +133,9 @@ class ProducerStateManager:
             )
         return Check(SequenceVerdict.APPEND)
 
-    def record(self, header: BatchHeader, marker: int | None = None) -> CompletedTxn | None:
+    def record(self, header: BatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
         """Remember an appended batch (its base offset already assigned). For a control
-        batch, `marker` is its type (0 ABORT, 1 COMMIT); the transaction it ends is returned."""
+        batch, `marker` is its marker; the transaction it ends is returned."""
         if not header.has_producer_id:
             return None
         pid = header.producer_id
@@ -142,7 +144,7 @@ class ProducerStateManager:
         if header.is_control:
             first = self.ongoing.pop(pid, None)
             if first is not None and marker is not None:
-                completed = CompletedTxn(pid, first, header.base_offset, aborted=marker == 0)
+                completed = CompletedTxn(pid, first, header.base_offset, aborted=marker.kind == 0)
                 self.unreplicated.append(completed)
         elif header.is_transactional and pid not in self.ongoing:
             self.ongoing[pid] = header.base_offset
@@ -152,6 +154,8 @@ class ProducerStateManager:
             self.producers[pid] = entry
         elif header.producer_epoch < entry.epoch:
             return completed  # an older epoch's batch replayed from the log: the newer state wins
+        if header.is_control and marker is not None:
+            entry.coordinator_epoch = marker.coordinator_epoch
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(
                 BatchMetadata(
@@ -186,6 +190,7 @@ class ProducerStateManager:
                         "producer_id": e.producer_id,
                         "epoch": e.epoch,
                         "last_timestamp_ms": e.last_timestamp_ms,
+                        "coordinator_epoch": e.coordinator_epoch,
                         "batches": [
                             [b.first_seq, b.last_seq, b.base_offset, b.last_offset_delta, b.max_timestamp]
                             for b in e.batches
@@ -206,6 +211,7 @@ class ProducerStateManager:
         for p in doc["producers"]:
             entry = ProducerEntry(int(p["producer_id"]), int(p["epoch"]))
             entry.last_timestamp_ms = int(p["last_timestamp_ms"])
+            entry.coordinator_epoch = int(p.get("coordinator_epoch", -1))  # absent in older snapshots
             for b in p["batches"]:
                 entry.batches.append(BatchMetadata(*(int(x) for x in b)))
             self.producers[entry.producer_id] = entry

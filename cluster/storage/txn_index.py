@@ -17,6 +17,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cluster.protocol.record_batch import CONTROL_MASK, TRANSACTIONAL_MASK
 from cluster.protocol.records import Record, decode_batch, encode_batch
@@ -47,8 +48,16 @@ def marker_batch(*, producer_id: int, producer_epoch: int, commit: bool, coordin
                         attributes_extra=TRANSACTIONAL_MASK | CONTROL_MASK)
 
 
-def marker_type(batch: bytes | memoryview, pos: int = 0) -> int | None:
-    """ABORT or COMMIT for a control batch's marker; None for anything else."""
+class Marker(NamedTuple):
+    """A transaction marker: ABORT or COMMIT, and the epoch of the coordinator that wrote it."""
+
+    kind: int
+    coordinator_epoch: int
+
+
+def read_marker(batch: bytes | memoryview, pos: int = 0) -> Marker | None:
+    """The marker of a control batch; None for anything else. A value too short to hold the
+    coordinator epoch reads as -1."""
     if not isinstance(batch, bytes):
         batch = bytes(batch[pos:])  # a view of one batch (follower appends); never a whole chunk copy
         pos = 0
@@ -56,7 +65,17 @@ def marker_type(batch: bytes | memoryview, pos: int = 0) -> int | None:
     if not records or records[0].key is None or len(records[0].key) < _MARKER_KEY.size:
         return None
     version, kind = _MARKER_KEY.unpack_from(records[0].key)
-    return kind if kind in (ABORT, COMMIT) and version >= 0 else None
+    if kind not in (ABORT, COMMIT) or version < 0:
+        return None
+    value = records[0].value
+    epoch = _MARKER_VALUE.unpack_from(value)[1] if value is not None and len(value) >= _MARKER_VALUE.size else -1
+    return Marker(kind, epoch)
+
+
+def marker_type(batch: bytes | memoryview, pos: int = 0) -> int | None:
+    """ABORT or COMMIT for a control batch's marker; None for anything else."""
+    marker = read_marker(batch, pos)
+    return None if marker is None else marker.kind
 
 
 class TransactionIndex:

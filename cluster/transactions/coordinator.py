@@ -200,7 +200,9 @@ class TransactionCoordinator:
         if meta is None or not meta.state.preparing:
             return Decision()
         done = TxnState.COMPLETE_COMMIT if meta.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return Decision(write=meta.but(state=done, partitions=frozenset(), start_ms=-1, update_ms=now_ms))
+        # The start time stays until the next InitProducerId (Kafka's prepareComplete keeps
+        # txnStartTimestamp): DescribeTransactions of a completed transaction shows it.
+        return Decision(write=meta.but(state=done, partitions=frozenset(), update_ms=now_ms))
 
     def abort(self, txn_id: str, now_ms: int) -> Decision:
         """An operator's abort (or a timeout): fence the producer and abort what is open."""

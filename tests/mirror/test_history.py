@@ -7,7 +7,9 @@ real broker and worker processes:
   in the middle of the new incarnation's traffic loses and doubles nothing;
 - an unclean leader election at the source (3 brokers, 3 controllers, replicas [1, 2]): the
   records the new leader lacks stay in the aggregate and are reported as a divergence with
-  their range, and the source's new records at those offsets are mirrored;
+  their range, and the source's new records at those offsets are mirrored; then the topic is
+  created again, and a warehouse load holds every row of the three histories once, told
+  apart by source topic id and leader epoch (partition and offset alone would merge them);
 - the aggregate topic deleted under a running flow: re-created and refilled from the source.
 """
 
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,6 +142,15 @@ def test_a_flow_told_to_stop_on_a_recreated_topic_stops_its_partitions(mirror_la
     assert "events-0 lag" in text and "STOPPED" in text and "1 source topic re-creation(s)" in text, text
 
 
+def warehouse_rows(warehouse: Path, table: str) -> list[dict[str, Any]]:
+    """The rows of a warehouse table, from its committed Parquet files (not the staging area)."""
+    import pyarrow.parquet as pq
+
+    files = [f for f in warehouse.rglob("*.parquet") if table in f.parts and "_staging" not in f.parts]
+    assert files, f"no Parquet files of {table} under {warehouse}"
+    return [row for f in sorted(files) for row in pq.read_table(f).to_pylist()]
+
+
 def _uuid(text: str) -> Any:
     from mirror.history import parse_topic_id
 
@@ -166,17 +179,19 @@ def produce_values(bootstrap: str, topic: str, values: list[int]) -> list[int]:
     return [offsets[v] for v in values]
 
 
-def wait_partition(lab: MirrorLab, node: int, topic: str, leader: int, isr: set[int], timeout_s: float = 40) -> None:
+def wait_partition(lab: MirrorLab, node: int, topic: str, leader: int | None, isr: set[int],
+                   timeout_s: float = 40) -> None:
+    """Until node `node` reports `topic`-0 led by `leader` (None: any live leader) with ISR `isr`."""
     def reached() -> bool:
         view = partitions_of(metadata_from(lab["east"], node, topic), topic)[0]
-        if view.leader != leader or set(view.isr) != isr:
+        if (view.leader < 0 if leader is None else view.leader != leader) or set(view.isr) != isr:
             raise NotYet(view)
         return True
 
     wait_for(reached, timeout_s, f"node {node} reports {topic}-0 led by {leader} with ISR {sorted(isr)}")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_records_arrive(
         mirror_lab: Callable[..., MirrorLab]) -> None:
     """Broker 2 is killed; broker 1 acknowledges 50 records alone (min.insync.replicas=1) and
@@ -184,6 +199,7 @@ def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_
     unclean election: it lacks offsets 200..249. It takes 80 new records at 200..279. The
     aggregate keeps the 50 (epoch 0) and reports them as a divergence [200, 249]; the 80 new
     ones follow them, once each (in the new leader's epoch)."""
+    began = time.monotonic()
     lab = mirror_lab({"east": 3, "aggregate": 1}, controllers={"east": 3})
     east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
     client = admin(east)
@@ -219,20 +235,57 @@ def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_
     assert [int(r.value or b"") for r in source] == list(range(200)) + list(range(20_000, 20_080))
     target = mirrored_history(read_topic(aggregate, "east.events")[0])
     assert_history(target, [(tid, r) for r in source[:200] + diverged_rows + source[200:]], "east.events-0")
-    new_epoch = target[250].epoch
-    assert [m.epoch for m in target] == [0] * 250 + [new_epoch] * 80 and new_epoch > 0, \
-        f"leader epochs in the provenance: {sorted(set(m.epoch for m in target))}"
+    # The source's epochs, as its leaders wrote them (a busy machine may move the leader more
+    # often): never decreasing in what was mirrored first, one later epoch for the new records.
+    old_epochs, new_epochs = [m.epoch for m in target[:250]], {m.epoch for m in target[250:]}
+    (new_epoch,) = new_epochs
+    assert old_epochs == sorted(old_epochs) and old_epochs[-1] < new_epoch, \
+        f"leader epochs in the provenance: {sorted(set(old_epochs))} then {sorted(new_epochs)}"
     log_text = lab.mirror_log()
     assert "DIVERGED: east/events-0 no longer holds source offsets 200..249" in log_text, lab.mirror_log_tail()
     wait_for(lambda: worker_doc(lab)["diverged_records"] == 50, 10, "50 diverged offsets in the status")
     (event,) = events(lab, "diverged")
-    assert (event["start_offset"], event["end_offset"], event["offsets"], event["mirrored_epoch"]) == (200, 249, 50, 0)
+    assert (event["start_offset"], event["end_offset"], event["offsets"], event["mirrored_epoch"]) == \
+        (200, 249, 50, old_epochs[-1])
 
     # The old leader comes back and truncates its tail: the source is whole again, nothing more
     # is mirrored.
     lab["east"][1].start()
     wait_partition(lab, 2, "events", 2, {1, 2})
     assert mirrored_count(aggregate, "east.events") == 330
+
+    # Then the topic is deleted and created again: a third history of offsets 0.., mirrored
+    # after the other two.
+    delete_topic(east, "events")
+    client.create_topics([NewTopic("events", 1, replica_assignment=[[1, 2]])])["events"].result(timeout=30)
+    wait_partition(lab, 1, "events", None, {1, 2})
+    new_tid = topic_id_of(east, "events")
+    assert produce_values(east, "events", list(range(30_000, 30_060))) == list(range(60))
+    wait_for(lambda: mirrored_count(aggregate, "east.events") == 390, 60, "the new incarnation's 60 records",
+             interval_s=0.5, on_timeout=lab.mirror_log_tail)
+
+    # The warehouse after both: every row once, none merged, told apart by topic id and epoch.
+    print(f"divergence reported and the new incarnation mirrored after {time.monotonic() - began:.0f} s; loading",
+          flush=True)
+    warehouse = lab.root / "warehouse"
+    with open(lab.topology_path, "a") as f:
+        f.write(f'\n[warehouse]\nsource = "aggregate"\npath = "{warehouse}"\ntopics = "east\\\\..*"\n')
+    load = subprocess.run([sys.executable, "-m", "deploy.cli", "--log-level", "WARNING", "load", "--config",
+                           str(lab.topology_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert load.returncode == 0, f"dcmirror load: {load.stdout[-2000:]}\n{load.stderr[-3000:]}"
+    rows = warehouse_rows(warehouse, "east_events")
+    keys = [(r["source_topic_id"], r["source_leader_epoch"], r["source_offset"]) for r in rows]
+    assert len(rows) == 390 and len(set(keys)) == 390, f"{len(rows)} rows, {len(set(keys))} distinct identities"
+    assert len({(r["source_partition"], r["source_offset"]) for r in rows}) == 280, \
+        "(partition, offset) alone would merge the three histories"
+    counted = {(tid_, epoch): 0 for tid_, epoch, _ in keys}
+    for tid_, epoch, _ in keys:
+        counted[tid_, epoch] += 1
+    want: dict[tuple[Any, int], int] = {}
+    for m in [*target, *mirrored_history(read_topic(aggregate, "east.events")[0])[330:]]:
+        want[m.topic_id, m.epoch] = want.get((m.topic_id, m.epoch), 0) + 1
+    assert counted == want and want[tid, new_epoch] == 80 and sum(n for (t, _), n in want.items() if t == new_tid) == 60, \
+        (counted, want)
 
 
 # ---------------------------------------------------------------- the aggregate topic deleted

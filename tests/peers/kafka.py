@@ -34,7 +34,7 @@ KAFKA_VERSION = version_of(load_sets()["kafka"], "org.apache.kafka:kafka_2.13")
 KAFKA_TOOLS = {
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
-    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-configs": "kafka.admin.ConfigCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",

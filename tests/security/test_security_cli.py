@@ -77,7 +77,7 @@ def test_users_and_acls_commands_over_sasl_ssl(secured: SecuredBroker, tmp_path:
     assert got == [b"e0", b"e1", b"e2"]
     # revoke and remove
     removed = dcmirror("acls", "remove", "--principal", "User:carol", "--topic", "carol.", "--resource-pattern-type",
-                       "prefixed", *conn)
+                       "prefixed", "--force", *conn)
     assert removed.returncode == 0 and removed.stdout.splitlines() == [
         "removed  topic:carol. (prefixed)  User:carol  ALLOW  READ  from *"], removed
     gone = dcmirror("users", "remove", "carol", *conn)
@@ -124,3 +124,38 @@ def test_perf_takes_the_client_security_settings_of_kafkas_perf_tools(secured: S
     assert refused.returncode == 1 and "authentication" in refused.stderr.lower(), \
         (refused.returncode, refused.stderr[-2000:])
     assert "not-the-password" not in refused.stderr + refused.stdout
+
+
+def test_acls_take_kafka_acls_deny_host_force_and_bootstrap_server(secured: SecuredBroker) -> None:
+    """--deny-host goes with --deny-principal and --allow-host with --allow-principal (each *
+    when not given); `remove` asks first, removes nothing unless answered y, and --force
+    skips the question; --bootstrap-server is --bootstrap, as in kafka-acls."""
+    conn = ["--bootstrap-server", secured.internal]
+    added = dcmirror("acls", "add", "--allow-principal", "User:erin", "--allow-host", "10.0.0.1",
+                     "--deny-principal", "User:frank", "--deny-host", "10.0.0.2", "--deny-host", "10.0.0.3",
+                     "--operation", "Read", "--topic", "hosts.t", *conn)
+    assert added.returncode == 0, added.stderr
+    assert sorted(added.stdout.splitlines()) == [
+        "added  topic:hosts.t (literal)  User:erin  ALLOW  READ  from 10.0.0.1",
+        "added  topic:hosts.t (literal)  User:frank  DENY  READ  from 10.0.0.2",
+        "added  topic:hosts.t (literal)  User:frank  DENY  READ  from 10.0.0.3"]
+    assert dcmirror("acls", "add", "--deny-principal", "User:frank", "--operation", "Write", "--topic", "hosts.t",
+                    *conn).stdout.splitlines() == ["added  topic:hosts.t (literal)  User:frank  DENY  WRITE  from *"]
+    listed = sorted(dcmirror("acls", "list", "--topic", "hosts.t", *conn).stdout.splitlines())
+    assert len(listed) == 4, listed
+    # kafka-acls --remove: exactly the ACLs the principal, permission and host options name
+    kept = dcmirror("acls", "remove", "--deny-principal", "User:frank", "--deny-host", "10.0.0.2", "--operation",
+                    "Read", "--topic", "hosts.t", *conn, stdin="n\n")
+    assert kept.returncode == 0 and "not confirmed, nothing removed" in kept.stderr, kept
+    assert "topic:hosts.t (literal)  User:frank  DENY  READ  from 10.0.0.2" in kept.stdout  # what it asked about
+    assert sorted(dcmirror("acls", "list", "--topic", "hosts.t", *conn).stdout.splitlines()) == listed
+    removed = dcmirror("acls", "remove", "--deny-principal", "User:frank", "--deny-host", "10.0.0.2", "--operation",
+                       "Read", "--topic", "hosts.t", *conn, stdin="y\n")
+    assert removed.returncode == 0 and removed.stdout.splitlines()[-1] == \
+        "removed  topic:hosts.t (literal)  User:frank  DENY  READ  from 10.0.0.2", removed
+    forced = dcmirror("acls", "remove", "--force", "--topic", "hosts.t", *conn)
+    assert forced.returncode == 0 and sorted(forced.stdout.splitlines()) == [
+        "removed  topic:hosts.t (literal)  User:erin  ALLOW  READ  from 10.0.0.1",
+        "removed  topic:hosts.t (literal)  User:frank  DENY  READ  from 10.0.0.3",
+        "removed  topic:hosts.t (literal)  User:frank  DENY  WRITE  from *"], forced
+    assert dcmirror("acls", "list", "--topic", "hosts.t", *conn).stdout == ""

@@ -178,3 +178,20 @@ def test_a_follower_serves_a_v11_consumer_up_to_the_high_watermark_it_learned(tm
     stale = part.read_records(0, 1 << 20, replica_id=-1, current_leader_epoch=4, min_one_batch=True, now_ms=NOW,
                               follower_read=True)
     assert stale.error == ErrorCode.fenced_leader_epoch
+
+
+def test_a_new_follower_starts_its_log_inside_the_leaders_first_batch(tmp_path: Path) -> None:
+    """A replica added by a reassignment after DeleteRecords moved the leader's log start into
+    a batch (offsets 0..4, log start 3): the leader sends that whole batch; the empty follower
+    log starts at the batch's base and then follows the leader's log start (Kafka's
+    appendRecordsToFollowerOrFutureReplica). The old way refused the batch forever."""
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), NOW)
+    part = Partition("t", 0, lg, "topic-id", local_id=2)
+    part.apply_role(PartitionRole(1, 5, 10, (1, 2), (1,)), NOW)
+    assert part.handle_fetch_answer(ErrorCode.offset_out_of_range, b"", 5, 3, NOW).restarted_at == 3
+    outcome = part.handle_fetch_answer(ErrorCode.none, values_batch([b"v"] * 5), 5, 3, NOW)
+    assert outcome.problem is None and outcome.appended == 5 and outcome.log_start_moved
+    assert (lg.log_start_offset, lg.log_end_offset, part.high_watermark) == (3, 5, 5)
+    # a batch that does not continue a non-empty log is still refused
+    refused = part.handle_fetch_answer(ErrorCode.none, values_batch([b"w"] * 2), 5, 3, NOW)
+    assert refused.retry and refused.problem is not None and lg.log_end_offset == 5

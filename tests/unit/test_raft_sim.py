@@ -29,6 +29,14 @@ def _run(seed: int) -> QuorumSim:
         assert observer is not None and observer.high_watermark >= max(1, sim.committed_when_faults_stopped), (
             f"seed {seed}: observer {observer_id} has committed {observer and observer.high_watermark}, "
             f"{sim.committed_when_faults_stopped} were committed when the faults stopped")
+    # DescribeQuorum's view: every voter in order (the leader as of now), every observer that
+    # fetched from this leader; nobody ahead of the leader, nobody caught up after its last fetch.
+    view = leader.quorum_view(sim.now)
+    assert view is not None and view.leader_id == leader.node_id and view.high_watermark == leader.high_watermark
+    assert [v.replica_id for v in view.voters] == sim.voter_ids
+    assert [o.replica_id for o in view.observers] == sim.ids[nodes:]
+    for v in (*view.voters, *view.observers):
+        assert v.log_end_offset <= leader.log_end_offset and v.caught_up_ms <= v.last_fetch_ms <= sim.now, (seed, v)
     return sim
 
 

@@ -131,3 +131,25 @@ def test_producers_may_not_write_control_batches(tmp_path: Path) -> None:
     with pytest.raises(InvalidRecordBatch):
         append(lg, marker_batch(producer_id=1, producer_epoch=0, commit=True, coordinator_epoch=0, timestamp_ms=NOW))
     assert lg.log_end_offset == 0
+
+
+def test_a_producer_keeps_the_coordinator_epoch_of_its_last_marker(tmp_path: Path) -> None:
+    """DescribeProducers' coordinator_epoch (kafka-transactions describe-producers): -1 before
+    any marker, then the epoch the last marker carries, on the leader and on a follower that
+    copied it, after a clean restart (the snapshot) and after a crash (replayed from the log)."""
+    lg = new_log(tmp_path / "l", cfg())
+    append(lg, txn_batch(7, 0, b"a"))
+    assert lg.producer_state.producers[7].coordinator_epoch == -1
+    lg.append_marker(producer_id=7, producer_epoch=0, commit=True, coordinator_epoch=3, leader_epoch=0, now_ms=NOW)
+    assert lg.producer_state.producers[7].coordinator_epoch == 3
+    follower = new_log(tmp_path / "f", cfg())
+    follower.append_as_follower(lg.read(0, 1 << 20, lg.log_end_offset, min_one_batch=True), now_ms=NOW)
+    assert follower.producer_state.producers[7].coordinator_epoch == 3
+    state = lg.close()
+    lg = reopen(tmp_path / "l", cfg(), recovery_point=state["log_end_offset"], clean_state=state)
+    assert lg.producer_state.producers[7].coordinator_epoch == 3
+    crash(lg)
+    for snapshot in (tmp_path / "l").rglob("*.snapshot"):
+        snapshot.unlink()
+    lg = reopen(tmp_path / "l", cfg(), recovery_point=0)
+    assert lg.producer_state.producers[7].coordinator_epoch == 3
