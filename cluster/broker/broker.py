@@ -238,7 +238,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.METADATA, 0, 12, meta.handle_metadata),
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, meta.handle_describe_topic_partitions),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),
-        Api(ApiKey.OFFSET_FETCH, 1, 5, groups.handle_offset_fetch),
+        Api(ApiKey.OFFSET_FETCH, 1, 7, groups.handle_offset_fetch),  # v7: require_stable (KIP-447)
         Api(ApiKey.FIND_COORDINATOR, 0, 2, groups.handle_find_coordinator),
         Api(ApiKey.JOIN_GROUP, 0, 5, groups.handle_join_group),
         Api(ApiKey.HEARTBEAT, 0, 3, groups.handle_heartbeat),

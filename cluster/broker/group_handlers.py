@@ -214,6 +214,9 @@ class GroupHandlers:
             return {"throttle_time": 0, "error_code": ErrorCode.not_coordinator, "topics": []}
         wanted = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
         offsets = self.service.coordinator.fetch_offsets(req.group_id, wanted)
+        # v7+ (KIP-447): a read_committed consumer asks for stable offsets only.
+        unstable = self.service.coordinator.unstable_offsets(req.group_id) if version >= 7 and req.require_stable \
+            else set()
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for (topic, partition), committed in offsets.items():
             if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
@@ -222,6 +225,11 @@ class GroupHandlers:
                                             "committed_leader_epoch": -1, "metadata": "",
                                             "error_code": ErrorCode.topic_authorization_failed})
                 continue  # all offsets asked for: the topics the principal may not see are left out
+            if (topic, partition) in unstable:
+                by_topic[topic].append({"partition_index": partition, "committed_offset": -1,
+                                        "committed_leader_epoch": -1, "metadata": "",
+                                        "error_code": ErrorCode.unstable_offset_commit})
+                continue
             by_topic[topic].append({
                 "partition_index": partition,
                 "committed_offset": committed.offset if committed else -1,

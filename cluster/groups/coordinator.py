@@ -10,7 +10,7 @@ leaves as `GroupRecord`s (see records.py) which the driver appends to
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -519,6 +519,26 @@ class GroupCoordinator:
         if not pending:
             del self.pending_txn[producer_id]
         return len(done)
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with a transactional offset waiting for its marker: an
+        OffsetFetch with require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for them, so
+        a consumer taking over does not start from an offset about to change."""
+        return {(t, p) for pending in self.pending_txn.values() for (g, t, p) in pending if g == group_id}
+
+    def drop_pending(self, unloaded: Callable[[str], bool]) -> int:
+        """Forget the pending transactional offsets of groups `unloaded(group)`: their
+        markers now land at another coordinator, and a reload replays what is still open.
+        (Kept, a stale one would be committed by a later marker of the same producer.)"""
+        dropped = 0
+        for producer_id in list(self.pending_txn):
+            pending = self.pending_txn[producer_id]
+            for key in [k for k in pending if unloaded(k[0])]:
+                del pending[key]
+                dropped += 1
+            if not pending:
+                del self.pending_txn[producer_id]
+        return dropped
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
         group = self.groups.get(group_id)

@@ -9,6 +9,7 @@ Kafka group APIs that drive it are in cluster/broker/group_handlers.py.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -112,6 +113,7 @@ class GroupService:
             dropped = [g for g in self.coordinator.groups if partition_for(g, self.num_partitions) == index]
             for g in dropped:
                 del self.coordinator.groups[g]
+            self.coordinator.drop_pending(functools.partial(self._in_offsets_partition, index))
             log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(OFFSETS_TOPIC, index)]
@@ -128,6 +130,9 @@ class GroupService:
 
     def owns(self, group_id: str) -> bool:
         return partition_for(group_id, self.num_partitions) in self._owned
+
+    def _in_offsets_partition(self, index: int, group_id: str) -> bool:
+        return partition_for(group_id, self.num_partitions) == index
 
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` once enough brokers are up for its replication factor."""

@@ -51,6 +51,10 @@ class TransactionCoordinator:
         self.config = config or TransactionConfig()
         self.txns: dict[str, TxnMetadata] = {}
         self.busy: set[str] = set()  # ids with a write (or markers) in flight
+        # ids whose timeout abort (or expiry) could not be written: not tried again before
+        # then (Kafka tries at its next cleanup run, transaction.abort.timed.out.
+        # transaction.cleanup.interval.ms later), not in a loop as fast as the write fails
+        self.expiry_retry_ms: dict[str, int] = {}
 
     # ---- ownership --------------------------------------------------------------------
 
@@ -61,9 +65,11 @@ class TransactionCoordinator:
         for txn_id in ids:
             self.txns.pop(txn_id, None)
             self.busy.discard(txn_id)
+            self.expiry_retry_ms.pop(txn_id, None)
 
     def applied(self, meta: TxnMetadata | None, txn_id: str) -> None:
         """A decided write reached the log: it is the state now (None: the id is gone)."""
+        self.expiry_retry_ms.pop(txn_id, None)
         if meta is None:
             self.txns.pop(txn_id, None)
         else:
@@ -222,7 +228,7 @@ class TransactionCoordinator:
         longer than transactional.id.expiration.ms (removed)."""
         out = []
         for txn_id, meta in self.txns.items():
-            if txn_id in self.busy:
+            if txn_id in self.busy or self.expiry_retry_ms.get(txn_id, now_ms) > now_ms:
                 continue
             if meta.state is TxnState.ONGOING and now_ms - meta.start_ms > meta.timeout_ms:
                 out.append(Decision(write=self._abort_fenced(meta, now_ms)))
@@ -230,10 +236,14 @@ class TransactionCoordinator:
                 out.append(Decision(write=meta.but(state=TxnState.DEAD, update_ms=now_ms), remove=True))
         return out
 
+    def expiry_failed(self, txn_id: str, retry_at_ms: int) -> None:
+        """The write of an `expired` decision for `txn_id` failed: try again at `retry_at_ms`."""
+        self.expiry_retry_ms[txn_id] = retry_at_ms
+
     def next_deadline_ms(self) -> int | None:
-        deadlines = [m.start_ms + m.timeout_ms + 1 for m in self.txns.values() if m.state is TxnState.ONGOING]
-        deadlines += [m.update_ms + self.config.id_expiration_ms + 1 for m in self.txns.values() if m.state.idle]
-        return min(deadlines) if deadlines else None
+        deadlines = [(i, m.start_ms + m.timeout_ms + 1) for i, m in self.txns.items() if m.state is TxnState.ONGOING]
+        deadlines += [(i, m.update_ms + self.config.id_expiration_ms + 1) for i, m in self.txns.items() if m.state.idle]
+        return min((max(d, self.expiry_retry_ms.get(i, d)) for i, d in deadlines), default=None)
 
     def preparing(self) -> list[TxnMetadata]:
         """Transactions whose markers are still to be written (after a load)."""

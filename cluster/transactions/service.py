@@ -392,7 +392,8 @@ class TransactionService:
                     log.info("transaction of %s timed out after %d ms: aborting it (producer %d fenced at epoch %d)",
                              txn_id, decision.write.timeout_ms, decision.write.producer_id,
                              decision.write.producer_epoch)
-                await self.decide(txn_id, decision)
+                if await self.decide(txn_id, decision) != ErrorCode.none:
+                    self.coordinator.expiry_failed(txn_id, self.clock.now_ms() + self.settings.abort_check_interval_ms)
 
     async def aclose(self) -> None:
         for broker_id in list(self._connections):

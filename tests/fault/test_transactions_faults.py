@@ -36,7 +36,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from cluster.groups.records import partition_for
-from tests.cluster_helpers import metadata, partitions_of, wait_until
+from tests.cluster_helpers import NotYet, metadata, partitions_of, wait_until
 from tests.fault.ctp_app import GROUP, TXN_ID
 from tests.fault_workload import ProducerWorkload, fault_rng, wait_fully_replicated
 from tests.harness import ClusterProcesses
@@ -362,3 +362,50 @@ def test_transactions_survive_a_full_cluster_restart(cluster_factory: Any, how: 
         q: committed[q::PARTITIONS] + [b"o%d" % i for i in range(12)][q::PARTITIONS] for q in range(PARTITIONS)}
     assert committed_offsets(cluster.bootstrap, "restart-group")[0] == 42
     group.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_timed_out_transaction_whose_abort_cannot_be_written_is_retried_at_the_cleanup_interval(
+        cluster_factory: Any) -> None:
+    """A transaction times out while its coordinator cannot write to `__transaction_state`
+    (min.insync.replicas 3, a broker down): the abort is tried again every cleanup interval
+    (transaction.abort.timed.out.transaction.cleanup.interval.ms), as Kafka's cleanup task
+    does, and written once the broker is back. It was tried again at once, in a loop as fast
+    as the write failed: hundreds of attempts a second, a broker too busy for its heartbeats
+    (seen in the Kafka Streams fault test of tests/kafka/test_java_clients.py)."""
+    from datetime import datetime
+
+    txn_id, interval_ms = "slow-app", 1000
+    cluster: ClusterProcesses = cluster_factory(3, **{
+        "transaction.state.log.min.isr": 3, "broker.session.timeout.ms": 6000,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": interval_ms})
+    create_topics(cluster)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": 3000, "log_level": 2})
+    p.init_transactions(60)
+    wait_fully_replicated(cluster, "__transaction_state", 50, RF, timeout_s=90)
+    p.begin_transaction()
+    p.produce(SINK, value=b"never-committed", partition=0)
+    assert p.flush(30) == 0
+    parts = partitions_of(metadata(cluster.bootstrap, "__transaction_state"), "__transaction_state")
+    coordinator = parts[partition_for(txn_id, len(parts))].leader
+    victim = next(b for b in cluster.brokers if b != coordinator)
+    mark = len(cluster[coordinator].log_text())
+    cluster[victim].kill9()
+    failed = f"writing the state of transactional id {txn_id} "
+
+    def attempts() -> list[float]:
+        lines = [ln for ln in cluster[coordinator].log_text()[mark:].splitlines() if failed in ln]
+        if len(lines) < 4:
+            raise NotYet(f"{len(lines)} failed attempts to abort so far")
+        return [datetime.strptime(ln[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() for ln in lines]
+
+    times = wait_until(attempts, 90, f"four failed attempts to abort the timed-out transaction of {txn_id}", cluster)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    print(f"broker {victim} down; coordinator {coordinator} tried the abort at intervals of {gaps} s")
+    # The first attempts may wait out acks=all until the victim is fenced; after that each
+    # fails at once, and the next waits for the cleanup interval.
+    assert min(gaps) >= 0.8 * interval_ms / 1000, f"abort attempts {gaps} s apart"
+    cluster[victim].restart()
+    wait_until(lambda: stable_offsets(cluster.bootstrap, SINK)[0] == 2, 90,
+               "the abort marker after the record (last stable offset 2)", cluster)

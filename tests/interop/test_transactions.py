@@ -161,6 +161,44 @@ def test_consume_transform_produce_commits_offsets_with_the_output(broker):
         f"V{i}".encode() for i in range(10)]
 
 
+def test_offsets_of_an_open_transaction_are_unstable_for_require_stable(broker):
+    """OffsetFetch v7 require_stable (KIP-447; what Kafka Streams exactly_once_v2 and every
+    read_committed Java consumer send): a partition whose offset a transaction has sent and
+    not yet ended answers UNSTABLE_OFFSET_COMMIT (88), so the client retries instead of
+    starting from the offset about to change; without require_stable, the committed one."""
+    import trio
+
+    from cluster.client.connection import BrokerConnection
+    from cluster.protocol.api_keys import ApiKey
+
+    topic, group = "stable-in", "stable-app"
+    ck_create_topic(broker.bootstrap, topic, 2)
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    p = txn_producer(broker.bootstrap, "stable-1")
+
+    async def fetch(version: int, require_stable: bool) -> dict[int, tuple[int, int]]:
+        host, port = broker.bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port), client_id="stable").connect()
+        try:
+            body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]}
+            if version >= 7:
+                body["require_stable"] = require_stable
+            resp = await conn.request(ApiKey.OFFSET_FETCH, body, version=version)
+        finally:
+            await conn.aclose()
+        assert resp.error_code == 0
+        return {int(q.partition_index): (int(q.error_code), int(q.committed_offset)) for q in resp.topics[0].partitions}
+
+    p.begin_transaction()
+    p.produce(topic, value=b"x", partition=0)
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta.consumer_group_metadata(), 30)
+    assert trio.run(fetch, 7, True) == {0: (88, -1), 1: (0, -1)}
+    assert trio.run(fetch, 7, False) == trio.run(fetch, 5, False) == {0: (0, -1), 1: (0, -1)}
+    p.commit_transaction(30)
+    assert trio.run(fetch, 7, True) == {0: (0, 7), 1: (0, -1)}
+    meta.close()
+
+
 def test_transactions_time_out_and_abort_by_themselves(broker_factory):
     b = broker_factory(**{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
     topic = "txn-timeout"

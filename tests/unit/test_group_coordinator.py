@@ -726,6 +726,49 @@ def test_fetch_of_missing_offsets_is_none() -> None:
     assert got[("t", 0)] is not None and got[("t", 9)] is None and got[("x", 0)] is None
 
 
+def txn_offsets(c: GroupCoordinator, producer_id: int, offsets: dict[tuple[str, int], int], *, group: str = G,
+                now: int = 0) -> None:
+    """TxnOffsetCommit without a member, its record appended: pending until the marker."""
+    results, staged = c.txn_commit_offsets(group_id=group, member_id="", generation_id=-1, group_instance_id=None,
+                                           offsets=[(t, p, o, -1, "") for (t, p), o in offsets.items()], now_ms=now)
+    assert set(results.values()) == {NONE}
+    c.add_pending(producer_id, group, staged)
+
+
+def test_transactional_offsets_are_unstable_until_their_marker() -> None:
+    """KIP-447: an OffsetFetch with require_stable must not hand out an offset a pending
+    transaction is about to replace (Kafka Streams exactly_once_v2 asks so)."""
+    c = GroupCoordinator(config())
+    commit(c, 0, "", -1, {("t", 0): 5, ("t", 1): 7})
+    txn_offsets(c, 42, {("t", 0): 10})
+    txn_offsets(c, 43, {("t", 2): 3}, group="other")
+    assert c.unstable_offsets(G) == {("t", 0)} and c.unstable_offsets("other") == {("t", 2)}
+    assert c.fetch_offsets(G, [("t", 0)])[("t", 0)].offset == 5  # type: ignore[union-attr]
+    c.complete_txn(42, True, lambda g: True, 1)
+    assert c.unstable_offsets(G) == set()
+    assert c.fetch_offsets(G, [("t", 0)])[("t", 0)].offset == 10  # type: ignore[union-attr]
+    c.complete_txn(43, False, lambda g: True, 2)
+    assert c.unstable_offsets("other") == set() and c.fetch_offsets("other", None) == {}
+
+
+def test_pending_offsets_of_an_unloaded_group_are_not_committed_by_a_later_marker() -> None:
+    """A coordinator that lost its offsets partition while a transaction was open never sees
+    that transaction's marker (it lands at the new coordinator). Its pending offset must go
+    with the partition: kept, the next COMMIT marker of the same producer, after the
+    partition came back, would commit that old offset over a newer one."""
+    c = GroupCoordinator(config())
+    txn_offsets(c, 42, {("t", 0): 10})
+    txn_offsets(c, 42, {("t", 3): 1}, group="elsewhere")
+    assert c.drop_pending(lambda g: g == G) == 1  # G's offsets partition moved away
+    assert c.unstable_offsets(G) == set() and c.unstable_offsets("elsewhere") == {("t", 3)}
+    # Back here: the group is loaded from the log (offset 20 committed meanwhile), then
+    # the producer's next transaction, on another partition, commits.
+    commit(c, 5, "", -1, {("t", 0): 20})
+    txn_offsets(c, 42, {("t", 1): 4}, now=6)
+    c.complete_txn(42, True, lambda g: g == G, 7)
+    assert {tp: o.offset for tp, o in c.fetch_offsets(G, None).items()} == {("t", 0): 20, ("t", 1): 4}
+
+
 def test_simple_group_offsets_expire_after_retention() -> None:
     retention = 60_000
     c = GroupCoordinator(config(offsets_retention_ms=retention))
