@@ -64,7 +64,9 @@ BROKER_CONFIG: dict[str, object] = {
 MM2_JVM = tuple(o for o in TOOL_JVM if not o.startswith("-Xmx")) + ("-Xmx512m",)
 WAIT_S = 90.0  # bound of every wait on MM2's progress (its JVM starts in 10-30 s on 2 busy cores)
 ORDERS, ACCOUNTS = "orders", "accounts"
-TS0 = 1_700_000_000_000
+# CreateTime an hour ago: well inside retention.ms (Kafka deletes segments older than it 30 s
+# after it starts, log.initial.task.delay.ms; the reference run must keep them too).
+TS0 = (int(time.time()) - 3600) * 1000
 
 
 def mm2_properties(a: str, b: str) -> str:

@@ -50,7 +50,9 @@ from tests.peers.fetch import set_dir
 # these files in a plain pytest (see tests/spark/test_source.py).
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spark_session]
 
-TS0 = 1_700_000_000_000
+# CreateTime an hour ago: inside every retention.ms here (a broker deletes older segments at
+# its first retention pass, which Kafka runs 30 s after it starts).
+TS0 = (int(time.time()) - 3600) * 1000
 TOPICS = {"plain": 3, "appended": 1, "compacted": 1, "txn": 2}
 SOURCE_DIFFERENCES = {
     "headers": "a record without headers: NULL from Spark's source, [] from ours (the warehouse's column "
@@ -306,7 +308,7 @@ def test_the_same_rows_as_our_source(spark: Any, broker: BrokerProcess, topics: 
     assert [r[4] for r in by_topic["plain"] if r[3] == b"large"] == [LARGE_VALUE]
     assert any(r[7] == [] for r in by_topic["plain"])  # so both() saw SOURCE_DIFFERENCES["headers"] still there
     assert {r[6] for r in by_topic["appended"]} == {1}  # LogAppendTime: the broker's clock
-    assert all(millis(r[5]) > TS0 + 1_000_000 for r in by_topic["appended"])
+    assert all(millis(r[5]) > TS0 + 3_000_000 for r in by_topic["appended"])
     compacted_records, compacted_end = count_records(broker.bootstrap, "compacted", 0)
     assert len(by_topic["compacted"]) == compacted_records < compacted_end  # read across the cleaner's holes
 
