@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from cluster.broker.context import RequestContext
@@ -19,6 +20,8 @@ from cluster.protocol.sentinels import (
     CONFIG_OP_DELETE,
     CONFIG_OP_SET,
     CONFIG_OP_SUBTRACT,
+    ELECTION_PREFERRED,
+    ELECTION_UNCLEAN,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
@@ -60,21 +63,30 @@ class AdminHandlers:
 
     async def handle_create_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         specs = []
-        denied = []
+        twice = _twice(t.name for t in req.topics)
+        denied = [{"name": n, "error_code": ErrorCode.invalid_request, "error_message": "Duplicate topic name.",
+                   "num_partitions": -1, "replication_factor": -1, "configs": None} for n in sorted(twice)]
         cluster_create = ctx.allowed_on_cluster(AclOperation.CREATE)
         for t in req.topics:
+            if t.name in twice:
+                continue
             if not cluster_create and not ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, t.name):
                 denied.append({"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
                                "error_message": f"{ctx.principal} may not create topic {t.name}",
                                "num_partitions": -1, "replication_factor": -1, "configs": None})
                 continue
             assignments = sorted(t.assignments, key=lambda a: a.partition_index)
+            if [a.partition_index for a in assignments] != list(range(len(assignments))):
+                denied.append({"name": t.name, "error_code": ErrorCode.invalid_replica_assignment,
+                               "error_message": "Partitions must be numbered consecutively from 0",
+                               "num_partitions": -1, "replication_factor": -1, "configs": None})
+                continue
             specs.append({
                 "name": t.name,
                 "num_partitions": t.num_partitions,
                 "replication_factor": t.replication_factor,
                 "assignments": [list(a.broker_ids) for a in assignments] or None,
-                "configs": {c.name: c.value for c in t.configs if c.value is not None},
+                "configs": {c.name: c.value for c in t.configs},  # a null value is refused (INVALID_CONFIG)
             })
         if not specs:
             return {"throttle_time": 0, "topics": denied}
@@ -88,10 +100,13 @@ class AdminHandlers:
         return {"throttle_time": 0, "topics": topics}
 
     async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        names = [n for n in req.topic_names if ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, n)]
-        denied = [{"name": n, "error_code": ErrorCode.topic_authorization_failed,
-                   "error_message": f"{ctx.principal} may not delete topic {n}"}
-                  for n in req.topic_names if n not in names]
+        twice = _twice(req.topic_names)
+        once = [n for n in req.topic_names if n not in twice]
+        names = [n for n in once if ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, n)]
+        denied = [{"name": n, "error_code": ErrorCode.invalid_request, "error_message": "Duplicate topic name."}
+                  for n in sorted(twice)]
+        denied += [{"name": n, "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": f"{ctx.principal} may not delete topic {n}"} for n in once if n not in names]
         if not names:
             return {"throttle_time": 0, "responses": denied}
         result = await self._call("delete_topics", {"names": names}, self._timeout_s(req))
@@ -101,12 +116,16 @@ class AdminHandlers:
         ]}
 
     async def handle_create_partitions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        twice = _twice(t.name for t in req.topics)
+        once = [t for t in req.topics if t.name not in twice]
         specs = [{"name": t.name, "count": t.count,
                   "assignments": [list(a.broker_ids) for a in t.assignments] if t.assignments else None}
-                 for t in req.topics if ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
-        denied = [{"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
-                   "error_message": f"{ctx.principal} may not alter topic {t.name}"}
-                  for t in req.topics if not ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+                 for t in once if ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+        denied = [{"name": n, "error_code": ErrorCode.invalid_request, "error_message": "Duplicate topic name."}
+                  for n in sorted(twice)]
+        denied += [{"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": f"{ctx.principal} may not alter topic {t.name}"}
+                   for t in once if not ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
         if not specs:
             return {"throttle_time": 0, "results": denied}
         result = await self._call("create_partitions", {"topics": specs, "validate_only": req.validate_only},
@@ -138,7 +157,7 @@ class AdminHandlers:
                                   "error_message": f"Unknown resource type {r.resource_type}"})
                 continue
             bad = self._broker_name_error(r.resource_name) if r.resource_type == RESOURCE_BROKER else None
-            if bad is None and r.resource_type == RESOURCE_BROKER and not incremental:
+            if bad is None and not incremental:  # Kafka's ConfigAdminManager.preprocess, for every resource
                 nulls = [c.name for c in r.configs if c.value is None]
                 bad = f"Null value not supported for : {', '.join(nulls)}" if nulls else None
             if bad is None:
@@ -176,9 +195,9 @@ class AdminHandlers:
     def _config_ops(configs: list[Any], incremental: bool) -> tuple[list[list[Any]], str | None]:
         """[key, operation, value] for the controller, or what Kafka refuses before a change
         reaches its controller (ConfigAdminManager.preprocess). AlterConfigs replaces the
-        whole config: a null value there deletes the key, as in Kafka."""
+        whole config (its null values are refused before this)."""
         if not incremental:
-            return [[c.name, "set" if c.value is not None else "delete", c.value] for c in configs], None
+            return [[c.name, "set", c.value] for c in configs], None
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
             return [], "Error due to duplicate config keys"
@@ -200,20 +219,28 @@ class AdminHandlers:
 
     async def handle_elect_leaders(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if not ctx.allowed_on_cluster(AclOperation.ALTER):
+            # as Kafka: the request's error, and each partition it names gets it too
             return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
-                    "replica_election_results": []}
+                    "replica_election_results": [
+                        {"topic": t.topic, "partition_result": [
+                            {"partition_id": p, "error_code": ErrorCode.cluster_authorization_failed,
+                             "error_message": "ALTER on the cluster is needed"} for p in t.partitions]}
+                        for t in req.topic_partitions or ()]}
         partitions = None
         if req.topic_partitions is not None:
             partitions = [[t.topic, p] for t in req.topic_partitions for p in t.partitions]
-        result = await self._call("elect_leaders", {"election_type": getattr(req, "election_type", 0),
-                                                     "partitions": partitions}, self._timeout_s(req))
+        election_type = getattr(req, "election_type", 0)
+        result = await self._call("elect_leaders", {"election_type": election_type, "partitions": partitions},
+                                  self._timeout_s(req))
         if result.get("error_code") != ErrorCode.none:
             return {"throttle_time": 0, "error_code": result["error_code"], "replica_election_results": []}
-        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_topic: dict[str, list[dict[str, Any]]] = {t: [] for t in result.get("topics") or ()}
         for r in result["partitions"]:
-            by_topic[r["topic"]].append({"partition_id": r["partition"], "error_code": r["error_code"],
-                                         "error_message": r.get("error_message")})
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": [
+            by_topic.setdefault(r["topic"], []).append({"partition_id": r["partition"], "error_code": r["error_code"],
+                                                        "error_message": r.get("error_message")})
+        # An election type Kafka does not know fails the request as well as each partition
+        top = ErrorCode.none if election_type in (ELECTION_PREFERRED, ELECTION_UNCLEAN) else ErrorCode.invalid_request
+        return {"throttle_time": 0, "error_code": top, "replica_election_results": [
             {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
 
     async def handle_alter_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -251,3 +278,13 @@ class AdminHandlers:
                                          "adding_replicas": r["adding"], "removing_replicas": r["removing"]})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
+
+
+def _twice(names: Iterable[str]) -> set[str]:
+    """Names a request gives more than once: Kafka answers each once, INVALID_REQUEST, and
+    acts on none of them (ControllerApis)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for n in names:
+        (twice if n in seen else seen).add(n)
+    return twice

@@ -1,4 +1,4 @@
-"""Topics created on first use by Metadata or Produce (auto.create.topics.enable), as Kafka's
+"""Topics created on first use by Metadata (auto.create.topics.enable), as Kafka's
 AutoTopicCreationManager does: through the controller, with the broker's defaults."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from cluster.broker.producer_ids import ProducerIdManager
 from cluster.broker.quorum_handlers import QuorumHandlers
 from cluster.broker.quota_handlers import ClientQuotaHandlers
 from cluster.broker.quotas import ClientQuotas, QuotaWindow
-from cluster.broker.replica_handlers import ReplicaHandlers
+from cluster.broker.replica_handlers import LIST_OFFSETS_MAX_VERSION, ReplicaHandlers
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
 from cluster.broker.txn_handlers import TxnHandlers
@@ -137,7 +137,7 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        apis = api_table(ReplicaHandlers(self.replicas, auto_topics, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
+        apis = api_table(ReplicaHandlers(self.replicas, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
                          ClientQuotaHandlers(lambda: self.metadata.image, self.controller),
@@ -232,7 +232,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.PRODUCE, 0, 8, replicas.handle_produce, legacy_below=3,
             legacy=Legacy(3, decode_legacy_produce, encode_legacy_produce_response)),
         Api(ApiKey.FETCH, 4, 13, replicas.handle_fetch),
-        Api(ApiKey.LIST_OFFSETS, 1, 5, replicas.handle_list_offsets),
+        Api(ApiKey.LIST_OFFSETS, 1, LIST_OFFSETS_MAX_VERSION, replicas.handle_list_offsets),
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio
         Api(ApiKey.METADATA, 0, 12, meta.handle_metadata),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster.broker.kafka_configs import KAFKA_BROKER_CONFIGS
 from cluster.common.config_def import (
     ConfigDef,
     ConfigUpdateRefused,
@@ -155,6 +156,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
 
 # Values DescribeConfigs never shows (Kafka's PASSWORD type).
 SENSITIVE_CONFIGS = frozenset({"ssl.key.password", "sasl.jaas.config", "admin.http.auth.token"})
+KAFKA_PASSWORD_CONFIGS = frozenset(n for n, (kind, _, _) in KAFKA_BROKER_CONFIGS.items() if kind == "PASSWORD")
 # Settings a listener may override as listener.name.<listener>.<setting>.
 PER_LISTENER_CONFIGS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
@@ -199,37 +201,107 @@ DYNAMIC_BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
 }
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(DYNAMIC_BROKER_CONFIG_DEFS)
 # Kafka broker configs this broker takes from its command line or topology instead: known,
-# and read-only as in Kafka.
+# and read-only as in Kafka (and refused in its own config, which has its own way to say them).
 KAFKA_STATIC_ONLY_CONFIGS = frozenset({
     "broker.id", "log.dir", "log.dirs", "metadata.log.dir", "process.roles", "controller.quorum.voters",
     "controller.quorum.bootstrap.servers", "zookeeper.connect",
 })
 
+# ---- every other broker config Kafka has (cluster/broker/kafka_configs.py) -----------------
+_KAFKA_TYPES: dict[str, tuple[type, int]] = {
+    "BOOLEAN": (bool, 64), "STRING": (str, 64), "INT": (int, 32), "SHORT": (int, 16), "LONG": (int, 64),
+    "DOUBLE": (float, 64), "LIST": (list, 64), "CLASS": (str, 64), "PASSWORD": (str, 64)}
+
+
+def _kafka_def(name: str, kind: str, default: str | None) -> ConfigDef:
+    python_type, width = _KAFKA_TYPES[kind]
+    definition = ConfigDef(name, python_type, None, None, "Apache Kafka's broker config; no effect on this broker",
+                           width_bits=width)
+    return definition if default is None else dataclasses.replace(definition,
+                                                                  default=parse_value(definition, default))
+
+
+# Kafka's broker configs this broker has no use for: known (described with Kafka's default,
+# accepted in a broker's own config), so a Kafka server.properties or tool works unchanged.
+KAFKA_CONFIG_DEFS: dict[str, ConfigDef] = {
+    name: _kafka_def(name, kind, default) for name, (kind, default, _) in KAFKA_BROKER_CONFIGS.items()
+    if name not in BROKER_CONFIG_DEFS and name not in LOG_DEFAULT_DEFS}
+# Kafka's defaults that are null (log.retention.ms: log.retention.hours decides): described as
+# null when nothing sets them, as Kafka describes them, whatever this broker uses.
+KAFKA_NULL_DEFAULTS = frozenset(name for name, (_, default, _) in KAFKA_BROKER_CONFIGS.items()
+                                if default is None and name != "node.id")  # (this broker's id is known)
+_KAFKA_LEVELS = {name: level for name, (_, _, level) in KAFKA_BROKER_CONFIGS.items() if level}
+# Kafka's dynamic configs this broker does not take: it would claim a change it does not make
+# (listeners, TLS and SASL settings, connection limits, cordoned log dirs, transaction
+# verification, producer state expiry), so they stay read-only here.
+NOT_DYNAMIC_HERE = frozenset({
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
+    "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
+    "max.connection.creation.rate", "max.connections.per.ip", "max.connections.per.ip.overrides",
+    "cordoned.log.dirs", "transaction.partition.verification.enable", "producer.id.expiration.ms",
+    *(n for n in _KAFKA_LEVELS if n.startswith("ssl.")),
+})
+# Kafka's dynamic configs that change nothing here (thread pools, Kerberos and login refresh,
+# tiered storage, buffer sizes, metric reporters): AlterConfigs stores them, DescribeConfigs
+# shows them, as Kafka (librdkafka's tests set sasl.kerberos.min.time.before.relogin).
+RECORDED_BROKER_CONFIGS = frozenset(
+    name for name, level in _KAFKA_LEVELS.items()
+    if level in ("cluster", "broker") and name not in DYNAMIC_BROKER_CONFIGS and name not in NOT_DYNAMIC_HERE)
+# What AlterConfigs may change on a BROKER resource: applied, or recorded.
+ALTERABLE_BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    **DYNAMIC_BROKER_CONFIG_DEFS,
+    **{name: BROKER_CONFIG_DEFS.get(name) or KAFKA_CONFIG_DEFS[name] for name in sorted(RECORDED_BROKER_CONFIGS)},
+}
+ALTERABLE_BROKER_CONFIGS: frozenset[str] = frozenset(ALTERABLE_BROKER_CONFIG_DEFS)
+# Dynamic in Kafka for one broker only, or (TLS key and trust stores) only per listener.
+PER_BROKER_ONLY_CONFIGS = frozenset(name for name, level in _KAFKA_LEVELS.items() if level == "broker")
+PER_LISTENER_ONLY_CONFIGS = frozenset(name for name, level in _KAFKA_LEVELS.items() if level == "listener")
+
+
+def _names(names: list[str]) -> str:
+    return f"[{', '.join(names)}]"  # how Kafka 4 prints a set of names
+
 
 def validate_dynamic_configs(resource_name: str, configs: Mapping[str, str]) -> None:
     """The dynamic configs a BROKER resource ("" the cluster default, "<id>" one broker)
-    would hold after an alter, checked as Kafka's DynamicBrokerConfig.validateConfigs checks
-    them: a read-only config or a bad value raises ConfigUpdateRefused (INVALID_REQUEST, with
-    Kafka's message); a name no broker config has raises InvalidConfig. Messages name configs,
-    never a value of a sensitive one."""
-    fixed = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS and is_known_broker_config(n))
+    would hold after an alter, checked in the order of Kafka's
+    DynamicBrokerConfig.validateConfigs: a read-only config, a TLS store without its listener
+    prefix, a bad value, or a per-broker config at the cluster default raises
+    ConfigUpdateRefused (INVALID_REQUEST, with Kafka's message); a name no broker config has
+    raises InvalidConfig. Messages name configs, never a value of a sensitive one."""
+    fixed = sorted(n for n in configs if n not in ALTERABLE_BROKER_CONFIGS and n not in PER_LISTENER_ONLY_CONFIGS
+                   and is_known_broker_config(n))
     if fixed:
-        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: {_names(fixed)}")
+    per_listener = sorted(n for n in configs if n in PER_LISTENER_ONLY_CONFIGS)
+    if per_listener:
+        raise ConfigUpdateRefused("These security configs can be dynamically updated only per-listener using the "
+                                  f"listener prefix: {_names(per_listener)}")
     unknown = sorted(n for n in configs if not is_known_broker_config(n))
     if unknown:
         raise InvalidConfig(f"Unknown broker config name(s): {', '.join(unknown)} (use Kafka's broker config names, "
                             f"e.g. log.retention.ms)")
     try:
-        parsed = {n: parse_value(DYNAMIC_BROKER_CONFIG_DEFS[n], v) for n, v in configs.items()}
+        parsed = {n: parse_value(ALTERABLE_BROKER_CONFIG_DEFS[n], v) for n, v in configs.items()}
         # the checks across log configs (min vs max compaction lag)
         LogConfig.build({}, {n: v for n, v in parsed.items() if n in LOG_DEFAULT_DEFS})
     except InvalidConfig as exc:
         raise ConfigUpdateRefused(str(exc)) from None
+    per_broker = sorted(n for n in configs if n in PER_BROKER_ONLY_CONFIGS)
+    if resource_name == "" and per_broker:
+        raise ConfigUpdateRefused("Cannot update these configs at default cluster level, broker id must be "
+                                  f"specified: {_names(per_broker)}")
 
 
 def is_known_broker_config(name: str) -> bool:
     return (name in BROKER_CONFIG_DEFS or name in LOG_DEFAULT_DEFS or name in _ALIASES
-            or name in KAFKA_STATIC_ONLY_CONFIGS or per_listener_setting(name) is not None)
+            or name in KAFKA_STATIC_ONLY_CONFIGS or name in KAFKA_CONFIG_DEFS
+            or per_listener_setting(name) is not None)
+
+
+def broker_config_def(name: str) -> ConfigDef | None:
+    """The definition of a broker config name: this broker's own, else Kafka's."""
+    return BROKER_CONFIG_DEFS.get(name) or LOG_DEFAULT_DEFS.get(name) or KAFKA_CONFIG_DEFS.get(name)
 
 
 @dataclass
@@ -255,6 +327,8 @@ class BrokerConfig:
             elif (listener_key := per_listener_setting(key)) is not None:
                 base = BROKER_CONFIG_DEFS.get(listener_key)
                 values[key] = parse_value(base, raw) if base is not None else str(raw)
+            elif key in KAFKA_CONFIG_DEFS and key not in KAFKA_STATIC_ONLY_CONFIGS:
+                values[key] = parse_value(KAFKA_CONFIG_DEFS[key], raw)  # known, and not used here
             else:
                 raise InvalidConfig(
                     f"unknown broker config {key!r} (use Kafka's broker config names, e.g. log.retention.ms)"
@@ -272,7 +346,8 @@ class BrokerConfig:
         for layer in layers:
             for key, raw in layer.items():
                 if key not in DYNAMIC_BROKER_CONFIGS:
-                    skipped[key] = "not a dynamic broker config of this broker"
+                    if key not in RECORDED_BROKER_CONFIGS:  # (those are described, not used)
+                        skipped[key] = "not a dynamic broker config of this broker"
                     continue
                 try:
                     values[key] = parse_value(DYNAMIC_BROKER_CONFIG_DEFS[key], raw)
@@ -306,7 +381,8 @@ def per_listener_setting(key: str) -> str | None:
 
 
 def is_sensitive(name: str) -> bool:
-    return name in SENSITIVE_CONFIGS or name.endswith(".sasl.jaas.config") or name.endswith(".ssl.key.password")
+    return (name in SENSITIVE_CONFIGS or name in KAFKA_PASSWORD_CONFIGS or name.endswith(".sasl.jaas.config")
+            or name.endswith(".ssl.key.password"))
 
 
 def parse_listen(listen: str, what: str = "--listen") -> tuple[str, int]:

@@ -20,10 +20,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cluster.broker.config import (
+    ALTERABLE_BROKER_CONFIGS,
     BROKER_CONFIG_DEFS,
-    DYNAMIC_BROKER_CONFIGS,
+    KAFKA_CONFIG_DEFS,
+    KAFKA_NULL_DEFAULTS,
     LOG_DEFAULT_DEFS,
     BrokerConfig,
+    broker_config_def,
     is_sensitive,
     per_listener_setting,
 )
@@ -82,8 +85,9 @@ class DynamicBrokerConfig:
 
     def synonyms(self, name: str) -> list[Synonym]:
         """Where the broker config `name` may come from, highest precedence first (Kafka's
-        synonyms): each layer that sets it, then Kafka's default."""
-        definition = BROKER_CONFIG_DEFS.get(name) or LOG_DEFAULT_DEFS.get(name)
+        synonyms): each layer that sets it, then Kafka's default (none where Kafka's is null:
+        log.retention.ms falls back on log.retention.hours there, and Kafka lists no synonym)."""
+        definition = broker_config_def(name)
         default, own = self.layers()
         out: list[Synonym] = []
         for layer, source in ((own, CONFIG_SOURCE_DYNAMIC_BROKER), (default, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)):
@@ -91,7 +95,7 @@ class DynamicBrokerConfig:
                 out.append({"name": name, "value": value, "source": source})
         if name in self.static.static_keys and name in self.static:
             out.append({"name": name, "value": render_value(self.static[name]), "source": CONFIG_SOURCE_STATIC_BROKER})
-        if definition is not None:
+        if definition is not None and definition.default is not None and name not in KAFKA_NULL_DEFAULTS:
             out.append({"name": name, "value": render_value(definition.default), "source": CONFIG_SOURCE_DEFAULT})
         return out
 
@@ -100,7 +104,7 @@ class DynamicBrokerConfig:
         "" (only the cluster-wide dynamic defaults, as Kafka answers)."""
         per_broker = resource_name != DEFAULT_RESOURCE
         if per_broker:
-            names = [*BROKER_CONFIG_DEFS, *LOG_DEFAULT_DEFS,
+            names = [*BROKER_CONFIG_DEFS, *LOG_DEFAULT_DEFS, *KAFKA_CONFIG_DEFS,
                      *sorted(n for n in self.static.static_keys if per_listener_setting(n) is not None)]
         else:
             names = sorted(self.layers()[0])
@@ -111,9 +115,9 @@ class DynamicBrokerConfig:
             chain = self.synonyms(name)
             if not per_broker:
                 chain = [s for s in chain if s["source"] == CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER]
-            if not chain:
-                continue
-            entries.append(_entry(name, chain, read_only=name not in DYNAMIC_BROKER_CONFIGS,
+                if not chain:
+                    continue
+            entries.append(_entry(name, chain, read_only=name not in ALTERABLE_BROKER_CONFIGS,
                                   with_synonyms=with_synonyms))
         return entries
 
@@ -139,7 +143,7 @@ class DynamicBrokerConfig:
 
 def _rendered(definition: ConfigDef | None, name: str, raw: str) -> str | None:
     """A dynamic value as the broker uses it, or None when it cannot be used (skipped)."""
-    if definition is None or name not in DYNAMIC_BROKER_CONFIGS:
+    if definition is None or name not in ALTERABLE_BROKER_CONFIGS:
         return None  # (the definitions of a dynamic config are the same wherever it is found)
     try:
         return render_value(parse_value(definition, raw))

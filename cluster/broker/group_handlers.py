@@ -165,7 +165,8 @@ class GroupHandlers:
             members = [(m.member_id, m.group_instance_id) for m in req.members]
         else:
             members = [(req.member_id, None)]
-        result = self.service.coordinator.leave_group(group_id=req.group_id, members=members, now_ms=self.service.clock.now_ms())
+        result = self.service.coordinator.leave_group(group_id=req.group_id, members=members,
+                                                      now_ms=self.service.clock.now_ms(), batched=version >= 3)
         self.service.flush_records()
         return {"throttle_time": 0, **result}
 
@@ -321,9 +322,10 @@ class GroupHandlers:
 
     async def handle_consumer_group_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """ConsumerGroupHeartbeat (KIP-848): join, stay, reconcile and leave in one call."""
-        def refused(code: int, message: str) -> dict[str, Any]:
-            return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": req.member_id,
-                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+        def refused(code: int, message: str | None) -> dict[str, Any]:
+            # an error answer carries no member id or epoch (their defaults), as Kafka's
+            return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+                    "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
         if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
             return refused(ErrorCode.group_authorization_failed, f"{ctx.principal} may not use group {req.group_id}")
@@ -349,6 +351,8 @@ class GroupHandlers:
         durable = await self.service.flush_durable(req.group_id)
         if durable != ErrorCode.none and answer["error_code"] == ErrorCode.none:
             return refused(durable, f"the group's new state is not on its in-sync replicas ({ErrorCode(durable).name})")
+        if answer["error_code"] != ErrorCode.none:
+            return refused(answer["error_code"], answer["error_message"])
         assignment = answer["assignment"]
         return {"throttle_time": 0, "error_code": answer["error_code"], "error_message": answer["error_message"],
                 "member_id": answer["member_id"], "member_epoch": answer["member_epoch"],
@@ -413,6 +417,7 @@ class GroupHandlers:
         results = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed
                     if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
                     else self.service.coordinator.delete_group(g, self.service.clock.now_ms()) if self.service.owns(g)
-                    else ErrorCode.not_coordinator} for g in req.groups_names]
+                    else ErrorCode.not_coordinator}
+                   for g in dict.fromkeys(req.groups_names)]  # a group named twice is answered once, as Kafka
         self.service.flush_records()
         return {"throttle_time": 0, "results": results}

@@ -7,7 +7,7 @@ applies from the metadata log; Metadata may create a topic first (auto.create.to
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.context import RequestContext
@@ -21,6 +21,7 @@ from cluster.protocol.sentinels import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
 )
+from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
 from cluster.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 
@@ -31,6 +32,19 @@ def _topic_error(code: int, name: str | None, topic_id: uuid.UUID | None = None)
 
 
 ZERO_UUID = uuid.UUID(int=0)
+
+
+class _ById(NamedTuple):
+    topic_id: uuid.UUID
+    name: None = None
+
+
+def _invalid_topic_name(name: str) -> str | None:
+    try:
+        validate_topic_name(name)
+    except InvalidTopic as exc:
+        return str(exc)
+    return None
 
 
 class MetadataHandlers:
@@ -84,6 +98,10 @@ class MetadataHandlers:
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             topics = []
+            ids = list(dict.fromkeys(i for t in requested if (i := getattr(t, "topic_id", None)) is not None and i.int))
+            if ids:
+                # A request naming any topic by id is a request by id: Kafka looks at nothing else
+                requested = [_ById(i) for i in ids]
             for t in requested:
                 name = t.name
                 by_id = name is None
@@ -200,7 +218,10 @@ class MetadataHandlers:
                               error_message="DESCRIBE_CONFIGS on the cluster is needed")
             elif r.resource_type == RESOURCE_TOPIC:
                 info = self.cache.image.topic(r.resource_name)
-                if info is None:
+                invalid = _invalid_topic_name(r.resource_name) if info is None else None
+                if invalid is not None:
+                    result.update(error_code=ErrorCode.invalid_topic_exception, error_message=invalid)
+                elif info is None:
                     result.update(error_code=ErrorCode.unknown_topic_or_partition,
                                   error_message=f"topic {r.resource_name!r} does not exist")
                 else:

@@ -7,7 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster.broker.config import DYNAMIC_BROKER_CONFIG_DEFS, BrokerConfig, validate_dynamic_configs
+from cluster.broker.config import (
+    ALTERABLE_BROKER_CONFIG_DEFS,
+    BrokerConfig,
+    validate_dynamic_configs,
+)
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.controller.controller import ControllerConfig
 from cluster.controller.service import MetadataService
@@ -41,6 +45,6 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
             leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
         ),
         validate_configs=config.log_config,  # InvalidConfig is a ValueError
-        validate_broker_configs=validate_dynamic_configs, broker_config_defs=DYNAMIC_BROKER_CONFIG_DEFS,
+        validate_broker_configs=validate_dynamic_configs, broker_config_defs=ALTERABLE_BROKER_CONFIG_DEFS,
         snapshot_bytes=int(config["metadata.log.max.record.bytes.between.snapshots"]),
     )

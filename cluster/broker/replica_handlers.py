@@ -14,11 +14,13 @@ from typing import Any
 
 import trio
 
-from cluster.broker.auto_topics import AutoTopicCreation
 from cluster.broker.context import RequestContext
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.record_batch import produce_records_problem
 from cluster.protocol.sentinels import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     READ_COMMITTED,
@@ -34,8 +36,15 @@ def _topic_id(image: Any, name: str) -> uuid.UUID | None:
 
 def _denied_fetch(partition: int) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1,
-            "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1, "records": b""}
+            "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1, "records": b"",
+            "aborted_transactions": []}
 
+
+# ListOffsets: the first version that knows each special timestamp (KIP-734 max timestamp,
+# KIP-405's earliest local and latest tiered offsets).
+LIST_OFFSETS_MAX_VERSION = 9
+_LIST_OFFSETS_SINCE = {LATEST_TIMESTAMP: 0, EARLIEST_TIMESTAMP: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8,
+                       LATEST_TIERED_TIMESTAMP: 9}
 
 # A DeleteRecords answer waits for the in-sync replicas at most this long, whatever timeout
 # the request asks for (as the admin APIs' waits are bounded).
@@ -45,10 +54,9 @@ Verifier = Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple
 
 
 class ReplicaHandlers:
-    def __init__(self, replicas: ReplicaManager, auto_topics: AutoTopicCreation,
+    def __init__(self, replicas: ReplicaManager,
                  verify_transaction: Verifier | None = None) -> None:
         self.replicas = replicas
-        self.auto_topics = auto_topics
         # KIP-890: asks the transaction coordinator before a transaction's first batch
         # lands on a partition (a late produce after the abort would otherwise hang open).
         self.verify_transaction = verify_transaction
@@ -75,16 +83,20 @@ class ReplicaHandlers:
                     {"index": p.index, "error_code": ErrorCode.topic_authorization_failed, "base_offset": -1}
                     for p in t.partition_data]})
                 continue
-            info, error = await self.auto_topics.topic(t.name, ctx)
+            # A topic the metadata lacks is unknown: Kafka's Produce creates no topic (clients
+            # ask Metadata first, which does, with auto.create.topics.enable) and reads no name
+            info, error = self.replicas.image.topic(t.name), ErrorCode.unknown_topic_or_partition
             if info is not None and info.internal:
                 info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
             if info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:
-                verdicts = await self._verified(req.transactional_id, t)
+                refused = {p.index: r for p in t.partition_data if (r := self._refused(info, p, version, req.acks))}
+                verdicts = await self._verified(req.transactional_id, t.name,
+                                                [p for p in t.partition_data if p.index not in refused])
                 parts = []
                 for p in t.partition_data:
-                    verdict = verdicts.get(p.index)
+                    verdict = refused.get(p.index) or verdicts.get(p.index)
                     parts.append(verdict if isinstance(verdict, dict) else self.replicas.append(
                         t.name, p.index, p.records, min_isr_checked=req.acks == -1, verified=verdict))
                 failed = sum(p["error_code"] != ErrorCode.none for p in parts)
@@ -97,20 +109,36 @@ class ReplicaHandlers:
             await self.replicas.wait_for_acks_all(responses, max(0.0, req.timeout.total_seconds()))
         return {"responses": responses, "throttle_time": 0}
 
-    async def _verified(self, txn_id: str | None, t: Any) -> dict[int, Any]:
-        """Per partition of `t` that opens a transaction here: its guard once the
+    @staticmethod
+    def _refused(info: Any, p: Any, version: int, acks: int) -> dict[str, Any] | None:
+        """A partition's answer when Kafka refuses it before the log (KafkaApis and
+        ReplicaManager.appendRecords, in their order): a partition the topic does not have,
+        records that are not one whole batch of magic 2, acks other than -1, 0 or 1."""
+        if p.index not in info.partitions:
+            return {"index": p.index, "error_code": ErrorCode.unknown_topic_or_partition, "base_offset": -1}
+        problem = produce_records_problem(p.records, version)
+        if problem is not None:
+            return {"index": p.index, "error_code": problem[0], "base_offset": -1, "log_start_offset": -1,
+                    "error_message": problem[1]}
+        if acks not in (-1, 0, 1):
+            return {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
+                    "log_start_offset": -1}
+        return None
+
+    async def _verified(self, txn_id: str | None, topic: str, partitions: list[Any]) -> dict[int, Any]:
+        """Per partition of `topic` that opens a transaction here: its guard once the
         coordinator confirmed it, or the produce answer (a dict) when it did not."""
         if txn_id is None or self.verify_transaction is None:
             return {}
-        starts = {p.index: s for p in t.partition_data
-                  if (s := self.replicas.transaction_start(t.name, p.index, p.records)) is not None}
+        starts = {p.index: s for p in partitions
+                  if (s := self.replicas.transaction_start(topic, p.index, p.records)) is not None}
         if not starts:
             return {}
         pid, epoch, _ = next(iter(starts.values()))
-        codes = await self.verify_transaction(txn_id, pid, epoch, [(t.name, i) for i in starts])
+        codes = await self.verify_transaction(txn_id, pid, epoch, [(topic, i) for i in starts])
         out: dict[int, Any] = {}
         for index, (producer_id, _, guard) in starts.items():
-            code = codes.get((t.name, index), ErrorCode.not_enough_replicas)
+            code = codes.get((topic, index), ErrorCode.not_enough_replicas)
             if code == ErrorCode.producer_fenced:
                 # As Kafka's AddPartitionsToTxnManager: a produce answer says INVALID_PRODUCER_EPOCH,
                 # which producers handle (the Java producer aborts; PRODUCER_FENCED would be fatal).
@@ -118,9 +146,9 @@ class ReplicaHandlers:
             if code == ErrorCode.none:
                 out[index] = guard
             else:
-                self.replicas.verification_failed(t.name, index, producer_id)
+                self.replicas.verification_failed(topic, index, producer_id)
                 out[index] = {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": -1,
-                              "error_message": f"partition {t.name}-{index} is not in an ongoing transaction "
+                              "error_message": f"partition {topic}-{index} is not in an ongoing transaction "
                                                f"of {txn_id}" if code == ErrorCode.invalid_txn_state else None}
         return out
 
@@ -193,16 +221,21 @@ class ReplicaHandlers:
     # ---- ListOffsets -----------------------------------------------------------------
 
     def list_offset(self, topic: str, index: int, timestamp: int, epoch: int,
-                    read_committed: bool = False) -> dict[str, Any]:
+                    read_committed: bool = False, version: int = LIST_OFFSETS_MAX_VERSION) -> dict[str, Any]:
+        """One partition of ListOffsets. A special timestamp the request's version does not
+        know (-3 before v7, -4 before v8, -5 before v9, any other negative one) is
+        UNSUPPORTED_VERSION, as Kafka answers it; without tiered storage the local log start
+        (-4) is the log start and nothing is tiered (-5: no offset)."""
         out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
         part, code = self.replicas.leader_partition(topic, index, epoch)
         if part is None:
             return {**out, "error_code": code}
+        if timestamp < 0 and version < _LIST_OFFSETS_SINCE.get(timestamp, LIST_OFFSETS_MAX_VERSION + 1):
+            return {**out, "error_code": ErrorCode.unsupported_version}
         out["error_code"] = ErrorCode.none
-        out["leader_epoch"] = part.leader_epoch
         if timestamp == LATEST_TIMESTAMP:
             out["offset"] = part.last_stable_offset if read_committed else part.high_watermark
-        elif timestamp == EARLIEST_TIMESTAMP:
+        elif timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             out["offset"] = part.log.log_start_offset
         elif timestamp == MAX_TIMESTAMP:
             out["offset"], out["timestamp"] = part.log.max_timestamp_offset()
@@ -211,8 +244,8 @@ class ReplicaHandlers:
             bound = part.last_stable_offset if read_committed else part.high_watermark
             if found is not None and found[0] < bound:
                 out["offset"], out["timestamp"] = found
-        else:
-            out["error_code"] = ErrorCode.invalid_request
+        if out["offset"] >= 0:
+            out["leader_epoch"] = part.leader_epoch
         return out
 
     async def handle_list_offsets(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -226,7 +259,7 @@ class ReplicaHandlers:
             committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
             parts = [
                 self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1),
-                                 committed)
+                                 committed, version)
                 for p in t.partitions
             ]
             topics.append({"name": t.name, "partitions": parts})

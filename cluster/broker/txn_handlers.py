@@ -15,7 +15,7 @@ from typing import Any
 from cluster.broker.context import RequestContext
 from cluster.broker.group_handlers import GroupHandlers, offset_commit_answer
 from cluster.broker.producer_ids import ProducerIdManager
-from cluster.groups.records import partition_for
+from cluster.groups.records import OFFSETS_TOPIC, partition_for
 from cluster.groups.service import GroupService
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
@@ -25,6 +25,7 @@ from cluster.transactions.state import TxnState
 
 # -1 on the wire (no transaction open): a non-nullable timestamp field.
 _NO_TIME = datetime.fromtimestamp(-0.001, tz=UTC)
+_ZERO_TIME = datetime.fromtimestamp(0, tz=UTC)
 
 
 def _ms(value: Any) -> int:
@@ -39,6 +40,13 @@ _ONE_MS = timedelta(milliseconds=1)
 # told INVALID_PRODUCER_EPOCH, as Kafka does.
 _FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
                  ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
+
+
+# How a TxnOffsetCommit reports a failed verification (Kafka's AddPartitionsToTxnManager and
+# group coordinator): fenced is INVALID_PRODUCER_EPOCH; a coordinator that cannot be asked
+# is COORDINATOR_NOT_AVAILABLE, which producers retry.
+_VERIFICATION_ANSWERS: dict[int, int] = {ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+                                         ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available}
 
 
 def _for_version(api: ApiKey, version: int, code: int) -> int:
@@ -184,6 +192,17 @@ class TxnHandlers:
             first_error = ErrorCode.transactional_id_authorization_failed
         results, known = self.group_handlers.screen_offset_commit(req, ctx, first_error)
         if known:
+            # KIP-890, as Kafka's group coordinator: the offsets partition must be in the
+            # producer's ongoing transaction (AddOffsetsToTxn), under its current epoch; a
+            # fenced producer's offsets would otherwise open a transaction nothing ends.
+            index = partition_for(req.group_id, self.groups.num_partitions)
+            verdict = (await self.service.verify(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                 [(OFFSETS_TOPIC, index)])).get((OFFSETS_TOPIC, index),
+                                                                                ErrorCode.not_enough_replicas)
+            if verdict != ErrorCode.none:
+                code = _VERIFICATION_ANSWERS.get(verdict, verdict)
+                results.update({(t, p): code for t, p, *_ in known})
+                return offset_commit_answer(req, results)
             results.update(await self.groups.txn_commit_offsets(
                 group_id=req.group_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
                 member_id=getattr(req, "member_id", "") or "", generation_id=getattr(req, "generation_id", -1),
@@ -214,8 +233,9 @@ class TxnHandlers:
     async def handle_describe_transactions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         states = []
         for txn_id in req.transactional_ids:
+            # an error leaves every other field at its default (zero), as Kafka's answers
             base = {"transactional_id": txn_id, "transaction_state": "", "transaction_timeout": 0,
-                    "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1, "topics": []}
+                    "transaction_start_time": _ZERO_TIME, "producer_id": 0, "producer_epoch": 0, "topics": []}
             if not txn_id:
                 states.append({**base, "error_code": ErrorCode.invalid_request})
                 continue

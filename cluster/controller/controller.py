@@ -57,7 +57,7 @@ BrokerConfigValidator = Callable[[str, dict[str, str]], object]
 
 def _no_dynamic_broker_configs(resource_name: str, configs: dict[str, str]) -> None:
     if configs:
-        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: Set({', '.join(sorted(configs))})")
+        raise ConfigUpdateRefused(f"Cannot update these configs dynamically: [{', '.join(sorted(configs))}]")
 
 
 def _ok(**fields: Any) -> Result:
@@ -248,19 +248,30 @@ class QuorumController:
             raise ControllerError(ErrorCode.invalid_topic_exception, str(exc)) from None
         if name in self.image.topics_by_name:
             raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        collides = self._collision(name)
+        if collides is not None:
+            # '.' and '_' are one character in metric names (Kafka's Topic.hasCollision)
+            raise ControllerError(ErrorCode.invalid_topic_exception,
+                                  f"Topic '{name}' collides with existing topic: {collides}")
         if len(self.image.topics) >= self.config.max_topics:
             raise ControllerError(ErrorCode.policy_violation, f"the cluster holds max.topics={self.config.max_topics}")
-        configs = {str(k): str(v) for k, v in (spec.get("configs") or {}).items()}
+        raw_configs = spec.get("configs") or {}
+        nulls = sorted(str(k) for k, v in raw_configs.items() if v is None)
+        if nulls:
+            raise ControllerError(ErrorCode.invalid_config, f"Null value not supported for topic configs: "
+                                                            f"{', '.join(nulls)}")
+        configs = {str(k): str(v) for k, v in raw_configs.items()}
         try:
             self.validate_configs(configs)
         except ValueError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+        if spec.get("assignments") and (spec.get("num_partitions", -1) != -1
+                                        or spec.get("replication_factor", -1) != -1):
+            raise ControllerError(ErrorCode.invalid_request,
+                                  "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                  "Both cannot be used at the same time.")
         assignments = self._explicit_assignments(spec.get("assignments"))
-        if assignments is not None:
-            if spec.get("num_partitions", -1) not in (-1, len(assignments)) or spec.get("replication_factor", -1) != -1:
-                raise ControllerError(ErrorCode.invalid_request,
-                                      "give either replica assignments or partition count and replication factor")
-        else:
+        if assignments is None:
             partitions = int(spec.get("num_partitions", -1))
             partitions = self.config.num_partitions if partitions == -1 else partitions
             rf = int(spec.get("replication_factor", -1))
@@ -282,6 +293,14 @@ class QuorumController:
             self._add_partition(t, index, replicas)
         result["topic_id"] = topic_id
         return result
+
+    def _collision(self, name: str) -> str | None:
+        """An existing topic whose name differs from `name` only by '.' against '_'."""
+        if "." not in name and "_" not in name:
+            return None
+        key = name.replace(".", "_")
+        return next((other for other in self.image.topics_by_name
+                     if other != name and other.replace(".", "_") == key), None)
 
     def _assign(self, partitions: int, rf: int, first_partition: int = 0) -> list[list[int]]:
         try:
@@ -465,9 +484,10 @@ class QuorumController:
                         code, msg = ErrorCode.none, ""
             else:
                 code, msg = ErrorCode.invalid_request, f"election type {election} is unknown"
-            if explicit or code == ErrorCode.none:
+            if explicit or code != ErrorCode.election_not_needed:
                 results.append({"topic": name, "partition": index, "error_code": int(code), "error_message": msg or None})
-        return _ok(partitions=results)
+        # Every partition: Kafka names every topic, with the partitions that needed an election
+        return _ok(partitions=results, topics=None if explicit else sorted(self.image.topics_by_name))
 
     # ---- ISR changes (from partition leaders) -------------------------------------------
 

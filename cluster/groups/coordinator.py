@@ -396,7 +396,10 @@ class GroupCoordinator:
             return _err(ErrorCode.rebalance_in_progress)
         return _err(ErrorCode.none)
 
-    def leave_group(self, *, group_id: str, members: list[tuple[str, str | None]], now_ms: int) -> dict[str, Any]:
+    def leave_group(self, *, group_id: str, members: list[tuple[str, str | None]], now_ms: int,
+                    batched: bool = False) -> dict[str, Any]:
+        """LeaveGroup. `batched` (v3+, KIP-345): the answer's own error is only ever the
+        group's, each member has its own; before, one member's error is the answer's."""
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return _err(ErrorCode.unknown_member_id, members=[
@@ -427,7 +430,7 @@ class GroupCoordinator:
                 self._member_left(group, target, now_ms)
             results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": ErrorCode.none})
         top: int = ErrorCode.none
-        if len(members) == 1 and results[0]["error_code"] != ErrorCode.none:
+        if not batched and len(members) == 1 and results[0]["error_code"] != ErrorCode.none:
             top = int(results[0]["error_code"])
         return _err(top, members=results)
 
@@ -609,8 +612,8 @@ class GroupCoordinator:
                 return {"error_code": ErrorCode.coordinator_not_available, "error_message": "too many groups",
                         "member_id": req.member_id, "member_epoch": -1, "assignment": None}
         if group is None or group.state is GroupState.DEAD:
-            return {"error_code": ErrorCode.unknown_member_id, "member_id": req.member_id, "member_epoch": -1,
-                    "error_message": f"Group {req.group_id} has no member {req.member_id}.", "assignment": None}
+            return {"error_code": ErrorCode.group_id_not_found, "member_id": req.member_id, "member_epoch": -1,
+                    "error_message": f"Group {req.group_id} not found.", "assignment": None}
         if group.consumer is None:
             if group.members or group.pending_member_ids:
                 return {"error_code": ErrorCode.group_id_not_found, "member_id": req.member_id,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import NO_SEQUENCE
 
 BATCH_HEADER_SIZE = 61
@@ -249,3 +250,47 @@ def patched_prefix(header_bytes: bytes | memoryview, base_offset: int, leader_ep
     )
 
 
+
+
+
+ZSTD = 4
+_LEGACY_RECORD_OVERHEAD_V0 = 14  # the smallest batch length any magic allows
+
+
+def produce_records_problem(records: bytes | None, api_version: int) -> tuple[int, str] | None:
+    """What Kafka refuses in a Produce v3+ partition before it reaches the log
+    (ProduceRequest.validateRecords over ByteBufferLogInputStream): (error code, message),
+    or None. A length below any batch's or a magic byte above 2 is CORRUPT_MESSAGE; anything
+    but exactly one whole batch of magic 2 is INVALID_RECORD (a truncated batch is not
+    one); zstd before v7 is UNSUPPORTED_COMPRESSION_TYPE."""
+    data = records or b""
+    whole = 0
+    pos = 0
+    first_magic = None
+    while len(data) - pos >= LOG_OVERHEAD:
+        (length,) = _I32.unpack_from(data, pos + 8)
+        if length < _LEGACY_RECORD_OVERHEAD_V0:
+            return ErrorCode.corrupt_message, f"Record size {length} is less than the minimum record overhead (14)"
+        if len(data) - pos < MAGIC_OFFSET + 1:
+            break
+        magic = struct.unpack_from(">b", data, pos + MAGIC_OFFSET)[0]
+        if not 0 <= magic <= 2:
+            return ErrorCode.corrupt_message, f"Invalid magic found in record: {magic}"
+        if LOG_OVERHEAD + length > len(data) - pos:
+            break
+        first_magic = magic if first_magic is None else first_magic
+        whole += 1
+        pos += LOG_OVERHEAD + length
+    if whole == 0:
+        return (ErrorCode.invalid_record,
+                f"Produce requests with version {api_version} must have at least one record batch per partition")
+    if first_magic != 2:
+        return (ErrorCode.invalid_record, f"Produce requests with version {api_version} are only allowed to "
+                                          "contain record batches with magic version 2")
+    if api_version < 7 and struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)[0] & COMPRESSION_MASK == ZSTD:
+        return (ErrorCode.unsupported_compression_type,
+                f"Produce requests with version {api_version} are not allowed to use ZStandard compression")
+    if whole > 1:
+        return (ErrorCode.invalid_record, f"Produce requests with version {api_version} are only allowed to "
+                                          "contain exactly one record batch per partition")
+    return None

@@ -19,6 +19,8 @@ DEBUGGING_REPLICA_ID = -2
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the local log's start (ListOffsets v8+)
+LATEST_TIERED_TIMESTAMP = -5  # KIP-405: the last offset in tiered storage (v9+)
 
 # Fetch / ListOffsets isolation levels.
 READ_UNCOMMITTED = 0

@@ -315,25 +315,29 @@ class ReplicaManager:
                 return {"index": index, "error_code": ErrorCode.invalid_txn_state, "base_offset": -1,
                         "log_start_offset": -1,
                         "error_message": f"the transaction of producer {pid} ended while this produce was verified"}
+        # Kafka answers the log start offset with a refusal, except for the errors its
+        # ReplicaManager.appendToLocalLog lists (too large, corrupt, storage: -1)
+        log_start = part.log.log_start_offset
         try:
             result = part.append_as_leader(records, min_isr_checked=min_isr_checked, now_ms=self.clock.now_ms())
         except NotEnoughReplicas:
             return {"index": index, "error_code": ErrorCode.not_enough_replicas, "base_offset": -1,
-                    "error_message": part.not_enough_replicas_message()}
+                    "log_start_offset": log_start, "error_message": part.not_enough_replicas_message()}
         except UnsupportedMagic as exc:
             return _produce_error(index, ErrorCode.unsupported_for_message_format, exc)
         except InvalidRecordBatch as exc:
             return _produce_error(index, ErrorCode.corrupt_message, exc)
         except RejectedRecords as exc:
-            answer = _produce_error(index, ErrorCode.invalid_timestamp if exc.timestamp else ErrorCode.invalid_record, exc)
+            answer = _produce_error(index, ErrorCode.invalid_timestamp if exc.timestamp else ErrorCode.invalid_record,
+                                    exc, log_start)
             answer["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in exc.errors]
             return answer
         except RecordTooLarge as exc:
             return _produce_error(index, ErrorCode.message_too_large, exc)
         except ProducerFenced as exc:
-            return _produce_error(index, ErrorCode.invalid_producer_epoch, exc)
+            return _produce_error(index, ErrorCode.invalid_producer_epoch, exc, log_start)
         except OutOfOrderSequence as exc:
-            return _produce_error(index, ErrorCode.out_of_order_sequence_number, exc)
+            return _produce_error(index, ErrorCode.out_of_order_sequence_number, exc, log_start)
         except StorageError as exc:
             log.error("%s", exc)
             return _produce_error(index, ErrorCode.kafka_storage_error, exc)
@@ -480,9 +484,16 @@ class ReplicaManager:
                   "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
                   "log_start_offset": result.log_start_offset, "preferred_read_replica": preferred,
                   "records": result.records}
-        if result.high_watermark >= 0:
+        if result.error == ErrorCode.unknown_topic_or_partition:
+            answer["aborted_transactions"] = []  # Kafka's answer for a partition its metadata lacks
+        elif result.error != ErrorCode.none and replica_id < 0:
+            # As Kafka tells a consumer: no offsets with an error (its followers ask ListOffsets;
+            # ours restart at the leader's log start carried here, so they keep it)
+            answer.update(high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+        elif result.high_watermark >= 0:
+            # read_committed: a list, empty when nothing read was aborted (Kafka); else null
             answer["aborted_transactions"] = (
-                None if result.aborted is None
+                [] if result.aborted is None and read_committed else None if result.aborted is None
                 else [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in result.aborted])
         return answer, len(result.records), result.error != ErrorCode.none or preferred >= 0
 
@@ -587,6 +598,8 @@ class ReplicaManager:
         code = part.check_leader_epoch(current_leader_epoch)
         if code != ErrorCode.none:
             return code, -1, -1
+        if leader_epoch > part.leader_epoch:
+            return ErrorCode.none, -1, -1  # an epoch this leader never had: undefined, as Kafka
         epoch, end = part.end_offset_for_epoch(leader_epoch)
         return ErrorCode.none, epoch, end
 
@@ -616,6 +629,6 @@ class ReplicaManager:
         self.checkpoint_high_watermarks()()
 
 
-def _produce_error(index: int, code: int, exc: Exception) -> dict[str, Any]:
-    return {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": -1,
+def _produce_error(index: int, code: int, exc: Exception, log_start_offset: int = -1) -> dict[str, Any]:
+    return {"index": index, "error_code": code, "base_offset": -1, "log_start_offset": log_start_offset,
             "error_message": str(exc)}

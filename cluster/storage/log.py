@@ -375,7 +375,8 @@ class Log:
             if check.verdict is SequenceVerdict.DUPLICATE:
                 dup = check.duplicate_of
                 assert dup is not None
-                return AppendResult(dup.base_offset, dup.base_offset + dup.last_offset_delta, -1,
+                # (Kafka answers a duplicate with the cached batch's timestamp as its append time)
+                return AppendResult(dup.base_offset, dup.base_offset + dup.last_offset_delta, dup.max_timestamp,
                                     self.log_start_offset, dup.last_offset_delta + 1, duplicate=True)
             if not enough_replicas:
                 # Before the sequence checks, as Kafka: when a pipelined producer's first
@@ -697,12 +698,11 @@ class Log:
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int]:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
-        best = (-1, -1)
-        for seg in self.segments:
-            if seg.max_timestamp > best[1]:
-                best = (seg.offset_of_max_timestamp, seg.max_timestamp)
-        return best
+        """(offset, timestamp) of the first record with the largest timestamp (ListOffsets
+        -3): the record itself, as Kafka since KAFKA-16310, not the end of its batch."""
+        largest = max((seg.max_timestamp for seg in self.segments), default=-1)
+        found = self.offset_for_timestamp(largest) if largest >= 0 else None
+        return found if found is not None else (-1, -1)
 
     # ---- retention ---------------------------------------------------------------------
 

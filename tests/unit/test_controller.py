@@ -735,12 +735,16 @@ def test_preferred_election() -> None:
     assert [r["error_code"] for r in result["partitions"]] == [ELECTION_NOT_NEEDED] and records == []
 
 
-def test_preferred_election_over_all_partitions_reports_only_changes() -> None:
+def test_preferred_election_over_all_partitions_leaves_out_the_unneeded() -> None:
+    """As Kafka's ReplicationControlManager: every topic is named, with the partitions whose
+    answer is not ELECTION_NOT_NEEDED."""
     c = Cluster()
     _leader_moved_off_preferred(c)
     c.create("u", assignments=[[3, 1]])
     result, records = c.do("elect_leaders", {"election_type": ELECTION_PREFERRED, "partitions": None})
-    assert (result["partitions"], records) == ([], [])
+    assert [(r["topic"], r["partition"], r["error_code"]) for r in result["partitions"]] == [
+        ("t", 0, PREFERRED_LEADER_NOT_AVAILABLE)]  # replica 1 is not in the ISR yet
+    assert (result["topics"], records) == (["t", "u"], [])
     c.alter_isr("t", 0, [2, 3, 1])
     result, records = c.do("elect_leaders", {"partitions": None})  # preferred is the default
     assert result["partitions"] == [{"topic": "t", "partition": 0, "error_code": NONE, "error_message": None}]
@@ -1305,13 +1309,13 @@ def test_dynamic_broker_config_append_and_subtract_on_a_list_config() -> None:
 
 
 @pytest.mark.parametrize("name, ops, code, message", [
-    ("1", [["node.id", "set", "3"]], INVALID_REQUEST, "Cannot update these configs dynamically: Set(node.id)"),
+    ("1", [["node.id", "set", "3"]], INVALID_REQUEST, "Cannot update these configs dynamically: [node.id]"),
     ("", [["log.dirs", "set", "/x"], ["broker.id", "set", "2"], ["log.retention.ms", "set", "1"]], INVALID_REQUEST,
-     "Cannot update these configs dynamically: Set(broker.id, log.dirs)"),
+     "Cannot update these configs dynamically: [broker.id, log.dirs]"),
     ("", [["log.retention.hours", "set", "1"]], INVALID_REQUEST,
-     "Cannot update these configs dynamically: Set(log.retention.hours)"),
+     "Cannot update these configs dynamically: [log.retention.hours]"),
     ("", [["sasl.jaas.config", "set", "secret-value"]], INVALID_REQUEST,
-     "Cannot update these configs dynamically: Set(sasl.jaas.config)"),
+     "Cannot update these configs dynamically: [sasl.jaas.config]"),
     ("1", [["log.retention.ms", "set", "abc"]], INVALID_REQUEST,
      "Invalid value abc for configuration log.retention.ms: Not a number of type LONG"),
     ("1", [["min.insync.replicas", "set", "0"]], INVALID_REQUEST,
@@ -1334,7 +1338,7 @@ def test_without_broker_rules_every_broker_config_is_read_only() -> None:
     c = Cluster()
     one, records = _alter_broker(c, "", [["log.retention.ms", "set", "1"]])
     assert (one["error_code"], one["error_message"], records) == (
-        INVALID_REQUEST, "Cannot update these configs dynamically: Set(log.retention.ms)", [])
+        INVALID_REQUEST, "Cannot update these configs dynamically: [log.retention.ms]", [])
 
 
 @pytest.mark.parametrize("layers, topic_configs, unclean", [

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from cluster.broker.config import DYNAMIC_BROKER_CONFIGS, BrokerConfig
+from cluster.broker.config import ALTERABLE_BROKER_CONFIGS, BrokerConfig
 from cluster.broker.dynamic_config import DynamicBrokerConfig
+from cluster.broker.kafka_configs import KAFKA_BROKER_CONFIGS
 from cluster.controller.image import MetadataImage, record
 from deploy.configs_cmd import parse_add_config
 
@@ -88,10 +89,10 @@ def test_describe_broker_reports_value_source_read_only_and_synonyms() -> None:
     retention = _entry(entries, "log.retention.ms")
     assert (retention["value"], retention["config_source"], retention["read_only"], retention["is_sensitive"]) == (
         "30000", DYNAMIC_BROKER_CONFIG, False, False)
+    # (no DEFAULT_CONFIG synonym: Kafka's log.retention.ms has no default, log.retention.hours decides)
     assert _chain(retention) == [("log.retention.ms", "30000", DYNAMIC_BROKER_CONFIG),
                                  ("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
-                                 ("log.retention.ms", "604800000", DEFAULT_CONFIG)]
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG)]
     node = _entry(entries, "node.id")
     assert (node["value"], node["config_source"], node["read_only"]) == ("2", STATIC_BROKER_CONFIG, True)
     segment = _entry(entries, "log.segment.bytes")
@@ -99,7 +100,13 @@ def test_describe_broker_reports_value_source_read_only_and_synonyms() -> None:
         "1073741824", DEFAULT_CONFIG, False, [("log.segment.bytes", "1073741824", DEFAULT_CONFIG)])
     # Every config is reported once; read_only exactly where an alter is refused.
     assert len({e["name"] for e in entries}) == len(entries)
-    assert {e["name"] for e in entries if not e["read_only"]} == set(DYNAMIC_BROKER_CONFIGS)
+    assert {e["name"] for e in entries if not e["read_only"]} == set(ALTERABLE_BROKER_CONFIGS)
+    # Kafka's every broker config is there, those this broker has no use for with Kafka's default
+    assert set(KAFKA_BROKER_CONFIGS) <= {e["name"] for e in entries}
+    threads = _entry(entries, "num.io.threads")
+    assert (threads["value"], threads["config_source"], threads["read_only"]) == ("8", DEFAULT_CONFIG, False)
+    unset = _entry(cfg.describe_broker(str(NODE), None, True), "log.roll.ms")
+    assert (unset["value"], unset["config_source"], unset["synonyms"]) == (None, DEFAULT_CONFIG, [])
     # Without include_synonyms there are none.
     assert _entry(cfg.describe_broker(str(NODE), None, False), "log.retention.ms")["synonyms"] == []
 
@@ -135,8 +142,7 @@ def test_describe_topic_reports_the_dynamic_default_its_value_comes_from() -> No
     assert (retention["value"], retention["config_source"], retention["read_only"]) == (
         "40000", DYNAMIC_DEFAULT_BROKER_CONFIG, False)
     assert _chain(retention) == [("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
-                                 ("log.retention.ms", "604800000", DEFAULT_CONFIG)]
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG)]
     segment = _entry(entries, "segment.bytes")
     assert (segment["value"], segment["config_source"], _chain(segment)) == (
         "100000", TOPIC_CONFIG, [("segment.bytes", "100000", TOPIC_CONFIG),
@@ -194,3 +200,42 @@ def test_a_default_that_conflicts_with_a_topics_own_configs_leaves_the_topic_usa
     config = cfg.log_config(topic)
     assert (config.min_compaction_lag_ms, config.max_compaction_lag_ms) == (10_000, 5000)
     assert _entry(cfg.describe_topic(topic, {"max.compaction.lag.ms"}, False), "max.compaction.lag.ms")["value"] == "5000"
+
+
+def test_every_broker_config_kafka_has_is_known_and_the_meaningless_dynamic_ones_are_recorded() -> None:
+    """Kafka's dynamic configs that change nothing here (librdkafka's admin tests set
+    sasl.kerberos.min.time.before.relogin) are stored and described, at the levels Kafka
+    allows; those this broker would not act on stay read-only; Kafka's static ones are known
+    (read-only), and a Kafka server.properties' names are accepted in the static config."""
+    from cluster.broker.config import validate_dynamic_configs
+    from cluster.common.config_def import ConfigUpdateRefused
+
+    validate_dynamic_configs(str(NODE), {"sasl.kerberos.min.time.before.relogin": "58000", "num.io.threads": "16"})
+    refusals = {
+        ("", "sasl.kerberos.min.time.before.relogin", "58000"):
+            "Cannot update these configs at default cluster level, broker id must be specified: "
+            "[sasl.kerberos.min.time.before.relogin]",
+        (str(NODE), "sasl.kerberos.min.time.before.relogin", "soon"):
+            "Invalid value soon for configuration sasl.kerberos.min.time.before.relogin: Not a number of type LONG",
+        (str(NODE), "ssl.keystore.location", "/k.pem"):
+            "These security configs can be dynamically updated only per-listener using the listener prefix: "
+            "[ssl.keystore.location]",
+        (str(NODE), "listeners", "PLAINTEXT://:9092"): "Cannot update these configs dynamically: [listeners]",
+        (str(NODE), "num.partitions", "3"): "Cannot update these configs dynamically: [num.partitions]",
+    }
+    for (resource, name, value), message in refusals.items():
+        with pytest.raises(ConfigUpdateRefused) as exc:
+            validate_dynamic_configs(resource, {name: value})
+        assert str(exc.value) == message
+
+    cfg, image = _setup({"num.network.threads": "5"}, {str(NODE): {"sasl.kerberos.min.time.before.relogin": "58000"}})
+    entries = cfg.describe_broker(str(NODE), None, True)
+    relogin = _entry(entries, "sasl.kerberos.min.time.before.relogin")
+    assert (relogin["value"], relogin["config_source"], relogin["read_only"], _chain(relogin)) == (
+        "58000", DYNAMIC_BROKER_CONFIG, False, [("sasl.kerberos.min.time.before.relogin", "58000", DYNAMIC_BROKER_CONFIG),
+                                                ("sasl.kerberos.min.time.before.relogin", "60000", DEFAULT_CONFIG)])
+    network = _entry(entries, "num.network.threads")
+    assert (network["value"], network["config_source"], network["read_only"]) == ("5", STATIC_BROKER_CONFIG, False)
+    assert _entry(entries, "listeners")["read_only"] is True
+    assert _entry(entries, "ssl.keystore.password")["is_sensitive"] is True
+    assert cfg.current.log_config({}).retention_ms == 604_800_000  # a recorded config changes nothing
