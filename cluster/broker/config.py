@@ -247,10 +247,20 @@ NOT_DYNAMIC_HERE = frozenset({
 RECORDED_BROKER_CONFIGS = frozenset(
     name for name, level in _KAFKA_LEVELS.items()
     if level in ("cluster", "broker") and name not in DYNAMIC_BROKER_CONFIGS and name not in NOT_DYNAMIC_HERE)
+# Kafka's broker-level quotas (QuotaConfig.brokerQuotaConfigs): kafka-reassign-partitions
+# --throttle sets the replication rates on each broker and --verify removes them. Recorded
+# and described when set (only then, as Kafka), per broker or cluster-wide; this broker does
+# not throttle replication.
+BROKER_QUOTA_CONFIG_DEFS: dict[str, ConfigDef] = {
+    name: ConfigDef(name, int, 2**63 - 1, None, "Apache Kafka's replication quota (bytes/s); not enforced here",
+                    minimum=0)
+    for name in ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                 "replica.alter.log.dirs.io.max.bytes.per.second")}
 # What AlterConfigs may change on a BROKER resource: applied, or recorded.
 ALTERABLE_BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
     **DYNAMIC_BROKER_CONFIG_DEFS,
     **{name: BROKER_CONFIG_DEFS.get(name) or KAFKA_CONFIG_DEFS[name] for name in sorted(RECORDED_BROKER_CONFIGS)},
+    **BROKER_QUOTA_CONFIG_DEFS,
 }
 ALTERABLE_BROKER_CONFIGS: frozenset[str] = frozenset(ALTERABLE_BROKER_CONFIG_DEFS)
 # Dynamic in Kafka for one broker only, or (TLS key and trust stores) only per listener.
@@ -295,13 +305,14 @@ def validate_dynamic_configs(resource_name: str, configs: Mapping[str, str]) -> 
 
 def is_known_broker_config(name: str) -> bool:
     return (name in BROKER_CONFIG_DEFS or name in LOG_DEFAULT_DEFS or name in _ALIASES
-            or name in KAFKA_STATIC_ONLY_CONFIGS or name in KAFKA_CONFIG_DEFS
+            or name in KAFKA_STATIC_ONLY_CONFIGS or name in KAFKA_CONFIG_DEFS or name in BROKER_QUOTA_CONFIG_DEFS
             or per_listener_setting(name) is not None)
 
 
 def broker_config_def(name: str) -> ConfigDef | None:
     """The definition of a broker config name: this broker's own, else Kafka's."""
-    return BROKER_CONFIG_DEFS.get(name) or LOG_DEFAULT_DEFS.get(name) or KAFKA_CONFIG_DEFS.get(name)
+    return (BROKER_CONFIG_DEFS.get(name) or LOG_DEFAULT_DEFS.get(name) or KAFKA_CONFIG_DEFS.get(name)
+            or BROKER_QUOTA_CONFIG_DEFS.get(name))
 
 
 @dataclass
@@ -346,7 +357,8 @@ class BrokerConfig:
         for layer in layers:
             for key, raw in layer.items():
                 if key not in DYNAMIC_BROKER_CONFIGS:
-                    if key not in RECORDED_BROKER_CONFIGS:  # (those are described, not used)
+                    if key not in RECORDED_BROKER_CONFIGS and key not in BROKER_QUOTA_CONFIG_DEFS:
+                        # (those are described, not used)
                         skipped[key] = "not a dynamic broker config of this broker"
                     continue
                 try:

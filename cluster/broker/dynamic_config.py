@@ -22,6 +22,7 @@ from typing import Any
 from cluster.broker.config import (
     ALTERABLE_BROKER_CONFIGS,
     BROKER_CONFIG_DEFS,
+    BROKER_QUOTA_CONFIG_DEFS,
     KAFKA_CONFIG_DEFS,
     KAFKA_NULL_DEFAULTS,
     LOG_DEFAULT_DEFS,
@@ -85,18 +86,29 @@ class DynamicBrokerConfig:
 
     def synonyms(self, name: str) -> list[Synonym]:
         """Where the broker config `name` may come from, highest precedence first (Kafka's
-        synonyms): each layer that sets it, then Kafka's default (none where Kafka's is null:
-        log.retention.ms falls back on log.retention.hours there, and Kafka lists no synonym)."""
-        definition = broker_config_def(name)
+        DynamicBrokerConfig synonyms): layer by layer (this broker's dynamic configs, the
+        cluster's, the static config, Kafka's defaults), each of the names that set the same
+        thing (log.retention.ms, .minutes, .hours); then everything before the first entry of
+        `name` itself is dropped, as Kafka drops it. A default Kafka has as null is none: with
+        nothing set, retention.ms has no synonym at all, and once log.retention.ms is set its
+        chain ends at log.retention.hours' default."""
+        group = _SYNONYM_GROUPS.get(name, (name,))
         default, own = self.layers()
         out: list[Synonym] = []
         for layer, source in ((own, CONFIG_SOURCE_DYNAMIC_BROKER), (default, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)):
-            if name in layer and (value := _rendered(definition, name, layer[name])) is not None:
-                out.append({"name": name, "value": value, "source": source})
-        if name in self.static.static_keys and name in self.static:
-            out.append({"name": name, "value": render_value(self.static[name]), "source": CONFIG_SOURCE_STATIC_BROKER})
-        if definition is not None and definition.default is not None and name not in KAFKA_NULL_DEFAULTS:
-            out.append({"name": name, "value": render_value(definition.default), "source": CONFIG_SOURCE_DEFAULT})
+            for n in group:
+                if n in layer and (value := _rendered(broker_config_def(n), n, layer[n])) is not None:
+                    out.append({"name": n, "value": value, "source": source})
+        for n in group:
+            if n in self.static.static_keys and n in self.static:
+                out.append({"name": n, "value": render_value(self.static[n]), "source": CONFIG_SOURCE_STATIC_BROKER})
+        for n in group:
+            definition = broker_config_def(n)
+            if (definition is not None and definition.default is not None and n not in KAFKA_NULL_DEFAULTS
+                    and n not in BROKER_QUOTA_CONFIG_DEFS):
+                out.append({"name": n, "value": render_value(definition.default), "source": CONFIG_SOURCE_DEFAULT})
+        while out and out[0]["name"] != name:
+            out.pop(0)
         return out
 
     def describe_broker(self, resource_name: str, keys: set[str] | None, with_synonyms: bool) -> list[dict[str, Any]]:
@@ -105,7 +117,9 @@ class DynamicBrokerConfig:
         per_broker = resource_name != DEFAULT_RESOURCE
         if per_broker:
             names = [*BROKER_CONFIG_DEFS, *LOG_DEFAULT_DEFS, *KAFKA_CONFIG_DEFS,
-                     *sorted(n for n in self.static.static_keys if per_listener_setting(n) is not None)]
+                     *sorted(n for n in self.static.static_keys if per_listener_setting(n) is not None),
+                     # Kafka's broker quotas: described when set
+                     *sorted({n for layer in self.layers() for n in layer if n in BROKER_QUOTA_CONFIG_DEFS})]
         else:
             names = sorted(self.layers()[0])
         entries = []
@@ -139,6 +153,17 @@ class DynamicBrokerConfig:
             entry["value"] = render_value(cfg[name])
             entries.append(entry)
         return entries
+
+
+# Broker configs that set the same thing, as Kafka's DynamicBrokerConfig.brokerConfigSynonyms
+# lists them (the first name wins).
+_SYNONYM_GROUPS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+                    ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
+    **dict.fromkeys(("log.roll.ms", "log.roll.hours"), ("log.roll.ms", "log.roll.hours")),
+    **dict.fromkeys(("log.roll.jitter.ms", "log.roll.jitter.hours"), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+}
 
 
 def _rendered(definition: ConfigDef | None, name: str, raw: str) -> str | None:

@@ -174,9 +174,10 @@ def test_cluster_default_retention_applies_live_and_survives_a_restart(broker_fa
     kp = kp_describe_broker(bs, "1")["log.retention.ms"]
     assert (kp["value"], kp["config_source"], kp["read_only"], kp["is_sensitive"]) == (
         "3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG", False, False)
-    # (no DEFAULT_CONFIG synonym: Kafka's log.retention.ms has none, log.retention.hours decides)
+    # Kafka's log.retention.ms has no default: its chain ends at log.retention.hours' (Kafka 4.3.1's answer)
     assert [(s["name"], s["value"], s["source"]) for s in kp["synonyms"]] == [
-        ("log.retention.ms", "3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG")]
+        ("log.retention.ms", "3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+        ("log.retention.hours", "168", "DEFAULT_CONFIG")]
     r = configs_cli(bs, "--entity-type", "brokers", "--entity-default", "--describe")
     assert (r.returncode, r.stdout) == (0, "Default configs for brokers in the cluster are:\n"
                                            "  log.retention.ms=3600000 sensitive=false "
@@ -205,12 +206,13 @@ def test_a_broker_override_wins_over_the_default_and_deleting_it_falls_back(brok
     kp = kp_describe_broker(bs, "1")["log.retention.ms"]
     assert [(s["value"], s["source"]) for s in kp["synonyms"]] == [
         ("30000", "DYNAMIC_BROKER_CONFIG"), ("40000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
-        ("50000", "STATIC_BROKER_CONFIG")]
+        ("50000", "STATIC_BROKER_CONFIG"), ("168", "DEFAULT_CONFIG")]
     r = configs_cli(bs, "--entity-type", "brokers", "--entity-name", "1", "--describe")
     assert r.returncode == 0 and r.stdout.splitlines() == [
         "Dynamic configs for broker 1 are:",
         "  log.retention.ms=30000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=30000, "
-        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=40000, STATIC_BROKER_CONFIG:log.retention.ms=50000}"], r
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=40000, STATIC_BROKER_CONFIG:log.retention.ms=50000, "
+        "DEFAULT_CONFIG:log.retention.hours=168}"], r
 
     # validate_only changes nothing.
     assert ck_incremental(bs, "1", [("log.retention.ms", "SET", "20000")], validate_only=True) is None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.broker.config import ALTERABLE_BROKER_CONFIGS, BrokerConfig
+from cluster.broker.config import ALTERABLE_BROKER_CONFIGS, BROKER_QUOTA_CONFIG_DEFS, BrokerConfig
 from cluster.broker.dynamic_config import DynamicBrokerConfig
 from cluster.broker.kafka_configs import KAFKA_BROKER_CONFIGS
 from cluster.controller.image import MetadataImage, record
@@ -89,18 +89,21 @@ def test_describe_broker_reports_value_source_read_only_and_synonyms() -> None:
     retention = _entry(entries, "log.retention.ms")
     assert (retention["value"], retention["config_source"], retention["read_only"], retention["is_sensitive"]) == (
         "30000", DYNAMIC_BROKER_CONFIG, False, False)
-    # (no DEFAULT_CONFIG synonym: Kafka's log.retention.ms has no default, log.retention.hours decides)
+    # Kafka's log.retention.ms has no default: the chain ends at log.retention.hours' (Kafka 4.3.1's answer)
     assert _chain(retention) == [("log.retention.ms", "30000", DYNAMIC_BROKER_CONFIG),
                                  ("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG)]
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
+                                 ("log.retention.hours", "168", DEFAULT_CONFIG)]
     node = _entry(entries, "node.id")
     assert (node["value"], node["config_source"], node["read_only"]) == ("2", STATIC_BROKER_CONFIG, True)
     segment = _entry(entries, "log.segment.bytes")
     assert (segment["value"], segment["config_source"], segment["read_only"], _chain(segment)) == (
         "1073741824", DEFAULT_CONFIG, False, [("log.segment.bytes", "1073741824", DEFAULT_CONFIG)])
-    # Every config is reported once; read_only exactly where an alter is refused.
+    # Every config is reported once; read_only exactly where an alter is refused (Kafka's
+    # replication quotas are alterable but described only once set, as Kafka's).
     assert len({e["name"] for e in entries}) == len(entries)
-    assert {e["name"] for e in entries if not e["read_only"]} == set(ALTERABLE_BROKER_CONFIGS)
+    assert {e["name"] for e in entries if not e["read_only"]} == set(ALTERABLE_BROKER_CONFIGS) - set(
+        BROKER_QUOTA_CONFIG_DEFS)
     # Kafka's every broker config is there, those this broker has no use for with Kafka's default
     assert set(KAFKA_BROKER_CONFIGS) <= {e["name"] for e in entries}
     threads = _entry(entries, "num.io.threads")
@@ -142,7 +145,8 @@ def test_describe_topic_reports_the_dynamic_default_its_value_comes_from() -> No
     assert (retention["value"], retention["config_source"], retention["read_only"]) == (
         "40000", DYNAMIC_DEFAULT_BROKER_CONFIG, False)
     assert _chain(retention) == [("log.retention.ms", "40000", DYNAMIC_DEFAULT_BROKER_CONFIG),
-                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG)]
+                                 ("log.retention.ms", "50000", STATIC_BROKER_CONFIG),
+                                 ("log.retention.hours", "168", DEFAULT_CONFIG)]
     segment = _entry(entries, "segment.bytes")
     assert (segment["value"], segment["config_source"], _chain(segment)) == (
         "100000", TOPIC_CONFIG, [("segment.bytes", "100000", TOPIC_CONFIG),
@@ -239,3 +243,45 @@ def test_every_broker_config_kafka_has_is_known_and_the_meaningless_dynamic_ones
     assert _entry(entries, "listeners")["read_only"] is True
     assert _entry(entries, "ssl.keystore.password")["is_sensitive"] is True
     assert cfg.current.log_config({}).retention_ms == 604_800_000  # a recorded config changes nothing
+
+
+def test_synonym_chains_run_layer_by_layer_from_the_configs_own_first_entry() -> None:
+    """Kafka's DynamicBrokerConfig synonyms, as Kafka 4.3.1 answers kafka-configs: the names
+    that set one thing (log.retention.ms, .minutes, .hours), layer by layer, everything before
+    the config's own first entry dropped; with nothing set, log.retention.ms (null default)
+    has no synonym at all and retention.ms none either."""
+    cfg, _ = _setup()
+    topic = {e["name"]: e for e in cfg.describe_topic({}, None, True)}
+    assert (topic["retention.ms"]["value"], _chain(topic["retention.ms"])) == ("604800000", [])
+    broker = {e["name"]: e for e in cfg.describe_broker(str(NODE), None, True)}
+    assert (broker["log.retention.ms"]["value"], _chain(broker["log.retention.ms"])) == (None, [])
+    assert _chain(broker["log.retention.hours"]) == [("log.retention.hours", "168", DEFAULT_CONFIG)]
+    assert _chain(broker["log.roll.ms"]) == [] and _chain(broker["log.roll.jitter.ms"]) == []
+    cfg, _ = _setup({}, {"": {"log.roll.ms": "60000"}, str(NODE): {"log.flush.interval.ms": "1000"}})
+    topic = {e["name"]: e for e in cfg.describe_topic({}, None, True)}
+    assert _chain(topic["segment.ms"]) == [("log.roll.ms", "60000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                           ("log.roll.hours", "168", DEFAULT_CONFIG)]
+    assert _chain(topic["flush.ms"])[:1] == [("log.flush.interval.ms", "1000", DYNAMIC_BROKER_CONFIG)]
+    assert [n for n, _, _ in _chain(topic["flush.ms"])] == ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
+
+
+def test_kafkas_replication_quotas_are_recorded_and_described_only_when_set() -> None:
+    """kafka-reassign-partitions --throttle sets leader/follower.replication.throttled.rate on
+    each broker (--verify removes them): accepted per broker and cluster-wide, described as
+    Kafka describes them (only when set, no default synonym), changing nothing here."""
+    from cluster.broker.config import validate_dynamic_configs
+
+    for name in ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                 "replica.alter.log.dirs.io.max.bytes.per.second"):
+        validate_dynamic_configs(str(NODE), {name: "50000000"})
+        validate_dynamic_configs("", {name: "50000000"})
+    cfg, _ = _setup()
+    assert "leader.replication.throttled.rate" not in {e["name"] for e in cfg.describe_broker(str(NODE), None, True)}
+    cfg, _ = _setup({}, {str(NODE): {"leader.replication.throttled.rate": "50000000"},
+                         "": {"follower.replication.throttled.rate": "7"}})
+    described = {e["name"]: e for e in cfg.describe_broker(str(NODE), None, True)}
+    assert _chain(described["leader.replication.throttled.rate"]) == [
+        ("leader.replication.throttled.rate", "50000000", DYNAMIC_BROKER_CONFIG)]
+    assert (described["follower.replication.throttled.rate"]["value"],
+            described["follower.replication.throttled.rate"]["read_only"]) == ("7", False)
+    assert cfg.current.values == BrokerConfig.from_overrides({}).values  # nothing applied
