@@ -8,8 +8,9 @@ so the client's next Metadata request to this broker already shows it.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cluster.broker.context import RequestContext
@@ -34,9 +35,15 @@ _CONFIG_OPS = {CONFIG_OP_SET: "set", CONFIG_OP_DELETE: "delete", CONFIG_OP_APPEN
                CONFIG_OP_SUBTRACT: "subtract"}
 
 
+# A created topic's configs as DescribeConfigs lists them (DynamicBrokerConfig.describe_topic).
+TopicConfigs = Callable[[Mapping[str, str]], list[dict[str, Any]]]
+_CREATED_CONFIG_FIELDS = ("name", "value", "read_only", "config_source", "is_sensitive")
+
+
 class AdminHandlers:
-    def __init__(self, controller: ControllerChannel) -> None:
+    def __init__(self, controller: ControllerChannel, topic_configs: TopicConfigs | None = None) -> None:
         self.controller = controller
+        self.topic_configs = topic_configs
 
     async def _call(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         try:
@@ -94,9 +101,18 @@ class AdminHandlers:
                                   self._timeout_s(req))
         topics = denied
         for r in self._each(result, "topics", [s["name"] for s in specs]):
-            topics.append({"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message"),
-                           "num_partitions": r.get("num_partitions", -1),
-                           "replication_factor": r.get("replication_factor", -1), "configs": None})
+            created = {"name": r["name"], "error_code": r["error_code"], "error_message": r.get("error_message"),
+                       "num_partitions": r.get("num_partitions", -1),
+                       "replication_factor": r.get("replication_factor", -1), "configs": None}
+            if r["error_code"] == ErrorCode.none:
+                if version >= 5 and self.topic_configs is not None:
+                    # KIP-525: the topic's configs in force, as the Java Admin client's
+                    # CreateTopicsResult.config() hands them out
+                    created["configs"] = [{k: e[k] for k in _CREATED_CONFIG_FIELDS}
+                                          for e in self.topic_configs(r.get("configs") or {})]
+                if r.get("topic_id"):
+                    created["topic_id"] = uuid.UUID(r["topic_id"])  # v7
+            topics.append(created)
         return {"throttle_time": 0, "topics": topics}
 
     async def handle_delete_topics(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:

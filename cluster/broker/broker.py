@@ -138,7 +138,9 @@ class Broker:
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         apis = api_table(ReplicaHandlers(self.replicas, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
-                         AdminHandlers(self.controller), GroupHandlers(self.groups, txns.find_coordinator), txns,
+                         AdminHandlers(self.controller,
+                                       lambda configs: self.dynamic_config.describe_topic(configs, None, False)),
+                         GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
                          ClientQuotaHandlers(lambda: self.metadata.image, self.controller),
                          QuorumHandlers(self.controller, membership.voters, self.security.inter_broker))
@@ -250,7 +252,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, groups.handle_consumer_group_heartbeat),  # flexible only
         Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, groups.handle_consumer_group_describe),  # flexible only
         Api(ApiKey.API_VERSIONS, 0, 3, None),
-        Api(ApiKey.CREATE_TOPICS, 2, 4, admin.handle_create_topics),
+        Api(ApiKey.CREATE_TOPICS, 2, 7, admin.handle_create_topics),  # v5: the created topic's configs
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),
         Api(ApiKey.INIT_PRODUCER_ID, 0, 4, txns.handle_init_producer_id),
         Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 4, txns.handle_add_partitions_to_txn),
@@ -262,7 +264,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, txns.handle_describe_transactions),  # flexible only
         Api(ApiKey.LIST_TRANSACTIONS, 0, 1, txns.handle_list_transactions),  # flexible only
         Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 3, replicas.handle_offset_for_leader_epoch),
-        Api(ApiKey.DESCRIBE_CONFIGS, 1, 2, meta.handle_describe_configs),
+        Api(ApiKey.DESCRIBE_CONFIGS, 1, 4, meta.handle_describe_configs),  # v3: config types
         Api(ApiKey.ALTER_CONFIGS, 0, 1, admin.handle_alter_configs),
         Api(ApiKey.CREATE_PARTITIONS, 0, 1, admin.handle_create_partitions),
         Api(ApiKey.DELETE_GROUPS, 0, 1, groups.handle_delete_groups),

@@ -10,9 +10,12 @@ import uuid
 from typing import Any, NamedTuple
 
 from cluster.broker.auto_topics import AutoTopicCreation
+from cluster.broker.config import broker_config_def
 from cluster.broker.context import RequestContext
 from cluster.broker.dynamic_config import DynamicBrokerConfig
+from cluster.broker.kafka_configs import KAFKA_BROKER_CONFIGS
 from cluster.broker.metadata_cache import MetadataCache
+from cluster.common.config_def import ConfigDef
 from cluster.controller.image import TopicImage
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
@@ -23,6 +26,7 @@ from cluster.protocol.sentinels import (
 )
 from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
 from cluster.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from cluster.storage.config import TOPIC_CONFIG_DEFS
 
 
 def _topic_error(code: int, name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
@@ -37,6 +41,26 @@ ZERO_UUID = uuid.UUID(int=0)
 class _ById(NamedTuple):
     topic_id: uuid.UUID
     name: None = None
+
+
+# DescribeConfigs v3+ config_type: Kafka's ConfigEntry.ConfigType ids (0: UNKNOWN).
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
+                "PASSWORD": 9}
+
+
+def config_definition(resource_type: int, name: str) -> ConfigDef | None:
+    if resource_type == RESOURCE_TOPIC:
+        return TOPIC_CONFIG_DEFS.get(name)
+    return broker_config_def(name)
+
+
+def kafka_config_type(resource_type: int, name: str) -> str:
+    """A config's type as Kafka declares it: Kafka's own table for a broker config Kafka
+    has (it says PASSWORD, CLASS, ...), else the definition's."""
+    if resource_type != RESOURCE_TOPIC and name in KAFKA_BROKER_CONFIGS:
+        return KAFKA_BROKER_CONFIGS[name][0]
+    definition = config_definition(resource_type, name)
+    return definition.kafka_type if definition is not None else "UNKNOWN"
 
 
 def _invalid_topic_name(name: str) -> str | None:
@@ -198,12 +222,14 @@ class MetadataHandlers:
     # ---- DescribeConfigs -------------------------------------------------------------
 
     async def handle_describe_configs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        """DescribeConfigs v1–2: topics and this broker (its configs in force, or with resource
+        """DescribeConfigs v1–4: topics and this broker (its configs in force, or with resource
         name "" the cluster-wide dynamic defaults), each value with its source and, when
-        asked, its synonyms; sensitive values are never sent."""
+        asked, its synonyms; sensitive values are never sent. v3+: each config's type (the
+        Java Admin client's ConfigEntry.type()) and, when asked, its documentation."""
         results = []
         node_id = self.cache.node_id
         with_synonyms = bool(getattr(req, "include_synonyms", False))
+        with_documentation = bool(getattr(req, "include_documentation", False))
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
             result: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
@@ -236,6 +262,11 @@ class MetadataHandlers:
             else:
                 result.update(error_code=ErrorCode.invalid_request,
                               error_message=f"resource type {r.resource_type} is not supported")
+            if version >= 3:
+                for entry in entries:
+                    definition = config_definition(r.resource_type, entry["name"])
+                    entry["config_type"] = CONFIG_TYPES.get(kafka_config_type(r.resource_type, entry["name"]), 0)
+                    entry["documentation"] = definition.doc if with_documentation and definition else None
             result["configs"] = entries
             results.append(result)
         return {"throttle_time": 0, "results": results}

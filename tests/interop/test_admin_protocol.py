@@ -197,3 +197,45 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess, kp
         refused = admin.raw(ApiKey.DESCRIBE_TOPIC_PARTITIONS, {
             "topics": [{"name": "a"}], "response_partition_limit": 10, "cursor": {"topic_name": "b", "partition_index": 0}})
         assert [(t.name, t.error_code) for t in refused.topics] == [("a", ErrorCode.invalid_request)]
+
+
+def test_create_topics_v7_returns_the_configs_and_describe_configs_v4_the_types(broker: BrokerProcess) -> None:
+    """What the Java Admin client reads (tests/kafka/test_java_clients.py compares it with
+    Kafka): CreateTopics v5+ hands back the new topic's configs in force (KIP-525;
+    CreateTopicsResult.config() is UnsupportedVersionException below v5) and v7 its id;
+    DescribeConfigs v3+ each config's type (ConfigEntry.type(), UNKNOWN below v3)."""
+    import uuid
+
+    import trio
+
+    from cluster.client.connection import BrokerConnection
+    from cluster.protocol.api_keys import ApiKey
+
+    async def ask() -> tuple[Any, Any]:
+        host, port = broker.bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port), client_id="admin-v7").connect()
+        try:
+            created = await conn.request(ApiKey.CREATE_TOPICS, {
+                "topics": [{"name": "typed", "num_partitions": 2, "replication_factor": 1, "assignments": [],
+                            "configs": [{"name": "retention.ms", "value": "3600000"}]}],
+                "timeout": 30_000, "validate_only": False}, version=7)
+            described = await conn.request(ApiKey.DESCRIBE_CONFIGS, {
+                "resources": [{"resource_type": 2, "resource_name": "typed",
+                               "configuration_keys": ["retention.ms", "segment.bytes", "cleanup.policy"]},
+                              {"resource_type": 4, "resource_name": "1", "configuration_keys": ["ssl.key.password"]}],
+                "include_synonyms": False, "include_documentation": True}, version=4)
+        finally:
+            await conn.aclose()
+        return created, described
+
+    created, described = trio.run(ask)
+    (topic,) = created.topics
+    assert topic.error_code == 0 and topic.num_partitions == 2 and topic.replication_factor == 1
+    assert topic.topic_id not in (None, uuid.UUID(int=0))
+    configs = {c.name: (c.value, c.config_source, c.read_only, c.is_sensitive) for c in topic.configs}
+    assert configs["retention.ms"] == ("3600000", 1, False, False)  # DYNAMIC_TOPIC_CONFIG
+    assert configs["segment.bytes"] == ("1073741824", 5, False, False)  # DEFAULT_CONFIG
+    assert len(configs) > 30
+    types = {c.name: c.config_type for r in described.results for c in r.configs}
+    assert types == {"retention.ms": 5, "segment.bytes": 3, "cleanup.policy": 7, "ssl.key.password": 9}  # LONG INT LIST PASSWORD
+    assert all(c.documentation for r in described.results for c in r.configs)
