@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,21 @@ import orjson
 import pytest
 
 from tests.harness import BrokerProcess, ClusterProcesses
+
+
+@pytest.fixture(autouse=True)
+def _heavy_tests_one_at_a_time(request: pytest.FixtureRequest,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test marked `heavy` (a multi-broker cluster killed -9 beside client applications,
+    JVMs or Spark) never runs beside another one on the other xdist worker: each holds an
+    exclusive lock on a file every worker of the run shares (the workers' base temporary
+    directories have one parent) from before its fixtures start to after they stop."""
+    if request.node.get_closest_marker("heavy") is None:
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / "heavy-tests.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture

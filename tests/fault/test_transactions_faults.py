@@ -218,6 +218,7 @@ def create_topics(cluster: ClusterProcesses) -> None:
         wait_fully_replicated(cluster, name, PARTITIONS, RF)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_consume_transform_produce_exactly_once_through_kills(cluster_factory: Any, tmp_path: Path) -> None:

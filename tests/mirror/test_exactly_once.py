@@ -122,6 +122,7 @@ def kill_worker(lab: MirrorLab, rng: random.Random, label: str) -> None:
              f"the supervisor restarts {flow}-w{index}", on_timeout=lab.mirror_log_tail)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.timeout(max(900, RECORDS // 500))
 def test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9(

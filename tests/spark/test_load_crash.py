@@ -24,7 +24,7 @@ import pytest
 from tests.harness import REPO, BrokerProcess
 from tests.spark.common import Feed, create_topics, sql_json, write_topology
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1500)]
 
 STEPS = ["planned", "stage-written", "staged", "publish-file", "published", "committed"]
 TOPICS = {"c.east.pageviews": 3, "c.local": 1}
