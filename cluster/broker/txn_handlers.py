@@ -194,11 +194,9 @@ class TxnHandlers:
         if known:
             # KIP-890, as Kafka's group coordinator: the offsets partition must be in the
             # producer's ongoing transaction (AddOffsetsToTxn), under its current epoch; a
-            # fenced producer's offsets would otherwise open a transaction nothing ends.
-            index = partition_for(req.group_id, self.groups.num_partitions)
-            verdict = (await self.service.verify(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                 [(OFFSETS_TOPIC, index)])).get((OFFSETS_TOPIC, index),
-                                                                                ErrorCode.not_enough_replicas)
+            # fenced producer's offsets would otherwise open a transaction nothing ends. (An
+            # empty group id is INVALID_GROUP_ID before that.)
+            verdict = await self._verify_offsets_partition(req) if req.group_id else ErrorCode.none
             if verdict != ErrorCode.none:
                 code = _VERIFICATION_ANSWERS.get(verdict, verdict)
                 results.update({(t, p): code for t, p, *_ in known})
@@ -208,6 +206,12 @@ class TxnHandlers:
                 member_id=getattr(req, "member_id", "") or "", generation_id=getattr(req, "generation_id", -1),
                 group_instance_id=getattr(req, "group_instance_id", None), offsets=known))
         return offset_commit_answer(req, results)
+
+    async def _verify_offsets_partition(self, req: Any) -> int:
+        index = partition_for(req.group_id, self.groups.num_partitions)
+        codes = await self.service.verify(req.transactional_id, req.producer_id, req.producer_epoch,
+                                          [(OFFSETS_TOPIC, index)])
+        return codes.get((OFFSETS_TOPIC, index), ErrorCode.not_enough_replicas)
 
     # ---- WriteTxnMarkers (broker to broker) -------------------------------------------
 

@@ -134,7 +134,6 @@ DEVIATIONS = {
     "H": "EndTxn with the opposite result while markers are being written: CONCURRENT_TRANSACTIONS, not INVALID_TXN_STATE",
     "I": "DescribeProducers of an invalid topic name: UNKNOWN_TOPIC_OR_PARTITION, not INVALID_TOPIC_EXCEPTION",
     "J": "ListTransactions reports the state filter 'PrepareEpochFence' as unknown",
-    "K": "TxnOffsetCommit with a negative producer id: COORDINATOR_NOT_AVAILABLE (retriable, never succeeds)",
     "T": "the transaction timeout is truncated by 1 ms for many values (1001 -> 1000): float seconds in txn_handlers._ms",
     "M": "InitProducerId retry (producer id + previous epoch) keeps the old state and timeout (Kafka: Empty, new timeout)",
     "N": "TxnOffsetCommit with a member id and generation -1 to an empty group: UNKNOWN_MEMBER_ID (Kafka accepts)",
@@ -901,18 +900,20 @@ class Example:
                 return exact(E.unknown_topic_or_partition)
             if group == "":
                 return exact(E.invalid_group_id)
+            # Kafka verifies the producer with its transaction coordinator first (KIP-890:
+            # CoordinatorRuntime.scheduleTransactionalWriteOperation), then checks the member.
+            verification = (E.invalid_producer_id_mapping, E.invalid_producer_epoch, E.producer_fenced,
+                            E.invalid_txn_state)
             if generation >= 0:
                 # No member ever joined these groups (old coordinator: UNKNOWN_MEMBER_ID, new: ILLEGAL_GENERATION).
-                return exact(E.unknown_member_id, E.illegal_generation)
+                return exact(E.unknown_member_id, E.illegal_generation, *verification)
             # Accepted by the group (Kafka's "simple group" path), then stored in the producer's
             # transaction; Kafka >= 3.6 verifies the producer with its coordinator first.
             if len((meta or "").encode()) > OFFSET_METADATA_MAX:
-                allowed = exact(E.offset_metadata_too_large)
+                allowed = exact(E.offset_metadata_too_large, *verification)
             else:
                 allowed = exact(E.none, E.producer_fenced, E.invalid_producer_epoch, E.invalid_producer_id_mapping,
                                 E.invalid_txn_state)
-                if pid < 0:
-                    allowed[int(E.coordinator_not_available)] = (None, "K")
             if member or instance is not None:
                 allowed[int(E.unknown_member_id)] = (None, "N")
             return allowed
@@ -1443,11 +1444,11 @@ def dev_j_prepare_epoch_fence_filter(wire: Wire) -> None:
 
 
 def dev_k_txn_offset_commit_without_producer_id(wire: Wire) -> None:
-    # The broker writes a transactional batch with producer id -1, the log refuses it, and the
-    # client is told COORDINATOR_NOT_AVAILABLE: retriable, so it retries what can never work.
+    # The broker wrote a transactional batch with producer id -1, the log refused it, and the
+    # client was told COORDINATOR_NOT_AVAILABLE: retriable, so it retried what can never work.
     # Kafka commits it as a plain offset commit (GroupMetadataManager.storeOffsets:
     # isTxnOffsetCommit = producerId != NO_PRODUCER_ID) or, with KIP-890 verification,
-    # refuses it for the producer id.
+    # refuses it for the producer id, as the broker now does (verified first).
     r = wire.call(TXN_OFFSET_COMMIT, 3, {
         "transactional_id": new_id("k"), "group_id": new_id("k-group"), "producer_id": -1, "producer_epoch": -1,
         "generation_id": -1, "member_id": "", "group_instance_id": None,
@@ -1503,6 +1504,7 @@ def _fixed(fn: Callable[[Wire], None]) -> Any:
     _fixed(dev_e4_describe_empty_id),
     _fixed(dev_j_prepare_epoch_fence_filter),
     _fixed(dev_m_retried_init_resets_the_transaction),
+    _fixed(dev_k_txn_offset_commit_without_producer_id),
     # Last: it makes "" a transactional id on a broker that accepted it (the E cases need it unknown).
     _fixed(bug_a_empty_transactional_id),
 ])
@@ -1513,7 +1515,6 @@ def test_fuzzer_finding_answered_as_kafka(repro: Wire, case: Callable[[Wire], No
 @pytest.mark.parametrize("case", [
     _case(dev_g_internal_topic_in_transaction, DEVIATIONS["G"]),
     _case(dev_i_describe_producers_invalid_topic, DEVIATIONS["I"]),
-    _case(dev_k_txn_offset_commit_without_producer_id, DEVIATIONS["K"]),
 ])
 def test_known_deviation(repro: Wire, case: Callable[[Wire], None]) -> None:
     case(repro)
