@@ -4,9 +4,13 @@ same table format (Parquet partitioned by source datacenter and event date), in 
 
 Setup: one standalone broker; N records of 200 bytes (hex text, so the JSON file holds them
 as they are) with mirror provenance headers in 6 partitions, produced with librdkafka. One
-Spark session: a small warm-up load (Python workers and JIT), then
+Spark session (with Spark's Kafka source on its classpath, `make peers`): a small warm-up
+load (Python workers and JIT), then
   1. `dcmirror load` (spark_aggregate.load.Loader.run: plan, stage, publish, commit);
-  2. the peer: spark.read.json(file with the same records) -> the same columns -> Parquet.
+  2. a peer: spark.read.json(file with the same records) -> the same columns -> Parquet;
+  3. the peer a user would write: spark.read.format("kafka") (Spark's own Kafka source, the
+     pinned spark-sql-kafka) from the same broker topic -> the same columns, provenance taken
+     from the headers -> Parquet.
 Rates are records/s and MB/s of payload (values). Target from the issue: >= 500k records/s.
 Knob: DCMIRROR_BENCH_LOAD_RECORDS (default 3,000,000; a load has ~1 s of fixed metastore and
 ledger work, which 1M records still feel: 310k records/s there against 486k at 3M).
@@ -29,6 +33,7 @@ from spark_aggregate.load import Loader
 from spark_aggregate.session import start_session, stop_session, warehouse_lock
 from spark_aggregate.settings import WarehouseSettings
 from tests.harness import BrokerProcess
+from tests.peers.fetch import set_dir
 from tests.perf.benchlib import OtherLoad, emit, env_int, producer_conf, progress
 from tests.spark.common import write_topology
 from topology import load
@@ -114,7 +119,9 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
         produce(broker.bootstrap, "bench.east.pageviews", n, json_path)
         progress(f"produced {n:,} records in {time.perf_counter() - started:.1f} s")
 
-        topology = write_topology(tmp_path / "topology.toml", broker.bootstrap, tmp_path / "warehouse")
+        jars = ",".join(str(p) for p in sorted(set_dir("spark-kafka").glob("*.jar")))
+        topology = write_topology(tmp_path / "topology.toml", broker.bootstrap, tmp_path / "warehouse",
+                                  config={"spark.jars": jars})
         settings = WarehouseSettings.from_topology(load(topology))
         with warehouse_lock(settings, "tests/perf/test_load.py"):
             spark = start_session(settings, "tests/perf/test_load.py")
@@ -154,6 +161,12 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
                     json_s = time.perf_counter() - started
                 peer = spark.read.parquet(str(tmp_path / "json-table")).count()
                 assert peer == n
+                write_kafka_source_peer(spark, broker.bootstrap, "warmup.east.pageviews", tmp_path / "warm-table")
+                with OtherLoad(*ours) as kafka_other:
+                    started = time.perf_counter()
+                    write_kafka_source_peer(spark, broker.bootstrap, "bench.east.pageviews", tmp_path / "kafka-table")
+                    kafka_s = time.perf_counter() - started
+                assert spark.read.parquet(str(tmp_path / "kafka-table")).count() == n
             finally:
                 stop_session(spark)
     finally:
@@ -171,10 +184,34 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
         f"{payload / read_s / MB:6.1f} MB/s",
         f"  peer: Spark JSON-lines file -> Parquet:     {json_s:6.2f} s = {n / json_s:10,.0f} records/s, "
         f"{payload / json_s / MB:6.1f} MB/s  [{json_other.describe()}]",
+        f"  peer: Spark's Kafka source -> Parquet:      {kafka_s:6.2f} s = {n / kafka_s:10,.0f} records/s, "
+        f"{payload / kafka_s / MB:6.1f} MB/s  [{kafka_other.describe()}]",
         f"  ratio load/peer: {json_s / load_s:.2f} (Spark job alone: {json_s / stage_s:.2f}); "
+        f"load/Spark's Kafka source: {kafka_s / load_s:.2f} (Spark job alone: {kafka_s / stage_s:.2f}); "
         f"target >= 500,000 records/s",
     ]
     emit("\n".join(lines))
+
+
+def write_kafka_source_peer(spark: object, bootstrap: str, topic: str, out: Path) -> None:
+    """The same table from Spark's own Kafka source: the provenance columns from the headers."""
+
+    def header(name: str, kind: str) -> str:
+        return f"CAST(CAST(element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING) AS {kind})"
+
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)  # type: ignore[attr-defined]
+          .option("subscribe", topic).option("includeHeaders", "true").option("startingOffsets", "earliest")
+          .option("endingOffsets", "latest").load())
+    df = df.selectExpr(
+        "key", "value", "filter(headers, h -> NOT startswith(h.key, 'dcmirror.')) AS headers", "timestamp",
+        "timestampType AS timestamp_type", "partition AS kafka_partition", "offset AS kafka_offset",
+        f"{header('dcmirror.source.cluster', 'STRING')} AS source_cluster",
+        f"{header('dcmirror.source.partition', 'INT')} AS source_partition",
+        f"{header('dcmirror.source.offset', 'BIGINT')} AS source_offset",
+        f"{header('dcmirror.source.topic.id', 'STRING')} AS source_topic_id",
+        f"{header('dcmirror.source.leader.epoch', 'INT')} AS source_leader_epoch", "'peer' AS load_id",
+        "'dc-east' AS source_dc", "to_date(timestamp) AS event_date")
+    df.write.mode("overwrite").partitionBy("source_dc", "event_date").parquet(str(out))
 
 
 def write_json_peer(spark: object, json_path: Path, out: Path) -> None:
