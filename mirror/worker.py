@@ -322,9 +322,7 @@ class MirrorWorker:
             mapping[name] = target_name
             have = target_counts.get(target_name)
             source_configs = await self._source_topic_configs(name)
-            # Whatever the source accepts must fit in the target with the headers the flow adds.
-            want_limit = int(source_configs.pop(MAX_MESSAGE_BYTES_EFFECTIVE)) + provenance.overhead_bytes(
-                self.flow.source, sum(len(c.encode()) + 1 for c in self.topology.clusters))
+            want_limit = self._target_limit_for(int(source_configs.pop(MAX_MESSAGE_BYTES_EFFECTIVE)))
             if have is None:
                 for pm in self.partitions.values():
                     if pm.target[0] == target_name and not pm.broken:
@@ -397,6 +395,28 @@ class MirrorWorker:
         except (*RETRIABLE, ValueError) as exc:
             log.info("reading the target's socket.request.max.bytes: %s; assuming %d", exc,
                      DEFAULT_SOCKET_REQUEST_MAX_BYTES)
+
+    def _target_limit_for(self, source_limit: int) -> int:
+        """Whatever the source accepts must fit in the target with the headers the flow adds."""
+        return source_limit + provenance.overhead_bytes(
+            self.flow.source, sum(len(c.encode()) + 1 for c in self.topology.clusters))
+
+    async def _follow_source_limit(self, pm: PartitionMirror) -> bool:
+        """Before a record is dead-lettered for its size: read the source topic's limit again
+        (it may have grown since the last topic refresh, the record with it) and size the
+        target and the producer from it. Returns whether the target now takes more."""
+        assert self._target_admin is not None
+        ttopic = pm.target[0]
+        before = self._target_limits.get(ttopic) or 0
+        try:
+            configs = await self._source_topic_configs(pm.source[0])
+            await self._size_target(ttopic, self._target_limit_for(int(configs[MAX_MESSAGE_BYTES_EFFECTIVE])))
+        except (*RETRIABLE, AdminError, ValueError) as exc:
+            log.warning("reading the limit of %s/%s before dead-lettering a record: %s", self.flow.source,
+                        pm.source[0], exc)
+            return False
+        self._size_producer()
+        return (self._target_limits.get(ttopic) or 0) > before
 
     async def _size_target(self, target_name: str, want_limit: int) -> None:
         """Raise the target topic's max.message.bytes to `want_limit` (the source's limit plus
@@ -818,12 +838,29 @@ class MirrorWorker:
         # varies, so the producer adds it in C (produce_tagged).
         prefix = ((provenance.SOURCE_CLUSTER, source_bytes), (provenance.SOURCE_PARTITION, b"%d" % sp))
         suffix = provenance.incarnation_headers(topic_id_text, epoch) + ((provenance.PATH, source_bytes),)
-        # What one record (key, value, headers) may take in the target: its topic's limit, its
-        # brokers' request limit, around it a batch and a request.
-        record_max = min(self._target_limits.get(ttopic) or producer.max_request_size,
-                         self._target_request_max_bytes - REQUEST_FRAMING_BYTES) - BATCH_FRAMING_BYTES
-        # Records larger than this (key and value) go one at a time, compressed if need be.
-        tagged_max = record_max - provenance.overhead_bytes(source_cluster, len(source_bytes))
+
+        def limits() -> tuple[int, int]:
+            # What one record (key, value, headers) may take in the target: its topic's limit,
+            # its brokers' request limit, around it a batch and a request; records larger than
+            # the second (key and value) go one at a time, compressed if need be.
+            record_max = min(self._target_limits.get(ttopic) or producer.max_request_size,
+                             self._target_request_max_bytes - REQUEST_FRAMING_BYTES) - BATCH_FRAMING_BYTES
+            return record_max, record_max - provenance.overhead_bytes(source_cluster, len(source_bytes))
+
+        record_max, tagged_max = limits()
+        followed: set[int] = set()  # offsets for which the source's limit was read again
+
+        async def grew(offset: int) -> bool:
+            """Whether the target takes more after reading the source's limit again (once per record)."""
+            nonlocal record_max, tagged_max
+            if offset in followed:
+                return False
+            followed.add(offset)
+            if not await self._follow_source_limit(pm):
+                return False
+            record_max, tagged_max = limits()
+            return True
+
         i, n = 0, len(records)
         count = nbytes = 0
         while i < n:
@@ -842,7 +879,7 @@ class MirrorWorker:
             if future is not None:  # what came before goes first (pending is in offset order)
                 pm.pending.append((records[i - 1].offset, future, False))
                 future = None
-            if refused is not None and refused[1] >= SIZE_REFUSALS_MAX:
+            if refused is not None and refused[1] >= SIZE_REFUSALS_MAX and not await grew(r.offset):
                 del pm.refused[r.offset]
                 self._dead_letter(pm, r, topic_id_text, epoch, refused[0])
                 pm.pending.append((r.offset, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)), False))
@@ -864,6 +901,8 @@ class MirrorWorker:
             alone = size > producer.accumulator.batch_size or refused is not None
             compressed = size > record_max
             if compressed and _compressed_bytes(r) + size - _value_bytes(r) > record_max:
+                if await grew(r.offset):
+                    continue  # the source's limit grew (the record with it): weigh it again
                 self._dead_letter(pm, r, topic_id_text, epoch, f"{size} bytes, {_compressed_bytes(r)} compressed with "
                                   f"{LARGE_RECORD_CODEC}: more than the target takes (max.message.bytes "
                                   f"{self._target_limits.get(ttopic)}, socket.request.max.bytes "
@@ -877,6 +916,8 @@ class MirrorWorker:
             except KafkaError as exc:
                 if exc.code not in SIZE_ERRORS:
                     raise
+                if await grew(r.offset):
+                    continue
                 self._dead_letter(pm, r, topic_id_text, epoch, str(exc))
                 one = DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1))
             pm.pending.append((r.offset, one, alone))

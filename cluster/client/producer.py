@@ -198,6 +198,9 @@ class Producer:
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
         if headers:
             size += sum(len(k) + (0 if v is None else len(v)) + 10 for k, v in headers)
+        if self._unresolved and topic in self._unresolved:
+            # Records held for metadata go first: a later record must not overtake them.
+            self._release_unresolved(trio.current_time())
         if compression is not None:
             codec = CODEC_IDS[compression]
             count = self.cluster.metadata.partition_count(topic)
@@ -219,12 +222,9 @@ class Producer:
                              f"exceeds max.request.size {self.max_request_size}", ErrorCode.message_too_large)
         if timestamp_ms is None:
             timestamp_ms = self.clock.now_ms()
-        if self._unresolved and topic in self._unresolved:
-            # Records held for metadata go first: a later record must not overtake them.
-            self._release_unresolved(trio.current_time())
-            if topic in self._unresolved:
-                self._hold_unresolved(topic, (topic, partition, value, key, timestamp_ms, headers, on_delivery))
-                return
+        if self._unresolved and topic in self._unresolved:  # still without metadata: wait behind them
+            self._hold_unresolved(topic, (topic, partition, value, key, timestamp_ms, headers, on_delivery))
+            return
         if partition is None:
             if key is None and not self._random_partitions:
                 partition = self._sticky.get(topic)

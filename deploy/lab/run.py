@@ -70,6 +70,19 @@ def _interrupt(signum: int, frame: Any) -> None:
 # ---- up ------------------------------------------------------------------------------------
 
 
+def _used_networks() -> list[IPv4Network]:
+    """Routes and addresses of this machine and the bases of the labs running (under the registry lock)."""
+    return network.used_networks() + [IPv4Network(e["base"]) for e in registered()
+                                      if running(e.get("pid"), e.get("pid_start")) and "base" in e]
+
+
+def free_base_network(preferred: IPv4Network | None = None) -> IPv4Network:
+    """The base network `lab up` would pick now (``preferred`` if it is free): for a caller
+    that must know the lab's addresses before it starts (certificates naming them)."""
+    with registry_lock():
+        return pick_base(_used_networks(), preferred)
+
+
 def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: float, link: str,
             base: IPv4Network | None, say: Callable[[str], None]) -> tuple[LabPlan, Topology]:
     """Plan the lab, register it and write its topology file and lab.json (nothing is made yet)."""
@@ -89,8 +102,7 @@ def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: flo
             raise LabError("the kernel has neither the netem qdisc nor TUN devices (/dev/net/tun): no WAN for the lab")
         say(f"WAN links: {'tc netem' if link == LINK_NETEM else 'user-space over TUN devices (no netem qdisc here)'}")
     with registry_lock():
-        used = network.used_networks() + [IPv4Network(e["base"]) for e in registered()
-                                          if running(e.get("pid"), e.get("pid_start")) and "base" in e]
+        used = _used_networks()
         if base is None:
             preferred = IPv4Network(previous["plan"]["base"]) if previous is not None else None
             base = pick_base(used, preferred)

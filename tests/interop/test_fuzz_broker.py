@@ -7,7 +7,8 @@ What must hold whatever arrives on a connection:
   API key or version, or a body that does not parse closes that connection (no response
   bytes) and nothing else; the cap is reported in the broker log;
 - ApiVersions with an unsupported version is answered in v0 format with error 35 and the
-  supported list; corrupt record batches in a Produce get CORRUPT_MESSAGE (2);
+  supported list; corrupt record batches in a Produce get Kafka's exact error (CORRUPT_MESSAGE
+  or INVALID_RECORD, as ProduceRequest.validateRecords and the batch checks answer);
 - memory stays bounded after a stream of frames declaring 2 GiB.
 
 Handler semantics are fuzzed in-process (tests/unit/test_protocol_fuzz.py); here a request
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 from crc32c import crc32c
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
@@ -40,6 +42,7 @@ from cluster.broker.broker import SUPPORTED_APIS
 from cluster.protocol import messages
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.legacy import decode_legacy_produce
+from tests.cluster_helpers import create_topic
 from tests.fuzzing import mutate
 from tests.harness import BrokerProcess
 
@@ -49,7 +52,6 @@ API_VERSIONS = 18
 PRODUCE = 0
 UNSUPPORTED_VERSION = 35
 CORRUPT_MESSAGE = 2
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 RSS_LIMIT_KB = 300 * 1024
 IO_TIMEOUT_S = 5.0
 # Requests that may wait (long poll, group barriers) are not fuzzed over the network.
@@ -77,6 +79,25 @@ def start_broker(broker_factory: Callable[..., BrokerProcess], **extra: object) 
         **extra,
     }
     return broker_factory("fuzz", **overrides)
+
+
+def create_topics(broker: BrokerProcess, *names: str) -> None:
+    """Produce does not create topics (Kafka creates them on Metadata only): the
+    topics a test produces to are created first, and their leader is known."""
+    for name in names:
+        create_topic(broker.bootstrap, name, 1, 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fuzz-probe"})
+    try:
+        for name in names:
+            for _ in range(100):
+                md = consumer.list_topics(name, timeout=IO_TIMEOUT_S).topics.get(name)
+                if md is not None and md.error is None and md.partitions and md.partitions[0].leader >= 0:
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError(f"topic {name} has no leader")
+    finally:
+        consumer.close()
 
 
 def connect(broker: BrokerProcess) -> socket.socket:
@@ -425,9 +446,46 @@ def test_unsupported_api_versions_version_gets_v0_error_35(broker_factory: Calla
     health.close()
 
 
+INVALID_RECORD = 87
+
+
+def kafka_precheck(data: bytes) -> int | None:
+    """The partition error Kafka's ProduceRequest.validateRecords gives before the log, or
+    None when the payload is exactly one whole batch of magic 2 (then the batch itself is
+    validated: CRC, counts, attributes). Walks batches as ByteBufferLogInputStream does: a
+    length below 14 or a magic outside 0..2 is CORRUPT_MESSAGE; no whole batch, a first batch
+    of magic 0/1, or two batches is INVALID_RECORD."""
+    pos = whole = 0
+    first_magic = None
+    while len(data) - pos >= 12:
+        (length,) = I32.unpack_from(data, pos + 8)
+        if length < 14:
+            return CORRUPT_MESSAGE
+        if len(data) - pos < 17:
+            break
+        magic = struct.unpack_from(">b", data, pos + 16)[0]
+        if not 0 <= magic <= 2:
+            return CORRUPT_MESSAGE
+        if 12 + length > len(data) - pos:
+            break
+        first_magic = magic if first_magic is None else first_magic
+        whole += 1
+        pos += 12 + length
+    if whole == 0 or first_magic != 2 or whole > 1:
+        return INVALID_RECORD
+    return None
+
+
 @st.composite
 def corrupt_batches(draw: Any) -> tuple[str, bytes | None, int]:
-    """(kind, records payload, exact error code the partition must get)."""
+    """(kind, records payload, exact error code the partition must get): Kafka's precheck
+    first (kafka_precheck), then CORRUPT_MESSAGE for a whole batch that does not verify."""
+    kind, records, batch_code = draw(_corrupt_batches())
+    return kind, records, (kafka_precheck(records or b"") or batch_code)
+
+
+@st.composite
+def _corrupt_batches(draw: Any) -> tuple[str, bytes | None, int]:
     values = draw(st.lists(st.binary(max_size=20), min_size=1, max_size=4))
     good = batch_of(values)
     kind = draw(st.sampled_from([
@@ -450,8 +508,7 @@ def corrupt_batches(draw: Any) -> tuple[str, bytes | None, int]:
         data = bytearray(draw(st.binary(min_size=1, max_size=200)))
         if len(data) > 16 and draw(st.booleans()):
             data[16] = 2  # get past the magic check to the length and CRC checks
-        code = UNSUPPORTED_FOR_MESSAGE_FORMAT if len(data) >= 61 and data[16] != 2 else CORRUPT_MESSAGE
-        return kind, bytes(data), code
+        return kind, bytes(data), CORRUPT_MESSAGE
     section = b"".join(record(i, None, v) for i, v in enumerate(values))
     if kind == "bad-count":
         return kind, seal_batch(section, 0, last_offset_delta=len(values) - 1), CORRUPT_MESSAGE
@@ -470,14 +527,14 @@ def corrupt_batches(draw: Any) -> tuple[str, bytes | None, int]:
         second[draw(st.integers(21, len(second) - 1))] ^= 0xFF
         return kind, good + bytes(second), CORRUPT_MESSAGE
     if kind == "magic":
-        # broker.append maps UnsupportedMagic to UNSUPPORTED_FOR_MESSAGE_FORMAT (Kafka: INVALID_RECORD).
         magic = draw(st.integers(-128, 127).filter(lambda m: m != 2))
-        return kind, seal_batch(section, len(values), magic=magic), UNSUPPORTED_FOR_MESSAGE_FORMAT
+        return kind, seal_batch(section, len(values), magic=magic), CORRUPT_MESSAGE
     return kind, (b"" if kind == "empty" else None), CORRUPT_MESSAGE
 
 
 def test_produce_v8_corrupt_batches_get_corrupt_message(broker_factory: Callable[..., BrokerProcess]) -> None:
     broker = start_broker(broker_factory)
+    create_topics(broker, "fuzzed")
     health = Health(broker)
     producer = connect(broker)
     state = {"corr": 0, "next_offset": 0}
@@ -530,6 +587,7 @@ def _produce_of_exact_size(size: int) -> bytes:
 def test_frame_at_cap_is_served_and_above_cap_is_refused_and_logged(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     broker = start_broker(broker_factory)
+    create_topics(broker, "cap")
     health = Health(broker)
     with connect(broker) as sock:
         sock.sendall(_produce_of_exact_size(CAP))
@@ -698,6 +756,7 @@ def test_timestamp_lookup_over_a_batch_whose_records_do_not_parse(
     Whatever the Produce answer, the ListOffsets must be answered on the same connection.
     """
     broker = start_broker(broker_factory)
+    create_topics(broker, "unparsed")
     health = Health(broker)
     with connect(broker) as sock:
         sock.sendall(produce_v8(1, b"unparsed", seal_batch(b"", 1)))

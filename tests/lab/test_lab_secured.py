@@ -22,12 +22,13 @@ import pytest
 
 from deploy.certs import issue, make_ca
 from deploy.lab.plan import plan_lab
+from deploy.lab.run import free_base_network
 from tests.harness import free_port
 from tests.lab.lab import LabRun, lab_running, skip_unless_lab_possible
 from tests.mirror.lab import wait_for
 from topology import loads
 
-BASE = "10.213.0.0/16"
+PREFERRED_BASE = IPv4Network("10.213.0.0/16")
 RECORDS = 300
 CANARY = b"PLAINTEXT-CANARY-"
 PASSWORD = "admin-lab-secret-1"
@@ -98,14 +99,17 @@ def test_no_record_value_crosses_the_wan_in_clear(tmp_path: Path, secured: bool)
     root.mkdir()
     text = topology_text(root, secured)
     (root / "topology.toml").write_text(text)
+    # A free base (another lab or a route may hold the preferred one), known before the lab
+    # starts: the certificate names the addresses it gives.
+    base = str(free_base_network(PREFERRED_BASE))
     if secured:
         # the brokers' certificate names the lab addresses they will have (the plan is a pure function)
-        plan = plan_lab(loads(text, check_files=False), prefix="dcm-1", base=IPv4Network(BASE))
+        plan = plan_lab(loads(text, check_files=False), prefix="dcm-1", base=IPv4Network(base))
         hosts = ("localhost", "127.0.0.1", *(str(h.address) for h in plan.hosts))
         issue(make_ca(root / "ca"), root / "certs", "broker", hosts=hosts)
         (root / "passwords.properties").write_text(f"admin={PASSWORD}\n")
-    print(f"lab at {BASE}, secured={secured}, {RECORDS} records with {CANARY!r}", flush=True)
-    with lab_running(root / "topology.toml", tmp_path / "lab", "--base-network", BASE) as lab:
+    print(f"lab at {base}, secured={secured}, {RECORDS} records with {CANARY!r}", flush=True)
+    with lab_running(root / "topology.toml", tmp_path / "lab", "--base-network", base) as lab:
         routers = [d["router_netns"] for d in lab.state()["plan"]["datacenters"]]
         captures = []
         for i, ns in enumerate(routers):
