@@ -7,8 +7,8 @@ body with kio, hands it to the handler and encodes the answer in the client's ve
 This is the one place where a request is accepted or refused before any handler runs:
 before SASL authentication only ApiVersions, SaslHandshake and SaslAuthenticate pass;
 cluster-internal frames need CLUSTER_ACTION; every handler gets the principal and the
-authorizer in its RequestContext and checks the resources it touches. The cluster's own frames (quorum messages and
-controller calls, cluster/protocol/internal.py) are routed here too.
+authorizer in its RequestContext and checks the resources it touches. The cluster's own frames (quorum messages,
+controller calls and MirrorAppend, cluster/protocol/internal.py) are routed here too.
 
 Handlers take `(version, request, context)` and answer with a dict of the response's
 field names (cluster/protocol/messages.build), or None for no answer (acks=0).
@@ -34,7 +34,9 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import (
     CONTROLLER_API_KEY,
     INTERNAL_API_KEYS,
+    MIRROR_APPEND_API_KEY,
     QUORUM_API_KEY,
+    internal_payload,
     rpc_response,
 )
 from cluster.protocol.messages import (
@@ -47,6 +49,8 @@ from cluster.protocol.messages import (
 )
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
+# An internal call's handler: the frame's payload → the orjson answer.
+InternalHandler = Callable[[memoryview], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +146,10 @@ class RequestTimer(trio.abc.Instrument):
 class RequestRouter:
     def __init__(self, apis: Iterable[Api], *, ready: trio.Event, metadata: MetadataService,
                  observe: Callable[[int, float], None] | None = None, security: BrokerSecurity | None = None,
-                 sasl: SaslHandlers | None = None, quotas: ClientQuotas | None = None) -> None:
+                 sasl: SaslHandlers | None = None, quotas: ClientQuotas | None = None,
+                 mirror_append: InternalHandler | None = None) -> None:
         self.apis: dict[int, Api] = {}
+        self.mirror_append = mirror_append  # MirrorAppend (a broker's; a controller has none)
         for api in apis:
             assert api.key not in self.apis, f"{api.key.api_name} is routed twice"
             assert api.min_version <= api.max_version, api
@@ -210,6 +216,11 @@ class RequestRouter:
             if api_key == QUORUM_API_KEY:
                 await self.metadata.deliver(frame)
                 return None
+            if api_key == MIRROR_APPEND_API_KEY:
+                if self.mirror_append is None:
+                    raise CloseConnection("this node takes no MirrorAppend")
+                await self.ready.wait()
+                return rpc_response(correlation_id, await self.mirror_append(internal_payload(frame)))
             assert api_key == CONTROLLER_API_KEY
             return rpc_response(correlation_id, await self.metadata.handle_rpc(frame))
         if not self.ready.is_set() and api_key not in _BEFORE_LOGIN:

@@ -32,6 +32,7 @@ from cluster.broker.metadata_cache import MetadataCache
 from cluster.broker.metadata_handlers import MetadataHandlers
 from cluster.broker.metadata_quorum import build_metadata_service
 from cluster.broker.metrics import BrokerMetrics, RequestMetrics
+from cluster.broker.mirror_handlers import MirrorHandlers
 from cluster.broker.producer_ids import ProducerIdManager
 from cluster.broker.quorum_handlers import QuorumHandlers
 from cluster.broker.quota_handlers import ClientQuotaHandlers
@@ -149,7 +150,8 @@ class Broker:
                                                int(config["quota.window.size.seconds"]) * 1000))
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
                                     observe=self.request_metrics.observe_request, security=self.security,
-                                    sasl=SaslHandlers(self.security, clock), quotas=self.quotas)
+                                    sasl=SaslHandlers(self.security, clock), quotas=self.quotas,
+                                    mirror_append=MirrorHandlers(self.replicas).handle_mirror_append)
         self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock, self.security,
                                      self.quotas)
 

@@ -40,7 +40,7 @@ from cluster.protocol.sentinels import (
     CONFIG_SOURCE_STATIC_BROKER,
     CONFIG_SOURCE_TOPIC,
 )
-from cluster.storage.config import TOPIC_CONFIG_DEFS, LogConfig
+from cluster.storage.config import EXTRA_TOPIC_CONFIG_DEFS, TOPIC_CONFIG_DEFS, LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,8 @@ class DynamicBrokerConfig:
         its broker synonym (Kafka's createTopicConfigEntry)."""
         cfg = self.log_config(topic_configs)
         entries = []
-        for name, definition in TOPIC_CONFIG_DEFS.items():
+        extras = [(n, d) for n, d in EXTRA_TOPIC_CONFIG_DEFS.items() if n in cfg.overrides]  # only when set
+        for name, definition in [*TOPIC_CONFIG_DEFS.items(), *extras]:
             if keys is not None and name not in keys:
                 continue
             chain: list[Synonym] = []

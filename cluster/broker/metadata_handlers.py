@@ -26,7 +26,7 @@ from cluster.protocol.sentinels import (
 )
 from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
 from cluster.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from cluster.storage.config import TOPIC_CONFIG_DEFS
+from cluster.storage.config import topic_config_def
 
 
 def _topic_error(code: int, name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
@@ -50,7 +50,7 @@ CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOU
 
 def config_definition(resource_type: int, name: str) -> ConfigDef | None:
     if resource_type == RESOURCE_TOPIC:
-        return TOPIC_CONFIG_DEFS.get(name)
+        return topic_config_def(name)
     return broker_config_def(name)
 
 

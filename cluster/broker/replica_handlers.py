@@ -25,8 +25,9 @@ from cluster.protocol.sentinels import (
     MAX_TIMESTAMP,
     READ_COMMITTED,
 )
-from cluster.replication.replica_manager import FetchPartition, ReplicaManager
+from cluster.replication.replica_manager import FetchPartition, ReplicaManager, mirror_topic_refusal
 from cluster.security.acl import AclOperation, ResourceType
+from cluster.storage.config import MIRROR_SOURCE
 
 
 def _topic_id(image: Any, name: str) -> uuid.UUID | None:
@@ -88,7 +89,10 @@ class ReplicaHandlers:
             info, error = self.replicas.image.topic(t.name), ErrorCode.unknown_topic_or_partition
             if info is not None and info.internal:
                 info, error = None, ErrorCode.invalid_topic_exception  # only the broker writes internal topics
-            if info is None:
+            if info is not None and info.configs.get(MIRROR_SOURCE):
+                parts = [mirror_topic_refusal(t.name, info.configs[MIRROR_SOURCE], p.index)
+                         for p in t.partition_data]
+            elif info is None:
                 parts = [{"index": p.index, "error_code": error, "base_offset": -1} for p in t.partition_data]
             else:
                 refused = {p.index: r for p in t.partition_data if (r := self._refused(info, p, version, req.acks))}
@@ -271,7 +275,8 @@ class ReplicaHandlers:
         """Kafka's DeleteRecords, sent to each partition's leader: the log start moves to the
         given offset (-1: the high watermark), durable and replicated; the answer waits (at
         most the request's timeout) until every in-sync replica's start got there and gives
-        the low watermark. Internal topics are refused, as Kafka does."""
+        the low watermark. Internal topics are refused, as Kafka does, and mirror topics (their
+        log start follows their source's, through MirrorAppend) with INVALID_TOPIC_EXCEPTION."""
         timeout_s = min(max(0.0, req.timeout.total_seconds()), DELETE_RECORDS_MAX_WAIT_S)
         deadline = trio.current_time() + timeout_s
         results: dict[tuple[str, int], dict[str, Any]] = {}
@@ -288,7 +293,8 @@ class ReplicaHandlers:
                 refusal = (ErrorCode.topic_authorization_failed
                            if not ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, t.name)
                            else ErrorCode.unknown_topic_or_partition if info is None
-                           else ErrorCode.invalid_topic_exception if info.internal else None)
+                           else ErrorCode.invalid_topic_exception if info.internal or info.configs.get(MIRROR_SOURCE)
+                           else None)
                 for p in t.partitions:
                     if refusal is not None:
                         results[(t.name, p.partition_index)] = {"partition_index": p.partition_index,

@@ -16,6 +16,7 @@ import trio
 from cluster.protocol.api_keys import ApiKey, client_throttles
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import FrameDecoder
+from cluster.protocol.internal import internal_frame, rpc_response_body
 from cluster.protocol.messages import decode_response, encode_request
 from cluster.security.connector import PLAINTEXT, LinkSecurity, open_stream
 from cluster.security.errors import AuthenticationFailed
@@ -44,6 +45,16 @@ class KafkaAuthenticationError(KafkaConnectionError):
 
 class UnsupportedApi(Exception):
     pass
+
+
+class _Internal:
+    """A payload of one of the cluster's own calls (cluster/protocol/internal.py), sent in
+    turn with Kafka requests on the same connection."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
 
 
 class _Slot:
@@ -150,7 +161,22 @@ class BrokerConnection:
             raise KafkaConnectionError(f"broker {self.address} did not answer API {api_key} within {timeout_s} s") from None
 
     def _encode(self, api_key: int, version: int, correlation_id: int, body: dict[str, Any] | Any) -> bytes:
+        if isinstance(body, _Internal):
+            return internal_frame(api_key, correlation_id, body.payload)
         return encode_request(api_key, version, correlation_id, self._client_id_bytes, body)
+
+    async def call_internal(self, api_key: int, payload: bytes, *, timeout_s: float = 30.0) -> dict[str, Any]:
+        """One of the cluster's own calls (MirrorAppend) on this connection: the orjson
+        answer. The broker closes the connection of a principal without CLUSTER_ACTION."""
+        try:
+            with trio.fail_after(timeout_s):
+                pending = await self._send(api_key, 0, _Internal(payload), True)
+                assert pending is not None
+                frame = await pending.wait_frame()
+        except trio.TooSlowError:
+            await self.aclose()
+            raise KafkaConnectionError(f"broker {self.address} did not answer API {api_key} within {timeout_s} s") from None
+        return rpc_response_body(frame)[1]
 
     async def send(self, api_key: int, body: dict[str, Any] | Any, *, expect_response: bool = True,
                    version: int | None = None) -> PendingResponse | None:
@@ -263,11 +289,12 @@ class PendingResponse:
         self.correlation_id = correlation_id
         self._slot = slot
 
-    async def wait(self, timeout_s: float | None = None) -> Any:
+    async def wait_frame(self, timeout_s: float | None = None) -> bytearray:
+        """The answer's frame, undecoded (correlation id first)."""
         conn = self._conn
         try:
             with trio.fail_after(timeout_s if timeout_s is not None else math.inf):
-                frame = await conn._await_frame(self.correlation_id, self._slot)
+                return await conn._await_frame(self.correlation_id, self._slot)
         except trio.TooSlowError:
             await conn.aclose()
             raise KafkaConnectionError(
@@ -275,6 +302,10 @@ class PendingResponse:
         finally:
             conn._slots.pop(self.correlation_id, None)
             conn._in_flight.release()
+
+    async def wait(self, timeout_s: float | None = None) -> Any:
+        conn = self._conn
+        frame = await self.wait_frame(timeout_s)
         response = decode_response(self.api_key, self.version, frame)
         throttle = getattr(response, "throttle_time", None)
         if throttle is not None and self.api_key != API_VERSIONS and client_throttles(self.api_key, self.version):

@@ -139,14 +139,16 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, from_pr
 
 
 def split_batches(
-    buf: bytes | bytearray | memoryview, *, validate: bool = True
+    buf: bytes | bytearray | memoryview, *, validate: bool = True, from_producer: bool = True
 ) -> list[tuple[int, BatchHeader]]:
-    """Every batch in a produce payload as (position, header); the payload must be whole."""
+    """Every batch in a produce payload as (position, header); the payload must be whole.
+    `from_producer` False: batches read from a log (a follower's or a mirror's fetch), which
+    compaction may have left with fewer records than their offset span."""
     out: list[tuple[int, BatchHeader]] = []
     pos = 0
     n = len(buf)
     while pos < n:
-        header = validate_batch(buf, pos) if validate else read_header(buf, pos)
+        header = validate_batch(buf, pos, from_producer=from_producer) if validate else read_header(buf, pos)
         out.append((pos, header))
         pos += header.size_bytes
     if not out:

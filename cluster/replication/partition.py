@@ -33,6 +33,7 @@ from cluster.replication.replica_selector import ReplicaView, rack_aware_select
 from cluster.storage.log import (
     AppendResult,
     Log,
+    MirrorAppend,
     NotEnoughReplicas,
     OffsetOutOfRange,
     UnexpectedAppendOffset,
@@ -270,6 +271,16 @@ class Partition:
         result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
                                            enough_replicas=enough)
         if not result.duplicate:
+            self._advance_high_watermark()
+        return result
+
+    def append_mirrored(self, records: bytes, *, now_ms: int) -> MirrorAppend:
+        """Leader of a mirror topic: append batches copied from its source at their own
+        offsets (`Log.append_mirrored`), under this replica's leader epoch; the high
+        watermark then moves as after a produce. Raises what `Log.append_mirrored` raises."""
+        assert self.is_leader
+        result = self.log.append_mirrored(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        if result.offsets_appended:
             self._advance_high_watermark()
         return result
 

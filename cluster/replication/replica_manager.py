@@ -54,6 +54,7 @@ from cluster.storage.log import (
     RecordTooLarge,
     RejectedRecords,
     StorageError,
+    UnexpectedAppendOffset,
 )
 from cluster.storage.log_manager import (
     REPLICATION_OFFSET_FILE,
@@ -233,6 +234,12 @@ class ReplicaManager:
             if part is None:
                 part = self._open_replica(t, p, config, now)
             if part.log.config != config:
+                if part.log.config.mirror_source and not config.mirror_source:
+                    # Promoted: the source's producer ids, copied with its batches, are no
+                    # ids of this cluster (docs/design.md, "Mirror topics keep offsets").
+                    forgotten = part.log.forget_idle_producers()
+                    log.info("%s is promoted (mirror.source removed): its %d mirrored producer id(s) are "
+                             "forgotten", part.log.name, forgotten)
                 part.log.config = config
             self._apply_role(part, p, now)
         self._reconciled_once = True
@@ -305,6 +312,8 @@ class ReplicaManager:
             return {"index": index, "error_code": code, "base_offset": -1}
         if not part.is_leader:
             return {"index": index, "error_code": ErrorCode.not_leader_or_follower, "base_offset": -1}
+        if part.log.config.mirror_source:
+            return mirror_topic_refusal(topic, part.log.config.mirror_source, index)
         if not records:
             return {"index": index, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
                     "error_message": "produce carries no records"}
@@ -363,6 +372,11 @@ class ReplicaManager:
             code = (ErrorCode.not_leader_or_follower if self.image.partition(topic, index)
                     else ErrorCode.unknown_topic_or_partition)
             return {"index": index, "error_code": code, "base_offset": -1}
+        if part.log.config.mirror_source:
+            # Nothing of a transaction is on a mirror topic's partition but what its source
+            # wrote (producers are refused): a marker there would take an offset the source's
+            # next batch holds. Answered as done, so the coordinator completes the transaction.
+            return {"index": index, "error_code": ErrorCode.none, "base_offset": -1}
         try:
             result = part.append_marker(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
                                         coordinator_epoch=coordinator_epoch, now_ms=self.clock.now_ms())
@@ -381,25 +395,79 @@ class ReplicaManager:
             for r in t["partition_responses"]:
                 if r["error_code"] != ErrorCode.none or r.get("base_offset", -1) < 0:
                     continue
-                key = (t["name"], r["index"])
-                needed = r["base_offset"] + 1
-                while True:
-                    part = self.partitions.get(key)
-                    outcome = part.acks_all_outcome(needed) if part is not None else ErrorCode.not_leader_or_follower
-                    if outcome == ErrorCode.not_leader_or_follower:
-                        r.update(error_code=outcome, error_message="leadership moved")
-                        break
-                    if outcome == ErrorCode.not_enough_replicas_after_append:
-                        assert part is not None
-                        r.update(error_code=outcome, error_message=f"the ISR shrank to {list(part.isr)} while waiting")
-                        break
-                    if outcome is not None:
-                        break
-                    if trio.current_time() >= deadline:
-                        r.update(error_code=ErrorCode.request_timed_out,
-                                 error_message="the in-sync replicas did not all acknowledge in time")
-                        break
-                    await self.waiters.wait([key], deadline)
+                await self._wait_for_high_watermark((t["name"], r["index"]), r["base_offset"] + 1, deadline, r)
+
+    async def _wait_for_high_watermark(self, key: Key, needed: int, deadline: float, answer: dict[str, Any]) -> None:
+        """Until the high watermark reaches `needed` (or leadership moves, the ISR shrinks
+        below min.insync.replicas, trio's clock passes `deadline`: `answer` says which)."""
+        while True:
+            part = self.partitions.get(key)
+            outcome = part.acks_all_outcome(needed) if part is not None else ErrorCode.not_leader_or_follower
+            if outcome == ErrorCode.not_leader_or_follower:
+                answer.update(error_code=outcome, error_message="leadership moved")
+                return
+            if outcome == ErrorCode.not_enough_replicas_after_append:
+                assert part is not None
+                answer.update(error_code=outcome, error_message=f"the ISR shrank to {list(part.isr)} while waiting")
+                return
+            if outcome is not None:
+                return
+            if trio.current_time() >= deadline:
+                answer.update(error_code=ErrorCode.request_timed_out,
+                              error_message="the in-sync replicas did not all acknowledge in time")
+                return
+            await self.waiters.wait([key], deadline)
+
+    # ---- mirror topics ---------------------------------------------------------------
+
+    async def append_mirrored(self, topic: str, index: int, records: bytes, log_start_offset: int,
+                              deadline: float) -> dict[str, Any]:
+        """Append batches copied from a mirror topic's source at their own offsets, as the
+        partition's leader, and wait (until trio's clock passes `deadline`) until the high
+        watermark covers them, as acks=all does; then follow the source's log start
+        (`log_start_offset`, -1: not given) up to the high watermark. The answer: error code
+        and message, log end offset, high watermark, log start offset."""
+        answer: dict[str, Any] = {"partition": index, "error_code": ErrorCode.none, "error_message": None,
+                                  "log_end_offset": -1, "high_watermark": -1, "log_start_offset": -1}
+        part, code = self.leader_partition(topic, index)
+        if part is None:
+            answer["error_code"] = code
+            return answer
+        if not part.log.config.mirror_source:
+            answer.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"{topic} is not a mirror topic (no mirror.source): only mirror topics "
+                                        "take mirrored batches")
+            return answer
+        needed = part.log.log_end_offset
+        if records:
+            try:
+                result = part.append_mirrored(records, now_ms=self.clock.now_ms())
+            except UnexpectedAppendOffset as exc:
+                answer.update(error_code=ErrorCode.offset_out_of_range, error_message=str(exc))
+            except UnsupportedMagic as exc:
+                answer.update(error_code=ErrorCode.unsupported_for_message_format, error_message=str(exc))
+            except InvalidRecordBatch as exc:
+                answer.update(error_code=ErrorCode.corrupt_message, error_message=str(exc))
+            except StorageError as exc:
+                log.error("%s", exc)
+                answer.update(error_code=ErrorCode.kafka_storage_error, error_message=str(exc))
+            else:
+                if result.offsets_appended:
+                    self.waiters.notify(part.key)
+                    counters = self.metrics.topic(topic)
+                    counters.records_in += result.offsets_appended
+                    counters.bytes_in += len(records)
+                # A retry of batches already here waits for them too: answered only once committed.
+                needed = min(scan_batches(records).next_offset, result.log_end_offset)
+        if answer["error_code"] == ErrorCode.none:
+            await self._wait_for_high_watermark(part.key, needed, deadline, answer)
+        if answer["error_code"] == ErrorCode.none and log_start_offset > part.log.log_start_offset:
+            if part.delete_records_before(min(log_start_offset, part.high_watermark)) == ErrorCode.none:
+                await self.checkpoint_log_starts()
+                self.waiters.notify(part.key)  # followers' long polls answer with the new log start
+        answer.update(log_end_offset=part.log.log_end_offset, high_watermark=part.high_watermark,
+                      log_start_offset=part.log.log_start_offset)
+        return answer
 
     # ---- DeleteRecords ---------------------------------------------------------------
 
@@ -627,6 +695,14 @@ class ReplicaManager:
 
     def close(self) -> None:
         self.checkpoint_high_watermarks()()
+
+
+def mirror_topic_refusal(topic: str, source: str, index: int) -> dict[str, Any]:
+    """A produce answer for a partition of a mirror topic: INVALID_TOPIC_EXCEPTION, the code
+    every client knows (KIP-1279 proposes a new READ_ONLY_TOPIC that old clients would not)."""
+    return {"index": index, "error_code": ErrorCode.invalid_topic_exception, "base_offset": -1, "log_start_offset": -1,
+            "error_message": f"topic {topic} is a read-only mirror of {source}: it takes no produce until it is "
+                             "promoted (mirror.source deleted)"}
 
 
 def _produce_error(index: int, code: int, exc: Exception, log_start_offset: int = -1) -> dict[str, Any]:

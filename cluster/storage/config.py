@@ -134,6 +134,34 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
 }
 
 
+MIRROR_SOURCE = "mirror.source"
+
+
+def _mirror_source(name: str, value: str) -> None:
+    if value and not re.fullmatch(r"[^:\s]+:[^:\s]+", value):
+        raise invalid_value(name, value, f"{name} is <cluster>:<topic> (the source this topic mirrors), "
+                                         "or empty for an ordinary topic")
+
+
+# dcmirror's own topic configs, beyond Kafka's: described only where a topic sets them, so a
+# topic's described defaults stay Kafka's. `mirror.source` makes a mirror topic (KIP-1279's
+# read-only topics): its partitions take only batches copied at their source offsets
+# (MirrorAppend, cluster/protocol/internal.py); removing it promotes the topic.
+EXTRA_TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        _topic(MIRROR_SOURCE, str, "", None,
+               "<cluster>:<topic> this topic mirrors at the same offsets (read-only while set); empty: none",
+               validator=_mirror_source),
+    )
+}
+
+
+def topic_config_def(name: str) -> ConfigDef | None:
+    """The definition of a topic config: Kafka's, or one of dcmirror's own."""
+    return TOPIC_CONFIG_DEFS.get(name) or EXTRA_TOPIC_CONFIG_DEFS.get(name)
+
+
 def validate_topic_values(values: Mapping[str, Any]) -> None:
     """Kafka's checks across configs (LogConfig.validateValues and, for a broker without
     tiered storage, validateRemoteStorageOnlyIfSystemEnabled)."""
@@ -196,8 +224,10 @@ class LogConfig:
                 from_broker.add(name)
             else:
                 values[name] = d.default
+        for name, d in EXTRA_TOPIC_CONFIG_DEFS.items():
+            values[name] = d.default
         for name, raw in overrides.items():
-            found = TOPIC_CONFIG_DEFS.get(name)
+            found = topic_config_def(name)
             if found is None:
                 raise InvalidConfig(f"Unknown topic config name: {name}")
             values[name] = parse_value(found, raw)
@@ -207,6 +237,11 @@ class LogConfig:
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    @property
+    def mirror_source(self) -> str:
+        """`<cluster>:<topic>` of a mirror topic (read-only, takes mirrored batches); "" else."""
+        return str(self.values[MIRROR_SOURCE])
 
     @property
     def segment_bytes(self) -> int:

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +48,7 @@ _MAX_RELATIVE_OFFSET = 2**32 - 1
 _SNAPSHOTS_KEPT = 2
 _REPLAY_READ_BYTES = 4 << 20
 KeyValue = tuple[bytes | None, bytes | None]
+_I32 = struct.Struct(">i")
 
 
 class OffsetOutOfRange(Exception):
@@ -103,6 +105,18 @@ class AppendResult:
     log_start_offset: int
     record_count: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorAppend:
+    """What `Log.append_mirrored` did: the offsets of the batches it wrote (-1, -1: none),
+    how far the log end moved, the batches skipped as already there, the new log end."""
+
+    first_offset: int
+    last_offset: int
+    offsets_appended: int
+    batches_skipped: int
+    log_end_offset: int
 
 
 @dataclass(slots=True)
@@ -481,39 +495,110 @@ class Log:
     def append_as_follower(self, payload: bytes, *, now_ms: int) -> int:
         """Append batches fetched from the leader as they are (offsets and epochs kept).
 
-        They must start at the log end offset and be contiguous; CRCs are checked. Returns the
-        number of offsets appended. Raises InvalidRecordBatch or StorageError (nothing appended).
+        Their offsets must increase and the first must start at or after the log end
+        offset; gaps are allowed, as Kafka's followers allow them (compaction, and a mirror
+        topic's copy of a source with gaps). CRCs are checked. Returns the number of offsets
+        the log end moved. Raises InvalidRecordBatch or StorageError (nothing appended).
         """
-        batches = split_batches(payload)
+        batches = split_batches(payload, from_producer=False)
         if not batches:
             return 0
-        expected = self.log_end_offset
-        for _, h in batches:
-            if h.base_offset != expected:
-                first = batches[0][1]
-                raise UnexpectedAppendOffset(f"{self.name}: fetched batch starts at offset {h.base_offset}, "
-                                             f"the log ends at {expected}",
-                                             first.base_offset, first.base_offset + first.last_offset_delta)
-            expected = h.base_offset + h.last_offset_delta + 1
-        first_offset = self.log_end_offset
-        last_offset = expected - 1
-        self._maybe_roll(len(payload), last_offset, now_ms)
+        self._check_fetched_order(batches, "fetched", self.log_end_offset)
         view = memoryview(payload)
+        return self._write_fetched([view[: batches[-1][0] + batches[-1][1].size_bytes]], batches, payload,
+                                   None, now_ms)
+
+    def append_mirrored(self, payload: bytes, *, leader_epoch: int, now_ms: int) -> MirrorAppend:
+        """Leader of a mirror topic: append batches another cluster's leader wrote (a
+        consumer's Fetch at read_uncommitted: data, transactional and control batches) at
+        their own offsets, as a follower appends (KIP-1279's mirror topics, Confluent's
+        cluster linking). Only the partition leader epoch (bytes 12-15, outside the CRC) is
+        rewritten, to this cluster's `leader_epoch`: this cluster's replication and
+        OffsetForLeaderEpoch answer from its own epochs. Producer state, the last stable
+        offset and the aborted-transaction index are built from the copied batches and
+        markers as a follower builds them.
+
+        Offsets must increase; gaps stay gaps. Batches wholly below the log end are skipped
+        (the retry of an append already done); an empty log whose end is below the first
+        batch starts at that batch. A batch that straddles the log end means the two logs
+        diverged: UnexpectedAppendOffset. Raises InvalidRecordBatch (CRC, structure, order)
+        or StorageError; nothing is appended then.
+        """
+        batches = split_batches(payload, from_producer=False)
+        self._check_fetched_order(batches, "mirrored", batches[0][1].base_offset)
+        end = self.log_end_offset
+        kept = [(pos, h) for pos, h in batches if h.last_offset >= end]
+        skipped = len(batches) - len(kept)
+        if not kept:
+            return MirrorAppend(-1, -1, 0, skipped, end)
+        first = kept[0][1]
+        empty = self.log_start_offset == end
+        if first.base_offset < end and not empty:
+            raise UnexpectedAppendOffset(
+                f"{self.name}: mirrored batch {first.base_offset}-{first.last_offset} straddles the log end "
+                f"offset {end}: this log and its source diverged below {end}", first.base_offset, first.last_offset)
+        if empty and first.base_offset != end:
+            # A mirror starts where its source's log starts (retention, DeleteRecords, or a
+            # log start inside that batch), as a follower whose log lies below its leader's.
+            self.truncate_fully_and_start_at(first.base_offset, now_ms)
+        view = memoryview(payload)
+        epoch = _I32.pack(leader_epoch)
+        iovecs: list[bytes | memoryview] = []
+        for pos, h in kept:
+            iovecs += [view[pos : pos + 12], epoch, view[pos + 16 : pos + h.size_bytes]]
+        first_offset = kept[0][1].base_offset
+        moved = self._write_fetched(iovecs, kept, payload, leader_epoch, now_ms)
+        return MirrorAppend(first_offset, kept[-1][1].last_offset, moved, skipped, self.log_end_offset)
+
+    def _check_fetched_order(self, batches: list[tuple[int, BatchHeader]], what: str, expected: int) -> None:
+        """Fetched batches follow each other, the first at or after `expected`: each starts
+        after the one before ends."""
+        for i, (_, h) in enumerate(batches):
+            if h.base_offset < expected:
+                first = batches[0][1]
+                raise UnexpectedAppendOffset(
+                    f"{self.name}: {what} batch starts at offset {h.base_offset}, "
+                    + (f"the log ends at {expected}" if i == 0 else f"below the end {expected} of the one before"),
+                    first.base_offset, first.last_offset)
+            expected = h.next_offset
+
+    def _write_fetched(self, iovecs: list[bytes | memoryview], batches: list[tuple[int, BatchHeader]],
+                       payload: bytes, leader_epoch: int | None, now_ms: int) -> int:
+        """Write whole fetched batches at their own offsets and record them (producer state,
+        transactions, leader epochs: theirs, or `leader_epoch` when it replaces theirs)."""
+        first_offset = self.log_end_offset
+        last_offset = batches[-1][1].last_offset
+        size = sum(h.size_bytes for _, h in batches)
+        self._maybe_roll(size, last_offset, now_ms)
+        headers = [h if leader_epoch is None else replace(h, partition_leader_epoch=leader_epoch)
+                   for _, h in batches]
         try:
-            self.active_segment.append([view[: batches[-1][0] + batches[-1][1].size_bytes]], [h for _, h in batches])
+            self.active_segment.append(iovecs, headers)
         except OSError as exc:
             raise StorageError(f"{self.name}: write failed: {exc.strerror}") from exc
-        for pos, h in batches:
+        view = memoryview(payload)
+        for (pos, _), h in zip(batches, headers, strict=True):
             if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             marker = read_marker(view[pos : pos + h.size_bytes]) if h.is_control else None
             self._index_completed(self.active_segment, self.producer_state.record(h, marker))
-        self.log_end_offset = expected
-        count = expected - first_offset
+        self.log_end_offset = last_offset + 1
+        count = self.log_end_offset - first_offset
         self.unflushed_messages += count
         if self.unflushed_messages >= self.config.flush_messages and self.flush_requests:
             self.flush_requests(self, self.log_end_offset)
         return count
+
+    def forget_idle_producers(self) -> int:
+        """A mirror topic promoted: forget every producer without an open transaction (the
+        source cluster's producer ids, copied with its batches, are no ids of this cluster;
+        see docs/design.md, "Mirror topics keep offsets"). Returns how many were forgotten."""
+        state = self.producer_state
+        gone = [pid for pid in state.producers if pid not in state.ongoing]
+        for pid in gone:
+            del state.producers[pid]
+        self.take_producer_snapshot()
+        return len(gone)
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Cut the log back to `offset` (to the start of the batch holding it); the new log end.
@@ -781,6 +866,7 @@ __all__ = [
     "AppendResult",
     "InvalidRecordBatch",
     "Log",
+    "MirrorAppend",
     "NotEnoughReplicas",
     "OffsetOutOfRange",
     "OutOfOrderSequence",

@@ -44,17 +44,23 @@ def test_follower_copy_is_byte_identical_with_the_same_epochs(tmp_path: Path) ->
     assert len(follower.segments) > 1
 
 
-def test_follower_rejects_a_gap_and_a_corrupt_batch(tmp_path: Path) -> None:
+def test_follower_takes_a_gap_and_rejects_an_overlap_and_a_corrupt_batch(tmp_path: Path) -> None:
+    # Kafka's followers take gaps (compaction, a mirror topic's copy of a gapped source);
+    # a batch that starts below the log end, or a corrupt one, is refused.
     leader = leader_log(tmp_path, 3, [0, 0, 0])
     follower = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
-    second = leader.read(3, 1000, leader.log_end_offset, min_one_batch=True)
-    with pytest.raises(InvalidRecordBatch, match="starts at offset 3, the log ends at 0"):
-        follower.append_as_follower(second, now_ms=NOW)
     first = bytearray(leader.read(0, 10, leader.log_end_offset, min_one_batch=True))
     first[-1] ^= 0xFF
     with pytest.raises(InvalidRecordBatch):
         follower.append_as_follower(bytes(first), now_ms=NOW)
     assert follower.log_end_offset == 0 and follower.active_segment.size_bytes == 0
+    third = leader.read(6, 1000, leader.log_end_offset, min_one_batch=True)
+    assert follower.append_as_follower(third, now_ms=NOW) == 9
+    assert follower.log_end_offset == 9 and follower.read(0, 1000, 9, min_one_batch=True) == third
+    second = leader.read(3, 1000, 6, min_one_batch=True)
+    with pytest.raises(InvalidRecordBatch, match="starts at offset 3, the log ends at 9"):
+        follower.append_as_follower(second, now_ms=NOW)
+    assert follower.log_end_offset == 9
 
 
 @pytest.mark.parametrize("cut", [0, 1, 3, 14, 15, 16, 24, 35])
