@@ -87,7 +87,7 @@ def read_records(bootstrap: str, topic: str, isolation: str, end: int) -> list[t
     """(offset, key, value) of everything a consumer of `isolation` reads below `end` (the
     partition's last stable offset or high watermark: reading stops when it gets there)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-                  "isolation.level": isolation, "enable.partition.eof": True})
+                  "isolation.level": isolation, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, 0, 0)])
     out: list[tuple[int, bytes | None, bytes | None]] = []
     deadline = time.monotonic() + 60
@@ -157,6 +157,7 @@ async def mirror(source: str, target: str, topics: list[str]) -> dict[str, list[
                     if part.error_code == ErrorCode.offset_out_of_range:
                         continue  # the source's log start moved: fetch from there
                     assert part.error_code == 0, part
+                    assert part.records, f"{topic}: nothing fetched at {position}, below the source's end {source_hw}"
                     got = await mirror_append(leader, topic, str(info.topic_id), {0: bytes(part.records or b"")},
                                               30.0, log_start_offsets={0: source_start})
                     answer = got[0]
@@ -308,7 +309,8 @@ def _check_mirror(source: BrokerProcess, target: ClusterProcesses) -> None:
     _delete_mirror_source(dr, TXN)
 
     def promoted() -> Any:
-        err, offset = produce(dr, TXN, b"after promotion", **{"enable.idempotence": True, "acks": "all"})
+        err, offset = produce(dr, TXN, b"after promotion", **{"enable.idempotence": True, "acks": "all",
+                                                              "message.send.max.retries": 5})
         if err is not None and err.code() == KafkaError.TOPIC_EXCEPTION:
             return None  # the leader has not applied the config change yet
         assert err is None, err

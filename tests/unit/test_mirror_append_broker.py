@@ -1,0 +1,98 @@
+"""MirrorAppend through a whole broker in one process (the request router, the handler, the
+replica manager, the log), under trio's MockClock: a mirror topic takes batches at their
+offsets and refuses producers; an ordinary topic and another topic id refuse MirrorAppend;
+deleting `mirror.source` promotes the topic."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.internal import MIRROR_APPEND_API_KEY, internal_frame, mirror_append_payload
+from cluster.protocol.messages import decode_response, encode_request
+from tests.batches import values_batch
+from tests.unit.test_protocol_fuzz import open_broker, run_dispatch
+
+MIRROR, ORDINARY = "m", "o"
+
+
+def call(srv: Any, api: int, version: int, body: dict[str, Any]) -> Any:
+    resp = run_dispatch(srv, encode_request(api, version, 1, b"test", body)[4:])
+    assert resp is not None
+    return decode_response(api, version, resp[4:])
+
+
+def mirror_append(srv: Any, topic: str, topic_id: str, data: bytes, log_start: int = -1) -> dict[str, Any]:
+    frame = internal_frame(MIRROR_APPEND_API_KEY, 7, mirror_append_payload(topic, topic_id, 5000,
+                                                                           [(0, data, log_start)]))
+    resp = run_dispatch(srv, frame[4:])
+    assert resp is not None and int.from_bytes(resp[4:8], "big") == 7
+    answer: dict[str, Any] = orjson.loads(resp[8:])
+    return answer
+
+
+def produce(srv: Any, topic: str, data: bytes) -> Any:
+    got = call(srv, ApiKey.PRODUCE, 8, {"acks": -1, "timeout": 5000, "transactional_id": None, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": data}]}]})
+    return got.responses[0].partition_responses[0]
+
+
+def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
+    srv = open_broker(tmp_path)
+    try:
+        created = call(srv, ApiKey.CREATE_TOPICS, 5, {"timeout": 10000, "validate_only": False, "topics": [
+            {"name": MIRROR, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": [{"name": "mirror.source", "value": "east:m"}]},
+            {"name": ORDINARY, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}]})
+        assert [t.error_code for t in created.topics] == [0, 0]
+        image = srv.broker.metadata.image
+        mirror_id, ordinary_id = (image.topics_by_name[t].topic_id for t in (MIRROR, ORDINARY))
+
+        # Batches at their source offsets, a gap between them, the source's log start inside.
+        data = values_batch([b"a", b"b", b"c"], base_offset=5) + values_batch([b"d"], base_offset=10)
+        answer = mirror_append(srv, MIRROR, mirror_id, data, log_start=6)
+        assert answer["error_code"] == 0
+        assert answer["partitions"] == [{"partition": 0, "error_code": 0, "error_message": None,
+                                         "log_end_offset": 11, "high_watermark": 11, "log_start_offset": 6}]
+        # The same again: skipped, answered alike.
+        assert mirror_append(srv, MIRROR, mirror_id, data)["partitions"][0]["log_end_offset"] == 11
+
+        refused = produce(srv, MIRROR, values_batch([b"client"]))
+        assert refused.error_code == ErrorCode.invalid_topic_exception
+        assert "read-only mirror of east:m" in refused.error_message
+        deleted = call(srv, ApiKey.DELETE_RECORDS, 2, {"timeout": 5000, "topics": [
+            {"name": MIRROR, "partitions": [{"partition_index": 0, "offset": 8}]}]})
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception
+
+        ordinary = mirror_append(srv, ORDINARY, ordinary_id, data)["partitions"][0]
+        assert ordinary["error_code"] == ErrorCode.invalid_request and "not a mirror topic" in ordinary["error_message"]
+        other_id = mirror_append(srv, MIRROR, str(uuid.uuid4()), data)
+        assert other_id["error_code"] == other_id["partitions"][0]["error_code"] == ErrorCode.unknown_topic_id
+        straddling = values_batch([b"x", b"y"], base_offset=10)
+        diverged = mirror_append(srv, MIRROR, mirror_id, straddling)["partitions"][0]
+        assert diverged["error_code"] == ErrorCode.offset_out_of_range and "diverged" in diverged["error_message"]
+
+        # Described only when set, as the topic's own config.
+        described = call(srv, ApiKey.DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                                           "resources": [
+            {"resource_type": 2, "resource_name": t, "configuration_keys": None} for t in (MIRROR, ORDINARY)]})
+        names = [{c.name: c for c in r.configs} for r in described.results]
+        assert names[0]["mirror.source"].value == "east:m" and names[0]["mirror.source"].config_source == 1
+        assert "mirror.source" not in names[1]
+
+        # Promotion: producers append after the mirrored offsets; MirrorAppend is refused.
+        altered = call(srv, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, {"validate_only": False, "resources": [
+            {"resource_type": 2, "resource_name": MIRROR, "configs": [
+                {"name": "mirror.source", "config_operation": 1, "value": None}]}]})
+        assert altered.responses[0].error_code == 0
+        promoted = produce(srv, MIRROR, values_batch([b"after"]))
+        assert (promoted.error_code, promoted.base_offset) == (0, 11)
+        after = mirror_append(srv, MIRROR, mirror_id, values_batch([b"late"], base_offset=12))["partitions"][0]
+        assert after["error_code"] == ErrorCode.invalid_request
+    finally:
+        srv.broker.close()
