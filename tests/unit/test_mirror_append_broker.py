@@ -1,7 +1,7 @@
 """MirrorAppend through a whole broker in one process (the request router, the handler, the
 replica manager, the log), under trio's MockClock: a mirror topic takes batches at their
 offsets and refuses producers; an ordinary topic and another topic id refuse MirrorAppend;
-deleting `mirror.source` promotes the topic."""
+deleting `mirror.source` promotes the topic, whose producers may have ids the source's had."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
         mirror_id, ordinary_id = (image.topics_by_name[t].topic_id for t in (MIRROR, ORDINARY))
 
         # Batches at their source offsets, a gap between them, the source's log start inside.
-        data = values_batch([b"a", b"b", b"c"], base_offset=5) + values_batch([b"d"], base_offset=10)
+        # The first from an idempotent producer of the source, id 0.
+        data = (values_batch([b"a", b"b", b"c"], base_offset=5, producer_id=0, producer_epoch=0, base_sequence=0)
+                + values_batch([b"d"], base_offset=10))
         answer = mirror_append(srv, MIRROR, mirror_id, data, log_start=6)
         assert answer["error_code"] == 0
         assert answer["partitions"] == [{"partition": 0, "error_code": 0, "error_message": None,
@@ -90,7 +92,10 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
             {"resource_type": 2, "resource_name": MIRROR, "configs": [
                 {"name": "mirror.source", "config_operation": 1, "value": None}]}]})
         assert altered.responses[0].error_code == 0
-        promoted = produce(srv, MIRROR, values_batch([b"after"]))
+        # A producer of this cluster with the same id and sequences as the source's: neither
+        # refused nor answered as a duplicate of the mirrored batch (never written).
+        promoted = produce(srv, MIRROR, values_batch([b"x", b"y", b"z"], producer_id=0, producer_epoch=0,
+                                                     base_sequence=0))
         assert (promoted.error_code, promoted.base_offset) == (0, 11)
         after = mirror_append(srv, MIRROR, mirror_id, values_batch([b"late"], base_offset=12))["partitions"][0]
         assert after["error_code"] == ErrorCode.invalid_request
