@@ -164,3 +164,14 @@ def test_too_few_replicas_is_reported_before_a_sequence_gap(tmp_path: Path) -> N
         lg.append_as_leader(behind, leader_epoch=0, now_ms=NOW, enough_replicas=False)
     with pytest.raises(OutOfOrderSequence):
         lg.append_as_leader(behind, leader_epoch=0, now_ms=NOW)
+
+
+def test_follower_takes_a_batch_compaction_shortened(tmp_path: Path) -> None:
+    # The cleaner keeps a batch's offset span when it drops records from it: one record
+    # left of five is a batch a producer could not send, but a leader's log holds it.
+    from cluster.protocol.records import Record, encode_batch
+
+    shortened = encode_batch([Record(3, NOW, b"k", b"v", ())], base_offset=0, last_offset_delta=4)
+    follower = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
+    assert follower.append_as_follower(shortened, now_ms=NOW) == 5
+    assert follower.read(0, 1000, 5, min_one_batch=True) == shortened
