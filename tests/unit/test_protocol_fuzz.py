@@ -760,8 +760,17 @@ def open_broker(data_dir: Path) -> BrokerServer:
 def server() -> Iterator[BrokerServer]:
     with tempfile.TemporaryDirectory(prefix="dcmirror-fuzz-") as tmp:
         srv = open_broker(Path(tmp))
-        # Auto-create the topic the generated requests name most ("t").
+        # Auto-create the topic the generated requests name most ("t"), and wait until it
+        # takes a write: the broker applies the new topic in the background, and on a busy
+        # machine the fuzz cases came before it (UNKNOWN_TOPIC_OR_PARTITION for every one).
         assert run_dispatch(srv, request_header(3, 1, 0) + I32.pack(1) + struct.pack(">h", 1) + b"t") is not None
+        for _attempt in range(600):
+            code = _produce_error(run_dispatch(srv, _produce_frame("t", encode_batch([(b"k", b"ready", ())]), 1)), 1)
+            if code == 0:
+                break
+            assert code in (3, 6), f"topic t: produce error {code}"  # not there, no leader yet
+        else:
+            raise AssertionError("topic t never took a write")
         try:
             yield srv
         finally:
