@@ -172,6 +172,26 @@ async def mirror(source: str, target: str, topics: list[str]) -> dict[str, list[
     return answers
 
 
+async def leader_sees_promotion(bootstrap: str, topic: str) -> bool:
+    """The partition's leader describes the topic without `mirror.source` (its metadata
+    has the promotion, so it takes producers)."""
+    boot = await BrokerConnection(*_host_port(bootstrap.split(",")[0])).connect()
+    try:
+        meta = await metadata(boot)
+        brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
+        info = next(t for t in meta.topics if t.name == topic)
+    finally:
+        await boot.aclose()
+    leader = await BrokerConnection(*brokers[info.partitions[0].leader_id]).connect()
+    try:
+        described = await leader.request(ApiKey.DESCRIBE_CONFIGS, {
+            "include_synonyms": False, "include_documentation": False,
+            "resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}]})
+        return "mirror.source" not in {c.name for c in described.results[0].configs}
+    finally:
+        await leader.aclose()
+
+
 def _host_port(address: str) -> tuple[str, int]:
     host, port = address.split(":")
     return host, int(port)
@@ -307,16 +327,10 @@ def _check_mirror(source: BrokerProcess, target: ClusterProcesses) -> None:
     end = end_offsets(dr, TXN, "read_uncommitted")
     mirrored_pids = {producer_id_of(b) for _, b in source_disk[TXN]} - {-1}
     _delete_mirror_source(dr, TXN)
-
-    def promoted() -> Any:
-        err, offset = produce(dr, TXN, b"after promotion", **{"enable.idempotence": True, "acks": "all",
-                                                              "message.send.max.retries": 5})
-        if err is not None and err.code() == KafkaError.TOPIC_EXCEPTION:
-            return None  # the leader has not applied the config change yet
-        assert err is None, err
-        return offset
-
-    assert wait_until(promoted, 30, what="the promoted topic taking a produce") == end
+    wait_until(lambda: trio.run(leader_sees_promotion, dr, TXN), 30, what="the leader applying the promotion")
+    err, offset = produce(dr, TXN, b"after promotion", **{"enable.idempotence": True, "acks": "all",
+                                                           "message.send.max.retries": 5})
+    assert err is None and offset == end, (err, offset, end)
     new_batch = next(b for o, b in disk_batches(target[1].data_dir, TXN) if o == end)
     assert producer_id_of(new_batch) in mirrored_pids, "the target's producer id differs: no collision tested"
     assert read_records(dr, TXN, "read_committed", end + 1)[-1] == (end, None, b"after promotion")
