@@ -195,3 +195,17 @@ def test_a_new_follower_starts_its_log_inside_the_leaders_first_batch(tmp_path: 
     # a batch that does not continue a non-empty log is still refused
     refused = part.handle_fetch_answer(ErrorCode.none, values_batch([b"w"] * 2), 5, 3, NOW)
     assert refused.retry and refused.problem is not None and lg.log_end_offset == 5
+
+
+def test_a_follower_takes_gaps_and_still_starts_inside_a_batch_after_delete_records(tmp_path: Path) -> None:
+    # Followers take gaps (a mirror topic's copy of a compacted source); the DeleteRecords
+    # case stays: an empty log whose start lies inside the leader's first batch starts at it.
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), NOW)
+    part = Partition("t", 0, lg, "topic-id", local_id=2)
+    part.apply_role(PartitionRole(1, 5, 10, (1, 2, 3), (1, 2, 3)), NOW)
+    lg.truncate_fully_and_start_at(2, NOW)
+    assert part.append_fetched(values_batch([b"a", b"b", b"c"], base_offset=1), leader_high_watermark=4,
+                               now_ms=NOW) == 3
+    assert (lg.log_start_offset, lg.log_end_offset) == (1, 4)
+    assert part.append_fetched(values_batch([b"d"], base_offset=9), leader_high_watermark=10, now_ms=NOW) == 6
+    assert lg.log_end_offset == 10 and part.high_watermark == 10 and part.fetching
