@@ -208,4 +208,4 @@ def test_a_follower_takes_gaps_and_still_starts_inside_a_batch_after_delete_reco
                                now_ms=NOW) == 3
     assert (lg.log_start_offset, lg.log_end_offset) == (1, 4)
     assert part.append_fetched(values_batch([b"d"], base_offset=9), leader_high_watermark=10, now_ms=NOW) == 6
-    assert lg.log_end_offset == 10 and part.high_watermark == 10 and part.fetching
+    assert lg.log_end_offset == 10 and part.high_watermark == 10
