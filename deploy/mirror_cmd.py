@@ -125,7 +125,13 @@ def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) ->
     from mirror.worker import MirrorWorker, ProblemRecorder
 
     name = name or f"{flow.name}-w{index}"
-    worker = MirrorWorker(topology, flow, name)
+    worker: Any
+    if flow.mirror_topics:
+        from mirror.mirror_topics import TopicMirrorWorker
+
+        worker = TopicMirrorWorker(topology, flow, name)
+    else:
+        worker = MirrorWorker(topology, flow, name)
     logging.getLogger("dcmirror").addHandler(ProblemRecorder(worker))  # its last warning, in its status
     http_security = worker_http_security(worker.config)  # bad settings fail the start, naming the setting
     out = state_dir(topology, flow) / f"{name}.json"

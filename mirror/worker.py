@@ -191,7 +191,7 @@ class ProblemRecorder(logging.Handler):
     """Keeps a worker's last warning or error (message and time) for its status: what an
     operator looking at `dcmirror mirror status` from another host wants before the logs."""
 
-    def __init__(self, worker: MirrorWorker) -> None:
+    def __init__(self, worker: Any) -> None:  # MirrorWorker or TopicMirrorWorker
         super().__init__(logging.WARNING)
         self.worker = worker
 

@@ -76,7 +76,7 @@ _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config",
-               "workers_http")
+               "workers_http", "mirror_topics")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
@@ -227,6 +227,14 @@ class _Loader:
         if value < low or (high is not None and value > high):
             bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
             self.fail(path + (key,), f"must be {bounds}, not {value}")
+        return value
+
+    def boolean(self, table: dict[str, Any], path: KeyPath, key: str, default: bool) -> bool:
+        if key not in table:
+            return default
+        value = table[key]
+        if not isinstance(value, bool):
+            self.fail(path + (key,), f"must be true or false, not {_type_name(value)}")
         return value
 
     def name(self, value: str, path: KeyPath, what: str) -> str:
@@ -658,9 +666,11 @@ class _Loader:
                 if "http.port.base" in config:
                     self.fail(path + ("workers_http",), "give the workers' admin HTTP addresses either here or "
                                                         "with config http.port.base, not both")
+            mirror_topics = self.boolean(table, path, "mirror_topics", False)
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
-                                      groups=groups, config=config, workers_http=workers_http))
+                                      groups=groups, config=config, workers_http=workers_http,
+                                      mirror_topics=mirror_topics))
             templates.append(template)
         self.check_collisions(mirrors, templates, clusters, topics)
         self.check_cycles(mirrors, templates)

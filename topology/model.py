@@ -206,6 +206,10 @@ class MirrorSpec:
     """Where worker i serves its admin HTTP (/healthz, /metrics, /v1/status), one per worker
     (node_id = i): where it binds (unless config http.host says otherwise) and where `dcmirror
     status` reaches it. Empty: config http.port.base (http.host:base+i), or no admin HTTP."""
+    mirror_topics: bool = False
+    """Targets are mirror topics: each source partition's batches at the same offsets, byte for
+    byte (partitionLeaderEpoch aside), read-only until promoted (docs/design.md, "Mirror topics
+    keep offsets"). False: records are copied with provenance headers (the aggregate's flows)."""
 
     def http_address(self, index: int) -> tuple[str, int] | None:
         """Where worker `index` serves its admin HTTP, as other hosts reach it; None: it has none."""

@@ -118,6 +118,21 @@ class FetchedChunk(NamedTuple):
         return epoch
 
 
+class RawChunk(NamedTuple):
+    """Whole record batches of one partition as the broker sent them (a consumer made with
+    raw_batches=True): data and control batches, aborted transactions included, nothing
+    decoded. `next_offset` is the offset after the last batch; the first batch may start
+    below the position it was fetched from (a batch is never split)."""
+
+    tp: TopicPartition
+    data: bytes
+    topic_id: uuid.UUID | None
+    next_offset: int
+    batches: int
+    records: int
+    fetch_offset: int  # the position it was fetched from: the previous chunk's next_offset
+
+
 @dataclass(slots=True)
 class PartitionPosition:
     position: int | None = None  # next offset the application gets; None: to be looked up
@@ -136,8 +151,12 @@ class PartitionPosition:
 
 
 class Consumer:
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, raw_batches: bool = False) -> None:
+        """`raw_batches`: fetched data is handed out as it came (getmany_raw), never decoded
+        (a copier of whole batches: the mirror's offset-keeping flows)."""
         self.config = consumer_config(config)
+        self.raw_batches = raw_batches
+        self._raw: deque[tuple[int, RawChunk]] = deque()  # (seek epoch, chunk)
         c = self.config
         self.group_id: str = c["group.id"]
         self.cluster = ClientCluster(c)
@@ -240,6 +259,11 @@ class Consumer:
     def highwater(self, tp: TopicPartition) -> int:
         """The partition's high watermark as of the last fetch (-1 before any)."""
         return self._state(tp).high_watermark
+
+    def log_start(self, tp: TopicPartition) -> int:
+        """The partition's log start offset as the last fetch answer said (-1: none yet)."""
+        state = self._assigned.get(tp)
+        return state.log_start_offset if state is not None else -1
 
     def since_last_answer_s(self, tp: TopicPartition) -> float | None:
         """Seconds since the partition's leader last answered a fetch (None before any): how
@@ -456,6 +480,32 @@ class Consumer:
             self._signal_changed()
         return out
 
+    async def getmany_raw(self, timeout_s: float = 0.0, max_bytes: int | None = None) -> list[RawChunk]:
+        """Whole batches as fetched (a consumer made with raw_batches=True), a partition's
+        chunks in offset order, up to about `max_bytes`; each moves the partition's position
+        to its next_offset. Chunks of a partition paused, sought or revoked since are dropped."""
+        out: list[RawChunk] = []
+        with trio.move_on_after(timeout_s):
+            while not self._raw and not self._errors:
+                await self._arrived.wait()
+        if self._errors:
+            raise self._errors.pop(0)
+        budget = math.inf if max_bytes is None else max_bytes
+        raw = self._raw
+        while raw and (budget > 0 or not out):
+            epoch, chunk = raw.popleft()
+            self._buffered_bytes -= len(chunk.data)
+            state = self._assigned.get(chunk.tp)
+            if state is None or state.epoch != epoch or state.paused or state.parked or state.position is None \
+                    or chunk.next_offset <= state.position:
+                continue
+            out.append(chunk)
+            state.position = chunk.next_offset
+            budget -= len(chunk.data)
+        if out:
+            self._signal_changed()
+        return out
+
     async def getone(self, timeout_s: float = math.inf) -> ConsumerRecord | None:
         """The next record (None if none came within `timeout_s`)."""
         got = await self.getmany(timeout_s, max_records=1)
@@ -481,6 +531,14 @@ class Consumer:
             else:
                 kept.append(item)
         self._buffer = kept
+        if self._raw:
+            raw_kept: deque[tuple[int, RawChunk]] = deque()
+            for epoch, chunk in self._raw:
+                if predicate(chunk.tp):
+                    self._buffered_bytes -= len(chunk.data)
+                else:
+                    raw_kept.append((epoch, chunk))
+            self._raw = raw_kept
         for tp, state in self._assigned.items():
             if predicate(tp) and state.position is not None:
                 state.fetch_offset = state.position
@@ -809,6 +867,21 @@ class Consumer:
         for tp, epoch, data, from_offset, aborted, topic_id in work:
             state = self._assigned.get(tp)
             if state is None or state.epoch != epoch:
+                continue
+            if self.raw_batches:
+                try:
+                    span = scan_batches(data, strict=True)
+                except InvalidRecordBatch as exc:
+                    self._corrupt(tp, state, from_offset, exc)
+                    arrived = True
+                    continue
+                if span.count:
+                    whole = bytes(memoryview(data)[:span.end]) if span.end < len(data) else bytes(data)
+                    self._raw.append((epoch, RawChunk(tp, whole, topic_id, span.next_offset, span.count,
+                                                      span.records, from_offset)))
+                    self._buffered_bytes += span.end
+                    self.metrics["bytes"] += span.end
+                    arrived = True
                 continue
             leader_epochs: list[tuple[int, int]] = []
             try:

@@ -88,6 +88,7 @@ class Flow:
     rename: str | None = None
     config: dict[str, str] = field(default_factory=dict)
     name: str | None = None
+    mirror_topics: bool = False
 
     @property
     def flow_name(self) -> str:
@@ -108,6 +109,8 @@ class Flow:
             lines.append(f"exclude = {json.dumps(self.exclude)}")
         if self.rename:
             lines.append(f"rename = {json.dumps(self.rename)}")
+        if self.mirror_topics:
+            lines.append("mirror_topics = true")
         if self.config:
             lines.append("config = { " + ", ".join(f'"{k}" = "{v}"' for k, v in self.config.items()) + " }")
         return lines + [""]

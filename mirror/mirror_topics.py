@@ -1,0 +1,454 @@
+"""Mirror topics: a flow that keeps offsets (topology `mirror_topics = true`).
+
+One worker of such a flow is a member of the consumer group `dcmirror.<source>.<target>` on
+the source, as a record-copying worker is, but it copies whole record batches: it fetches
+them at read_uncommitted with a consumer that never decodes them (data, transactional and
+control batches alike) and appends them into the target partition at their own offsets
+with the target's MirrorAppend (cluster/protocol/internal.py), as a follower appends what
+its leader sent. The target's log is the position: a partition is resumed at the target
+partition's log end, so nothing is committed for correctness (the source group's offsets
+follow behind, for lag and tools), and an append that was done but not answered is skipped
+by the target when it comes again.
+
+The target topic carries `mirror.source = "<cluster>:<topic>"`, which makes it read-only
+for producers; removing it (`dcmirror mirror promote|failover`) makes it an ordinary topic.
+A target topic of the same name without that config is never written into.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import trio
+
+from cluster.client.admin import Admin, AdminError
+from cluster.client.consumer import Consumer, PartitionError, RawChunk
+from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from cluster.client.mirror_append import mirror_append
+from cluster.common.admin_http import prometheus_text
+from cluster.common.clock import SYSTEM_CLOCK, Clock
+from cluster.protocol.errors import ErrorCode
+from mirror import tail
+from mirror.worker import INTERNAL_PREFIXES, WorkerConfig, _admin_part, _topic_id, group_id
+from topology.model import MirrorSpec, Topology
+
+log = logging.getLogger("dcmirror.mirror.topics")
+
+MIRROR_SOURCE_CONFIG = "mirror.source"
+RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
+TopicPartition = tuple[str, int]
+# Topic configs a mirror topic does not take from its source: the mirror's own marker, and
+# what would make the copy differ from the source's batches or refuse them.
+CONFIG_EXCLUDES = frozenset({MIRROR_SOURCE_CONFIG, "message.timestamp.type", "compression.type",
+                             "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+                             "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                             "message.timestamp.difference.max.ms", "min.insync.replicas", "follower.replication.throttled.replicas",
+                             "leader.replication.throttled.replicas", "confluent.placement.constraints"})
+APPEND_TIMEOUT_S = 30.0
+ROUND_MAX_BYTES = 16 << 20  # raw batches taken from the consumer per round of appends
+# Partition states (status, metrics): copying; waiting to be claimed again after an error;
+# stopped for an operator (a divergence the mirror must not repair on its own).
+ACTIVE, CLAIMING, FAILED = "ACTIVE", "CLAIMING", "FAILED"
+
+
+@dataclass
+class TopicPartitionMirror:
+    source: TopicPartition
+    target: TopicPartition
+    state: str = CLAIMING
+    position: int = -1  # next source offset to copy (= the target's log end)
+    target_log_end: int = -1
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    last_error: str = ""
+    appended_at_ms: int = 0
+
+
+def mirror_source_value(cluster: str, topic: str) -> str:
+    return f"{cluster}:{topic}"
+
+
+class TopicMirrorWorker:
+    """One worker of a flow with mirror topics (see the module docstring)."""
+
+    def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+        self.topology = topology
+        self.flow = flow
+        self.name = name or f"{flow.name}-{socket.gethostname()}-{id(self) & 0xFFFF:x}"
+        self.source = topology.cluster(flow.source)
+        self.target = topology.cluster(flow.target)
+        self.config = WorkerConfig.from_flow(flow)
+        self.partitions: dict[TopicPartition, TopicPartitionMirror] = {}
+        self.topics: dict[str, str] = {}  # source topic -> target topic
+        self.refused_topics: dict[str, str] = {}  # source topic -> why its target is not written
+        self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "batches": 0, "appends": 0, "claims": 0,
+                                        "data_loss_records": 0, "started_ms": clock.now_ms()}
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
+        self.last_problem: dict[str, Any] | None = None
+        self._consumer: Consumer | None = None
+        self._source_admin: Admin | None = None
+        self._target_admin: Admin | None = None
+        self._target_ids: dict[str, uuid.UUID] = {}
+        self._stopping = trio.Event()
+        self._stopped = trio.Event()
+        self._reclaim = trio.Event()
+
+    # ---- setup ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        c = self.config
+        source_client = self.source.client_config(c.source)
+        target_client = self.target.client_config(c.target)
+        consumer_config = {**source_client, "client.id": self.name, "group.id": group_id(self.flow),
+                           "enable.auto.commit": False, "auto.offset.reset": "none",
+                           # Everything the source holds: aborted data and markers are copied too,
+                           # so read_committed on the copy answers as on the source.
+                           "isolation.level": "read_uncommitted",
+                           "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+                           "metadata.max.age.ms": int(c.topic_refresh_s * 1000),
+                           "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
+                           "queued.max.messages.kbytes": 128 << 10,
+                           "client.rack": self.target.datacenter, **c.consumer}
+        async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
+                Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
+                Consumer(consumer_config, raw_batches=True) as consumer:
+            self._source_admin, self._target_admin, self._consumer = sadmin, tadmin, consumer
+            await self._sync_topics()
+            consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stop_when_asked, consumer, nursery)
+                nursery.start_soon(self._watch_topics)
+                nursery.start_soon(self._commit_loop)
+                nursery.start_soon(self._reclaim_loop)
+                await self._copy_loop()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        await self._stopped.wait()
+
+    async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
+        await self._stopping.wait()
+        try:
+            with trio.move_on_after(60):
+                if consumer.group is not None:
+                    await consumer.group.leave()
+        finally:
+            self._stopped.set()
+            nursery.cancel_scope.cancel()
+
+    # ---- topics ---------------------------------------------------------------------
+
+    async def _sync_topics(self) -> bool:
+        """Source topics the flow matches -> mirror topics with the same partition count and
+        the source's topic configs (minus CONFIG_EXCLUDES); returns whether the set changed."""
+        assert self._source_admin is not None and self._target_admin is not None
+        meta = await self._source_admin.metadata(None)
+        matching = {t.name: len(t.partitions) for t in meta.topics
+                    if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name)}
+        target_meta = await self._target_admin.metadata(None)
+        target_counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
+        for t in target_meta.topics:
+            if t.error_code == 0 and (tid := _topic_id(t)) is not None:
+                self._target_ids[t.name] = tid
+        rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
+        mapping: dict[str, str] = {}
+        for name, count in sorted(matching.items()):
+            target_name = self.flow.target_topic(name, self.source.datacenter)
+            marker = mirror_source_value(self.flow.source, name)
+            source_configs = {e.name: e.value for e in await self._source_admin.topic_configs(name)
+                              if getattr(e, "config_source", None) == 1 and e.value is not None
+                              and e.name not in CONFIG_EXCLUDES}
+            have = target_counts.get(target_name)
+            if have is None:
+                try:
+                    await self._target_admin.create_topic(target_name, count, rf,
+                                                          {**source_configs, MIRROR_SOURCE_CONFIG: marker})
+                    log.info("created mirror topic %s in %s: %d partitions, RF %d, mirror of %s", target_name,
+                             self.flow.target, count, rf, marker)
+                except AdminError as exc:
+                    if exc.code != ErrorCode.topic_already_exists:
+                        raise
+                mapping[name] = target_name
+                continue
+            target_configs = {e.name: e.value for e in await self._target_admin.topic_configs(target_name)
+                              if getattr(e, "config_source", None) == 1}
+            if target_configs.get(MIRROR_SOURCE_CONFIG) != marker:
+                why = (f"{target_name} in {self.flow.target} is not a mirror topic of {marker} "
+                       f"({MIRROR_SOURCE_CONFIG}={target_configs.get(MIRROR_SOURCE_CONFIG)!r}): not written into")
+                if self.refused_topics.get(name) != why:
+                    log.error("%s", why)
+                self.refused_topics[name] = why
+                continue
+            self.refused_topics.pop(name, None)
+            if have < count:
+                await self._target_admin.create_partitions(target_name, count)
+                log.info("added partitions to mirror topic %s: %d -> %d", target_name, have, count)
+            changed = {k: v for k, v in source_configs.items() if target_configs.get(k) != v}
+            gone = [k for k in target_configs if k not in source_configs and k not in CONFIG_EXCLUDES]
+            if changed or gone:
+                await self._target_admin.alter_topic_configs(target_name, changed, gone)
+                log.info("mirror topic %s follows its source's configs: set %s, removed %s", target_name,
+                         sorted(changed), sorted(gone))
+            mapping[name] = target_name
+        changed_set = mapping != self.topics
+        self.topics = mapping
+        return changed_set
+
+    async def _watch_topics(self) -> None:
+        while True:
+            await trio.sleep(self.config.topic_refresh_s)
+            try:
+                if await self._sync_topics():
+                    log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
+                    assert self._consumer is not None
+                    self._consumer.subscribe(sorted(self.topics))
+            except RETRIABLE as exc:
+                log.warning("topic refresh failed: %s", exc)
+
+    # ---- partitions -----------------------------------------------------------------
+
+    async def _on_assign(self, tps: list[TopicPartition]) -> None:
+        assert self._consumer is not None
+        self._consumer.pause(*tps)  # nothing is fetched before the target says where to resume
+        for tp in tps:
+            target_topic = self.topics.get(tp[0])
+            if target_topic is None:
+                continue
+            pm = self.partitions[tp] = TopicPartitionMirror(tp, (target_topic, tp[1]))
+            await self._claim(pm)
+
+    async def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            self.partitions.pop(tp, None)
+
+    async def _claim(self, pm: TopicPartitionMirror) -> None:
+        """Resume at the target partition's log end (its high watermark: what it holds for
+        good); below the source's log start, the records between were lost to retention
+        before they were copied (said, counted), and copying goes on from the log start."""
+        assert self._consumer is not None and self._target_admin is not None and self._source_admin is not None
+        self.metrics["claims"] += 1
+        try:
+            _, target_end = await tail.offsets(self._target_admin.cluster, *pm.target)
+            source_start, source_hw = await tail.offsets(self._source_admin.cluster, *pm.source)
+        except RETRIABLE as exc:
+            pm.state, pm.last_error = CLAIMING, f"claim: {exc}"
+            self._reclaim.set()
+            return
+        if target_end > source_hw:
+            pm.state = FAILED
+            pm.last_error = (f"the target holds offsets up to {target_end - 1}, the source only up to "
+                             f"{source_hw - 1}: the source lost records the mirror copied (an unclean election, "
+                             "a topic created again); not copied further until an operator acts")
+            log.error("%s-%d -> %s-%d: %s", *pm.source, *pm.target, pm.last_error)
+            self._event("diverged", pm, target_end=target_end, source_high_watermark=source_hw)
+            return
+        position = target_end
+        if target_end < source_start and target_end == 0:
+            log.info("%s-%d: the copy starts at the source's log start %d", *pm.source, source_start)
+            position = source_start
+        elif target_end < source_start:
+            lost = source_start - target_end
+            self.metrics["data_loss_records"] += lost
+            log.error("DATA LOSS: %s-%d offsets %d..%d were deleted at the source before they were mirrored "
+                      "(%d offsets)", *pm.source, target_end, source_start - 1, lost)
+            self._event("data_loss", pm, first=target_end, last=source_start - 1)
+            position = source_start
+        pm.position = pm.target_log_end = position
+        pm.state, pm.last_error = ACTIVE, ""
+        self._consumer.seek(pm.source, position)
+        self._consumer.resume(pm.source)
+        log.info("%s took %s-%d -> %s-%d at offset %d", self.name, *pm.source, *pm.target, position)
+
+    async def _reclaim_loop(self) -> None:
+        while True:
+            await self._reclaim.wait()
+            self._reclaim = trio.Event()
+            await trio.sleep(0.5)
+            for pm in list(self.partitions.values()):
+                if pm.state == CLAIMING and self.partitions.get(pm.source) is pm:
+                    await self._claim(pm)
+
+    def _event(self, kind: str, pm: TopicPartitionMirror, **details: Any) -> None:
+        self.events.append({"kind": kind, "at_ms": self.clock.now_ms(), "topic": pm.source[0],
+                            "partition": pm.source[1], "target_topic": pm.target[0], **details})
+
+    # ---- copying --------------------------------------------------------------------
+
+    async def _copy_loop(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                chunks = await self._consumer.getmany_raw(timeout_s=0.5, max_bytes=ROUND_MAX_BYTES)
+            except PartitionError as exc:
+                pm = self.partitions.get(exc.tp) if exc.tp is not None else None
+                if pm is None:
+                    # A position the consumer looked up before the claim set it (the group's
+                    # committed offsets are not where a mirror topic resumes): nothing to do.
+                    log.debug("consumer: %s (the claims set the positions)", exc)
+                    continue
+                log.warning("fetching %s-%d: %s; claiming it again", *pm.source, exc)
+                if pm is not None:
+                    self._consumer.pause(pm.source)
+                    pm.state, pm.last_error = CLAIMING, str(exc)
+                    self._reclaim.set()
+                continue
+            if chunks:
+                await self._append_round(chunks)
+
+    async def _append_round(self, chunks: list[RawChunk]) -> None:
+        """Append one round of fetched chunks: per target leader and topic one MirrorAppend,
+        the leaders in parallel; a partition's chunks go in order (joined into one payload)."""
+        assert self._target_admin is not None
+        cluster = self._target_admin.cluster
+        joined: dict[TopicPartition, list[RawChunk]] = {}
+        for chunk in chunks:
+            pm = self.partitions.get(chunk.tp)
+            if pm is None or pm.state != ACTIVE:
+                continue
+            before = joined[chunk.tp][-1].next_offset if chunk.tp in joined else pm.position
+            if chunk.fetch_offset != before:
+                # Not the data that follows what the target holds (a chunk of a position
+                # given up meanwhile): nothing of the partition is appended this round.
+                log.warning("%s-%d: fetched from %d where the copy is at %d; taking it again", *chunk.tp,
+                            chunk.fetch_offset, before)
+                joined.pop(chunk.tp, None)
+                self._consumer_pause_and_reclaim(pm, f"fetched from {chunk.fetch_offset}, the copy is at {before}")
+                continue
+            joined.setdefault(chunk.tp, []).append(chunk)
+        if not joined:
+            return
+        by_leader: dict[tuple[int, str], dict[int, tuple[TopicPartitionMirror, list[RawChunk]]]] = {}
+        for tp, parts in joined.items():
+            pm = self.partitions[tp]
+            leader = cluster.metadata.leader(*pm.target)
+            if leader < 0:
+                await cluster.refresh({pm.target[0]})
+                leader = cluster.metadata.leader(*pm.target)
+            by_leader.setdefault((leader, pm.target[0]), {})[pm.target[1]] = (pm, parts)
+        async with trio.open_nursery() as nursery:
+            for (leader, topic), parts_of in by_leader.items():
+                nursery.start_soon(self._append_to, leader, topic, parts_of)
+
+    async def _append_to(self, leader: int, topic: str,
+                         parts_of: dict[int, tuple[TopicPartitionMirror, list[RawChunk]]]) -> None:
+        assert self._target_admin is not None and self._consumer is not None
+        cluster = self._target_admin.cluster
+        payload = {p: b"".join(c.data for c in chunks) for p, (_, chunks) in parts_of.items()}
+        answers: Mapping[int, Mapping[str, Any]] = {}
+        error: str | None = None
+        try:
+            if leader < 0:
+                raise KafkaError(f"{topic}: no leader in {self.flow.target}", ErrorCode.leader_not_available)
+            topic_id = self._target_ids.get(topic) or cluster.metadata.topic_id(topic)
+            if topic_id is None:
+                raise KafkaError(f"{topic}: no topic id in {self.flow.target}'s metadata", ErrorCode.unknown_topic_id)
+            # The mirror follows the source's log start (retention, DeleteRecords) as a follower does.
+            starts = {p: self._consumer.log_start(pm.source) for p, (pm, _) in parts_of.items()}
+            answers = await mirror_append(await cluster.connection(leader), topic, str(topic_id), payload,
+                                          APPEND_TIMEOUT_S, log_start_offsets={p: s for p, s in starts.items() if s >= 0})
+            self.metrics["appends"] += 1
+        except RETRIABLE as exc:
+            error = str(exc)
+        for p, (pm, chunks) in parts_of.items():
+            answer = answers.get(p)
+            code = int(answer.get("error_code", -1)) if answer is not None else -1
+            if error is None and code == 0:
+                assert answer is not None
+                pm.position = chunks[-1].next_offset
+                pm.target_log_end = int(answer.get("log_end_offset", pm.position))
+                pm.batches += sum(c.batches for c in chunks)
+                pm.records += sum(c.records for c in chunks)
+                pm.bytes += len(payload[p])
+                pm.appended_at_ms = self.clock.now_ms()
+                self.metrics["batches"] += sum(c.batches for c in chunks)
+                self.metrics["records"] += sum(c.records for c in chunks)
+                self.metrics["bytes"] += len(payload[p])
+                continue
+            why = error or (f"error {code}: {answer.get('error_message') or ''}" if answer is not None
+                            else "no answer for the partition")
+            # Whatever went wrong, the partition is taken again from the target's log end:
+            # an append that was done is skipped there when the same batches come again.
+            log.warning("appending to %s-%d in %s: %s; taking it again from the target's log end", topic, p,
+                        self.flow.target, why)
+            cluster.metadata.updated_s = -1e18
+            self._consumer_pause_and_reclaim(pm, why)
+
+    def _consumer_pause_and_reclaim(self, pm: TopicPartitionMirror, why: str) -> None:
+        assert self._consumer is not None
+        self._consumer.pause(pm.source)
+        pm.state, pm.last_error = CLAIMING, why
+        self._reclaim.set()
+
+    # ---- offsets, status ------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        """The source group's offsets follow the copy (lag in the source's tools)."""
+        while True:
+            await trio.sleep(self.config.commit_interval_s)
+            consumer = self._consumer
+            offsets = {tp: pm.position for tp, pm in self.partitions.items() if pm.state == ACTIVE and pm.position >= 0}
+            if consumer is None or not offsets:
+                continue
+            try:
+                await consumer.commit(offsets)
+            except RETRIABLE as exc:
+                log.info("committing the source group's offsets: %s", exc)
+
+    def lag_records(self) -> int:
+        consumer = self._consumer
+        if consumer is None:
+            return 0
+        return sum(max(0, consumer.highwater(tp) - pm.position) for tp, pm in self.partitions.items()
+                   if pm.position >= 0 and consumer.highwater(tp) >= 0)
+
+    def status(self) -> dict[str, Any]:
+        """The record-copying worker's status shape (deploy/status_http.py, `mirror status`),
+        with each partition's state and the mode."""
+        consumer = self._consumer
+        partitions = []
+        for tp, pm in sorted(self.partitions.items()):
+            hw = consumer.highwater(tp) if consumer is not None else -1
+            partitions.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
+                               "state": pm.state, "position": pm.position, "source_high_watermark": hw,
+                               "lag_records": max(0, hw - pm.position) if hw >= 0 and pm.position >= 0 else None,
+                               "records": pm.records, "batches": pm.batches, "bytes": pm.bytes,
+                               "last_error": pm.last_error})
+        elapsed_s = max(1e-3, (self.clock.now_ms() - self.metrics["started_ms"]) / 1000)
+        return {"worker": self.name, "flow": self.flow.name, "mode": "mirror_topics", "source": self.flow.source,
+                "target": self.flow.target, "topics": dict(sorted(self.topics.items())),
+                "refused_topics": dict(self.refused_topics), "partitions": partitions,
+                "lag_records": self.lag_records(), "records": self.metrics["records"],
+                "bytes": self.metrics["bytes"], "records_per_s": self.metrics["records"] / elapsed_s,
+                "claims": self.metrics["claims"], "data_loss_records": self.metrics["data_loss_records"],
+                "events": list(self.events), "last_problem": self.last_problem}
+
+    def prometheus(self) -> bytes:
+        labels = {"flow": self.flow.name, "worker": self.name}
+        per_partition = [({**labels, "topic": pm.source[0], "partition": str(pm.source[1]), "state": pm.state}, 1.0)
+                         for pm in self.partitions.values()]
+        return prometheus_text({
+            "dcmirror_mirror_topic_records_total": ("counter", "Records copied into mirror topics",
+                                                    [(labels, self.metrics["records"])]),
+            "dcmirror_mirror_topic_bytes_total": ("counter", "Batch bytes copied into mirror topics",
+                                                  [(labels, self.metrics["bytes"])]),
+            "dcmirror_mirror_topic_lag_records": ("gauge", "Source records not yet in the mirror topics",
+                                                  [(labels, self.lag_records())]),
+            "dcmirror_mirror_topic_partition_state": ("gauge", "1 per partition in the state labelled",
+                                                      per_partition),
+        })
+
+    def routes(self) -> dict[str, Any]:
+        return {"/healthz": lambda: ("text/plain", b"ok\n"),
+                "/metrics": lambda: ("text/plain; version=0.0.4", self.prometheus()),
+                "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
