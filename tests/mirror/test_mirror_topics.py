@@ -16,11 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.cluster_helpers import admin
 from tests.interop.common import segment_files
+from tests.interop.test_mirror_append import leader_sees_promotion
 from tests.mirror.lab import (
     Flow,
     MirrorLab,
@@ -158,6 +160,10 @@ def test_mirror_topics_copy_batches_at_their_offsets_through_a_worker_kill(
     client = admin(dr)
     for future in client.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
+    # Answered once the controller committed it; the partition's leader (another broker,
+    # maybe) takes producers once it applied it.
+    wait_for(lambda: trio.run(leader_sees_promotion, dr, "orders"), 30, "the leader applying the promotion",
+             interval_s=0.1)
     delivered: list[tuple[int, int]] = []
     q = Producer({"bootstrap.servers": dr, "enable.idempotence": True, "log_level": 2})
     q.produce("orders", b"after promotion", partition=0,
