@@ -36,7 +36,14 @@ from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
 from mirror import tail
-from mirror.worker import INTERNAL_PREFIXES, WorkerConfig, _admin_part, _topic_id, group_id
+from mirror.worker import (
+    INTERNAL_PREFIXES,
+    FlowWorker,
+    WorkerConfig,
+    _admin_part,
+    _topic_id,
+    group_id,
+)
 from topology.model import MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror.topics")
@@ -76,7 +83,7 @@ def mirror_source_value(cluster: str, topic: str) -> str:
     return f"{cluster}:{topic}"
 
 
-class TopicMirrorWorker:
+class TopicMirrorWorker(FlowWorker):
     """One worker of a flow with mirror topics (see the module docstring)."""
 
     def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
@@ -132,20 +139,6 @@ class TopicMirrorWorker:
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._reclaim_loop)
                 await self._copy_loop()
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        await self._stopped.wait()
-
-    async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
-        await self._stopping.wait()
-        try:
-            with trio.move_on_after(60):
-                if consumer.group is not None:
-                    await consumer.group.leave()
-        finally:
-            self._stopped.set()
-            nursery.cancel_scope.cancel()
 
     # ---- topics ---------------------------------------------------------------------
 
@@ -204,17 +197,6 @@ class TopicMirrorWorker:
         changed_set = mapping != self.topics
         self.topics = mapping
         return changed_set
-
-    async def _watch_topics(self) -> None:
-        while True:
-            await trio.sleep(self.config.topic_refresh_s)
-            try:
-                if await self._sync_topics():
-                    log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
-                    assert self._consumer is not None
-                    self._consumer.subscribe(sorted(self.topics))
-            except RETRIABLE as exc:
-                log.warning("topic refresh failed: %s", exc)
 
     # ---- partitions -----------------------------------------------------------------
 

@@ -208,7 +208,53 @@ PROBLEM_MAX_CHARS = 500
 RATE_WINDOW_MS = 10_000  # records_per_s_recent: over about the last 10 s of status calls
 
 
-class MirrorWorker:
+class FlowWorker:
+    """What both kinds of flow worker (records with provenance: MirrorWorker; mirror topics:
+    mirror/mirror_topics.py) do the same way: follow the flow's topics, and stop by leaving
+    the source group. Subclasses set config, flow, topics, _consumer, _stopping, _stopped and
+    define _sync_topics (whether the mapping of source to target topics changed)."""
+
+    config: WorkerConfig
+    flow: MirrorSpec
+    topics: dict[str, str]
+    _consumer: Consumer | None
+    _stopping: trio.Event
+    _stopped: trio.Event
+
+    async def _sync_topics(self) -> bool:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """Hand the partitions over cleanly: leave the group (flush, commit) while the
+        clients still run, then stop."""
+        self._stopping.set()
+        await self._stopped.wait()
+
+    async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
+        await self._stopping.wait()
+        try:
+            with trio.move_on_after(60):
+                if consumer.group is not None:
+                    # Leave (-> on_revoke: flush, commit) from here; the consumer itself is closed by
+                    # the task that opened it (its nursery belongs to that task).
+                    await consumer.group.leave()
+        finally:
+            self._stopped.set()
+            nursery.cancel_scope.cancel()
+
+    async def _watch_topics(self) -> None:
+        while True:
+            await trio.sleep(self.config.topic_refresh_s)
+            try:
+                if await self._sync_topics():
+                    log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
+                    assert self._consumer is not None
+                    self._consumer.subscribe(sorted(self.topics))
+            except RETRIABLE as exc:
+                log.warning("topic refresh failed: %s", exc)
+
+
+class MirrorWorker(FlowWorker):
     def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
@@ -283,24 +329,6 @@ class MirrorWorker:
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._checkpoint_loop)
                 await self._mirror_loop()
-
-    async def stop(self) -> None:
-        """Hand the partitions over cleanly: leave the group (flush, commit) while the producer
-        still runs, then stop."""
-        self._stopping.set()
-        await self._stopped.wait()
-
-    async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
-        await self._stopping.wait()
-        try:
-            with trio.move_on_after(60):
-                if consumer.group is not None:
-                    # Leave (-> on_revoke: flush, commit) from here; the consumer itself is closed by
-                    # the task that opened it (its nursery belongs to that task).
-                    await consumer.group.leave()
-        finally:
-            self._stopped.set()
-            nursery.cancel_scope.cancel()
 
     async def _sync_topics(self) -> bool:
         """Source topics the flow matches → target topics with the same partition count and
@@ -470,17 +498,6 @@ class MirrorWorker:
             if source == 1 and entry.value is not None:  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
                 out[entry.name] = entry.value
         return out
-
-    async def _watch_topics(self) -> None:
-        while True:
-            await trio.sleep(self.config.topic_refresh_s)
-            try:
-                if await self._sync_topics():
-                    log.info("flow %s now mirrors %s", self.flow.name, sorted(self.topics))
-                    assert self._consumer is not None
-                    self._consumer.subscribe(sorted(self.topics))
-            except RETRIABLE as exc:
-                log.warning("topic refresh failed: %s", exc)
 
     # ---- taking and giving up partitions -------------------------------------------
 
