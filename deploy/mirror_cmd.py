@@ -37,8 +37,14 @@ WORKER_STOP_TIMEOUT_S = 30.0  # then SIGKILL (a worker hands its partitions over
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status)")
-    mirror.add_argument("action", nargs="?", choices=["run", "status", "translate"], default="run")
+    mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status | translate | promote | failover "
+                                           "| failback)")
+    mirror.add_argument("action", nargs="?", default="run",
+                        choices=["run", "status", "translate", "promote", "failover", "failback"],
+                        help="promote (planned: the copy side of a mirror-topics flow becomes the primary, nothing "
+                             "lost), failover (the source is gone: the target's mirror topics become writable; "
+                             "prints the RPO), failback (the old source is back: its topics become mirror topics "
+                             "of the target's, records it took after the failover go to a side topic)")
     mirror.add_argument("--config", required=True, help="topology file")
     mirror.add_argument("--flow", help="only this flow (default: every flow of the file)")
     mirror.add_argument("--worker", type=worker_index,
@@ -48,7 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                        "(default FLOW-wN); unique per flow")
     mirror.add_argument("--timeout", type=float, default=STATUS_TIMEOUT_S,
                         help=f"status: seconds to wait for each worker's answer (default {STATUS_TIMEOUT_S:g})")
-    mirror.add_argument("--json", action="store_true", help="status, translate: one JSON document")
+    mirror.add_argument("--json", action="store_true", help="status, translate, promote, failover, failback: one "
+                                                            "JSON document")
+    mirror.add_argument("--wait", type=float, default=300.0,
+                        help="promote, failover, failback: seconds to wait for each step (default 300)")
     mirror.add_argument("--group", help="translate: the source consumer group to move to the target")
     mirror.add_argument("--live", action="store_true",
                         help="translate: compute from the source's committed offsets now (the source must be up) "
@@ -94,6 +103,11 @@ def cmd_mirror(args: argparse.Namespace) -> int:
             print("dcmirror mirror translate: --group is required", file=sys.stderr)
             return 1
         return trio.run(translate_group, topology, flows, args.group, args.live, args.apply, args.json)
+    if args.action in ("promote", "failover", "failback"):
+        if args.flow is None:
+            print(f"dcmirror mirror {args.action}: --flow is required", file=sys.stderr)
+            return 1
+        return disaster_recovery(topology, flows[0], args.action, args.wait, args.json)
     if args.worker is not None:
         if args.flow is None:
             print("dcmirror mirror: --worker needs --flow", file=sys.stderr)
@@ -110,6 +124,55 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     return supervise(args.config, flows)
 
 
+def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_json: bool) -> int:
+    """`mirror promote | failover | failback` of one mirror-topics flow (mirror/failover.py)."""
+    from cluster.client.admin import Admin
+    from mirror.failover import FailoverError, failback, failover, promote
+    from mirror.worker import RETRIABLE, WorkerConfig, _admin_part
+
+    if not flow.mirror_topics:
+        print(f"dcmirror mirror {action}: flow {flow.name} has no mirror topics (mirror_topics = true)", file=sys.stderr)
+        return 1
+    config = WorkerConfig.from_flow(flow)
+    say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
+
+    def admin(cluster: str, overrides: dict[str, Any]) -> Admin:
+        client = topology.cluster(cluster).client_config(overrides)
+        return Admin(client["bootstrap.servers"], client_id=f"dcmirror-{action}", config=_admin_part(client))
+
+    async def run() -> Any:
+        async with admin(flow.target, config.target) as target:
+            if action == "failover":
+                return await failover(topology, flow, target, known_source_ends=known_ends, timeout_s=wait_s, say=say)
+            async with admin(flow.source, config.source) as source:
+                if action == "promote":
+                    return await promote(topology, flow, source, target, timeout_s=wait_s, say=say)
+                return await failback(topology, flow, source, target, timeout_s=wait_s, say=say)
+
+    known_ends: dict[tuple[str, int], int] = {}
+    if action == "failover":
+        # How far the source was known to be: the workers' last status (HTTP or files).
+        for report in flow_reports(topology, [flow]):
+            for worker in report["workers"]:
+                for p in worker.get("partitions") or []:
+                    if p.get("direction", "forward") == "forward" and p.get("source_high_watermark", -1) >= 0:
+                        key = (p["topic"], p["partition"])
+                        known_ends[key] = max(known_ends.get(key, -1), p["source_high_watermark"])
+    try:
+        outcome = trio.run(run)
+    except FailoverError as exc:
+        print(f"dcmirror mirror {action}: {exc}", file=sys.stderr)
+        return 1
+    except RETRIABLE as exc:
+        print(f"dcmirror mirror {action}: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(orjson.dumps(outcome.as_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print("\n".join(outcome.lines()))
+    return 0
+
+
 def worker_http_security(config: Any) -> Any:
     """A worker's admin HTTP guard from its flow's http.auth.token / http.ssl.keystore.location."""
     from cluster.common.admin_http import HttpSecurity
@@ -122,14 +185,15 @@ def worker_http_security(config: Any) -> Any:
 
 
 def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) -> int:
+    from cluster.common.taskdump import dump_on_signal
     from mirror.worker import MirrorWorker, ProblemRecorder
 
     name = name or f"{flow.name}-w{index}"
     worker: Any
     if flow.mirror_topics:
-        from mirror.mirror_topics import TopicMirrorWorker
+        from mirror.mirror_topics import MirrorTopicsFlowWorker
 
-        worker = TopicMirrorWorker(topology, flow, name)
+        worker = MirrorTopicsFlowWorker(topology, flow, name)
     else:
         worker = MirrorWorker(topology, flow, name)
     logging.getLogger("dcmirror").addHandler(ProblemRecorder(worker))  # its last warning, in its status
@@ -153,6 +217,7 @@ def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) ->
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(worker.run)
                 nursery.start_soon(report)
+                nursery.start_soon(dump_on_signal)  # kill -USR1: where every task waits, in the log
                 address = flow.http_address(index)
                 if address is not None:
                     from cluster.common.admin_http import serve

@@ -84,16 +84,23 @@ def mirror_source_value(cluster: str, topic: str) -> str:
 
 
 class TopicMirrorWorker(FlowWorker):
-    """One worker of a flow with mirror topics (see the module docstring)."""
+    """One worker of a flow with mirror topics (see the module docstring), in one direction:
+    the flow's (`reverse` False: its source's topics into mirror topics in its target) or,
+    after a failover, back (`reverse`: the target's topics into the source's topics that were
+    made mirror topics of them, docs/design.md "Failover and failback")."""
 
     def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 reverse: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
         self.topology = topology
         self.flow = flow
+        self.reverse = reverse
         self.name = name or f"{flow.name}-{socket.gethostname()}-{id(self) & 0xFFFF:x}"
-        self.source = topology.cluster(flow.source)
-        self.target = topology.cluster(flow.target)
+        # The clusters copied from and into in this direction (the flow's source and target,
+        # or the other way round).
+        self.source_name, self.target_name = (flow.target, flow.source) if reverse else (flow.source, flow.target)
+        self.source = topology.cluster(self.source_name)
+        self.target = topology.cluster(self.target_name)
         self.config = WorkerConfig.from_flow(flow)
         self.partitions: dict[TopicPartition, TopicPartitionMirror] = {}
         self.topics: dict[str, str] = {}  # source topic -> target topic
@@ -114,9 +121,9 @@ class TopicMirrorWorker(FlowWorker):
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         c = self.config
-        source_client = self.source.client_config(c.source)
-        target_client = self.target.client_config(c.target)
-        consumer_config = {**source_client, "client.id": self.name, "group.id": group_id(self.flow),
+        source_client = self.source.client_config(c.target if self.reverse else c.source)
+        target_client = self.target.client_config(c.source if self.reverse else c.target)
+        consumer_config = {**source_client, "client.id": self.name, "group.id": self.group,
                            "enable.auto.commit": False, "auto.offset.reset": "none",
                            # Everything the source holds: aborted data and markers are copied too,
                            # so read_committed on the copy answers as on the source.
@@ -140,15 +147,42 @@ class TopicMirrorWorker(FlowWorker):
                 nursery.start_soon(self._reclaim_loop)
                 await self._copy_loop()
 
+    @property
+    def group(self) -> str:
+        """The consumer group of this direction's workers on the cluster they copy from."""
+        return group_id(self.flow) if not self.reverse else f"dcmirror.{self.flow.target}.{self.flow.source}"
+
     # ---- topics ---------------------------------------------------------------------
 
-    async def _sync_topics(self) -> bool:
-        """Source topics the flow matches -> mirror topics with the same partition count and
-        the source's topic configs (minus CONFIG_EXCLUDES); returns whether the set changed."""
+    async def _pairs(self) -> dict[str, tuple[str, int]]:
+        """Topics copied in this direction: topic copied from -> (topic copied into, the
+        partition count of the one copied from). The flow's topics as its source names them;
+        in reverse only those its source made mirror topics of their targets (failback)."""
         assert self._source_admin is not None and self._target_admin is not None
-        meta = await self._source_admin.metadata(None)
-        matching = {t.name: len(t.partitions) for t in meta.topics
-                    if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name)}
+        flow_side = self._target_admin if self.reverse else self._source_admin
+        flow_cluster = self.topology.cluster(self.flow.source)
+        meta = await flow_side.metadata(None)
+        named = sorted(t.name for t in meta.topics
+                       if t.error_code == 0 and not t.name.startswith(INTERNAL_PREFIXES) and self.flow.matches(t.name))
+        pairs = {name: self.flow.target_topic(name, flow_cluster.datacenter) for name in named}
+        if self.reverse:
+            reversed_pairs = {}
+            for name, target_topic in pairs.items():
+                if await _mirror_source_of(self._target_admin, name) == mirror_source_value(self.flow.target,
+                                                                                           target_topic):
+                    reversed_pairs[target_topic] = name
+            pairs = reversed_pairs
+        counts = {t.name: len(t.partitions) for t in (await self._source_admin.metadata(None)).topics
+                  if t.error_code == 0} if self.reverse else {t.name: len(t.partitions) for t in meta.topics}
+        return {a: (b, counts[a]) for a, b in pairs.items() if a in counts}
+
+    async def _sync_topics(self) -> bool:
+        """Topics copied from -> mirror topics with the same partition count and the copied
+        topic's configs (minus CONFIG_EXCLUDES); returns whether the set changed. Only the
+        flow's direction creates mirror topics; a source topic that is itself a mirror topic
+        of its target was failed over (the reverse direction copies it, if anything does)."""
+        assert self._source_admin is not None and self._target_admin is not None
+        matching = await self._pairs()
         target_meta = await self._target_admin.metadata(None)
         target_counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
         for t in target_meta.topics:
@@ -156,19 +190,29 @@ class TopicMirrorWorker(FlowWorker):
                 self._target_ids[t.name] = tid
         rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
         mapping: dict[str, str] = {}
-        for name, count in sorted(matching.items()):
-            target_name = self.flow.target_topic(name, self.source.datacenter)
-            marker = mirror_source_value(self.flow.source, name)
-            source_configs = {e.name: e.value for e in await self._source_admin.topic_configs(name)
+        for name, (target_name, count) in sorted(matching.items()):
+            marker = mirror_source_value(self.source_name, name)
+            source_entries = await self._source_admin.topic_configs(name)
+            if not self.reverse and any(e.name == MIRROR_SOURCE_CONFIG and e.value == mirror_source_value(
+                    self.target_name, target_name) for e in source_entries):
+                # Failed over: the source's topic is a mirror topic of its target now.
+                if self.refused_topics.get(name) != "failed over":
+                    log.info("%s in %s is a mirror topic of %s:%s (failed over): not copied in this direction",
+                             name, self.source_name, self.target_name, target_name)
+                self.refused_topics[name] = "failed over"
+                continue
+            source_configs = {e.name: e.value for e in source_entries
                               if getattr(e, "config_source", None) == 1 and e.value is not None
                               and e.name not in CONFIG_EXCLUDES}
             have = target_counts.get(target_name)
+            if have is None and self.reverse:
+                continue
             if have is None:
                 try:
                     await self._target_admin.create_topic(target_name, count, rf,
                                                           {**source_configs, MIRROR_SOURCE_CONFIG: marker})
                     log.info("created mirror topic %s in %s: %d partitions, RF %d, mirror of %s", target_name,
-                             self.flow.target, count, rf, marker)
+                             self.target_name, count, rf, marker)
                 except AdminError as exc:
                     if exc.code != ErrorCode.topic_already_exists:
                         raise
@@ -177,7 +221,7 @@ class TopicMirrorWorker(FlowWorker):
             target_configs = {e.name: e.value for e in await self._target_admin.topic_configs(target_name)
                               if getattr(e, "config_source", None) == 1}
             if target_configs.get(MIRROR_SOURCE_CONFIG) != marker:
-                why = (f"{target_name} in {self.flow.target} is not a mirror topic of {marker} "
+                why = (f"{target_name} in {self.target_name} is not a mirror topic of {marker} "
                        f"({MIRROR_SOURCE_CONFIG}={target_configs.get(MIRROR_SOURCE_CONFIG)!r}): not written into")
                 if self.refused_topics.get(name) != why:
                     log.error("%s", why)
@@ -225,6 +269,17 @@ class TopicMirrorWorker(FlowWorker):
             source_start, source_hw = await tail.offsets(self._source_admin.cluster, *pm.source)
         except RETRIABLE as exc:
             pm.state, pm.last_error = CLAIMING, f"claim: {exc}"
+            self._reclaim.set()
+            return
+        if target_end > source_hw and await _mirror_source_of(self._source_admin, pm.source[0]) == \
+                mirror_source_value(self.target_name, pm.target[0]):
+            # Both sides are mirror topics of each other: a promotion is under way and the
+            # other direction copies into the one copied from here; nothing to do until it
+            # made the topic there an ordinary one again.
+            if not pm.last_error.startswith("waiting"):
+                log.info("%s-%d -> %s-%d: waiting, both are mirror topics of each other (a promotion under way)",
+                         *pm.source, *pm.target)
+            pm.state, pm.last_error = CLAIMING, "waiting: both sides are mirror topics (a promotion under way)"
             self._reclaim.set()
             return
         if target_end > source_hw:
@@ -331,10 +386,10 @@ class TopicMirrorWorker(FlowWorker):
         error: str | None = None
         try:
             if leader < 0:
-                raise KafkaError(f"{topic}: no leader in {self.flow.target}", ErrorCode.leader_not_available)
+                raise KafkaError(f"{topic}: no leader in {self.target_name}", ErrorCode.leader_not_available)
             topic_id = self._target_ids.get(topic) or cluster.metadata.topic_id(topic)
             if topic_id is None:
-                raise KafkaError(f"{topic}: no topic id in {self.flow.target}'s metadata", ErrorCode.unknown_topic_id)
+                raise KafkaError(f"{topic}: no topic id in {self.target_name}'s metadata", ErrorCode.unknown_topic_id)
             # The mirror follows the source's log start (retention, DeleteRecords) as a follower does.
             starts = {p: self._consumer.log_start(pm.source) for p, (pm, _) in parts_of.items()}
             answers = await mirror_append(await cluster.connection(leader), topic, str(topic_id), payload,
@@ -362,7 +417,7 @@ class TopicMirrorWorker(FlowWorker):
             # Whatever went wrong, the partition is taken again from the target's log end:
             # an append that was done is skipped there when the same batches come again.
             log.warning("appending to %s-%d in %s: %s; taking it again from the target's log end", topic, p,
-                        self.flow.target, why)
+                        self.target_name, why)
             cluster.metadata.updated_s = -1e18
             self._consumer_pause_and_reclaim(pm, why)
 
@@ -407,8 +462,9 @@ class TopicMirrorWorker(FlowWorker):
                                "records": pm.records, "batches": pm.batches, "bytes": pm.bytes,
                                "last_error": pm.last_error})
         elapsed_s = max(1e-3, (self.clock.now_ms() - self.metrics["started_ms"]) / 1000)
-        return {"worker": self.name, "flow": self.flow.name, "mode": "mirror_topics", "source": self.flow.source,
-                "target": self.flow.target, "topics": dict(sorted(self.topics.items())),
+        return {"worker": self.name, "flow": self.flow.name, "mode": "mirror_topics",
+                "direction": "reverse" if self.reverse else "forward", "source": self.source_name,
+                "target": self.target_name, "topics": dict(sorted(self.topics.items())),
                 "refused_topics": dict(self.refused_topics), "partitions": partitions,
                 "lag_records": self.lag_records(), "records": self.metrics["records"],
                 "bytes": self.metrics["bytes"], "records_per_s": self.metrics["records"] / elapsed_s,
@@ -416,10 +472,13 @@ class TopicMirrorWorker(FlowWorker):
                 "events": list(self.events), "last_problem": self.last_problem}
 
     def prometheus(self) -> bytes:
-        labels = {"flow": self.flow.name, "worker": self.name}
+        return prometheus_text(self.metric_families())
+
+    def metric_families(self) -> dict[str, tuple[str, str, list[tuple[dict[str, str], float]]]]:
+        labels = {"flow": self.flow.name, "worker": self.name, "direction": "reverse" if self.reverse else "forward"}
         per_partition = [({**labels, "topic": pm.source[0], "partition": str(pm.source[1]), "state": pm.state}, 1.0)
                          for pm in self.partitions.values()]
-        return prometheus_text({
+        return {
             "dcmirror_mirror_topic_records_total": ("counter", "Records copied into mirror topics",
                                                     [(labels, self.metrics["records"])]),
             "dcmirror_mirror_topic_bytes_total": ("counter", "Batch bytes copied into mirror topics",
@@ -428,9 +487,68 @@ class TopicMirrorWorker(FlowWorker):
                                                   [(labels, self.lag_records())]),
             "dcmirror_mirror_topic_partition_state": ("gauge", "1 per partition in the state labelled",
                                                       per_partition),
-        })
+        }
 
     def routes(self) -> dict[str, Any]:
         return {"/healthz": lambda: ("text/plain", b"ok\n"),
                 "/metrics": lambda: ("text/plain; version=0.0.4", self.prometheus()),
                 "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
+
+
+class MirrorTopicsFlowWorker:
+    """A mirror-topics flow's worker process: the flow's direction, and the reverse one,
+    which copies nothing until a failback made the source's topics mirror topics of the
+    target's (`dcmirror mirror failback`). One status, one set of metrics for both."""
+
+    def __init__(self, topology: Topology, flow: MirrorSpec, name: str | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.forward = TopicMirrorWorker(topology, flow, name, clock=clock)
+        self.backward = TopicMirrorWorker(topology, flow, f"{self.forward.name}-reverse", reverse=True, clock=clock)
+        self.flow, self.name, self.config = flow, self.forward.name, self.forward.config
+        self.last_problem: dict[str, Any] | None = None
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.forward.run)
+            await nursery.start(self.backward.run)
+            task_status.started()
+
+    async def stop(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.forward.stop)
+            nursery.start_soon(self.backward.stop)
+
+    def status(self) -> dict[str, Any]:
+        forward, backward = self.forward.status(), self.backward.status()
+        out = dict(forward)
+        for key in ("lag_records", "records", "bytes", "records_per_s", "claims", "data_loss_records"):
+            out[key] = forward[key] + backward[key]
+        out["partitions"] = [{**p, "direction": "forward"} for p in forward["partitions"]] + \
+            [{**p, "direction": "reverse"} for p in backward["partitions"]]
+        out["events"] = sorted(forward["events"] + backward["events"], key=lambda e: e["at_ms"])
+        out["reverse"] = {k: backward[k] for k in ("source", "target", "topics", "refused_topics")}
+        out["last_problem"] = self.last_problem
+        return out
+
+    def prometheus(self) -> bytes:
+        families = self.forward.metric_families()
+        for name, (kind, text, samples) in self.backward.metric_families().items():
+            families[name] = (kind, text, families[name][2] + samples)
+        return prometheus_text(families)
+
+    def routes(self) -> dict[str, Any]:
+        return {"/healthz": lambda: ("text/plain", b"ok\n"),
+                "/metrics": lambda: ("text/plain; version=0.0.4", self.prometheus()),
+                "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
+
+
+async def _mirror_source_of(admin: Admin, topic: str) -> str | None:
+    """The topic's mirror.source (None: an ordinary topic, or no such topic)."""
+    try:
+        entries = await admin.topic_configs(topic)
+    except AdminError:
+        return None
+    for e in entries:
+        if e.name == MIRROR_SOURCE_CONFIG and getattr(e, "config_source", None) == 1:
+            return str(e.value) if e.value else None
+    return None

@@ -668,6 +668,7 @@ class Consumer:
         for tp, state in self._assigned.items():
             node = self._fetch_node(tp, state, now)
             if node >= 0 and node not in self._fetchers:
+                log.debug("fetching from broker %d", node)
                 self._fetchers.add(node)
                 self._nursery.start_soon(self._run_fetcher, node)
 
@@ -707,6 +708,7 @@ class Consumer:
                     pending = await self._send_fetch(node)
                     self._decode(decode)
         finally:
+            log.debug("no more fetching from broker %d", node)
             self._fetchers.discard(node)
 
     async def _send_fetch(self, node: int) -> tuple[Any, dict[TopicPartition, tuple[int, int]],
@@ -836,11 +838,13 @@ class Consumer:
                         self._reset_later(tp, state, self.auto_offset_reset)
                         reset = True
                 elif p.error_code == ErrorCode.unknown_topic_id:
+                    log.debug("fetching %s-%d from broker %d: UNKNOWN_TOPIC_ID", tp[0], tp[1], node)
                     # The incarnation the position belongs to is gone: the metadata tells
                     # whether another one took its name (_check_incarnations).
                     stale_leaders = True
                     state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
                 elif p.error_code in METADATA_ERRORS or p.error_code == ErrorCode.not_leader_or_follower:
+                    log.debug("fetching %s-%d from broker %d: %s", tp[0], tp[1], node, KafkaError("fetch", p.error_code))
                     stale_leaders = True
                     state.retry_after_s = trio.current_time() + self.config["retry.backoff.ms"] / 1000
                 else:

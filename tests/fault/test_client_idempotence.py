@@ -249,3 +249,50 @@ def test_consumer_group_reads_everything_across_leader_kill9(clusters: Callable[
             assert off <= prev + 1, f"partition {p}: skipped from offset {prev} to {off}"
             replayed += off <= prev
     print(f"consumer: {sum(map(len, reader.got.values()))} records delivered, {replayed} rewinds", flush=True)
+
+
+@pytest.mark.timeout(240)
+def test_an_assigned_consumer_follows_a_dead_leader_to_the_next_one(
+        clusters: Callable[..., ClusterProcesses]) -> None:
+    """Our consumer with assign() (no group to rebalance it) and the default
+    metadata.max.age.ms (5 min) reads a partition whose leader is killed -9 and stays dead:
+    the records the next leader takes arrive as they are written. The regression: the fetcher
+    of the dead broker refreshed the metadata itself, saw the new leader and ended, and no
+    fetcher was started for the new leader until metadata.max.age.ms had passed."""
+    cluster = clusters(3, min_insync_replicas=2)
+    topic = "follow"
+    create_topic(cluster.bootstrap, topic, 1, RF)
+    wait_until(lambda: topic_ready(cluster, topic, 1, RF), 30, f"{topic}: RF {RF}, full ISR", cluster)
+
+    async def main() -> tuple[int, list[int]]:
+        got: list[int] = []
+        async with Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "request.timeout.ms": 10_000,
+                             "socket.connection.setup.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}) as p, \
+                Consumer({"bootstrap.servers": cluster.bootstrap, "auto.offset.reset": "earliest",
+                          "enable.auto.commit": False, "request.timeout.ms": 10_000,
+                          "socket.connection.setup.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}) as c:
+            c.assign([(topic, 0)])
+
+            async def read_until(count: int) -> None:
+                while len(got) < count:
+                    for records in (await c.getmany(timeout_s=0.5)).values():
+                        got.extend(r.offset for r in records)
+
+            for i in range(100):
+                p.produce(topic, str(i).encode(), partition=0)
+            await p.flush()
+            with trio.fail_after(30):
+                await read_until(100)
+            victim = (await trio.to_thread.run_sync(leaders, cluster))[0].leader
+            await trio.to_thread.run_sync(cluster[victim].kill9)
+            for i in range(100, 200):
+                p.produce(topic, str(i).encode(), partition=0)
+            await p.flush()
+            # The new leader took them; the consumer must follow well before metadata.max.age.ms.
+            with trio.fail_after(60):
+                await read_until(200)
+            return victim, got
+
+    victim, got = trio.run(main)
+    print(f"leader {victim} killed; the consumer read {len(got)} records", flush=True)
+    assert got == list(range(200)), f"offsets read: {got[:5]}..{got[-5:]} ({len(got)})"

@@ -183,7 +183,8 @@ class MirrorLab:
     def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.mirror_log_path, "ab")
         try:
-            return subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config",
+            level = ["--log-level", os.environ["DCMIRROR_LAB_LOG_LEVEL"]] if os.environ.get("DCMIRROR_LAB_LOG_LEVEL") else []
+            return subprocess.Popen([sys.executable, "-m", "deploy.cli", *level, "mirror", "--config",
                                      str(self.topology_path), *args], cwd=REPO, stdout=log,
                                     stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         finally:
@@ -215,8 +216,32 @@ class MirrorLab:
             return ""
 
     def mirror_log_tail(self, lines: int = 60) -> str:
+        """The log's last lines, then where every task of each live worker waits (kill -USR1:
+        cluster/common/taskdump.py), for the diagnosis of a timeout."""
         kept = [line for line in self.mirror_log().splitlines() if "rdkafka" not in line]
-        return "---- mirror log ----\n" + "\n".join(kept[-lines:])
+        return "---- mirror log ----\n" + "\n".join(kept[-lines:]) + self.task_dumps()
+
+    def task_dumps(self, timeout_s: float = 3.0) -> str:
+        marker = "trio tasks of this process:"
+        before = self.mirror_log().count(marker)
+        pids = [p.pid for p in self.workers.values() if p.poll() is None]
+        for flow in {f for f, _ in self.workers}:
+            pids += [pid for pid in self.worker_pids(flow).values() if pid not in pids]
+        signalled = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+                signalled.append(pid)
+            except OSError:
+                pass
+        pids = signalled
+        deadline = time.monotonic() + timeout_s
+        text = self.mirror_log()
+        while text.count(marker) < before + len(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            text = self.mirror_log()
+        dumps = text.split(marker)[before + 1:]  # the ones this call asked for
+        return "".join(f"\n---- worker tasks ----{d}" for d in dumps)[-30_000:]
 
     def worker_pids(self, flow: str) -> dict[int, int]:
         """Worker index -> pid of the running `--flow FLOW --worker N` processes of this lab

@@ -230,7 +230,8 @@ def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_
     assert produce_values(lab["east"].bootstrap_of(2), "events", list(range(20_000, 20_080))) == list(range(200, 280))
 
     wait_for(lambda: mirrored_count(aggregate, "east.events") == 330, 60,
-             "the aggregate holds 200 + 50 diverged + 80 new records", interval_s=0.5, on_timeout=lab.mirror_log_tail)
+             "the aggregate holds 200 + 50 diverged + 80 new records", interval_s=0.5,
+             on_timeout=lambda: f"{lab.mirror_log_tail()}\nworker status: {worker_doc(lab)['partitions']}")
     source = read_topic(lab["east"].bootstrap_of(2), "events")[0]
     assert [int(r.value or b"") for r in source] == list(range(200)) + list(range(20_000, 20_080))
     target = mirrored_history(read_topic(aggregate, "east.events")[0])

@@ -1,0 +1,163 @@
+"""Failover and failback of mirror topics (issue 31): `dcmirror mirror failover | failback |
+promote` on real processes.
+
+east (1 broker) is mirrored into dr (1 broker) with mirror topics. The worker is killed -9,
+east takes 100 records it never mirrors, then every east broker is killed -9: failover makes
+dr's copy the primary (the report names the copy's end per partition), dr takes 200 records;
+east comes back; failback copies east's 100 unmirrored records into dr's side topic
+`dcmirror.diverged.east.orders` and makes east's topic a mirror of dr's, which the worker
+fills back (offsets kept); promote restores the flow's direction, nothing lost. At the end
+every acknowledged record is in dr's `orders` or in the side topic, exactly once, and dr's
+and east's `orders` hold the same records at the same offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from tests.harness import REPO
+from tests.mirror.lab import (
+    Flow,
+    MirrorLab,
+    end_offsets,
+    new_topic,
+    read_topic,
+    topic_config,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.heavy]
+
+FLOW = "east-to-dr"
+TOPIC = "orders"
+PARTITIONS = 2
+
+
+def produce(bootstrap: str, prefix: str, n: int) -> dict[bytes, tuple[int, int]]:
+    """n idempotent acks=all records, values PREFIX-i, i % 2 -> partition; value -> (partition, offset)."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "log_level": 2,
+                  "message.timeout.ms": 60_000})
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[Any] = []
+
+    def done(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.value()] = (msg.partition(), msg.offset())
+
+    for i in range(n):
+        p.produce(TOPIC, value=f"{prefix}-{i}".encode(), key=f"k{i}".encode(), partition=i % PARTITIONS,
+                  on_delivery=done)
+    assert p.flush(90) == 0 and not errors, errors
+    assert len(acked) == n
+    return acked
+
+
+def dr_command(lab: MirrorLab, action: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "deploy.cli", "mirror", action, "--config", str(lab.topology_path),
+                           "--flow", FLOW, "--json", "--wait", "120"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"mirror {action}: {proc.stdout}\n{proc.stderr}\n{lab.mirror_log_tail()}"
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    print(f"mirror {action}: {doc}", flush=True)
+    return doc
+
+
+def values_at(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
+    out: dict[bytes, tuple[int, int]] = {}
+    seen: Counter[bytes] = Counter()
+    for p, rows in read_topic(bootstrap, topic).items():
+        for r in rows:
+            assert r.value is not None
+            seen[r.value] += 1
+            out[r.value] = (p, r.offset)
+    twice = [v for v, n in seen.items() if n > 1]
+    assert not twice, f"{topic}: records twice: {twice[:5]}"
+    return out
+
+
+def refused(bootstrap: str) -> bool:
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 2, "message.send.max.retries": 0})
+    p.produce(TOPIC, b"not allowed", partition=0, on_delivery=lambda err, _m: errors.append(err))
+    p.flush(30)
+    return bool(errors) and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_EXCEPTION
+
+
+def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., MirrorLab]) -> None:
+    lab = mirror_lab({"east": 1, "dr": 1})
+    east, dr = lab.bootstrap("east"), lab.bootstrap("dr")
+    new_topic(east, TOPIC, PARTITIONS)
+    acked = produce(east, "a", 1000)
+    lab.write_topology([Flow("east", "dr", TOPIC, rename="{topic}", mirror_topics=True,
+                             config={"topic.refresh.ms": "1000"})], replication_factor=1)
+    lab.start_worker(FLOW, 0)
+    ends = end_offsets(east, TOPIC)
+    wait_for(lambda: end_offsets(dr, TOPIC) == ends, 120, f"dr {TOPIC} at east's ends {ends}", interval_s=0.3,
+             on_timeout=lab.mirror_log_tail)
+
+    # The worker's status (written every second) has seen east's ends: failover reads it.
+    wait_for(lambda: {p["partition"]: p["source_high_watermark"] for w in lab.worker_status(FLOW).values()
+                      for p in w["partitions"] if p["direction"] == "forward"} == ends, 30,
+             "the worker's status at east's ends", interval_s=0.2)
+    # The worker dies; east takes 100 records the mirror never sees; then east dies whole.
+    lab.kill_worker(FLOW, 0)
+    lab.workers[FLOW, 0].wait(30)
+    unmirrored = produce(east, "b", 100)
+    for broker in lab["east"].brokers.values():
+        broker.kill9()
+
+    report = dr_command(lab, "failover")
+    assert report["primary"] == "dr"
+    assert {p["partition"]: p["end_offset"] for p in report["topics"][TOPIC]} == ends
+    # The worker's last status saw east at those ends: the 100 came after it died, unseen.
+    assert {p["partition"]: (p["source_known_end"], p["rpo_records"]) for p in report["topics"][TOPIC]} == \
+        {p: (end, 0) for p, end in ends.items()}, lab.worker_status(FLOW)
+    assert "mirror.source" not in topic_config(dr, TOPIC)
+    taken = produce(dr, "c", 200)
+    assert sorted(offset for p, offset in taken.values() if p == 0) == list(range(ends[0], ends[0] + 100))
+
+    # east returns: failback copies what it took alone aside, then makes it a copy of dr.
+    for broker in lab["east"].brokers.values():
+        broker.start()
+    report = dr_command(lab, "failback")
+    side = "dcmirror.diverged.east.orders"
+    assert report["side_topics"] == {TOPIC: side}
+    assert sum(p["diverged_records"] for p in report["topics"][TOPIC]) == 100
+    aside = values_at(dr, side)
+    assert set(aside) == set(unmirrored), "the side topic holds other records than east took alone"
+    assert topic_config(east, TOPIC)["mirror.source"].value == "dr:orders"
+    lab.start_worker(FLOW, 0)
+    dr_ends = end_offsets(dr, TOPIC)
+    wait_for(lambda: end_offsets(east, TOPIC) == dr_ends, 120, f"east {TOPIC} copied back to dr's ends {dr_ends}",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
+    assert values_at(east, TOPIC) == values_at(dr, TOPIC)
+    assert refused(east), "east's copy took a producer's write"
+
+    # Planned: back to east, nothing lost; dr is a copy of east again.
+    report = dr_command(lab, "promote")
+    assert report["primary"] == "east"
+    assert topic_config(dr, TOPIC)["mirror.source"].value == "east:orders"
+    later = produce(east, "d", 50)
+    final_ends = end_offsets(east, TOPIC)
+    wait_for(lambda: end_offsets(dr, TOPIC) == final_ends, 120, f"dr {TOPIC} at east's ends {final_ends}",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
+    assert refused(dr), "dr's copy took a producer's write after the promotion back"
+
+    log_now = values_at(dr, TOPIC)
+    assert values_at(east, TOPIC) == log_now
+    everything = {**acked, **taken, **later}
+    assert {v: log_now.get(v) for v in everything} == everything, "acknowledged records missing or moved"
+    assert set(log_now) == set(everything)
+    assert set(aside) == set(unmirrored) and not set(aside) & set(log_now)
+    print(f"acknowledged: {len(acked)} + {len(unmirrored)} (aside) + {len(taken)} + {len(later)}; "
+          f"ends {final_ends}", flush=True)
