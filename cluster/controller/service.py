@@ -57,6 +57,12 @@ OPERATIONS: dict[str, bool] = {
     "describe_quorum": False,  # a read of the quorum leader's Raft state (DescribeQuorum)
 }
 
+# A broker's registration and heartbeats go to a remote controller on a connection of their
+# own (Kafka's separate heartbeat channel): a connection carries one call at a time, and each
+# ISR change waits there for its commit, so a storm of them would hold a heartbeat back past
+# broker.session.timeout.ms and get a live broker fenced.
+LIFECYCLE_OPERATIONS = frozenset({"register_broker", "broker_heartbeat"})
+
 
 class ControllerUnavailable(Exception):
     """No active controller answered within the deadline."""
@@ -97,7 +103,7 @@ class MetadataService:
         self._proposed_end = 0
         self._applied = trio.Event()
         self._poke = trio.Event()
-        self._clients: dict[int, RpcClient] = {}
+        self._clients: dict[tuple[int, bool], RpcClient] = {}  # (node, lifecycle call) → its connection
 
     # ---- state -------------------------------------------------------------------------
 
@@ -308,9 +314,10 @@ class MetadataService:
             if leader == self.node_id:
                 result = await self.execute(op, args)
             elif leader in self.voters:
-                client = self._clients.get(leader)
+                lane = (leader, op in LIFECYCLE_OPERATIONS)
+                client = self._clients.get(lane)
                 if client is None:
-                    client = self._clients[leader] = RpcClient(*self.voters[leader], link=self.link)
+                    client = self._clients[lane] = RpcClient(*self.voters[leader], link=self.link)
                 try:
                     result = await client.call(op, args, max(0.1, min(5.0, deadline - trio.current_time())))
                 except RpcUnavailable as exc:
