@@ -78,7 +78,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if topology is None:
         return 1
     plans = trio.run(functools.partial(plan_topology, topology, args.cluster, timeout_s=args.timeout))
-    print(json.dumps(plan_document(plans, topology), indent=2) if args.json else format_plan(plans, topology))
+    # Mirror topics: which side is the copy lives in the clusters (mirror/failover.py).
+    from mirror.failover import direction_lines, flow_directions
+
+    directions = trio.run(flow_directions, topology, args.timeout) if any(m.mirror_topics for m in topology.mirrors) \
+        else []
+    if args.json:
+        print(json.dumps({**plan_document(plans, topology), "mirror_topics": directions}, indent=2))
+    else:
+        print("\n".join([format_plan(plans, topology), *direction_lines(directions)]))
     return plan_exit_code([c for p in plans for c in p.changes])
 
 

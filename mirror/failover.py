@@ -19,6 +19,7 @@ source's topic is made a mirror of it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -132,9 +133,10 @@ async def topic_marker(admin: Admin, topic: str) -> str | None:
     return None
 
 
-async def flow_topics(topology: Topology, flow: MirrorSpec, source: Admin | None, target: Admin) -> list[TopicSides]:
+async def flow_topics(topology: Topology, flow: MirrorSpec, source: Admin | None, target: Admin, *,
+                      ledger: bool = False) -> list[TopicSides]:
     """The flow's topics as the reachable sides name them (`source` None: the source is gone,
-    the target's mirror topics of it are the flow's)."""
+    the target's mirror topics of it are the flow's, and with `ledger` those it failed over)."""
     datacenter = topology.cluster(flow.source).datacenter
     found: dict[str, TopicSides] = {}
     if source is not None:
@@ -145,11 +147,17 @@ async def flow_topics(topology: Topology, flow: MirrorSpec, source: Admin | None
     target_meta = await target.metadata(None)
     counts = {t.name: len(t.partitions) for t in target_meta.topics if t.error_code == 0}
     if source is None:
+        # The target's mirror topics of the source, and the topics it failed over (the ledger).
         for name in counts:
             marker = await topic_marker(target, name)
             if marker is not None and marker.startswith(f"{flow.source}:"):
                 source_topic = marker.split(":", 1)[1]
                 found[source_topic] = TopicSides(source_topic, name, target_marker=marker)
+        if ledger:
+            for name, doc in (await ledger_entries(topology, flow)).items():
+                if name in counts and doc["source_topic"] not in found:
+                    found[doc["source_topic"]] = TopicSides(doc["source_topic"], name,
+                                                            target_marker=await topic_marker(target, name))
     for sides in found.values():
         sides.partitions = counts.get(sides.target_topic, 0)
         if source is not None:
@@ -339,15 +347,22 @@ def _ledger_key(flow: MirrorSpec, target_topic: str) -> bytes:
 
 async def read_ledger(topology: Topology, flow: MirrorSpec, target_topic: str) -> dict[int, int] | None:
     """The copy's end per partition at the flow's last failover of the topic (None: none recorded)."""
+    found = (await ledger_entries(topology, flow)).get(target_topic)
+    return None if found is None else {int(p): int(v["end_offset"]) for p, v in found["partitions"].items()}
+
+
+async def ledger_entries(topology: Topology, flow: MirrorSpec) -> dict[str, dict[str, Any]]:
+    """The flow's last failover of each topic, by target topic (the ledger's documents)."""
     config = topology.cluster(flow.target).client_config()
-    found: dict[int, int] | None = None
     async with Admin(config["bootstrap.servers"], config=_admin_part(config)) as admin:
         try:
             end = (await partition_ends(admin, LEDGER_TOPIC, 1))[0]
         except AdminError:
-            return None
+            return {}
+    found: dict[str, dict[str, Any]] = {}
     if end <= 0:
-        return None
+        return found
+    prefix = f"{flow.name}/".encode()
     async with Consumer({**config, "enable.auto.commit": False, "auto.offset.reset": "earliest"}) as consumer:
         consumer.assign([(LEDGER_TOPIC, 0)])
         consumer.seek((LEDGER_TOPIC, 0), 0)
@@ -357,9 +372,9 @@ async def read_ledger(topology: Topology, flow: MirrorSpec, target_topic: str) -
                 for records in (await consumer.getmany(timeout_s=0.5)).values():
                     for r in records:
                         seen = r.offset + 1
-                        if r.key == _ledger_key(flow, target_topic) and r.value:
+                        if r.key is not None and r.key.startswith(prefix) and r.value:
                             doc = orjson.loads(r.value)
-                            found = {int(p): int(v["end_offset"]) for p, v in doc["partitions"].items()}
+                            found[doc["target_topic"]] = doc
     return found
 
 
@@ -476,3 +491,56 @@ async def copy_diverged(topology: Topology, flow: MirrorSpec, topic: str, side_t
                         del left[p]
         await producer.flush()
     return counts
+
+
+# ---- where each flow stands ------------------------------------------------------------
+
+PRIMARY_OF = {"forward": "source", "promoting": "both read-only", "reverse": "target", "primary-target": "target",
+              "none": "-"}
+
+
+async def flow_directions(topology: Topology, timeout_s: float) -> list[dict[str, Any]]:
+    """Per topic of every mirror-topics flow: which side is the copy, as the clusters say
+    (`topology plan` prints it; the file only says which clusters a flow links)."""
+    rows: list[dict[str, Any]] = []
+    for flow in topology.mirrors:
+        if not flow.mirror_topics:
+            continue
+        async with contextlib.AsyncExitStack() as stack:
+            admins: dict[str, Admin | None] = {}
+            for name in (flow.source, flow.target):
+                client = topology.cluster(name).client_config()
+                try:
+                    with trio.fail_after(timeout_s):
+                        admins[name] = await stack.enter_async_context(
+                            Admin(client["bootstrap.servers"], client_id="dcmirror-plan", config=_admin_part(client)))
+                except (*RETRIABLE, trio.TooSlowError):
+                    admins[name] = None
+            target = admins[flow.target]
+            if target is None:
+                rows.append({"flow": flow.name, "topic": None, "direction": "unknown",
+                             "why": f"{flow.target} is unreachable"})
+                continue
+            with trio.fail_after(timeout_s * 4):
+                for s in await flow_topics(topology, flow, admins[flow.source], target, ledger=True):
+                    d = s.direction(flow)
+                    rows.append({"flow": flow.name, "source_topic": f"{flow.source}:{s.source_topic}",
+                                 "target_topic": f"{flow.target}:{s.target_topic}", "direction": d,
+                                 "primary": {"source": flow.source, "target": flow.target}.get(PRIMARY_OF[d],
+                                                                                              PRIMARY_OF[d]),
+                                 "source_reachable": admins[flow.source] is not None})
+    return rows
+
+
+def direction_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    out = ["", "mirror topics (which side is the copy, as the clusters say):"]
+    for r in rows:
+        if r.get("topic", "") is None:
+            out.append(f"  {r['flow']}: {r['direction']} ({r['why']})")
+            continue
+        arrow = {"forward": "->", "reverse": "<-", "promoting": "<->", "primary-target": "x->"}.get(r["direction"], "?")
+        out.append(f"  {r['flow']}: {r['source_topic']} {arrow} {r['target_topic']}  {r['direction']}, "
+                   f"primary {r['primary']}" + ("" if r["source_reachable"] else " (source unreachable)"))
+    return out

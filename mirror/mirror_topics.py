@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import socket
+import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ ROUND_MAX_BYTES = 16 << 20  # raw batches taken from the consumer per round of a
 # Partition states (status, metrics): copying; waiting to be claimed again after an error;
 # stopped for an operator (a divergence the mirror must not repair on its own).
 ACTIVE, CLAIMING, FAILED = "ACTIVE", "CLAIMING", "FAILED"
+# A topic's state when its target is no mirror topic any more (refused_topics in the status).
+FAILED_OVER = "FAILED_OVER"
 
 
 @dataclass
@@ -77,6 +80,25 @@ class TopicPartitionMirror:
     bytes: int = 0
     last_error: str = ""
     appended_at_ms: int = 0
+    last_timestamp_ms: int = -1  # the max timestamp of the last batch copied
+
+
+_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+_MAX_TIMESTAMP_AT = 35  # maxTimestamp (int64) within a v2 record batch
+
+
+def last_max_timestamp(data: bytes) -> int:
+    """The maxTimestamp of the last whole v2 batch in `data` (-1: none)."""
+    pos, found = 0, -1
+    while pos + 12 <= len(data):
+        _, length = _BATCH_HEAD.unpack_from(data, pos)
+        end = pos + 12 + length
+        if length <= 0 or end > len(data):
+            break
+        if data[pos + 16] == 2 and pos + _MAX_TIMESTAMP_AT + 8 <= end:
+            (found,) = struct.unpack_from(">q", data, pos + _MAX_TIMESTAMP_AT)
+        pos = end
+    return found
 
 
 def mirror_source_value(cluster: str, topic: str) -> str:
@@ -195,11 +217,12 @@ class TopicMirrorWorker(FlowWorker):
             source_entries = await self._source_admin.topic_configs(name)
             if not self.reverse and any(e.name == MIRROR_SOURCE_CONFIG and e.value == mirror_source_value(
                     self.target_name, target_name) for e in source_entries):
-                # Failed over: the source's topic is a mirror topic of its target now.
-                if self.refused_topics.get(name) != "failed over":
-                    log.info("%s in %s is a mirror topic of %s:%s (failed over): not copied in this direction",
-                             name, self.source_name, self.target_name, target_name)
-                self.refused_topics[name] = "failed over"
+                # Failed back: the source's topic is a mirror topic of its target now.
+                why = (f"REVERSED: {name} in {self.source_name} is a mirror topic of {self.target_name}:"
+                       f"{target_name} (failed back): copied the other way")
+                if self.refused_topics.get(name) != why:
+                    log.info("%s", why)
+                self.refused_topics[name] = why
                 continue
             source_configs = {e.name: e.value for e in source_entries
                               if getattr(e, "config_source", None) == 1 and e.value is not None
@@ -221,10 +244,17 @@ class TopicMirrorWorker(FlowWorker):
             target_configs = {e.name: e.value for e in await self._target_admin.topic_configs(target_name)
                               if getattr(e, "config_source", None) == 1}
             if target_configs.get(MIRROR_SOURCE_CONFIG) != marker:
-                why = (f"{target_name} in {self.target_name} is not a mirror topic of {marker} "
-                       f"({MIRROR_SOURCE_CONFIG}={target_configs.get(MIRROR_SOURCE_CONFIG)!r}): not written into")
+                other = target_configs.get(MIRROR_SOURCE_CONFIG)
+                if other is None:
+                    # Promoted or failed over (`dcmirror mirror promote|failover`), or an
+                    # ordinary topic of that name: the primary, never written into.
+                    why = (f"{FAILED_OVER}: {target_name} in {self.target_name} is not a mirror topic (promoted, "
+                           "failed over, or an ordinary topic of that name): not written into")
+                else:
+                    why = (f"{target_name} in {self.target_name} is a mirror topic of {other}, not of {marker}: "
+                           "not written into")
                 if self.refused_topics.get(name) != why:
-                    log.error("%s", why)
+                    (log.warning if other is None else log.error)("%s", why)
                 self.refused_topics[name] = why
                 continue
             self.refused_topics.pop(name, None)
@@ -408,6 +438,7 @@ class TopicMirrorWorker(FlowWorker):
                 pm.records += sum(c.records for c in chunks)
                 pm.bytes += len(payload[p])
                 pm.appended_at_ms = self.clock.now_ms()
+                pm.last_timestamp_ms = max(pm.last_timestamp_ms, last_max_timestamp(chunks[-1].data))
                 self.metrics["batches"] += sum(c.batches for c in chunks)
                 self.metrics["records"] += sum(c.records for c in chunks)
                 self.metrics["bytes"] += len(payload[p])
@@ -454,11 +485,17 @@ class TopicMirrorWorker(FlowWorker):
         with each partition's state and the mode."""
         consumer = self._consumer
         partitions = []
+        now_ms = self.clock.now_ms()
         for tp, pm in sorted(self.partitions.items()):
             hw = consumer.highwater(tp) if consumer is not None else -1
+            lag = max(0, hw - pm.position) if hw >= 0 and pm.position >= 0 else None
+            # Behind: at most the age of the last copied batch (the first one not copied is
+            # younger); caught up: 0.
+            lag_s = (0.0 if lag == 0 else max(0.0, (now_ms - pm.last_timestamp_ms) / 1000)
+                     if lag is not None and pm.last_timestamp_ms >= 0 else None)
             partitions.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
                                "state": pm.state, "position": pm.position, "source_high_watermark": hw,
-                               "lag_records": max(0, hw - pm.position) if hw >= 0 and pm.position >= 0 else None,
+                               "lag_records": lag, "lag_s": lag_s,
                                "records": pm.records, "batches": pm.batches, "bytes": pm.bytes,
                                "last_error": pm.last_error})
         elapsed_s = max(1e-3, (self.clock.now_ms() - self.metrics["started_ms"]) / 1000)
@@ -478,6 +515,12 @@ class TopicMirrorWorker(FlowWorker):
         labels = {"flow": self.flow.name, "worker": self.name, "direction": "reverse" if self.reverse else "forward"}
         per_partition = [({**labels, "topic": pm.source[0], "partition": str(pm.source[1]), "state": pm.state}, 1.0)
                          for pm in self.partitions.values()]
+        parts = self.status()["partitions"]
+
+        def by_partition(key: str) -> list[tuple[dict[str, str], float]]:
+            return [(labels | {"topic": p["topic"], "partition": str(p["partition"])}, float(p[key]))
+                    for p in parts if p[key] is not None]
+
         return {
             "dcmirror_mirror_topic_records_total": ("counter", "Records copied into mirror topics",
                                                     [(labels, self.metrics["records"])]),
@@ -487,6 +530,11 @@ class TopicMirrorWorker(FlowWorker):
                                                   [(labels, self.lag_records())]),
             "dcmirror_mirror_topic_partition_state": ("gauge", "1 per partition in the state labelled",
                                                       per_partition),
+            # The record-copying flows' names: their alerts and dashboard panels cover both.
+            "dcmirror_mirror_lag_records": ("gauge", "Source records not yet in the mirror topic",
+                                            by_partition("lag_records")),
+            "dcmirror_mirror_lag_seconds": ("gauge", "Age of the oldest uncopied data, at most (0 when caught up)",
+                                            by_partition("lag_s")),
         }
 
     def routes(self) -> dict[str, Any]:

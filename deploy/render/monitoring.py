@@ -203,6 +203,11 @@ def alert_rules(o: MonitoringOptions) -> dict[str, Any]:
                "warning", "Flow {{ $labels.flow }}: a target partition lost mirrored records",
                "It was refilled from what the source still holds; records the source no longer had are counted "
                "as data loss."),
+        _alert("DcmirrorMirrorTopicFailed",
+               'max by (flow, topic, partition) (dcmirror_mirror_topic_partition_state{state="FAILED"}) > 0', "1m",
+               "critical", "Flow {{ $labels.flow }}: mirror topic partition {{ $labels.topic }}-{{ $labels.partition }} "
+               "stopped", "The copy holds more than its source (the source lost what was copied): it is not copied "
+               "further until an operator acts (`dcmirror mirror status`)."),
         _alert("DcmirrorMirrorDeadLetter", "increase(dcmirror_mirror_dead_letter_records_total[15m]) > 0", "",
                "critical", "Flow {{ $labels.flow }}: records the target cannot take",
                "{{ $value }} source records could not be written into the target (too large for it even "

@@ -97,7 +97,7 @@ def test_rendered_monitoring_passes_promtool(tmp_path: Path, fmt: str) -> None:
     out = _render(tmp_path, REPO / "topology" / "default.toml", fmt, "--load-metrics-target", "warehouse:9100")
     proc = _promtool("check", "config", "prometheus.yml", cwd=out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 16 rules found" in proc.stdout, proc.stdout
+    assert "SUCCESS: 17 rules found" in proc.stdout, proc.stdout
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert set(jobs) == {monitoring.BROKER_JOB, monitoring.MIRROR_JOB, monitoring.LOAD_JOB}
@@ -155,6 +155,10 @@ tests:
     values: '0 0 0 0 50x10'
   - series: 'dcmirror_mirror_dead_letter_records_total{flow="east-to-aggregate", worker="w1", job="dcmirror-mirror"}'
     values: '0x14'
+  - series: 'dcmirror_mirror_topic_partition_state{flow="east-to-dr", worker="w0", topic="orders", partition="1", state="FAILED"}'
+    values: '_ _ 1x20'
+  - series: 'dcmirror_mirror_topic_partition_state{flow="east-to-dr", worker="w0", topic="orders", partition="0", state="ACTIVE"}'
+    values: '1x22'
   - series: 'dcmirror_load_last_run_success{source="aggregate", job="dcmirror-load"}'
     values: '1 1 0x40'
   - series: 'dcmirror_load_last_success_timestamp_seconds{source="aggregate", job="dcmirror-load"}'
@@ -214,6 +218,16 @@ tests:
   - eval_time: 3m
     alertname: DcmirrorMirrorDeadLetter
     exp_alerts: []
+  - eval_time: 2m
+    alertname: DcmirrorMirrorTopicFailed
+    exp_alerts:
+    - exp_labels: {severity: critical, flow: east-to-dr, topic: orders, partition: "1"}
+      exp_annotations:
+        summary: "Flow east-to-dr: mirror topic partition orders-1 stopped"
+        description: "The copy holds more than its source (the source lost what was copied): it is not copied further until an operator acts (`dcmirror mirror status`)."
+  - eval_time: 30s
+    alertname: DcmirrorMirrorTopicFailed
+    exp_alerts: []
   - eval_time: 1m
     alertname: DcmirrorLoadFailed
     exp_alerts:
@@ -236,7 +250,7 @@ def test_alert_rules_fire_on_what_they_are_meant_for(tmp_path: Path) -> None:
     """`promtool test rules`: broker down (one of two), offline partitions, under-min-ISR summed
     over brokers, a flow lagging past 60 s for 2 minutes (its twin at 30 s stays quiet), data
     lost at the source, mirrored records the source no longer holds (a flow without dead
-    letters stays quiet), a failed load, a late scheduled load (an unscheduled one stays quiet)."""
+    letters stays quiet), a mirror topic partition FAILED (an ACTIVE one stays quiet), a failed load, a late scheduled load (an unscheduled one stays quiet)."""
     out = _render(tmp_path, REPO / "topology" / "default.toml", "systemd")
     (out / "tests.yml").write_text(RULE_TESTS)
     proc = _promtool("test", "rules", "tests.yml", cwd=out)
@@ -248,6 +262,22 @@ def _metrics_text(address: str) -> str:
     answer = httpx.get(f"http://{address}/metrics", timeout=5)
     answer.raise_for_status()
     return answer.text
+
+
+def _mirror_topics_text(config: Path) -> str:
+    """/metrics of a mirror-topics worker of the topology's first flow (mirror_topics set),
+    not started, with one partition per state."""
+    import dataclasses
+
+    from mirror.mirror_topics import ACTIVE, CLAIMING, FAILED, MirrorTopicsFlowWorker, TopicPartitionMirror
+
+    topology = load(config)
+    flow = dataclasses.replace(topology.mirrors[0], mirror_topics=True)
+    worker = MirrorTopicsFlowWorker(topology, flow, "w0")
+    for p, state in enumerate((ACTIVE, CLAIMING, FAILED)):
+        worker.forward.partitions[("pageviews", p)] = TopicPartitionMirror(("pageviews", p), ("pageviews", p), state,
+                                                                           position=10 * p)
+    return worker.prometheus().decode()
 
 
 def _exposed(text: str) -> set[str]:
@@ -301,9 +331,12 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
                                   interval_s=60, now_s=time.time())
     assert _exposed(load_text) == set(LOAD_METRICS), load_text
     exported |= set(LOAD_METRICS) | {"up"}
+    # A mirror-topics worker's exposition, from its exporter holding a partition in each state.
+    topics_text = _mirror_topics_text(config)
+    exported |= _exposed(topics_text)
     used = set().union(*(metric_names(e) for e in _all_exprs(out)))
     assert used - exported == set(), f"expressions name metrics nobody exports: {sorted(used - exported)}"
-    for address, text in [*texts.items(), ("load textfile", load_text)]:
+    for address, text in [*texts.items(), ("load textfile", load_text), ("mirror topics worker", topics_text)]:
         proc = subprocess.run([PROMTOOL or "promtool", "check", "metrics"], input=text, capture_output=True,
                               text=True, timeout=30)
         assert proc.returncode == 0, f"{address}: {proc.stdout}{proc.stderr}"
@@ -331,7 +364,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
         assert wait_for(targets_up, 60, "Prometheus scrapes 2 brokers and 2 workers") == sorted(
             [*admin.values(), *workers])
         rules = _prometheus_api(port, "rules")["groups"]
-        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 16, rules
+        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 17, rules
         dashboard = json.loads((out / "grafana-dashboard.json").read_text())
         live = [e for e in monitoring.dashboard_exprs(dashboard) if "dcmirror_load_" not in e]
 

@@ -72,6 +72,14 @@ def dr_command(lab: MirrorLab, action: str) -> dict[str, Any]:
     return doc
 
 
+def directions(lab: MirrorLab) -> dict[str, tuple[str, str]]:
+    """`topology plan --json`: per flow topic, which side is the copy as the clusters say."""
+    proc = subprocess.run([sys.executable, "-m", "deploy.cli", "topology", "plan", str(lab.topology_path), "--json",
+                           "--timeout", "5"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    doc = json.loads(proc.stdout)
+    return {r["target_topic"]: (r["direction"], r["primary"]) for r in doc["mirror_topics"]}
+
+
 def values_at(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
     out: dict[bytes, tuple[int, int]] = {}
     seen: Counter[bytes] = Counter()
@@ -123,6 +131,7 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     assert {p["partition"]: (p["source_known_end"], p["rpo_records"]) for p in report["topics"][TOPIC]} == \
         {p: (end, 0) for p, end in ends.items()}, lab.worker_status(FLOW)
     assert "mirror.source" not in topic_config(dr, TOPIC)
+    assert directions(lab) == {"dr:orders": ("primary-target", "dr")}
     taken = produce(dr, "c", 200)
     assert sorted(offset for p, offset in taken.values() if p == 0) == list(range(ends[0], ends[0] + 100))
 
@@ -136,6 +145,7 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     aside = values_at(dr, side)
     assert set(aside) == set(unmirrored), "the side topic holds other records than east took alone"
     assert topic_config(east, TOPIC)["mirror.source"].value == "dr:orders"
+    assert directions(lab) == {"dr:orders": ("reverse", "dr")}
     lab.start_worker(FLOW, 0)
     dr_ends = end_offsets(dr, TOPIC)
     wait_for(lambda: end_offsets(east, TOPIC) == dr_ends, 120, f"east {TOPIC} copied back to dr's ends {dr_ends}",
@@ -147,6 +157,7 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     report = dr_command(lab, "promote")
     assert report["primary"] == "east"
     assert topic_config(dr, TOPIC)["mirror.source"].value == "east:orders"
+    assert directions(lab) == {"dr:orders": ("forward", "east")}
     later = produce(east, "d", 50)
     final_ends = end_offsets(east, TOPIC)
     wait_for(lambda: end_offsets(dr, TOPIC) == final_ends, 120, f"dr {TOPIC} at east's ends {final_ends}",

@@ -191,6 +191,20 @@ def wait_partition(lab: MirrorLab, node: int, topic: str, leader: int | None, is
     wait_for(reached, timeout_s, f"node {node} reports {topic}-0 led by {leader} with ISR {sorted(isr)}")
 
 
+def node_views(lab: MirrorLab, topic: str) -> str:
+    """What each live east broker answers about `topic`-0 (leader, ISR), for a timeout's report."""
+    views = []
+    for node, broker in lab["east"].brokers.items():
+        if broker.proc is None or broker.proc.poll() is not None:
+            continue
+        try:
+            view = partitions_of(metadata_from(lab["east"], node, topic), topic)[0]
+            views.append(f"node {node}: leader {view.leader}, ISR {sorted(view.isr)}")
+        except (NotYet, KeyError, OSError) as exc:
+            views.append(f"node {node}: {exc}")
+    return "; ".join(views)
+
+
 @pytest.mark.timeout(600)
 def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_records_arrive(
         mirror_lab: Callable[..., MirrorLab]) -> None:
@@ -231,7 +245,8 @@ def test_an_unclean_election_at_the_source_is_a_reported_divergence_and_the_new_
 
     wait_for(lambda: mirrored_count(aggregate, "east.events") == 330, 60,
              "the aggregate holds 200 + 50 diverged + 80 new records", interval_s=0.5,
-             on_timeout=lambda: f"{lab.mirror_log_tail()}\nworker status: {worker_doc(lab)['partitions']}")
+             on_timeout=lambda: f"{lab.mirror_log_tail()}\nworker status: {worker_doc(lab)['partitions']}\n"
+                                f"{node_views(lab, 'events')}")
     source = read_topic(lab["east"].bootstrap_of(2), "events")[0]
     assert [int(r.value or b"") for r in source] == list(range(200)) + list(range(20_000, 20_080))
     target = mirrored_history(read_topic(aggregate, "east.events")[0])
