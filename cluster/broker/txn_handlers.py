@@ -20,6 +20,7 @@ from cluster.groups.service import GroupService
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.security.acl import AclOperation, ResourceType
+from cluster.storage.config import MIRROR_SOURCE
 from cluster.transactions.service import TransactionService
 from cluster.transactions.state import TxnState
 
@@ -153,6 +154,9 @@ class TxnHandlers:
                 errors[(t, p)] = ErrorCode.invalid_topic_exception
             elif self.service.image.partition(t, p) is None:
                 errors[(t, p)] = ErrorCode.unknown_topic_or_partition
+            elif _is_mirror_topic(self.service.image.topic(t)):
+                # A read-only mirror topic (docs/design.md): its produce would be refused.
+                errors[(t, p)] = ErrorCode.invalid_topic_exception
         if errors:
             # As Kafka: the partitions that were fine are not attempted.
             return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
@@ -314,3 +318,7 @@ def _by_topic(errors: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
     for (t, p), c in errors.items():
         by_topic[t].append({"partition_index": p, "partition_error_code": c})
     return [{"name": t, "results_by_partition": rs} for t, rs in by_topic.items()]
+
+
+def _is_mirror_topic(topic: Any) -> bool:
+    return bool(topic is not None and topic.configs.get(MIRROR_SOURCE))

@@ -70,6 +70,12 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
         deleted = call(srv, ApiKey.DELETE_RECORDS, 2, {"timeout": 5000, "topics": [
             {"name": MIRROR, "partitions": [{"partition_index": 0, "offset": 8}]}]})
         assert deleted.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception
+        # A transaction cannot take it in either (its produce would be refused).
+        added = call(srv, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 5, "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": MIRROR, "partitions": [0]}]})
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+            ErrorCode.invalid_topic_exception
 
         ordinary = mirror_append(srv, ORDINARY, ordinary_id, data)["partitions"][0]
         assert ordinary["error_code"] == ErrorCode.invalid_request and "not a mirror topic" in ordinary["error_message"]
