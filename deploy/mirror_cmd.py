@@ -126,9 +126,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_json: bool) -> int:
     """`mirror promote | failover | failback` of one mirror-topics flow (mirror/failover.py)."""
-    from cluster.client.admin import Admin
-    from mirror.failover import FailoverError, failback, failover, promote
-    from mirror.worker import RETRIABLE, WorkerConfig, _admin_part
+    from mirror.failover import FailoverError, admin_for, failback, failover, promote
+    from mirror.worker import RETRIABLE, WorkerConfig
 
     if not flow.mirror_topics:
         print(f"dcmirror mirror {action}: flow {flow.name} has no mirror topics (mirror_topics = true)", file=sys.stderr)
@@ -136,9 +135,8 @@ def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_j
     config = WorkerConfig.from_flow(flow)
     say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
 
-    def admin(cluster: str, overrides: dict[str, Any]) -> Admin:
-        client = topology.cluster(cluster).client_config(overrides)
-        return Admin(client["bootstrap.servers"], client_id=f"dcmirror-{action}", config=_admin_part(client))
+    def admin(cluster: str, overrides: dict[str, Any]) -> Any:
+        return admin_for(topology, cluster, overrides, client_id=f"dcmirror-{action}")
 
     async def run() -> Any:
         async with admin(flow.target, config.target) as target:

@@ -122,6 +122,13 @@ class Outcome:
 # ---- reading both sides ----------------------------------------------------------------
 
 
+def admin_for(topology: Topology, cluster: str, overrides: Mapping[str, Any] | None = None, *,
+              client_id: str = "dcmirror-failover") -> Admin:
+    """An admin client of one of the topology's clusters (`overrides`: a flow's principal there)."""
+    client = topology.cluster(cluster).client_config(dict(overrides or {}))
+    return Admin(client["bootstrap.servers"], client_id=client_id, config=_admin_part(client))
+
+
 async def topic_marker(admin: Admin, topic: str) -> str | None:
     try:
         entries = await admin.topic_configs(topic)
