@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+
+# One writer per file at a time: writers in different threads (the flush loop and the
+# periodic checkpoint both write the recovery points) share the temp file's name, and one's
+# rename would take the other's file, whose rename then fails.
+_LOCKS_GUARD = threading.Lock()
+_LOCKS: dict[Path, threading.Lock] = {}
+
+
+def _lock_of(path: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path, threading.Lock())
 
 
 def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _lock_of(path):
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
     if fsync:
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
