@@ -37,6 +37,7 @@ from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
 from mirror import tail
+from mirror.topic_sync import TopicSync
 from mirror.worker import (
     INTERNAL_PREFIXES,
     FlowWorker,
@@ -138,6 +139,9 @@ class TopicMirrorWorker(FlowWorker):
         self._stopping = trio.Event()
         self._stopped = trio.Event()
         self._reclaim = trio.Event()
+        # Group offsets and ACLs of the mirrored topics follow the side copied from
+        # (mirror/topic_sync.py; in reverse the principal map is read backwards).
+        self.topic_sync = TopicSync.from_flow(flow, reverse=reverse, clock=clock)
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -167,6 +171,7 @@ class TopicMirrorWorker(FlowWorker):
                 nursery.start_soon(self._watch_topics)
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._reclaim_loop)
+                nursery.start_soon(self.topic_sync.run, sadmin, tadmin, lambda: self.topics, self.partitions.__contains__)
                 await self._copy_loop()
 
     @property
@@ -506,7 +511,8 @@ class TopicMirrorWorker(FlowWorker):
                 "lag_records": self.lag_records(), "records": self.metrics["records"],
                 "bytes": self.metrics["bytes"], "records_per_s": self.metrics["records"] / elapsed_s,
                 "claims": self.metrics["claims"], "data_loss_records": self.metrics["data_loss_records"],
-                "events": list(self.events), "last_problem": self.last_problem}
+                "events": list(self.events), "last_problem": self.last_problem,
+                "topic_sync": self.topic_sync.status()}
 
     def prometheus(self) -> bytes:
         return prometheus_text(self.metric_families())
@@ -535,6 +541,7 @@ class TopicMirrorWorker(FlowWorker):
                                             by_partition("lag_records")),
             "dcmirror_mirror_lag_seconds": ("gauge", "Age of the oldest uncopied data, at most (0 when caught up)",
                                             by_partition("lag_s")),
+            **self.topic_sync.prometheus_metrics(labels),
         }
 
     def routes(self) -> dict[str, Any]:
@@ -574,7 +581,7 @@ class MirrorTopicsFlowWorker:
         out["partitions"] = [{**p, "direction": "forward"} for p in forward["partitions"]] + \
             [{**p, "direction": "reverse"} for p in backward["partitions"]]
         out["events"] = sorted(forward["events"] + backward["events"], key=lambda e: e["at_ms"])
-        out["reverse"] = {k: backward[k] for k in ("source", "target", "topics", "refused_topics")}
+        out["reverse"] = {k: backward[k] for k in ("source", "target", "topics", "refused_topics", "topic_sync")}
         out["last_problem"] = self.last_problem
         return out
 

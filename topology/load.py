@@ -67,6 +67,7 @@ MAX_NAME = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:.+")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
@@ -76,7 +77,7 @@ _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config",
-               "workers_http", "mirror_topics")
+               "workers_http", "mirror_topics", "mirror_groups", "acl_principal_map")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
@@ -667,14 +668,38 @@ class _Loader:
                     self.fail(path + ("workers_http",), "give the workers' admin HTTP addresses either here or "
                                                         "with config http.port.base, not both")
             mirror_topics = self.boolean(table, path, "mirror_topics", False)
+            mirror_groups = self.regex(table, path, "mirror_groups", None)
+            principal_map = self.principal_map(table, path)
+            if not mirror_topics:
+                for key in ("mirror_groups", "acl_principal_map"):
+                    if key in table:
+                        self.fail(path + (key,), f"{key} applies to a flow of mirror topics (mirror_topics = true)")
+            elif groups is not None:
+                self.fail(path + ("groups",), "a flow of mirror topics keeps offsets, so nothing is translated: "
+                                              "name the groups whose committed offsets follow with mirror_groups")
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
                                       groups=groups, config=config, workers_http=workers_http,
-                                      mirror_topics=mirror_topics))
+                                      mirror_topics=mirror_topics, mirror_groups=mirror_groups,
+                                      acl_principal_map=principal_map))
             templates.append(template)
         self.check_collisions(mirrors, templates, clusters, topics)
         self.check_cycles(mirrors, templates)
         return tuple(mirrors)
+
+    def principal_map(self, table: dict[str, Any], path: KeyPath) -> dict[str, str]:
+        """acl_principal_map: { "User:east-app" = "User:app" }, principals as Kafka writes them."""
+        if "acl_principal_map" not in table:
+            return {}
+        mpath = path + ("acl_principal_map",)
+        raw = self.table(table["acl_principal_map"], mpath, hint=' of source principal to target principal, e.g. '
+                                                                 '{ "User:east-app" = "User:app" }')
+        for source, target in raw.items():
+            for principal, what in ((source, "key"), (target, "value")):
+                if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
+                    self.fail(mpath + (source,), f"{what} {principal!r} is not a principal: write TYPE:NAME, "
+                                                 'e.g. "User:app"')
+        return dict(raw)
 
     def check_collisions(self, mirrors: list[MirrorSpec], templates: list[_Template],
                          clusters: dict[str, ClusterSpec], topics: tuple[TopicSpec, ...]) -> None:

@@ -13,7 +13,7 @@ DEFAULT_RENAME = "{source}.{topic}"
 # A mirror flow's `config` keys (mirror/worker.py reads them); client settings go through
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
-                      "checkpoint.interval.ms", "http.port.base")
+                      "checkpoint.interval.ms", "http.port.base", "group.offset.sync.ms", "acl.sync.ms")
 # Keys that take one of a few words: what a flow does when its source topic was deleted and
 # created again (mirror the new incarnation after the old one, or stop that partition).
 MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop")}
@@ -210,6 +210,12 @@ class MirrorSpec:
     """Targets are mirror topics: each source partition's batches at the same offsets, byte for
     byte (partitionLeaderEpoch aside), read-only until promoted (docs/design.md, "Mirror topics
     keep offsets"). False: records are copied with provenance headers (the aggregate's flows)."""
+    mirror_groups: str | None = None
+    """Mirror topics only: regex of source consumer groups whose committed offsets of the mirrored
+    topics are copied 1:1 into the target while the group has no members there (None: none)."""
+    acl_principal_map: dict[str, str] = field(default_factory=dict, hash=False)
+    """Mirror topics only: source principal -> the principal the target's copy of its topic ACLs
+    names (principals not listed are kept as they are)."""
 
     def http_address(self, index: int) -> tuple[str, int] | None:
         """Where worker `index` serves its admin HTTP, as other hosts reach it; None: it has none."""

@@ -403,6 +403,19 @@ class Admin:
                 for g in listed]
 
     @_retried
+    async def group_ids(self) -> list[str]:
+        """The id of every group of the cluster (ListGroups on every broker), sorted, without
+        describing them (list_groups does, one request per group)."""
+        meta = await self.metadata([])
+        ids: set[str] = set()
+        for b in meta.brokers:
+            resp = await (await self._conn(b.host, b.port)).request(ApiKey.LIST_GROUPS, {})
+            if resp.error_code != 0:
+                raise AdminError(f"listing groups on broker {b.node_id}", resp.error_code)
+            ids.update(g.group_id for g in resp.groups)
+        return sorted(ids)
+
+    @_retried
     async def describe_groups(self, groups: list[str]) -> list[Any]:
         out = []
         for group_id in groups:
