@@ -1,5 +1,5 @@
 """Failover and failback of mirror topics (issue 31): `dcmirror mirror failover | failback |
-promote` on real processes.
+promote` on real processes, with a consumer group that moves with the topic.
 
 east (1 broker) is mirrored into dr (1 broker) with mirror topics. The worker is killed -9,
 east takes 100 records it never mirrors, then every east broker is killed -9: failover makes
@@ -8,7 +8,9 @@ east comes back; failback copies east's 100 unmirrored records into dr's side to
 `dcmirror.diverged.east.orders` and makes east's topic a mirror of dr's, which the worker
 fills back (offsets kept); promote restores the flow's direction, nothing lost. At the end
 every acknowledged record is in dr's `orders` or in the side topic, exactly once, and dr's
-and east's `orders` hold the same records at the same offsets.
+and east's `orders` hold the same records at the same offsets. The group `app` committed in
+east resumes in dr at those offsets (mirror_groups), and its dr offsets follow back to east
+for the promotion back.
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests.harness import REPO
 from tests.mirror.lab import (
-    Flow,
     MirrorLab,
     end_offsets,
     new_topic,
@@ -33,12 +35,54 @@ from tests.mirror.lab import (
     topic_config,
     wait_for,
 )
+from tests.mirror.test_mirror_topic_sync import SyncFlow
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.heavy]
 
 FLOW = "east-to-dr"
 TOPIC = "orders"
 PARTITIONS = 2
+GROUP = "app"
+
+
+def committed(bootstrap: str) -> dict[int, int]:
+    """GROUP's committed offsets of TOPIC (-1001: none)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "log_level": 2})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)],
+                                                              timeout=10)}
+    finally:
+        c.close()
+
+
+def commit(bootstrap: str, offsets: dict[int, int]) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "log_level": 2})
+    try:
+        c.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def resume(bootstrap: str, count: int) -> dict[int, list[int]]:
+    """A member of GROUP reads `count` records from its committed offsets, commits after them
+    and leaves: the offsets it read, per partition."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "auto.offset.reset": "error",
+                  "enable.auto.commit": False, "log_level": 2, "session.timeout.ms": 6000})
+    got: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    try:
+        c.subscribe([TOPIC])
+        deadline = time.monotonic() + 90
+        while sum(map(len, got.values())) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got[m.partition()].append(m.offset())
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    assert sum(map(len, got.values())) == count, f"read {got}"
+    return got
 
 
 def produce(bootstrap: str, prefix: str, n: int) -> dict[bytes, tuple[int, int]]:
@@ -106,13 +150,18 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     east, dr = lab.bootstrap("east"), lab.bootstrap("dr")
     new_topic(east, TOPIC, PARTITIONS)
     acked = produce(east, "a", 1000)
-    lab.write_topology([Flow("east", "dr", TOPIC, rename="{topic}", mirror_topics=True,
-                             config={"topic.refresh.ms": "1000"})], replication_factor=1)
+    lab.write_topology([SyncFlow("east", "dr", TOPIC, rename="{topic}", mirror_topics=True, mirror_groups=GROUP,
+                                 config={"topic.refresh.ms": "1000", "group.offset.sync.ms": "1000"})],
+                       replication_factor=1)
+    commit(east, {0: 300, 1: 200})
     lab.start_worker(FLOW, 0)
     ends = end_offsets(east, TOPIC)
     wait_for(lambda: end_offsets(dr, TOPIC) == ends, 120, f"dr {TOPIC} at east's ends {ends}", interval_s=0.3,
              on_timeout=lab.mirror_log_tail)
 
+    # The group's offsets follow (it has no members in dr).
+    wait_for(lambda: committed(dr) == {0: 300, 1: 200}, 30, "the group's offsets in dr", interval_s=0.3,
+             on_timeout=lab.mirror_log_tail)
     # The worker's status (written every second) has seen east's ends: failover reads it.
     wait_for(lambda: {p["partition"]: p["source_high_watermark"] for w in lab.worker_status(FLOW).values()
                       for p in w["partitions"] if p["direction"] == "forward"} == ends, 30,
@@ -133,6 +182,13 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     assert "mirror.source" not in topic_config(dr, TOPIC)
     assert directions(lab) == {"dr:orders": ("primary-target", "dr")}
     taken = produce(dr, "c", 200)
+    # The group moves with the topic: it resumes in dr where it committed in east.
+    dr_ends = end_offsets(dr, TOPIC)
+    got = resume(dr, sum(dr_ends.values()) - 500)
+    assert {p: (offs[0], offs[-1] + 1) for p, offs in got.items()} == {0: (300, dr_ends[0]), 1: (200, dr_ends[1])}
+    assert all(offs == list(range(offs[0], offs[0] + len(offs))) for offs in got.values()), got
+    moved_on = committed(dr)
+    assert moved_on == dr_ends
     assert sorted(offset for p, offset in taken.values() if p == 0) == list(range(ends[0], ends[0] + 100))
 
     # east returns: failback copies what it took alone aside, then makes it a copy of dr.
@@ -147,11 +203,13 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     assert topic_config(east, TOPIC)["mirror.source"].value == "dr:orders"
     assert directions(lab) == {"dr:orders": ("reverse", "dr")}
     lab.start_worker(FLOW, 0)
-    dr_ends = end_offsets(dr, TOPIC)
     wait_for(lambda: end_offsets(east, TOPIC) == dr_ends, 120, f"east {TOPIC} copied back to dr's ends {dr_ends}",
              interval_s=0.3, on_timeout=lab.mirror_log_tail)
     assert values_at(east, TOPIC) == values_at(dr, TOPIC)
     assert refused(east), "east's copy took a producer's write"
+    # The group's offsets in dr follow back into east (no members there).
+    wait_for(lambda: committed(east) == moved_on, 30, f"the group's offsets {moved_on} back in east",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
 
     # Planned: back to east, nothing lost; dr is a copy of east again.
     report = dr_command(lab, "promote")
@@ -159,6 +217,8 @@ def test_failover_failback_and_promote_lose_nothing(mirror_lab: Callable[..., Mi
     assert topic_config(dr, TOPIC)["mirror.source"].value == "east:orders"
     assert directions(lab) == {"dr:orders": ("forward", "east")}
     later = produce(east, "d", 50)
+    got = resume(east, 10)
+    assert {p: offs[0] for p, offs in got.items() if offs} == {p: o for p, o in moved_on.items() if got[p]}, got
     final_ends = end_offsets(east, TOPIC)
     wait_for(lambda: end_offsets(dr, TOPIC) == final_ends, 120, f"dr {TOPIC} at east's ends {final_ends}",
              interval_s=0.3, on_timeout=lab.mirror_log_tail)
