@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 _SCAN_CHUNK_BYTES = 1 << 20
 
 
+def _iov_max() -> int:
+    try:
+        return max(16, int(os.sysconf("SC_IOV_MAX")))
+    except (AttributeError, ValueError, OSError):
+        return 1024
+
+
+IOV_MAX = _iov_max()  # buffers one writev takes
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
@@ -224,14 +234,19 @@ class LogSegment:
 
         On a failed or short write the file is cut back so the segment holds whole batches only.
         """
-        total = sum(b.size_bytes for b in batches)
         start = self.size_bytes
         try:
-            written = os.writev(self._fd, iovecs)
-            while written < total:
-                # A short writev: finish the remainder the slow way.
-                remainder = b"".join(bytes(v) for v in iovecs)[written:]
-                written += os.write(self._fd, remainder)
+            # writev takes at most IOV_MAX buffers (EINVAL beyond: a follower or a mirror
+            # appending thousands of one-record batches at once).
+            for first in range(0, len(iovecs), IOV_MAX):
+                part = iovecs[first:first + IOV_MAX]
+                want = sum(len(v) for v in part)
+                written = os.writev(self._fd, part)
+                if written < want:
+                    # A short writev: finish the remainder the slow way.
+                    remainder = memoryview(b"".join(bytes(v) for v in part))[written:]
+                    while remainder:
+                        remainder = remainder[os.write(self._fd, remainder):]
         except OSError:
             os.ftruncate(self._fd, start)
             raise

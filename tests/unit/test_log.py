@@ -192,6 +192,19 @@ def test_several_batches_in_one_append(tmp_path: Path) -> None:
     assert [h.base_offset for _, h in disk_batches(lg.active_segment.log_path)] == [0, 2, 3]
 
 
+def test_more_batches_in_one_append_than_one_writev_takes(tmp_path: Path) -> None:
+    """A mirror topic's leader appending thousands of one-record batches at once (each batch
+    its own buffer: the leader epoch is patched): more buffers than IOV_MAX, which one writev
+    refuses (EINVAL: a storage error before)."""
+    count = 2 * max(1024, os.sysconf("SC_IOV_MAX")) + 7
+    payload = b"".join(values_batch([value(i)], base_offset=i) for i in range(count))
+    lg = new_log(tmp_path, cfg())
+    lg.append_mirrored(payload, leader_epoch=3, now_ms=NOW)
+    assert lg.log_end_offset == count
+    assert read_all(lg) == [(i, NOW, value(i)) for i in range(count)]
+    assert [h.base_offset for _, h in disk_batches(lg.active_segment.log_path)] == list(range(count))
+
+
 def test_read_returns_whole_batches_below_max_offset(tmp_path: Path) -> None:
     lg = new_log(tmp_path, cfg())
     fill(lg, 4, per_batch=3)  # batches at 0-2, 3-5, 6-8, 9-11
