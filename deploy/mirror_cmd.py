@@ -152,10 +152,11 @@ def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_j
         # How far the source was known to be: the workers' last status (HTTP or files).
         for report in flow_reports(topology, [flow]):
             for worker in report["workers"]:
-                for p in worker.get("partitions") or []:
-                    if p.get("direction", "forward") == "forward" and p.get("source_high_watermark", -1) >= 0:
-                        key = (p["topic"], p["partition"])
-                        known_ends[key] = max(known_ends.get(key, -1), p["source_high_watermark"])
+                # Kept by the worker after its partitions were revoked (the source's death
+                # takes the group with it).
+                for p in worker.get("source_known_ends") or []:
+                    key = (p["topic"], p["partition"])
+                    known_ends[key] = max(known_ends.get(key, -1), p["high_watermark"])
     try:
         outcome = trio.run(run)
     except FailoverError as exc:

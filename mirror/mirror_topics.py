@@ -131,6 +131,9 @@ class TopicMirrorWorker(FlowWorker):
         self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "batches": 0, "appends": 0, "claims": 0,
                                         "data_loss_records": 0, "started_ms": clock.now_ms()}
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
+        # The source's high watermark as last seen, kept after the partition is revoked (a
+        # source that dies takes the group with it): `mirror failover` reports the RPO from it.
+        self.source_known_ends: dict[TopicPartition, int] = {}
         self.last_problem: dict[str, Any] | None = None
         self._consumer: Consumer | None = None
         self._source_admin: Admin | None = None
@@ -493,6 +496,8 @@ class TopicMirrorWorker(FlowWorker):
         now_ms = self.clock.now_ms()
         for tp, pm in sorted(self.partitions.items()):
             hw = consumer.highwater(tp) if consumer is not None else -1
+            if hw >= 0:
+                self.source_known_ends[tp] = max(hw, self.source_known_ends.get(tp, -1))
             lag = max(0, hw - pm.position) if hw >= 0 and pm.position >= 0 else None
             # Behind: at most the age of the last copied batch (the first one not copied is
             # younger); caught up: 0.
@@ -512,6 +517,8 @@ class TopicMirrorWorker(FlowWorker):
                 "bytes": self.metrics["bytes"], "records_per_s": self.metrics["records"] / elapsed_s,
                 "claims": self.metrics["claims"], "data_loss_records": self.metrics["data_loss_records"],
                 "events": list(self.events), "last_problem": self.last_problem,
+                "source_known_ends": [{"topic": t, "partition": p, "high_watermark": hw}
+                                      for (t, p), hw in sorted(self.source_known_ends.items())],
                 "topic_sync": self.topic_sync.status()}
 
     def prometheus(self) -> bytes:
