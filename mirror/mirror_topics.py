@@ -82,6 +82,7 @@ class TopicPartitionMirror:
     last_error: str = ""
     appended_at_ms: int = 0
     last_timestamp_ms: int = -1  # the max timestamp of the last batch copied
+    log_start_sent: int = -1  # the source's log start the target was last told
 
 
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
@@ -380,6 +381,8 @@ class TopicMirrorWorker(FlowWorker):
                 continue
             if chunks:
                 await self._append_round(chunks)
+            else:
+                await self._follow_log_starts()
 
     async def _append_round(self, chunks: list[RawChunk]) -> None:
         """Append one round of fetched chunks: per target leader and topic one MirrorAppend,
@@ -447,6 +450,7 @@ class TopicMirrorWorker(FlowWorker):
                 pm.bytes += len(payload[p])
                 pm.appended_at_ms = self.clock.now_ms()
                 pm.last_timestamp_ms = max(pm.last_timestamp_ms, last_max_timestamp(chunks[-1].data))
+                pm.log_start_sent = max(pm.log_start_sent, starts.get(p, -1))
                 self.metrics["batches"] += sum(c.batches for c in chunks)
                 self.metrics["records"] += sum(c.records for c in chunks)
                 self.metrics["bytes"] += len(payload[p])
@@ -459,6 +463,33 @@ class TopicMirrorWorker(FlowWorker):
                         self.target_name, why)
             cluster.metadata.updated_s = -1e18
             self._consumer_pause_and_reclaim(pm, why)
+
+    async def _follow_log_starts(self) -> None:
+        """An idle partition whose source log start moved (retention, DeleteRecords) after
+        its last copied batch: an append without batches carries the new start (the target
+        follows it up to its high watermark)."""
+        assert self._consumer is not None and self._target_admin is not None
+        cluster = self._target_admin.cluster
+        moved: dict[tuple[int, str], dict[int, tuple[TopicPartitionMirror, int]]] = {}
+        for pm in self.partitions.values():
+            start = self._consumer.log_start(pm.source)
+            if pm.state == ACTIVE and start > pm.log_start_sent and pm.position >= start:
+                leader = cluster.metadata.leader(*pm.target)
+                moved.setdefault((leader, pm.target[0]), {})[pm.target[1]] = (pm, start)
+        for (leader, topic), parts in moved.items():
+            topic_id = self._target_ids.get(topic) or cluster.metadata.topic_id(topic)
+            if leader < 0 or topic_id is None:
+                continue
+            try:
+                answers = await mirror_append(await cluster.connection(leader), topic, str(topic_id),
+                                              {p: b"" for p in parts}, APPEND_TIMEOUT_S,
+                                              log_start_offsets={p: start for p, (_, start) in parts.items()})
+            except RETRIABLE as exc:
+                log.info("telling %s in %s its source's log start: %s", topic, self.target_name, exc)
+                continue
+            for p, (pm, start) in parts.items():
+                if int(answers.get(p, {}).get("error_code", -1)) == 0:
+                    pm.log_start_sent = start
 
     def _consumer_pause_and_reclaim(self, pm: TopicPartitionMirror, why: str) -> None:
         assert self._consumer is not None
