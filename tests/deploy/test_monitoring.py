@@ -269,7 +269,13 @@ def _mirror_topics_text(config: Path) -> str:
     not started, with one partition per state."""
     import dataclasses
 
-    from mirror.mirror_topics import ACTIVE, CLAIMING, FAILED, MirrorTopicsFlowWorker, TopicPartitionMirror
+    from mirror.mirror_topics import (
+        ACTIVE,
+        CLAIMING,
+        FAILED,
+        MirrorTopicsFlowWorker,
+        TopicPartitionMirror,
+    )
 
     topology = load(config)
     flow = dataclasses.replace(topology.mirrors[0], mirror_topics=True)
