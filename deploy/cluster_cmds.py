@@ -139,6 +139,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     add_target(gen)
     reassign.set_defaults(func=_runner(_reassign))
 
+    features = sub.add_parser("features", help="cluster feature levels (like kafka-features): describe, upgrade, "
+                                               "downgrade (eligible.leader.replicas.version turns KIP-966 on or off)")
+    factions = features.add_subparsers(dest="action", required=True)
+    add_target(factions.add_parser("describe", help="supported and finalized levels"))
+    for name, text in (("upgrade", "raise feature levels"), ("downgrade", "lower feature levels")):
+        fp = factions.add_parser(name, help=text)
+        fp.add_argument("--feature", action="append", required=True, metavar="NAME=LEVEL")
+        fp.add_argument("--dry-run", action="store_true", help="validate only")
+        if name == "downgrade":
+            fp.add_argument("--unsafe", action="store_true", help="an unsafe downgrade (metadata may be lost)")
+        add_target(fp)
+    features.set_defaults(func=_runner(_features))
+
     verify = sub.add_parser("verify-replicas",
                             help="compare every replica byte for byte up to the high watermark, report lag")
     verify.add_argument("topics", nargs="*", help="topics (default: every non-internal topic)")
@@ -244,47 +257,68 @@ async def _log_dirs(args: argparse.Namespace) -> int:
 
 
 async def _describe(admin: Admin, args: argparse.Namespace) -> int:
-    meta = await admin.metadata(args.topics or None)
-    live = {b.node_id for b in meta.brokers}
+    """kafka-topics --describe: partitions from DescribeTopicPartitions, so the eligible leader
+    replicas (KIP-966) and the last known leader show beside the ISR, as Kafka 4 prints them."""
+    described = await admin.describe_topic_partitions(args.topics or None)
     rows = []
-    for t in sorted(meta.topics, key=lambda t: t.name):
-        if t.error_code != 0:
-            raise AdminError(f"topic {t.name!r}", t.error_code)
-        parts = sorted(t.partitions, key=lambda p: p.partition_index)
-        all_configs = await admin.topic_configs(t.name)
+    for t in described:
+        if t["error_code"] != 0:
+            raise AdminError(f"topic {t['name']!r}", t["error_code"])
+        parts = sorted(t["partitions"], key=lambda p: p["partition"])
+        all_configs = await admin.topic_configs(t["name"])
         configs = {c.name: c.value for c in all_configs if c.config_source == 1}
         min_isr = int(next((c.value for c in all_configs if c.name == "min.insync.replicas"), None) or 1)
         selected = []
         for p in parts:
-            under = len(p.isr_nodes) < len(p.replica_nodes)
+            under = len(p["isr"]) < len(p["replicas"])
             if args.under_replicated and not under:
                 continue
-            if args.unavailable and p.leader_id != -1:
+            if args.unavailable and p["leader"] != -1:
                 continue
-            if args.under_min_isr and not len(p.isr_nodes) < min_isr:
+            if args.under_min_isr and not len(p["isr"]) < min_isr:
                 continue
-            if args.at_min_isr and len(p.isr_nodes) != min_isr:
+            if args.at_min_isr and len(p["isr"]) != min_isr:
                 continue
-            selected.append({"partition": p.partition_index, "leader": p.leader_id,
-                             "leader_epoch": p.leader_epoch, "replicas": list(p.replica_nodes),
-                             "isr": list(p.isr_nodes),
-                             "offline": [r for r in p.replica_nodes if r not in live]})
+            selected.append({k: p[k] for k in ("partition", "leader", "leader_epoch", "replicas", "isr", "elr",
+                                                "last_known_elr", "offline")})
         if (args.under_replicated or args.unavailable or args.under_min_isr or args.at_min_isr) and not selected:
             continue
-        rows.append({"topic": t.name, "internal": t.is_internal, "partition_count": len(parts),
-                     "replication_factor": len(parts[0].replica_nodes) if parts else 0, "configs": configs,
+        rows.append({"topic": t["name"], "internal": t["is_internal"], "partition_count": len(parts),
+                     "replication_factor": len(parts[0]["replicas"]) if parts else 0, "configs": configs,
                      "min_insync_replicas": min_isr, "partitions": selected})
     if args.json:
         print(json.dumps(rows))
         return 0
+
+    def ids(nodes: list[int]) -> str:
+        return ",".join(map(str, nodes))
     for r in rows:
         cfg = ",".join(f"{k}={v}" for k, v in sorted(r["configs"].items()))
         print(f"Topic: {r['topic']}\tPartitionCount: {r['partition_count']}\t"
               f"ReplicationFactor: {r['replication_factor']}\tConfigs: {cfg}")
         for p in r["partitions"]:
             print(f"\tTopic: {r['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
-                  f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
-                  + (f"\tOffline: {','.join(map(str, p['offline']))}" if p["offline"] else ""))
+                  f"Replicas: {ids(p['replicas'])}\tIsr: {ids(p['isr'])}\tElr: {ids(p['elr'])}\t"
+                  f"LastKnownElr: {ids(p['last_known_elr'])}"
+                  + (f"\tOffline: {ids(p['offline'])}" if p["offline"] else ""))
+    return 0
+
+
+# ---- features ---------------------------------------------------------------------------
+
+
+async def _features(args: argparse.Namespace) -> int:
+    async with admin_for(args) as admin:
+        if args.action == "describe":
+            for name, (low, high, level) in sorted((await admin.describe_features()).items()):
+                print(f"Feature: {name}\tSupportedMinVersion: {low}\tSupportedMaxVersion: {high}\t"
+                      f"FinalizedVersionLevel: {level}")
+            return 0
+        levels = {k: int(v) for k, v in _kv(args.feature, "--feature").items()}
+        downgrade = ("unsafe" if args.unsafe else "safe") if args.action == "downgrade" else None
+        await admin.update_features(levels, downgrade=downgrade, validate_only=args.dry_run)
+        for name, level in levels.items():
+            print(f"{name} was {args.action}d to {level}." + (" (dry run)" if args.dry_run else ""))
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from cluster.broker.context import RequestContext
 from cluster.broker.controller_channel import ControllerChannel, ControllerUnavailable
+from cluster.controller.features import SAFE_DOWNGRADE, UPGRADE
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     CONFIG_OP_APPEND,
@@ -258,6 +259,33 @@ class AdminHandlers:
         top = ErrorCode.none if election_type in (ELECTION_PREFERRED, ELECTION_UNCLEAN) else ErrorCode.invalid_request
         return {"throttle_time": 0, "error_code": top, "replica_election_results": [
             {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
+
+    async def handle_update_features(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """UpdateFeatures v0–1 (KIP-584; `kafka-features upgrade|downgrade`): forwarded to the
+        active controller, which changes finalized levels all or nothing. ALTER on the cluster."""
+        names = [u.feature for u in req.feature_updates]
+        if not ctx.allowed_on_cluster(AclOperation.ALTER):
+            message = "ALTER on the cluster is needed"
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "error_message": message,
+                    "results": [{"feature": n, "error_code": ErrorCode.cluster_authorization_failed,
+                                 "error_message": message} for n in names]}
+        updates = []
+        for u in req.feature_updates:
+            if version == 0:
+                kind = SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE
+            else:
+                kind = int(u.upgrade_type)
+            updates.append({"feature": u.feature, "level": int(u.max_version_level), "upgrade_type": kind})
+        if not updates:
+            return {"throttle_time": 0, "error_code": ErrorCode.invalid_request,
+                    "error_message": "Features to update must be provided in request.", "results": []}
+        result = await self._call("update_features", {"updates": updates,
+                                                      "validate_only": bool(getattr(req, "validate_only", False))},
+                                  self._timeout_s(req))
+        results = result.get("results") or [{"feature": n, "error_code": result["error_code"],
+                                             "error_message": result.get("error_message")} for n in names]
+        return {"throttle_time": 0, "error_code": result["error_code"], "error_message": result.get("error_message"),
+                "results": results}
 
     async def handle_alter_partition_reassignments(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if not ctx.allowed_on_cluster(AclOperation.ALTER):

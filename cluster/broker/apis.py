@@ -28,6 +28,7 @@ from cluster.broker.context import PLAINTEXT_SESSION, RequestContext, Session
 from cluster.broker.quotas import ClientQuotas
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import SaslHandlers
+from cluster.controller.features import SUPPORTED_FEATURES, finalized_levels
 from cluster.controller.service import MetadataService
 from cluster.protocol.api_keys import ApiKey, api_name, client_throttles
 from cluster.protocol.errors import ErrorCode
@@ -91,21 +92,6 @@ class Answer:
     # broker answers at once and then mutes; older clients get their answer late.
     client_throttles: bool = True
 
-
-# Feature flags (KIP-584) as ApiVersions v3+ reports them: name -> (supported min, supported
-# max, finalized level). Only what this broker implements: metadata.version 21 is Kafka's
-# 3.9-IV0, the protocol these brokers follow (this metadata log is not Kafka's, so the level
-# names the client protocol, and nothing upgrades it); kraft.version 0 is a static voter set
-# (controller.quorum.voters); group.version 1 is KIP-848 consumer groups. transaction.version
-# stays 0: at 2 Kafka 4's Java producer switches to KIP-890 part 2 transactions (an epoch bump
-# per transaction, EndTxn v5), which these brokers do not speak. No eligible.leader.replicas
-# (KIP-966), share or streams groups.
-FEATURES: dict[str, tuple[int, int, int]] = {
-    "group.version": (0, 1, 1),
-    "kraft.version": (0, 0, 0),
-    "metadata.version": (21, 21, 21),
-    "transaction.version": (0, 0, 0),
-}
 
 # Broker-to-broker requests are exempt from client quotas (Kafka exempts CLUSTER_ACTION).
 _QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
@@ -176,11 +162,11 @@ class RequestRouter:
                          for k, (lo, hi) in self.supported().items()],
             "throttle_time": 0,
             "supported_features": [{"name": n, "min_version": lo, "max_version": hi}
-                                   for n, (lo, hi, _) in sorted(FEATURES.items())],
+                                   for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())],
             "finalized_features_epoch": self.metadata.image.offset,
             # Kafka lists a feature as finalized only at a level above 0.
             "finalized_features": [{"name": n, "min_version_level": level, "max_version_level": level}
-                                   for n, (_, _, level) in sorted(FEATURES.items()) if level > 0],
+                                   for n, level in sorted(finalized_levels(self.metadata.image).items()) if level > 0],
         }
 
     async def handle(self, frame: bytearray, session: Session = PLAINTEXT_SESSION) -> bytes | None:

@@ -173,7 +173,7 @@ class Broker:
             await nursery.start(self.metadata.run)
             await nursery.start(self.replicas.run)
             task_status.started()
-            await self.lifecycle.register()
+            await self.lifecycle.register(previous_broker_epoch=self.logs.clean_shutdown_epoch())
             start_s = trio.current_time()
             self.logs.load_all(self._log_config_for, self.clock.now_ms())
             self.replicas.load()
@@ -214,7 +214,7 @@ class Broker:
             # as it is, without an empty recovery-point file and a clean-shutdown marker.
             return
         self.replicas.close()
-        self.logs.close()
+        self.logs.close(self.lifecycle.broker_epoch)
 
     # ---- acting on metadata ------------------------------------------------------------
 
@@ -271,6 +271,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.CREATE_PARTITIONS, 0, 1, admin.handle_create_partitions),
         Api(ApiKey.DELETE_GROUPS, 0, 1, groups.handle_delete_groups),
         Api(ApiKey.ELECT_LEADERS, 0, 1, admin.handle_elect_leaders),
+        Api(ApiKey.UPDATE_FEATURES, 0, 1, admin.handle_update_features),
         Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 0, admin.handle_incremental_alter_configs),
         Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 0, admin.handle_alter_partition_reassignments),  # flexible only
         Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, admin.handle_list_partition_reassignments),  # flexible only

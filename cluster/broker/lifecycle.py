@@ -48,8 +48,10 @@ class BrokerLifecycle:
     def node_id(self) -> int:
         return self.registration.node_id
 
-    async def register(self) -> None:
-        """Register (again) until the controller accepts; then wait for that metadata."""
+    async def register(self, previous_broker_epoch: int = -1) -> None:
+        """Register (again) until the controller accepts; then wait for that metadata.
+        `previous_broker_epoch`: the epoch of the last clean shutdown (-1: none), so the
+        controller knows whether this broker may have lost its unsynced tail (KIP-966)."""
         backoff = Backoff(0.5, 2.0)
         while True:
             r = self.registration
@@ -57,6 +59,7 @@ class BrokerLifecycle:
                 result = await self.metadata.call("register_broker", {
                     "broker_id": r.node_id, "incarnation_id": self.incarnation_id,
                     "host": r.host, "port": r.port, "rack": r.rack, "listeners": r.listeners or {},
+                    "previous_broker_epoch": previous_broker_epoch,
                 }, timeout_s=10.0)
             except ControllerUnavailable as exc:
                 log.warning("broker %d is waiting for the metadata quorum: %s", r.node_id, exc)
@@ -92,7 +95,8 @@ class BrokerLifecycle:
             if code == ErrorCode.stale_broker_epoch:
                 log.warning("broker %d was registered again elsewhere or forgotten: registering anew", self.node_id)
                 self.incarnation_id = str(uuid.uuid4())
-                await self.register()
+                # The same process: nothing of its logs was lost, its last epoch vouches for it.
+                await self.register(previous_broker_epoch=self.broker_epoch)
                 continue
             if code == ErrorCode.none and self._shutting_down and result.get("should_shut_down"):
                 self._shutdown_done.set()

@@ -102,8 +102,8 @@ class MetadataHandlers:
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
-                "eligible_leader_replicas": [],  # no KIP-966 ELR: Kafka 3.9 without it answers empty
-                "last_known_elr": [],
+                "eligible_leader_replicas": list(p.elr),  # KIP-966 (empty while ELR is off)
+                "last_known_elr": list(p.last_known_elr),
                 "offline_replicas": [r for r in p.replicas if r not in live],
             })
         return out

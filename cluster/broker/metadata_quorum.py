@@ -43,6 +43,7 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
             auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
             leader_imbalance_check_interval_ms=int(config["leader.imbalance.check.interval.seconds"]) * 1000,
             leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+            min_insync_replicas=int(config.log_config({})["min.insync.replicas"]),
         ),
         validate_configs=config.log_config,  # InvalidConfig is a ValueError
         validate_broker_configs=validate_dynamic_configs, broker_config_defs=ALTERABLE_BROKER_CONFIG_DEFS,

@@ -258,6 +258,8 @@ class Admin:
                 entry["partitions"] += [{"partition": p.partition_index, "error_code": p.error_code,
                                          "leader": p.leader_id, "leader_epoch": p.leader_epoch,
                                          "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
+                                         "elr": list(p.eligible_leader_replicas or ()),
+                                         "last_known_elr": list(p.last_known_elr or ()),
                                          "offline": list(p.offline_replicas)} for p in t.partitions]
             if resp.next_cursor is None:
                 return [merged[n] for n in sorted(merged, key=lambda n: n or "")]
@@ -361,6 +363,34 @@ class Admin:
             raise AdminError("electing leaders", resp.error_code)
         return {(r.topic, p.partition_id): (int(p.error_code), p.error_message or "")
                 for r in resp.replica_election_results for p in r.partition_result}
+
+    @_retried
+    async def describe_features(self) -> dict[str, tuple[int, int, int]]:
+        """Feature levels (KIP-584, ApiVersions v3): name -> (supported min, supported max,
+        finalized level; 0 when not finalized)."""
+        resp = await (await self._any()).request(ApiKey.API_VERSIONS, {
+            "client_software_name": "dcmirror", "client_software_version": "1"}, version=3)
+        if resp.error_code != 0:
+            raise AdminError("describing features", resp.error_code)
+        finalized = {f.name: int(f.max_version_level) for f in resp.finalized_features}
+        return {f.name: (int(f.min_version), int(f.max_version), finalized.get(f.name, 0))
+                for f in resp.supported_features}
+
+    @_retried
+    async def update_features(self, levels: Mapping[str, int], *, downgrade: str | None = None,
+                              validate_only: bool = False) -> None:
+        """UpdateFeatures: finalize `levels` (all or nothing). `downgrade` "safe" or "unsafe"
+        allows lowering a level."""
+        kind = {None: 1, "safe": 2, "unsafe": 3}[downgrade]
+        resp = await (await self._any()).request(ApiKey.UPDATE_FEATURES, {
+            "timeout": 30_000, "validate_only": validate_only,
+            "feature_updates": [{"feature": name, "max_version_level": level, "upgrade_type": kind}
+                                for name, level in levels.items()]})
+        if resp.error_code != 0:
+            raise AdminError(f"updating features ({resp.error_message or ''})", resp.error_code)
+        for r in resp.results:
+            if r.error_code != 0:
+                raise AdminError(f"updating feature {r.feature} ({r.error_message or ''})", r.error_code)
 
     @_retried
     async def alter_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], tuple[int, str]]:

@@ -13,17 +13,33 @@ import random
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster.common.config_def import ConfigDef, ConfigUpdateRefused
 from cluster.controller.assignment import AssignmentError, assign_replicas
-from cluster.controller.image import NO_LEADER, MetadataImage, PartitionState, TopicImage, record
+from cluster.controller.features import (
+    FIXED_LEVELS,
+    NEW_CLUSTER_LEVELS,
+    SAFE_DOWNGRADE,
+    SUPPORTED_FEATURES,
+    UNSAFE_DOWNGRADE,
+    finalized_levels,
+)
+from cluster.controller.image import (
+    ELR_FEATURE,
+    NO_LEADER,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+    record,
+)
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from cluster.protocol.topic_names import InvalidTopic, validate_topic_name
 from cluster.storage.config import altered_list_value
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+MIN_ISR = "min.insync.replicas"
 
 
 class ControllerError(Exception):
@@ -46,9 +62,16 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
+    min_insync_replicas: int = 1  # this controller's static min.insync.replicas (KIP-966's min ISR)
 
 
 Result = dict[str, Any]
+
+
+class Election(NamedTuple):
+    leader: int
+    isr: list[int]
+    unclean: bool = False  # a replica that may lack acknowledged records: the ELR is void
 TopicConfigValidator = Callable[[dict[str, str]], object]  # raises ValueError with a clear message
 # (resource name, the dynamic configs it would hold) → raises ConfigUpdateRefused (INVALID_REQUEST)
 # or another ValueError (INVALID_CONFIG)
@@ -95,10 +118,50 @@ class QuorumController:
         out, self._records = self._records, []
         return out
 
-    def _change(self, t: TopicImage, p: PartitionState, **fields: Any) -> None:
+    def _change(self, t: TopicImage, p: PartitionState, *, unclean_shutdown: frozenset[int] = frozenset(),
+                clear_elr: bool = False, **fields: Any) -> None:
+        """One PartitionChange with the fields that differ. With ELR on (KIP-966) it also
+        carries the eligible leader replicas the change leaves: `unclean_shutdown` replicas
+        are never eligible, `clear_elr` empties the ELR (min ISR changed, unclean election)."""
+        if self.image.elr_enabled:
+            fields.update(self._elr_fields(t, p, fields, unclean_shutdown, clear_elr))
         changed = {k: v for k, v in fields.items() if getattr(p, k) != v}
         if changed:
             self._emit(record("PartitionChange", topic_id=t.topic_id, partition=p.partition, **changed))
+
+    def _min_isr(self, t: TopicImage, replica_count: int) -> int:
+        """The topic's effective min.insync.replicas as brokers apply it: its own config, else
+        the cluster-wide dynamic default, else this controller's static config; never more
+        than its replicas (Kafka's effective min ISR)."""
+        raw = t.configs.get(MIN_ISR) or self.image.broker_configs.get("", {}).get(MIN_ISR)
+        value = int(raw) if raw else self.config.min_insync_replicas
+        return max(1, min(value, replica_count))
+
+    def _elr_fields(self, t: TopicImage, p: PartitionState, fields: dict[str, Any],
+                    unclean_shutdown: frozenset[int], clear_elr: bool) -> dict[str, Any]:
+        """KIP-966 bookkeeping for a change to `fields`. While the ISR is at least min ISR
+        the high watermark advances and nothing outside it is eligible. Below it the high
+        watermark stands still (strict min ISR), so every replica that was in the ISR or ELR
+        holds every record below it and stays eligible when it leaves, unless it lost its
+        tail in an unclean shutdown. While the ISR is empty the last leader is remembered
+        (last_known_elr), for when nothing better comes back."""
+        isr = list(fields.get("isr", p.isr))
+        leader = int(fields.get("leader", p.leader))
+        replicas, removing = fields.get("replicas", p.replicas), fields.get("removing", p.removing)
+        members = [r for r in replicas if r not in removing]
+        if len(isr) >= self._min_isr(t, len(members)):
+            return {"elr": [], "last_known_elr": []}
+        elr = [] if clear_elr else [r for r in dict.fromkeys([*p.elr, *p.isr])
+                                    if r not in isr and r in members and r not in unclean_shutdown]
+        if isr:
+            last_known: list[int] = []
+        elif leader != NO_LEADER:
+            last_known = [leader]
+        elif p.leader != NO_LEADER:
+            last_known = [p.leader] if p.leader in members else []
+        else:
+            last_known = [r for r in p.last_known_elr if r in members]
+        return {"elr": elr, "last_known_elr": last_known}
 
     def _unclean_allowed(self, t: TopicImage) -> bool:
         """The topic's unclean.leader.election.enable, else this controller node's dynamic
@@ -112,27 +175,45 @@ class QuorumController:
                 return value.strip().lower() == "true"
         return self.config.unclean_leader_election_enable
 
-    def _elect(self, t: TopicImage, p: PartitionState, isr: list[int], *, unclean: bool = False) -> tuple[int, list[int]]:
-        """(leader, isr) after electing among active ISR members in replica order."""
+    def _elect(self, t: TopicImage, p: PartitionState, isr: list[int], *, unclean: bool = False) -> Election:
+        """The leader (and ISR) after an election, in replica order: an active ISR member;
+        with ELR on (KIP-966) then an active eligible leader replica (it alone forms the ISR),
+        then, with the ISR and ELR empty, the last known leader once it is back; then, only
+        when allowed, any active replica (an unclean election)."""
+        active = self.image.is_active
         for r in p.replicas:
-            if r in isr and self.image.is_active(r) and r not in p.removing:
-                return r, isr
+            if r in isr and active(r) and r not in p.removing:
+                return Election(r, isr)
         for r in p.replicas:
-            if r in isr and self.image.is_active(r):
-                return r, isr
+            if r in isr and active(r):
+                return Election(r, isr)
+        if self.image.elr_enabled:
+            for r in p.replicas:
+                if r in p.elr and r not in isr and active(r) and r not in p.removing:
+                    return Election(r, [r])
+            if not isr and not p.elr:
+                for r in p.last_known_elr:
+                    if r in p.replicas and active(r):
+                        return Election(r, [r])
         if unclean or self._unclean_allowed(t):
             for r in p.replicas:
-                if self.image.is_active(r):
-                    return r, [r]  # data the old ISR had beyond this replica is lost: Kafka's trade
-        return NO_LEADER, isr
+                if active(r):
+                    # data the old ISR (and ELR) had beyond this replica is lost: Kafka's trade
+                    return Election(r, [r], unclean=True)
+        return Election(NO_LEADER, isr)
 
     # ---- brokers -----------------------------------------------------------------------
 
     def register_broker(self, args: dict[str, Any], now_ms: int) -> Result:
+        """A broker (re)starting. `previous_broker_epoch` is the epoch its clean-shutdown
+        marker names (-1: none): any other than its last registration's means it stopped
+        without a clean shutdown and may have lost its unsynced tail, so with ELR on it
+        leaves every ISR and ELR (Kafka's clean shutdown detection, KAFKA-15586)."""
         broker_id = int(args["broker_id"])
         current = self.image.brokers.get(broker_id)
         if current is not None and current.incarnation_id == args["incarnation_id"]:
             return _ok(broker_epoch=current.broker_epoch)  # a retried registration
+        unclean = current is not None and int(args.get("previous_broker_epoch", -1)) != current.broker_epoch
         if current is not None and not current.fenced:
             # A restarted broker lost its in-memory state: fence the old incarnation first.
             self._fence(broker_id, current.broker_epoch)
@@ -142,7 +223,23 @@ class QuorumController:
                           port=int(args["port"]), rack=args.get("rack"),
                           **({"listeners": dict(args["listeners"])} if args.get("listeners") else {})))
         self.last_heartbeat_ms[broker_id] = now_ms
+        if unclean and self.image.elr_enabled:
+            self._forget_unclean(broker_id)
         return _ok(broker_epoch=epoch)
+
+    def _forget_unclean(self, broker_id: int) -> None:
+        """A broker back from an unclean shutdown: out of every ISR and ELR (what it holds
+        below the high watermark may be gone); it joins ISRs again by catching up."""
+        gone = frozenset({broker_id})
+        for t, p in self.image.all_partitions():
+            if broker_id not in p.isr and broker_id not in p.elr:
+                continue
+            isr = [r for r in p.isr if r != broker_id]
+            leader = p.leader
+            if leader == broker_id or leader == NO_LEADER:
+                e = self._elect(t, p, isr)
+                leader, isr = (e.leader, e.isr) if e.leader != broker_id else (NO_LEADER, isr)
+            self._change(t, p, leader=leader, isr=isr, unclean_shutdown=gone)
 
     def broker_heartbeat(self, args: dict[str, Any], now_ms: int) -> Result:
         broker_id = int(args["broker_id"])
@@ -166,21 +263,25 @@ class QuorumController:
         self._move_away(broker_id)
 
     def _move_away(self, broker_id: int) -> None:
-        """Take a broker that stops (fenced or shutting down) out of ISRs and leadership."""
+        """Take a broker that stops (fenced or shutting down) out of ISRs and leadership.
+        Without ELR the last ISR member stays (it leads again when back); with ELR the ISR
+        may empty: the member moves to the ELR, as eligible as before."""
         for t, p in self.image.all_partitions():
             if broker_id not in p.replicas:
                 continue
-            isr = [r for r in p.isr if r != broker_id] or p.isr  # the last ISR member stays
-            leader = p.leader
+            isr = [r for r in p.isr if r != broker_id]
+            if not isr and not self.image.elr_enabled:
+                isr = p.isr
+            leader, unclean = p.leader, False
             if leader == broker_id or leader == NO_LEADER:
-                leader, isr = self._elect(t, p, isr)
-            self._change(t, p, leader=leader, isr=isr)
+                leader, isr, unclean = self._elect(t, p, isr)
+            self._change(t, p, leader=leader, isr=isr, clear_elr=unclean)
 
     def _elect_leaderless(self) -> None:
         for t, p in self.image.all_partitions():
             if p.leader == NO_LEADER:
-                leader, isr = self._elect(t, p, p.isr)
-                self._change(t, p, leader=leader, isr=isr)
+                leader, isr, unclean = self._elect(t, p, p.isr)
+                self._change(t, p, leader=leader, isr=isr, clear_elr=unclean)
 
     def tick(self, now_ms: int) -> None:
         """Fence brokers whose session expired; check leader balance when due."""
@@ -411,8 +512,20 @@ class QuorumController:
                 for key in sorted(set(t.configs) | set(configs)):
                     if t.configs.get(key) != configs.get(key):
                         self._emit(record("TopicConfig", topic_id=t.topic_id, key=key, value=configs.get(key)))
+                if any(op[0] == MIN_ISR for op in spec["ops"]) or (spec.get("replace") and MIN_ISR in t.configs):
+                    self._clear_elr([t])  # KIP-966: a topic's min ISR changed
             results.append(_ok(name=name))
         return _ok(topics=results)
+
+    def _clear_elr(self, topics: list[TopicImage]) -> None:
+        """Empty the ELR of these topics' partitions (Kafka does on any min ISR update: who
+        was eligible under the old one may not be under the new)."""
+        if not self.image.elr_enabled:
+            return
+        for t in topics:
+            for p in t.partitions.values():
+                if p.elr:
+                    self._change(t, p, clear_elr=True)
 
     def alter_broker_configs(self, args: dict[str, Any]) -> Result:
         """KIP-226 dynamic broker configs: resource name "" (the cluster-wide default) or a
@@ -435,12 +548,94 @@ class QuorumController:
             except ValueError as exc:
                 results.append(_err(ErrorCode.invalid_config, str(exc), name=name))
                 continue
+            touches_min_isr = any(op[0] == MIN_ISR for op in spec["ops"]) or (
+                bool(spec.get("replace")) and MIN_ISR in current)
+            if self.image.elr_enabled and touches_min_isr:
+                # Kafka's rules with ELR on: one min ISR for the cluster, never a broker's own.
+                if name:
+                    results.append(_err(ErrorCode.invalid_config, "Broker-level min.insync.replicas cannot be "
+                                        "altered while ELR is enabled.", name=name))
+                    continue
+                if MIN_ISR not in configs:
+                    results.append(_err(ErrorCode.invalid_config, "Cluster-level min.insync.replicas cannot be "
+                                        "removed while ELR is enabled.", name=name))
+                    continue
             if not args.get("validate_only"):
                 for key in sorted(set(current) | set(configs)):
                     if current.get(key) != configs.get(key):
                         self._emit(record("BrokerConfig", resource_name=name, key=key, value=configs.get(key)))
+                if touches_min_isr and not name:
+                    # The cluster's min ISR updated (even to the same value): every topic
+                    # without its own loses its ELR.
+                    self._clear_elr([t for t in self.image.topics_by_name.values() if MIN_ISR not in t.configs])
             results.append(_ok(name=name))
         return _ok(resources=results)
+
+    # ---- feature levels (KIP-584) --------------------------------------------------------
+
+    def update_features(self, args: dict[str, Any]) -> Result:
+        """UpdateFeatures: `updates` [{feature, level, upgrade_type}] (upgrade_type 1 upgrade,
+        2 safe downgrade, 3 unsafe downgrade), `validate_only`. All or nothing, as Kafka's
+        FeatureControlManager: the first refused update is the answer's error (and every
+        feature's), with Kafka's messages."""
+        results: list[tuple[str, int]] = []
+        current = finalized_levels(self.image)
+        seen: set[str] = set()
+        for u in args.get("updates", []):
+            name, level, kind = str(u["feature"]), int(u["level"]), int(u.get("upgrade_type", 1))
+            problem = None
+            if name in seen:
+                problem = f"Feature {name} appears more than once in the request."
+            elif name not in SUPPORTED_FEATURES:
+                problem = f"Invalid update version {level} for feature {name}. The controller does not support " \
+                          f"the given feature."
+            else:
+                low, high = SUPPORTED_FEATURES[name]
+                if level != 0 and not low <= level <= high or level < 0:
+                    problem = f"Invalid update version {level} for feature {name}. Controller " \
+                              f"{self.config.node_id} only supports versions {low}-{high}"
+                elif level < current[name] and kind not in (SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+                    problem = f"Invalid update version {level} for feature {name}. Can't downgrade the version " \
+                              f"of this feature without setting the upgrade type to either safe or unsafe " \
+                              f"downgrade."
+                elif level != current[name] and name in FIXED_LEVELS:
+                    problem = f"Invalid update version {level} for feature {name}. This cluster keeps it at " \
+                              f"{current[name]}."
+            seen.add(name)
+            if problem is not None:
+                return _err(ErrorCode.invalid_update_version, problem, results=[
+                    {"feature": str(v["feature"]), "error_code": ErrorCode.invalid_update_version,
+                     "error_message": problem} for v in args.get("updates", [])])
+            results.append((name, level))
+        if not args.get("validate_only"):
+            for name, level in results:
+                if level != current[name]:
+                    self._set_feature(name, level)
+        return _ok(results=[{"feature": name, "error_code": ErrorCode.none, "error_message": None}
+                            for name, _ in results])
+
+    def _set_feature(self, name: str, level: int) -> None:
+        was_on = self.image.elr_enabled
+        self._emit(record("FeatureLevel", name=name, level=level))
+        if name != ELR_FEATURE or was_on == self.image.elr_enabled:
+            return
+        if self.image.elr_enabled:
+            # Kafka's rules when ELR comes on: the cluster-wide min ISR exists (this controller's
+            # static value when none was set), brokers' own are removed. ELR is tracked from
+            # changes on: replicas that left ISRs before may lack records (HW was not strict).
+            if MIN_ISR not in self.image.broker_configs.get("", {}):
+                self._emit(record("BrokerConfig", resource_name="", key=MIN_ISR,
+                                  value=str(self.config.min_insync_replicas)))
+            for resource, configs in sorted(self.image.broker_configs.items()):
+                if resource and MIN_ISR in configs:
+                    self._emit(record("BrokerConfig", resource_name=resource, key=MIN_ISR, value=None))
+            return
+        # Off again: no ELR; an empty ISR takes the replicas that were eligible (every one of
+        # them holds what was committed), else the last known leader, as before KIP-966.
+        for t, p in self.image.all_partitions():
+            if p.elr or p.last_known_elr or not p.isr:
+                isr = p.isr or p.elr or p.last_known_elr
+                self._change(t, p, isr=list(isr), elr=[], last_known_elr=[])
 
     # ---- leader elections --------------------------------------------------------------
 
@@ -476,11 +671,11 @@ class QuorumController:
                 if p.leader != NO_LEADER:
                     code, msg = ErrorCode.election_not_needed, "the partition has a leader"
                 else:
-                    leader, isr = self._elect(t, p, p.isr, unclean=True)
+                    leader, isr, unclean = self._elect(t, p, p.isr, unclean=True)
                     if leader == NO_LEADER:
                         code, msg = ErrorCode.eligible_leaders_not_available, "no replica of the partition is alive"
                     else:
-                        self._change(t, p, leader=leader, isr=isr)
+                        self._change(t, p, leader=leader, isr=isr, clear_elr=unclean)
                         code, msg = ErrorCode.none, ""
             else:
                 code, msg = ErrorCode.invalid_request, f"election type {election} is unknown"
@@ -565,10 +760,10 @@ class QuorumController:
         # An ISR never empties: with no original replica in sync, the first one stays, and
         # leads again when it comes back (an unclean election can force another).
         isr = [b for b in p.isr if b in original] or original[:1]
-        leader = p.leader
+        leader, unclean = p.leader, False
         if leader not in isr:
-            leader, isr = self._elect(t, p, isr)
-        self._change(t, p, replicas=original, isr=isr, leader=leader, adding=[], removing=[])
+            leader, isr, unclean = self._elect(t, p, isr)
+        self._change(t, p, replicas=original, isr=isr, leader=leader, adding=[], removing=[], clear_elr=unclean)
 
     def _maybe_complete_reassignment(self, t: TopicImage, p: PartitionState) -> None:
         if not p.adding and not p.removing:
@@ -642,12 +837,24 @@ class QuorumController:
         return _ok(results=results)
 
     def bootstrap(self, records: list[dict[str, Any]]) -> None:
-        """The records a new cluster starts with (kafka-storage format --add-scram): SCRAM
-        credentials, written by the first active controller of an empty metadata log."""
+        """The records a new cluster starts with, written by the first active controller of
+        an empty metadata log: its feature levels (NEW_CLUSTER_LEVELS, unless a FeatureLevel
+        record says otherwise, as kafka-storage format --feature) and SCRAM credentials
+        (--add-scram)."""
+        levels = dict(NEW_CLUSTER_LEVELS)
         for rec in records:
-            if rec.get("type") != "ScramCredential":
-                raise ValueError(f"bootstrap records are SCRAM credentials, not {rec.get('type')}")
-            self._emit(rec)
+            if rec.get("type") == "FeatureLevel":
+                if str(rec["name"]) not in SUPPORTED_FEATURES or str(rec["name"]) in FIXED_LEVELS:
+                    raise ValueError(f"feature {rec['name']} cannot be set when formatting")
+                levels[str(rec["name"])] = int(rec["level"])
+            elif rec.get("type") != "ScramCredential":
+                raise ValueError(f"bootstrap records are SCRAM credentials and feature levels, not {rec.get('type')}")
+        for name, level in sorted(levels.items()):
+            if level > 0:
+                self._set_feature(name, level)
+        for rec in records:
+            if rec.get("type") == "ScramCredential":
+                self._emit(rec)
 
     def create_acls(self, args: dict[str, Any]) -> Result:
         """New ACL bindings (an existing identical binding is kept, not doubled)."""

@@ -10,8 +10,10 @@ Record types (field "type", format version "v"):
   FenceBroker / UnfenceBroker / BrokerShutdown   broker_id broker_epoch
   Topic           topic_id name configs internal
   Partition       topic_id partition replicas isr leader leader_epoch partition_epoch adding removing
-  PartitionChange topic_id partition [leader] [isr] [replicas] [adding] [removing]
+                  [elr] [last_known_elr]
+  PartitionChange topic_id partition [leader] [isr] [replicas] [adding] [removing] [elr] [last_known_elr]
                   (a new leader bumps leader_epoch; every change bumps partition_epoch)
+  FeatureLevel    name level   (KIP-584 finalized feature levels; level 0 removes the feature)
   TopicConfig     topic_id key value|null
   BrokerConfig    resource_name key value|null   (KIP-226 dynamic broker config: resource name ""
                   is the cluster-wide default, "<id>" that broker; Kafka's ConfigRecord of type BROKER)
@@ -36,6 +38,7 @@ import orjson
 from cluster.protocol.sentinels import NO_LEADER
 
 RECORD_VERSION = 1
+ELR_FEATURE = "eligible.leader.replicas.version"  # KIP-966
 
 
 class MetadataError(ValueError):
@@ -78,6 +81,11 @@ class PartitionState:
     partition_epoch: int = 0
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
+    # KIP-966: replicas out of the ISR that still hold every record below the high watermark
+    # (they left while the ISR was below min.insync.replicas, when it cannot advance), and the
+    # last leader while the ISR is empty (elected when it is back and nothing better is).
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
     @property
     def preferred_leader(self) -> int:
@@ -115,6 +123,7 @@ class MetadataImage:
         # Client quotas (KIP-546) by entity ((type, name|None) pairs sorted by type): key → value
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
         self.quota_version = 0  # bumped by every quota change
+        self.features: dict[str, int] = {}  # finalized feature levels above 0 (FeatureLevel records)
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -122,8 +131,13 @@ class MetadataImage:
     def is_empty(self) -> bool:
         """Nothing was ever recorded: a new cluster's log (bootstrap records go in first)."""
         return (not self.brokers and not self.topics and not self.scram and not self.acls and not self.broker_configs
-                and not self.client_quotas
+                and not self.client_quotas and not self.features
                 and self.next_producer_id == 0 and self.next_broker_epoch == 1)
+
+    @property
+    def elr_enabled(self) -> bool:
+        """KIP-966 eligible leader replicas (and strict min ISR) are on for this cluster."""
+        return self.features.get(ELR_FEATURE, 0) >= 1
 
     def topic(self, name: str) -> TopicImage | None:
         return self.topics_by_name.get(name)
@@ -205,7 +219,8 @@ class MetadataImage:
         t = self._topic_of(r)
         t.partitions[r["partition"]] = PartitionState(
             t.topic_id, r["partition"], list(r["replicas"]), list(r["isr"]), r["leader"], r.get("leader_epoch", 0),
-            r.get("partition_epoch", 0), list(r.get("adding", [])), list(r.get("removing", [])))
+            r.get("partition_epoch", 0), list(r.get("adding", [])), list(r.get("removing", [])),
+            list(r.get("elr", [])), list(r.get("last_known_elr", [])))
 
     def _partition_change(self, r: dict[str, Any]) -> None:
         p = self._topic_of(r).partitions.get(r["partition"])
@@ -214,7 +229,7 @@ class MetadataImage:
         if "leader" in r and r["leader"] != p.leader:
             p.leader = r["leader"]
             p.leader_epoch += 1
-        for key in ("isr", "replicas", "adding", "removing"):
+        for key in ("isr", "replicas", "adding", "removing", "elr", "last_known_elr"):
             if key in r:
                 setattr(p, key, list(r[key]))
         p.partition_epoch += 1
@@ -239,6 +254,13 @@ class MetadataImage:
         t = self.topics.pop(r["topic_id"], None)
         if t is not None:
             self.topics_by_name.pop(t.name, None)
+
+    def _feature_level(self, r: dict[str, Any]) -> None:
+        level = int(r["level"])
+        if level > 0:
+            self.features[str(r["name"])] = level
+        else:
+            self.features.pop(str(r["name"]), None)
 
     def _producer_ids(self, r: dict[str, Any]) -> None:
         self.next_producer_id = max(self.next_producer_id, r["next_producer_id"])
@@ -291,6 +313,7 @@ class MetadataImage:
             "acls": [{"id": i, **a} for i, a in self.acls.items()],
             "broker_configs": self.broker_configs,
             "client_quotas": [{"entity": [list(p) for p in e], "values": v} for e, v in self.client_quotas.items()],
+            "features": self.features,
         })
 
     @classmethod
@@ -322,6 +345,7 @@ class MetadataImage:
             entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in q["entity"]))
             image.client_quotas[entity] = {str(k): float(v) for k, v in q["values"].items()}
         image.quota_version = len(image.client_quotas)
+        image.features = {str(k): int(v) for k, v in doc.get("features", {}).items() if int(v) > 0}
         return image
 
     def copy(self) -> MetadataImage:
@@ -345,6 +369,7 @@ _APPLY = {
     "Acl": MetadataImage._acl,
     "RemoveAcl": MetadataImage._remove_acl,
     "ClientQuota": MetadataImage._client_quota,
+    "FeatureLevel": MetadataImage._feature_level,
 }
 
 

@@ -54,6 +54,7 @@ OPERATIONS: dict[str, bool] = {
     "create_acls": False,
     "delete_acls": False,
     "alter_client_quotas": False,
+    "update_features": False,
     "describe_quorum": False,  # a read of the quorum leader's Raft state (DescribeQuorum)
 }
 
@@ -174,10 +175,11 @@ class MetadataService:
                                                 self._rng, self.clock.now_ms(),
                                                 validate_broker_configs=self.validate_broker_configs,
                                                 broker_config_defs=self.broker_config_defs)
-            if self.bootstrap_records and self._controller.image.is_empty:
+            if self._controller.image.is_empty:
                 # A new cluster: its first records (proposed with the first operation).
                 self._controller.bootstrap(self.bootstrap_records)
-                log.info("bootstrapping the metadata log with %d record(s)", len(self.bootstrap_records))
+                log.info("bootstrapping the metadata log (feature levels and %d record(s))",
+                         len(self.bootstrap_records))
             self._controller_epoch = d.epoch
             self._generation += 1
             self._proposed_end = d.log_end_offset

@@ -54,6 +54,10 @@ class PartitionRole:
     partition_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # KIP-966 strict min ISR (ELR on): the high watermark stands still while the ISR is
+    # smaller than min.insync.replicas (capped by the replica count), so replicas that leave
+    # then hold everything below it and stay eligible to lead.
+    strict_min_isr: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,7 @@ class Partition:
     partition_epoch: int = -1
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
+    strict_min_isr: bool = False  # KIP-966 (see PartitionRole)
     follower: FollowerState | None = None  # set while this replica follows a leader
     isr_change_pending: bool = False  # leader: an AlterIsr is in flight
     # Leader: the ISR an AlterIsr asked for while its outcome is not known, and the partition
@@ -221,6 +226,7 @@ class Partition:
         self.partition_epoch = role.partition_epoch
         self.replicas = tuple(role.replicas)
         self.isr = tuple(role.isr)
+        self.strict_min_isr = role.strict_min_isr
         epoch_changed = old_epoch != role.leader_epoch
         shrunk = expanded = False
         if self.is_leader and old_isr and old_isr != self.isr:
@@ -456,9 +462,16 @@ class Partition:
                   for r in self.isr]
         return min(starts, default=self.log.log_start_offset)
 
+    @property
+    def under_min_isr(self) -> bool:
+        """The committed ISR is smaller than min.insync.replicas (capped by the replica count,
+        Kafka's effective min ISR)."""
+        return len(self.isr) < min(self.min_insync_replicas, max(1, len(self.replicas)))
+
     def _advance_high_watermark(self) -> bool:
-        """Leader: HW = smallest log end offset in the (maximal) ISR; never moves back. True if it moved."""
-        if not self.is_leader:
+        """Leader: HW = smallest log end offset in the (maximal) ISR; never moves back; with
+        strict min ISR (KIP-966) not at all while under min ISR. True if it moved."""
+        if not self.is_leader or (self.strict_min_isr and self.under_min_isr):
             return False
         leo = self.log.log_end_offset
         ends = [leo if r == self.local_id else self.replica_leo.get(r, 0) for r in self.maximal_isr]

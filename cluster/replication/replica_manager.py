@@ -265,7 +265,7 @@ class ReplicaManager:
 
     def _apply_role(self, part: Partition, p: PartitionState, now_ms: int) -> None:
         change = part.apply_role(PartitionRole(p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas),
-                                               tuple(p.isr)), now_ms)
+                                               tuple(p.isr), self.image.elr_enabled), now_ms)
         self.metrics.isr_shrinks += change.isr_shrunk
         self.metrics.isr_expands += change.isr_expanded
         if change.became_leader or (part.is_leader and change.epoch_changed):

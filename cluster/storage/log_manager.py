@@ -8,6 +8,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -64,15 +65,30 @@ class LogManager:
 
     # ---- startup -----------------------------------------------------------------------
 
+    def _read_marker(self) -> dict[str, Any] | None:
+        try:
+            doc = orjson.loads((self.data_dir / CLEAN_SHUTDOWN_FILE).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def clean_shutdown_epoch(self) -> int:
+        """The broker epoch the last clean shutdown recorded (Kafka's .kafka_cleanshutdown),
+        -1 when the broker did not stop cleanly (or never ran): read before registering, so
+        the controller can tell a broker that may have lost its unsynced tail (KIP-966)."""
+        doc = self._read_marker() if (self.data_dir / CLEAN_SHUTDOWN_FILE).exists() else None
+        return int(doc.get("broker_epoch", -1)) if doc is not None and "v" in doc else -1
+
     def load_all(self, config_for: Callable[[str], LogConfig], now_ms: int) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         clean: dict[str, dict[str, int]] | None = None
         if marker.exists():
-            try:
-                clean = orjson.loads(marker.read_bytes())
-            except orjson.JSONDecodeError:
+            doc = self._read_marker()
+            if doc is None:
                 log.warning("clean shutdown marker is unreadable; recovering every log")
+            else:
+                clean = doc.get("logs", {}) if "v" in doc else doc  # v0: the logs' states alone
             marker.unlink()
         recovery_points = self.read_recovery_points()
         log_starts = read_offset_checkpoint(self.data_dir / LOG_START_OFFSET_FILE,
@@ -168,10 +184,12 @@ class LogManager:
 
     # ---- shutdown ----------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Flush every log, then write the recovery points and the clean-shutdown marker."""
+    def close(self, broker_epoch: int = -1) -> None:
+        """Flush every log, then write the recovery points and the clean-shutdown marker
+        (with the broker epoch the broker stops in)."""
         state = {lg.name: lg.close() for lg in self.logs.values()}
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()()
-        write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, orjson.dumps(state))
+        write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE,
+                     orjson.dumps({"v": 1, "broker_epoch": broker_epoch, "logs": state}))
         log.info("logs closed cleanly: %d partition(s)", len(state))

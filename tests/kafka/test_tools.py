@@ -47,7 +47,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from cluster.broker.apis import FEATURES
+from cluster.controller.features import SUPPORTED_FEATURES as FEATURES
 from tests.harness import ClusterProcesses
 from tests.peers.kafka import KafkaCluster
 from tests.peers.tool_runner import KafkaTools
