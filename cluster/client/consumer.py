@@ -182,6 +182,7 @@ class Consumer:
         self.group_channel = GroupCoordinatorChannel(self.cluster, self.group_id, c)
         self._pending_reset: dict[TopicPartition, str] = {}
         self.metrics = {"records": 0, "bytes": 0, "fetches": 0}
+        self.cluster.on_update(self._metadata_updated)
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -205,7 +206,9 @@ class Consumer:
                     await self.group.leave()
         finally:
             if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
+                # No task starts from here on (a metadata answer still being taken starts no fetcher).
+                nursery, self._nursery = self._nursery, None
+                nursery.cancel_scope.cancel()
             if self._stack is not None:
                 stack, self._stack = self._stack, None
                 await stack.aclose()
@@ -619,6 +622,11 @@ class Consumer:
                 self._check_incarnations()
                 self._ensure_fetchers()
                 leaderless = any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned)
+                if leaderless:
+                    log.debug("no leader known for %s", sorted(f"{t}-{p}" for t, p in self._assigned
+                                                             if self.cluster.metadata.leader(t, p) < 0))
+            else:
+                self._ensure_fetchers()  # e.g. a read replica's time is up: back to the leader
             # A partition without a leader (a topic being created again, an election) is
             # looked up again with backoff, not after metadata.max.age.ms.
             wait_s = backoff.next_delay_s() if leaderless else self.config["metadata.max.age.ms"] / 1000
@@ -626,6 +634,16 @@ class Consumer:
                 backoff.reset()
             with trio.move_on_after(wait_s):
                 await changed.wait()
+
+    def _metadata_updated(self) -> None:
+        """Any refresh of the cluster's metadata, whichever task made it: a partition whose
+        leader it names is fetched from that leader now. (The group's heartbeat loop refreshes
+        every metadata.max.age.ms too; had only the metadata task's own refreshes started
+        fetchers, the group's would keep the metadata fresh, the metadata task would find
+        nothing stale, and a leader elected while a partition had none would not be fetched
+        from for as long as that went on.)"""
+        self._check_incarnations()
+        self._ensure_fetchers()
 
     def _check_incarnations(self) -> None:
         """Positions of a topic that was deleted and created again (the metadata names another
@@ -689,6 +707,10 @@ class Consumer:
                     if pending is None:
                         now = trio.current_time()
                         if not any(self._fetch_node(tp, s, now) == node for tp, s in self._assigned.items()):
+                            # Its partitions are another node's now (a new leader, the end of
+                            # a read replica's time): that node's fetcher takes them.
+                            self._fetchers.discard(node)
+                            self._ensure_fetchers()
                             return
                         with trio.move_on_after(0.2):
                             await self._changed.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,8 @@ class ClientCluster:
         self._refresh_error: Exception | None = None
         # The topics the latest Metadata request named (None: all topics).
         self.asked_topics: set[str] | None = set()
+        # Told of every Metadata answer taken, whichever task asked for it (on_update).
+        self._listeners: list[Callable[[], None]] = []
         self.closed = False
 
     # ---- connections --------------------------------------------------------------
@@ -191,6 +194,13 @@ class ClientCluster:
 
     # ---- metadata -----------------------------------------------------------------
 
+    def on_update(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after every Metadata answer this cluster takes, whoever asked
+        for it: the tasks sharing a cluster refresh it at their own times (a consumer's
+        metadata task, its group's heartbeat loop, a failed fetch, a position lookup), and
+        each refresh keeps the others from finding the metadata stale."""
+        self._listeners.append(listener)
+
     def want_topics(self, topics: set[str] | None) -> None:
         """Topics to keep metadata for (None: all topics, for pattern subscriptions)."""
         if topics is None:
@@ -220,12 +230,26 @@ class ClientCluster:
             self.asked_topics = None if names is None else set(names)
             try:
                 conn = await self.any_connection()
+                asked_at = trio.current_time()
                 body = {"topics": None if names is None else [{"name": t} for t in names],
                         "allow_auto_topic_creation": False,
                         "include_cluster_authorized_operations": False,
                         "include_topic_authorized_operations": False}
                 resp = await conn.request(ApiKey.METADATA, body, timeout_s=self.config["request.timeout.ms"] / 1000)
+                took_s = trio.current_time() - asked_at
+                if took_s > 1.0:
+                    log.debug("metadata from %s took %.1f s", conn.address, took_s)
+                before = _leaders(self.metadata) if log.isEnabledFor(logging.DEBUG) else None
                 self.metadata.update(resp, trio.current_time(), all_topics=all_topics)
+                if before is not None:
+                    after = _leaders(self.metadata)
+                    moved = sorted(f"{t}-{p}: {before.get((t, p))} -> {le}" for (t, p), le in after.items()
+                                   if before.get((t, p)) != le)
+                    if moved:
+                        more = f"; and {len(moved) - 20} more" if len(moved) > 20 else ""
+                        log.debug("metadata from %s: leader (epoch) of %s%s", conn.address, "; ".join(moved[:20]), more)
+                for listener in self._listeners:
+                    listener()
             except (KafkaConnectionError, KafkaError) as exc:
                 self._refresh_error = exc
                 raise
@@ -301,6 +325,10 @@ class ClientCluster:
                 continue
             return resp
         raise AssertionError("unreachable")
+
+
+def _leaders(meta: ClusterMetadata) -> dict[tuple[str, int], tuple[int, int]]:
+    return {(t, p): (info.leader, info.leader_epoch) for t, ti in meta.topics.items() for p, info in ti.partitions.items()}
 
 
 def _first_partition_error(api_key: ApiKey, resp: Any) -> int:
