@@ -17,10 +17,6 @@ principals are in test_differential_acls.py (a SASL listener and an authorizer o
 
 Known differences (KNOWN_DIFFERENCES below; each entry is asserted to still differ, so a
 fixed one must leave the table):
-- Kafka 4's storage format writes a cluster-wide min.insync.replicas (KIP-966's eligible
-  leader replicas need one); dcmirror has no ELR and no such record:
-    admin.describe_configs_errors:cluster default, nothing set.results[0].configs
-    describe_configs.topic:defaults.min.insync.replicas.*
 - Kafka 4.0 lowered the default to one hour; dcmirror keeps Kafka 3's (none), so a mirror
   never refuses records a source took with a clock running ahead:
     describe_configs.topic:defaults.message.timestamp.after.max.ms.*
@@ -145,8 +141,6 @@ COMMON_CONFIG: dict[str, Any] = {
 
 # behaviour:path (`*` matches anything) -> why dcmirror answers differently. Each must still
 # differ; a pattern that matches nothing fails the test.
-_ELR = ("Kafka 4's storage format writes a cluster-wide min.insync.replicas (KIP-966's eligible leader "
-        "replicas need one); dcmirror has no ELR and no such record")
 _KAFKA3_TOPIC_CONFIG = ("a Kafka 3 topic config that Kafka 4.0 removed; dcmirror still takes it, so 3.x topic "
                         "configs and tools keep working")
 _OWN_CONFIG = "dcmirror's own broker config (Kafka has none of that name)"
@@ -157,8 +151,6 @@ _EPOCHS = ("epochs count differently: Kafka 4.3 gives a new group's first member
 _MIGRATION = ("Kafka 4 converts a classic group with members to a consumer group and back (KIP-848's online "
               "migration, group.consumer.migration.policy); dcmirror changes a group's kind only when it is empty")
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "admin.describe_configs_errors:cluster default, nothing set.results[0].configs": _ELR,
-    "describe_configs.topic:defaults.min.insync.replicas.*": _ELR,
     "describe_configs.topic:defaults.message.timestamp.after.max.ms.*":
         "Kafka 4.0 lowered the default to one hour; dcmirror keeps Kafka 3's (none), so a mirror never refuses "
         "records a source took with a clock running ahead",

@@ -478,11 +478,6 @@ def test_transactional_producer_commit_abort_and_fencing(driver: JavaDriver, dcm
 # call.path (fnmatch pattern over the flattened answers) -> why dcmirror answers otherwise.
 # Each must still differ (a fixed one must leave the table), and nothing else may.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "configs.*.min.insync.replicas.source": "with eligible leader replicas (KIP-966, on by default since 4.1) "
-                                            "Kafka's controller adds a cluster-level min.insync.replicas, so it "
-                                            "is DYNAMIC_DEFAULT_BROKER_CONFIG; dcmirror has no ELR and no such "
-                                            "record (DEFAULT_CONFIG, the same value)",
-    "configs.*.min.insync.replicas.default": "the same record: not a default on Kafka",
     "configs.broker._count": "a broker describes every config Kafka 4.3.1 has (340) and dcmirror's own beside "
                              "them (admin HTTP, mirror, quorum settings)",
     "configs.*ed._count": "a topic describes three Kafka 3 configs Kafka 4.0 removed (message.format.version, "
