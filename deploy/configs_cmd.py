@@ -121,8 +121,11 @@ def _synonyms(entry: Any) -> str:
 
 async def _describe(admin: Admin, args: argparse.Namespace, kind: int, name: str) -> int:
     entries = await admin.describe_configs(kind, name, synonyms=True)
-    dynamic = {CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DYNAMIC_BROKER, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER}
-    shown = [e for e in entries if args.all or e.config_source in dynamic]
+    # Kafka's ConfigCommand: a topic's own configs, a broker's own dynamic ones, or the
+    # cluster-wide defaults (not what a broker inherits from them).
+    own = (CONFIG_SOURCE_TOPIC if kind != RESOURCE_BROKER
+           else CONFIG_SOURCE_DYNAMIC_BROKER if name else CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)
+    shown = [e for e in entries if args.all or e.config_source == own]
     what = ("Default configs for brokers in the cluster" if kind == RESOURCE_BROKER and not name
             else f"{'All' if args.all else 'Dynamic'} configs for {'broker' if kind == RESOURCE_BROKER else 'topic'} "
                  f"{name}")

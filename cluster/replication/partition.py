@@ -302,7 +302,9 @@ class Partition:
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower
         if self.high_watermark < required_offset:
-            return None
+            # Strict min ISR (KIP-966): the high watermark will not reach it while the ISR is
+            # short; answer now, as the record is in the log (the producer retries).
+            return ErrorCode.not_enough_replicas_after_append if self.strict_min_isr and self.under_min_isr else None
         if len(self.isr) < self.min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none

@@ -270,8 +270,9 @@ class ReplicaManager:
         self.metrics.isr_expands += change.isr_expanded
         if change.became_leader or (part.is_leader and change.epoch_changed):
             log.info("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index, p.leader_epoch)
-        if change.high_watermark_moved or change.became_leader or change.became_follower or change.epoch_changed:
-            self.waiters.notify(part.key)  # long polls and acks=all waits re-check
+        if change.high_watermark_moved or change.became_leader or change.became_follower or change.epoch_changed \
+                or change.isr_shrunk:
+            self.waiters.notify(part.key)  # long polls and acks=all waits re-check (strict min ISR: a shrink)
 
     def _drop_replica(self, key: Key) -> None:
         self.partitions.pop(key, None)

@@ -179,9 +179,12 @@ def test_cluster_default_retention_applies_live_and_survives_a_restart(broker_fa
         ("log.retention.ms", "3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
         ("log.retention.hours", "168", "DEFAULT_CONFIG")]
     r = configs_cli(bs, "--entity-type", "brokers", "--entity-default", "--describe")
+    # (min.insync.replicas: written when the cluster was formatted, for KIP-966, as Kafka 4's)
     assert (r.returncode, r.stdout) == (0, "Default configs for brokers in the cluster are:\n"
                                            "  log.retention.ms=3600000 sensitive=false "
-                                           "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=3600000}\n"), r
+                                           "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=3600000}\n"
+                                           "  min.insync.replicas=1 sensitive=false "
+                                           "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}\n"), r
 
     broker.restart()  # the metadata log holds it: nothing to set again
     assert ck_view(bs, "BROKER", "1", "log.retention.ms") == ("3600000", DYNAMIC_DEFAULT_BROKER_CONFIG)

@@ -209,3 +209,39 @@ def test_a_follower_takes_gaps_and_still_starts_inside_a_batch_after_delete_reco
     assert (lg.log_start_offset, lg.log_end_offset) == (1, 4)
     assert part.append_fetched(values_batch([b"d"], base_offset=9), leader_high_watermark=10, now_ms=NOW) == 6
     assert lg.log_end_offset == 10 and part.high_watermark == 10
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_strict_min_isr_holds_the_high_watermark_while_the_isr_is_short(tmp_path: Path, strict: bool) -> None:
+    """KIP-966: with ELR on, the high watermark does not advance while the ISR is below
+    min.insync.replicas (what makes the replicas that left eligible); without, it follows the
+    ISR alone (and the last ISR member may be the only copy of what it acknowledged)."""
+    part = leader(tmp_path, isr=(1, 2, 3), min_isr=2)
+    part.apply_role(PartitionRole(1, 5, 11, (1, 2, 3), (1, 2, 3), strict), NOW)
+    append(part, 2)
+    part.on_follower_fetch(2, 2, NOW)
+    part.on_follower_fetch(3, 2, NOW)
+    assert part.high_watermark == 2
+    append(part, 3, acks_all=False)  # acks=1 while the ISR is whole; then both followers leave
+    part.apply_role(PartitionRole(1, 5, 12, (1, 2, 3), (1,), strict), NOW)
+    assert part.under_min_isr
+    if strict:
+        assert part.high_watermark == 2  # stands still: 2 and 3 hold everything below it
+        assert part.acks_all_outcome(5) == ErrorCode.not_enough_replicas_after_append  # answered, not timed out
+    else:
+        assert part.high_watermark == 5
+    # min ISR 1 (capped by nothing) or an ISR back at min ISR lets it move again.
+    part.apply_role(PartitionRole(1, 5, 13, (1, 2, 3), (1, 2), strict), NOW)
+    part.on_follower_fetch(2, 5, NOW)
+    assert part.high_watermark == 5
+
+
+def test_strict_min_isr_is_capped_by_the_replica_count(tmp_path: Path) -> None:
+    """A topic with fewer replicas than min.insync.replicas still advances (Kafka's effective
+    min ISR); acks=all is refused there as Kafka refuses it."""
+    lg = Log.create(tmp_path / "one-0", "one", 0, LogConfig.build({"min.insync.replicas": "2"}), NOW)
+    part = Partition("one", 0, lg, "topic-id", local_id=1)
+    part.apply_role(PartitionRole(1, 0, 0, (1,), (1,), True), NOW)
+    assert not part.under_min_isr
+    part.append_as_leader(values_batch([b"v"] * 3), min_isr_checked=False, now_ms=NOW)
+    assert part.high_watermark == 3
