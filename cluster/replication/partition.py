@@ -501,18 +501,28 @@ class Partition:
 
     def truncate_to_leader(self, leader_epoch: int, end_offset: int, now_ms: int) -> Truncation | None:
         """The leader answered OffsetForLeaderEpoch for our latest epoch: cut our log where
-        the two histories diverge (KIP-101/279), then fetch from there."""
+        the two histories diverge (KIP-101/279), then fetch from there. When the leader
+        answers an epoch this log never had, the cut is where our largest smaller epoch ends
+        and the question is asked again with it (Kafka's intermediate truncation): the
+        histories may diverge further back."""
         assert self.follower is not None
         lg = self.log
         own_epoch = lg.leader_epochs.latest_epoch
+        done = True
         if own_epoch == UNDEFINED_EPOCH:
             target = lg.log_end_offset  # nothing written under any epoch: nothing to compare
         elif leader_epoch == UNDEFINED_EPOCH:
             target = lg.log_start_offset  # the leader has none of our epochs
         else:
-            _, own_end = lg.leader_epochs.end_offset_for(leader_epoch, lg.log_end_offset)
-            target = min(end_offset, own_end)
-        self.follower.needs_truncation = False
+            found, own_end = lg.leader_epochs.end_offset_for(leader_epoch, lg.log_end_offset)
+            if found not in (UNDEFINED_EPOCH, leader_epoch):
+                target, done = own_end, False
+                # the epochs from there on go even when no record does, so the next question
+                # asks with the smaller epoch
+                lg.leader_epochs.truncate_from_end(min(own_end, lg.log_end_offset))
+            else:
+                target = min(end_offset, own_end)
+        self.follower.needs_truncation = not done
         if target >= lg.log_end_offset:
             return None
         before = lg.log_end_offset

@@ -5,12 +5,17 @@ controller continuing from the log (each record replayed and snapshotted by `Clu
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from cluster.controller.controller import ControllerConfig, QuorumController
 from cluster.controller.features import SAFE_DOWNGRADE, UPGRADE
 from cluster.controller.image import ELR_FEATURE, NO_LEADER, MetadataImage
+from cluster.replication.partition import Partition, PartitionRole
+from cluster.storage.config import LogConfig
+from cluster.storage.log import Log
+from tests.batches import values_batch
 from tests.unit.test_controller import (
     INVALID_CONFIG,
     INVALID_UPDATE_VERSION,
@@ -197,3 +202,32 @@ def test_a_new_controller_continues_from_the_logged_elr(at: str) -> None:
     restart(c, 2, clean=True)
     assert view(c) == (2, [2], [1] if at == "after the ISR emptied" else [], [])
 
+
+
+def test_a_follower_that_never_had_the_leaders_epoch_truncates_again_further_back(tmp_path: Path) -> None:
+    """An ELR election can hand leadership to a replica whose log still holds an older
+    epoch's uncommitted tail while another replica led an epoch in between (the replication
+    simulation's seed 1000039, stretch 4). When the leader answers OffsetForLeaderEpoch with
+    an epoch the follower never had, the follower cuts where its largest smaller epoch ends
+    and asks again with that one (Kafka's intermediate truncation); stopping after the first
+    answer kept records the leader does not have: replicas differed for good."""
+    now = 1_700_000_000_000
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), now)
+    part = Partition("t", 0, lg, "id", local_id=2)
+    part.apply_role(PartitionRole(2, 0, 1, (1, 2), (1, 2)), now)  # led epoch 0: offsets 0..3
+    for _ in range(4):
+        part.append_as_leader(values_batch([b"old"]), min_isr_checked=False, now_ms=now)
+    part.apply_role(PartitionRole(2, 3, 2, (1, 2), (2,)), now)  # led epoch 3 from offset 4: 4, 5
+    for _ in range(2):
+        part.append_as_leader(values_batch([b"new"]), min_isr_checked=False, now_ms=now)
+    part.apply_role(PartitionRole(1, 4, 3, (1, 2), (1,)), now)  # 1 leads epoch 4
+    assert part.needs_truncation and lg.leader_epochs.latest_epoch == 3
+    # The leader's history: epoch 0 up to offset 2, epoch 1 (never seen here) 2..5, epoch 4.
+    # Asked for epoch 3 it answers epoch 1, ending at 6: ours ends where our epoch 0 does, 4.
+    cut = part.truncate_to_leader(1, 6, now)
+    assert cut is not None and (cut.before, cut.after) == (6, 4)
+    assert part.needs_truncation and not part.fetching and lg.leader_epochs.latest_epoch == 0
+    # Asked again for epoch 0: it ended at 2 on the leader; offsets 2, 3 diverged.
+    cut = part.truncate_to_leader(0, 2, now)
+    assert cut is not None and (cut.before, cut.after) == (4, 2)
+    assert not part.needs_truncation and part.fetching
