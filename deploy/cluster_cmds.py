@@ -297,7 +297,8 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
         print(f"Topic: {r['topic']}\tPartitionCount: {r['partition_count']}\t"
               f"ReplicationFactor: {r['replication_factor']}\tConfigs: {cfg}")
         for p in r["partitions"]:
-            print(f"\tTopic: {r['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+            leader = p["leader"] if p["leader"] >= 0 else "none"  # as Kafka's kafka-topics prints it
+            print(f"\tTopic: {r['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                   f"Replicas: {ids(p['replicas'])}\tIsr: {ids(p['isr'])}\tElr: {ids(p['elr'])}\t"
                   f"LastKnownElr: {ids(p['last_known_elr'])}"
                   + (f"\tOffline: {ids(p['offline'])}" if p["offline"] else ""))

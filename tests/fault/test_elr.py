@@ -73,7 +73,8 @@ from tests.fault_workload import read_all, verify_replicas
 from tests.harness import REPO, BrokerProcess, ClusterProcesses
 from tests.peers.tool_runner import KafkaTools
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(300)]
+# (the timeout covers waiting for the heavy-test lock behind another heavy test of the run)
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(900)]
 
 TOPIC = "elr"
 REPLICAS = [1, 2, 3]
@@ -428,9 +429,10 @@ def test_elr_keeps_acknowledged_records(clusters: Callable[..., ClusterProcesses
     assert re.search(r"Partition: 0\s+Leader: none\s+Replicas: 1,2,3\s+Isr: \s*Elr: 2\s+LastKnownElr: 1",
                      described), described
     ours = cli("topics", "describe", TOPIC, "--bootstrap", cluster[OBSERVER].bootstrap)
-    assert re.search(r"Partition: 0\s+Leader: -1\s+Replicas: 1,2,3\s+Isr: \s*Elr: 2\s+LastKnownElr: 1", ours), ours
+    # dcmirror's partition line is Kafka's (plus the offline replicas Kafka 4 no longer prints)
+    assert ours.splitlines()[1].split("\tOffline: ")[0] == described.splitlines()[1], (ours, described)
     assert describe(cluster, OBSERVER).leader == -1, "a replica without batch 2 was elected"
-    note("kafka-topics --describe (Leader: none) and dcmirror topics describe (Leader: -1): Isr empty, Elr 2")
+    note("kafka-topics --describe and dcmirror topics describe (Leader: none): Isr empty, Elr 2")
 
     # Broker 2, eligible, comes back: it leads, the others catch up from it.
     cluster[2].start()

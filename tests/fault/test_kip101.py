@@ -175,7 +175,7 @@ def test_follower_with_stale_high_watermark_restarts_and_becomes_leader(
     3. Broker 2 restarts while broker 1 is still the registered leader (the session timeout is
        10 s): a follower with a stale high watermark and a leader it cannot reach. Pre-KIP-101
        Kafka truncated to the high watermark here, dropping offsets 200..499.
-    4. Broker 1's session expires: no leader (ISR [1]). Unclean election: broker 2 leads, and
+    4. Broker 1's session expires: no leader (ISR [], ELR [1]). Unclean election: broker 2 leads, and
        serves offsets 0..499 exactly; 100 more go to it.
     5. Broker 1 returns as follower: its log (0..499, epoch 0) is a prefix of the leader's,
        no truncation; the replicas end byte-identical (dcmirror verify-replicas).
@@ -204,7 +204,8 @@ def test_follower_with_stale_high_watermark_restarts_and_becomes_leader(
     assert view.leader == 1 and view.isr == (1,), (
         f"broker 2 was to restart as a follower of broker 1 before its session expired; {view} "
         f"after {restarted_in:.1f}s")
-    wait_state(cluster, 2, leader=-1, isr={1}, timeout_s=SESSION_MS / 1000 + 10)
+    # ELR (KIP-966) on: broker 1, the last ISR member, left the ISR for the ELR when fenced.
+    wait_state(cluster, 2, leader=-1, isr=set(), timeout_s=SESSION_MS / 1000 + 10)
     assert truncations(cluster, 2, mark) == []
 
     elect_unclean(cluster, via=2)
@@ -235,7 +236,7 @@ def test_divergent_tail_after_unclean_election_is_truncated_by_leader_epoch(clus
     1. 200 records 0..199 on both (ISR [1, 2]).
     2. kill -9 B; after its session the ISR is [1]. A acknowledges 10000..10049 at offsets
        200..249 (min.insync.replicas=1) and checkpoints its high watermark 250.
-    3. kill -9 A; B starts; no leader (ISR [1]) until an unclean election makes B leader in a
+    3. kill -9 A; B starts; no leader (ELR [1]) until an unclean election makes B leader in a
        new epoch starting at offset 200 (A's 50 records are lost: Kafka's unclean trade).
        B acknowledges 20000..20079 at offsets 200..279.
     4. A starts as follower of B. Truncating to its high watermark (250) would keep its tail
@@ -253,7 +254,7 @@ def test_divergent_tail_after_unclean_election_is_truncated_by_leader_epoch(clus
     cluster[1].kill9()
 
     cluster[2].start()
-    wait_state(cluster, 2, leader=-1, isr={1})
+    wait_state(cluster, 2, leader=-1, isr=set())  # broker 1 is in the ELR (KIP-966), broker 2 is not
     elect_unclean(cluster, via=2)
     wait_state(cluster, 2, leader=2, isr={2})
     assert records(cluster) == [(i, i) for i in range(200)]
