@@ -19,11 +19,21 @@ watermarks, partition.metadata) survive as written; unsynced deletions come back
 registers anew, applies metadata up to its registration, recovers its logs from the recovery
 point, then reconciles its replicas.
 
+The cluster runs with KIP-966 eligible leader replicas (ELR) by default, as a new Kafka 4
+cluster: the controller is bootstrapped, brokers send the epoch of their last clean shutdown
+(`previous_broker_epoch`, -1 after a crash) when they register. `SimConfig.elr=False` formats
+the cluster with the feature at 0.
+
 Checkers, while running and after the faults stop and everything settled:
 - every acks=all batch is, when acknowledged, in the log of every live member of the
   controller's ISR, and is in the final log at its offset with its records, unless the
-  faults destroyed every in-sync copy (all ISR members lost it in machine crashes: Kafka
-  promises nothing then, and the run reports how often that happened);
+  faults destroyed every eligible copy: every replica of the ISR or ELR (KIP-966's, worked
+  out from the controller's ISRs, so a run without ELR is held to the same promise) lost
+  it in machine crashes; Kafka promises nothing then, and the run reports how often that
+  happened (`destroyed`);
+- with ELR on, the controller's ISR and ELR are KIP-966's; a leader's high watermark never
+  advances while its ISR is below min.insync.replicas, and every live replica of the
+  controller's ELR holds what comes below it;
 - a leader's high watermark never moves backwards within its leader epoch;
 - consumers see only offsets below the high watermark of the answer, contiguously, and
   never a record that later disappears or changes;
@@ -52,7 +62,7 @@ from typing import Any
 
 from cluster.broker.config import BrokerConfig
 from cluster.controller.controller import ControllerConfig, QuorumController
-from cluster.controller.image import MetadataImage
+from cluster.controller.image import ELR_FEATURE, MetadataImage
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import iter_headers
 from cluster.protocol.records import decode_batch
@@ -66,7 +76,7 @@ from cluster.replication.partition import (
 )
 from cluster.replication.replica_manager import FetchPartition, ReplicaManager, ReplicaSettings
 from cluster.storage.log import Log, StorageError
-from cluster.storage.log_manager import LogManager
+from cluster.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from tests.batches import encode_batch
 
 TOPIC = "t"
@@ -98,6 +108,11 @@ class Faults:
     elect_every_ms: int = 700  # preferred-leader elections
     controller_failover_every_ms: int = 2500
     clean_restart_every_ms: int = 1800  # controlled shutdown, clean close, restart
+    # The last-replica-standing window (KIP-966), scripted once at this time (None: not run):
+    # partition 0's followers drop out one by one (clean shutdown, pause or network
+    # partition), its leader machine-crashes with an unsynced tail once alone in the ISR, and
+    # comes back first; the followers come back later.
+    window_at_ms: int | None = None
 
 
 @dataclass
@@ -120,6 +135,10 @@ class SimConfig:
     duration_ms: int = 2500
     settle_ms: int = 3000
     producers: int = 3
+    # KIP-966 eligible leader replicas: the controller bootstraps a new cluster (level 1), or
+    # formats with eligible.leader.replicas.version=0 (off, as a cluster from before).
+    elr: bool = True
+    consumers: bool = True  # one per partition (their checker fails first when read records go)
 
 
 def scenario(seed: int) -> tuple[SimConfig, Faults]:
@@ -142,6 +161,23 @@ def scenario(seed: int) -> tuple[SimConfig, Faults]:
         crash_every_ms=every(900), machine_crash=rng.choice((0.0, 0.5, 0.5, 1.0)),
         partition_every_ms=every(1200), pause_every_ms=every(1500), elect_every_ms=every(700),
         controller_failover_every_ms=every(2500), clean_restart_every_ms=every(1800))
+    if rng.random() < 0.25:
+        faults.window_at_ms = rng.randint(500, 1500)
+    return config, faults
+
+
+def window_scenario(seed: int) -> tuple[SimConfig, Faults]:
+    """The last-replica-standing window alone (KIP-966's case): RF 3, min.insync.replicas=2,
+    one partition, writes at acks=all, a page cache that writes back seldom, no faults but
+    the scripted window (and some drops and delays)."""
+    rng = random.Random(f"window-{seed}")
+    never = 10**9
+    config = SimConfig(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=2,
+                       segment_bytes=8192, producers=3, writeback_ms=(1500, 3000), duration_ms=3500)
+    faults = Faults(drop=rng.choice((0.0, 0.02)), max_delay_ms=rng.choice((5, 15)), crash_every_ms=never,
+                    partition_every_ms=never, pause_every_ms=never, elect_every_ms=never,
+                    controller_failover_every_ms=never, clean_restart_every_ms=never,
+                    window_at_ms=rng.randint(500, 1000))
     return config, faults
 
 
@@ -250,7 +286,8 @@ class SimController:
         self.config = ControllerConfig(
             session_timeout_ms=c.session_timeout_ms, num_partitions=c.partitions,
             default_replication_factor=c.replication_factor, auto_leader_rebalance_enable=True,
-            leader_imbalance_check_interval_ms=500, leader_imbalance_per_broker_percentage=0)
+            leader_imbalance_check_interval_ms=500, leader_imbalance_per_broker_percentage=0,
+            min_insync_replicas=c.min_insync_replicas)
         self.log: list[list[dict[str, Any]]] = []
         self.image = MetadataImage()
         self.controller = self._new_controller(MetadataImage())
@@ -259,6 +296,13 @@ class SimController:
     def _new_controller(self, image: MetadataImage) -> QuorumController:
         return QuorumController(image, self.config, self.sim.broker_config.log_config,
                                 random.Random(self.sim.rng.getrandbits(32)), self.sim.clock.now_ms())
+
+    def bootstrap(self) -> None:
+        """The first active controller formats the new cluster: ELR on (as every new cluster),
+        or off when the simulation runs a cluster without it."""
+        off = [{"type": "FeatureLevel", "v": 1, "name": ELR_FEATURE, "level": 0}]
+        self.controller.bootstrap([] if self.sim.config.elr else off)
+        self._commit()
 
     def failover(self) -> None:
         """A new active controller starts from the committed image (as MetadataService does)."""
@@ -284,6 +328,8 @@ class SimController:
         self.log.append(records)
         for r in records:
             self.image.apply(r)
+            if r["type"] in ("Partition", "PartitionChange"):
+                self.sim.track_eligible(r["topic_id"], r["partition"])
         self.image.offset = len(self.log)
         self.sim.on_metadata_committed()
         parked, self.parked = self.parked, []
@@ -373,6 +419,7 @@ class SimBroker:
         self.fetching: dict[tuple[str, int], tuple[int, int, int]] = {}  # key → (leader, leader epoch, request)
         self.requests = 0
         self.shutting_down = False
+        self.previous_broker_epoch = -1
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -384,6 +431,8 @@ class SimBroker:
         self._reset()
         self.incarnation_id = f"{self.node_id}-{self.incarnation}"
         self.logs = LogManager(self.dir)
+        # Read before registering (Broker.start): the epoch its last clean shutdown recorded.
+        self.previous_broker_epoch = self.logs.clean_shutdown_epoch()
         self.logs.on_flush_request = lambda: self.schedule(sim.rng.randint(1, 20), self.flush)
         self.rm = SimReplicaManager(
             self, self.node_id, self.dir, self.logs,
@@ -413,15 +462,19 @@ class SimBroker:
         if not self.alive:
             return
         if self.logs_loaded and self.rm is not None and self.logs is not None:
+            self.sim.down_holdings[self.node_id] = {
+                (TOPIC, i): self.sim._holdings(self, (TOPIC, i)) for i in range(self.sim.config.partitions)}
             self.rm.close()
-            self.logs.close()
+            self.logs.close(self.broker_epoch)
             self.disk.sync_all()  # close fsyncs what it wrote
             self.alive = False
             self._reset()
         else:
             self.stop_process()
         self.sim.stats["clean_restarts"] += 1
-        self.sim.push(self.sim.now + self.sim.rng.randint(*self.sim.faults.down_ms), self.sim.restart, (self.node_id,))
+        if self.node_id not in self.sim.held_down:
+            self.sim.push(self.sim.now + self.sim.rng.randint(*self.sim.faults.down_ms), self.sim.restart,
+                          (self.node_id,))
 
     def schedule(self, delay_ms: int, fn: Callable[..., None], *args: Any) -> None:
         self.sim.push(self.sim.now + delay_ms, fn, args, self.node_id, self.incarnation)
@@ -472,7 +525,8 @@ class SimBroker:
         self.after_request()
 
     def register(self) -> None:
-        self.sim.send(self.node_id, CONTROLLER, "register", self.node_id, self.incarnation, self.incarnation_id)
+        self.sim.send(self.node_id, CONTROLLER, "register", self.node_id, self.incarnation, self.incarnation_id,
+                      self.previous_broker_epoch)
         self.schedule(self.sim.config.request_timeout_ms * 2, self.register_timeout)
 
     def register_timeout(self) -> None:
@@ -521,6 +575,7 @@ class SimBroker:
         if result["error_code"] == ErrorCode.stale_broker_epoch and self.broker_epoch >= 0:
             # Registered again elsewhere or forgotten: register anew (BrokerLifecycle does).
             self.incarnation_id += "+"
+            self.previous_broker_epoch = self.broker_epoch  # the same process vouches for its logs
             self.broker_epoch = -1
             self.register()
 
@@ -1010,15 +1065,32 @@ class ReplicationSim:
         # Records machine crashes destroyed on every in-sync replica: (partition, offset) →
         # (value, when). Kafka promises nothing for those; the checkers excuse them (only
         # for what was acknowledged or read before).
-        self.destroyed: dict[tuple[tuple[str, int], int], tuple[bytes, int]] = {}
+        # Keyed by the value too: another record destroyed later at the same offset must not
+        # take the excuse away from the first.
+        self.destroyed: dict[tuple[tuple[str, int], int, bytes], int] = {}
+        # KIP-966 as the checkers see it, from the controller's committed ISRs alone: for each
+        # partition, the replicas that must hold every committed record: the ISR, plus whoever
+        # was in it while it was below min ISR (when the high watermark stands still), less
+        # those back from an unclean shutdown. With ELR on it must equal ISR + ELR; with ELR
+        # off it is what Kafka 4 would keep eligible, so the checkers hold the old design to
+        # Kafka 4's promise (and the last-replica-standing window fails them).
+        self.eligible: dict[tuple[str, int], set[int]] = {}
+        # The scripted window (Faults.window_at_ms): brokers held down, paused or cut off.
+        self.held_down: set[int] = set()
+        self.cut_off: set[int] = set()
         # What machine crashes took from each replica: (broker, partition) → offset → value.
         self.crash_lost: dict[tuple[int, tuple[str, int]], dict[int, bytes]] = {}
         # When each record first came below a leader's high watermark: (partition, offset, value) → when.
         self.committed_at: dict[tuple[tuple[str, int], int, bytes], int] = {}
+        # Records first committed by a deposed leader (a newer leader epoch is committed): it
+        # counts on what its followers fetched before, which a machine crash since may have
+        # taken, so they may be committed after every eligible copy was destroyed.
+        self.committed_deposed: set[tuple[tuple[str, int], int, bytes]] = set()
         self.stats = {k: 0 for k in ("events", "messages", "dropped", "process_crashes", "machine_crashes",
                                      "bytes_lost", "partitions", "pauses", "elections", "controller_failovers",
                                      "appends", "fetches", "truncations", "isr_changes_sent", "acked", "acked_all",
-                                     "destroyed", "consumed", "leader_changes", "resets", "clean_restarts")}
+                                     "destroyed", "acked_all_destroyed", "consumed", "leader_changes", "resets",
+                                     "clean_restarts", "unclean_returns", "windows", "window_losses")}
         self.trace = hashlib.sha256()
         self._leaders_seen: dict[tuple[str, int], tuple[int, int]] = {}
 
@@ -1031,6 +1103,8 @@ class ReplicationSim:
 
     def _connected(self, a: int, b: int) -> bool:
         if a in self.brokers and not self.brokers[a].alive or b in self.brokers and not self.brokers[b].alive:
+            return False
+        if a in self.cut_off or b in self.cut_off:
             return False
         # Clients (ids ≥ 1000) are never cut off; brokers and the controller may be.
         a_cut = a in self.isolated
@@ -1067,9 +1141,14 @@ class ReplicationSim:
             broker, inc, offset = args
             ctrl.fetch(broker, inc, offset)
         elif kind == "register":
-            broker, inc, incarnation_id = args
+            broker, inc, incarnation_id, previous_epoch = args
+            current = ctrl.controller.image.brokers.get(broker)
+            if current is not None and current.incarnation_id != incarnation_id \
+                    and current.broker_epoch != previous_epoch:
+                self.unclean_return(broker)
             result = ctrl.run("register_broker", {"broker_id": broker, "incarnation_id": incarnation_id,
-                                                  "host": "sim", "port": broker, "rack": None}, True)
+                                                  "host": "sim", "port": broker, "rack": None,
+                                                  "previous_broker_epoch": previous_epoch}, True)
             self.send(CONTROLLER, broker, "registered", result, dst_incarnation=inc)
         elif kind == "heartbeat":
             broker, inc, epoch, caught_up, want_shutdown = args
@@ -1093,6 +1172,7 @@ class ReplicationSim:
 
     def run(self) -> ReplicationSim:
         c = self.config
+        self.controller.bootstrap()
         for b in self.brokers.values():
             b.start()
         self.push(0, self._create_topic, ())
@@ -1102,7 +1182,7 @@ class ReplicationSim:
             idempotent = acks == -1 and self.rng.random() < 0.7
             self.producers.append(SimProducer(self, i, acks, idempotent))
             self.push(300 + self.rng.randint(0, 100), self.producers[-1].tick, ())
-        for i in range(c.partitions):
+        for i in range(c.partitions if c.consumers else 0):
             self.consumers.append(SimConsumer(self, i, (TOPIC, i)))
             self.push(300 + self.rng.randint(0, 100), self.consumers[-1].tick, ())
         f = self.faults
@@ -1111,6 +1191,8 @@ class ReplicationSim:
                           (f.controller_failover_every_ms, self._controller_failover),
                           (f.clean_restart_every_ms, self._clean_restart)):
             self.push(self.rng.randint(200, 200 + 2 * every), self._fault, (fn, every))
+        if f.window_at_ms is not None:
+            self.push(f.window_at_ms, self._window, (f.window_at_ms,))
         self.push(c.duration_ms, self._stop_faults, ())
         end = c.duration_ms + c.settle_ms
         events_max = 400 * (end // 10)
@@ -1122,8 +1204,9 @@ class ReplicationSim:
                     b = self.brokers[event.node]
                     if not b.alive or b.incarnation != event.incarnation:
                         continue
-                    if b.paused_until > self.now:
-                        self.push(b.paused_until, event.fn, event.args, event.node, event.incarnation)
+                    if b.paused_until > self.now:  # looked at again (a pause may end early)
+                        self.push(min(b.paused_until, self.now + 100), event.fn, event.args, event.node,
+                                  event.incarnation)
                         continue
                 self.stats["events"] += 1
                 assert self.stats["events"] < events_max, f"seed {self.seed}: the simulation does not settle"
@@ -1163,6 +1246,13 @@ class ReplicationSim:
         self._check_unprotected()
         for t, p in self.controller.image.all_partitions():
             key = (t.name, p.partition)
+            eligible = self.eligible.get(key, set())
+            if self.config.elr and set(p.isr) | set(p.elr) != eligible:
+                # (Checked once the controller's operation committed: within one, a broker back
+                # from an unclean shutdown is first fenced into the ELR, then taken out.)
+                raise SafetyViolation(f"seed {self.seed}: at {self.now} ms the controller's ISR {p.isr} and ELR "
+                                      f"{p.elr} of {key} (partition epoch {p.partition_epoch}) are not the "
+                                      f"replicas KIP-966 keeps eligible: {sorted(eligible)}")
             if self._leaders_seen.get(key) != (p.leader, p.leader_epoch):
                 self._leaders_seen[key] = (p.leader, p.leader_epoch)
                 self.stats["leader_changes"] += 1
@@ -1181,24 +1271,29 @@ class ReplicationSim:
             return
         b = self.rng.choice(live)
         machine = self.rng.random() < self.faults.machine_crash
+        self._crash_broker(b, machine)
+        self.push(self.now + self.rng.randint(*self.faults.down_ms), self.restart, (b.node_id,))
+
+    def _crash_broker(self, b: SimBroker, machine: bool) -> None:
         keys = [(TOPIC, i) for i in range(self.config.partitions)]
         before = {key: self._holdings(b, key) for key in keys}
         b.stop_process()
         if machine:
             self.stats["bytes_lost"] += b.disk.machine_crash(self.rng)
             after = self._recovered_records(b, keys)
-            self._excuse_lost(b, before, after)
             self.down_holdings[b.node_id] = after
+            self._excuse_lost(b, before, after)
         else:
             self.down_holdings[b.node_id] = before
         self.stats["machine_crashes" if machine else "process_crashes"] += 1
-        self.push(self.now + self.rng.randint(*self.faults.down_ms), self.restart, (b.node_id,))
 
     def _recovered_records(self, b: SimBroker, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict[int, bytes]]:
         """What a machine-crashed broker will hold once it has recovered its logs: the real
         recovery (LogManager.load_all) run on what survived, then closed again uncleanly."""
         logs = LogManager(b.dir)
         image = self.controller.image
+        marker = b.dir / CLEAN_SHUTDOWN_FILE  # the broker reads it at its start, not this look
+        kept_marker = marker.read_bytes() if marker.exists() else None
 
         def config_for(topic: str) -> Any:
             t = image.topic(topic)
@@ -1212,6 +1307,8 @@ class ReplicationSim:
         for lg in logs.logs.values():
             for seg in lg.segments:
                 seg.close()
+        if kept_marker is not None:
+            marker.write_bytes(kept_marker)
         return out
 
     def _excuse_lost(self, crashed: SimBroker, before: dict[tuple[str, int], dict[int, bytes]],
@@ -1225,35 +1322,59 @@ class ReplicationSim:
         self._check_unprotected()
 
     def _check_unprotected(self) -> None:
-        """Kafka promises durability while one in-sync replica keeps the data, nothing once
-        every in-sync copy is gone. A record is destroyed when every member of the
-        controller's ISR lacks it *because a machine crash took it* (a member lacking it for
-        any other reason is a bug the checkers must still see). That also covers the last
-        replica standing: the ISR shrinks onto a replica that lost the data (Kafka closes
-        that gap with KIP-966's eligible leader replicas, which this project lacks)."""
+        """Kafka 4 promises durability while one replica it keeps eligible holds the data,
+        nothing once every such copy is gone. The eligible replicas of a partition: its
+        ISR, its ELR and `self.eligible` (the same with ELR on); when all of them were taken
+        out after unclean shutdowns, the last known leader, which leads when back. A record is
+        destroyed when every eligible replica lacks it *because a machine crash took it* (a
+        member lacking it for any other reason is a bug the checkers must still see); a
+        replica in the ELR that still holds it is a surviving copy, down or not."""
         if not self.crash_lost:
             return
         for t, p in self.controller.image.all_partitions():
             key = (t.name, p.partition)
-            candidates: dict[int, bytes] = {}
-            for r in p.replicas:
-                candidates.update(self.crash_lost.get((r, key), {}))
-            if not candidates or not p.isr:
+            members = sorted(set(p.isr) | set(p.elr) | self.eligible.get(key, set())) or list(p.last_known_elr)
+            # (offset, value) pairs: replicas may have lost different records at one offset
+            candidates = {(o, v) for r in p.replicas for o, v in self.crash_lost.get((r, key), {}).items()}
+            if not candidates or not members:
                 continue
-            holdings = {r: self._holdings(self.brokers[r], key) for r in p.isr}
-            for offset, value in candidates.items():
-                if (key, offset) in self.destroyed and self.destroyed[(key, offset)][0] == value:
+            holdings = {r: self._holdings(self.brokers[r], key) for r in members}
+            for offset, value in sorted(candidates):
+                if (key, offset, value) in self.destroyed:
                     continue
                 if all(holdings[r].get(offset) != value and self.crash_lost.get((r, key), {}).get(offset) == value
-                       for r in p.isr):
-                    self.destroyed[(key, offset)] = (value, self.now)
+                       for r in members):
+                    self.destroyed[(key, offset, value)] = self.now
                     self.stats["destroyed"] += 1
 
     def excused(self, key: tuple[str, int], offset: int, value: bytes) -> bool:
-        """Was this record destroyed on every in-sync replica after it was committed?"""
-        found = self.destroyed.get((key, offset))
+        """Was this record destroyed on every eligible replica after it was committed (or
+        committed by a deposed leader at all)?"""
+        found = self.destroyed.get((key, offset, value))
         committed_ms = self.committed_at.get((key, offset, value))
-        return found is not None and committed_ms is not None and found[0] == value and found[1] >= committed_ms
+        return found is not None and committed_ms is not None and (
+            found >= committed_ms or (key, offset, value) in self.committed_deposed)
+
+    def unclean_return(self, broker: int) -> None:
+        """`broker` registers with a previous_broker_epoch that is not its last registration's
+        (it crashed since): KIP-966 takes it out of every ISR and ELR."""
+        self.stats["unclean_returns"] += 1
+        for members in self.eligible.values():
+            members.discard(broker)
+
+    def track_eligible(self, topic_id: str, partition: int) -> None:
+        """A committed partition record: the eligible set after it (see `self.eligible`)."""
+        t = self.controller.image.topics.get(topic_id)
+        p = t.partitions.get(partition) if t is not None else None
+        if t is None or p is None:
+            return
+        key = (t.name, partition)
+        before = self.eligible.get(key, set())
+        if len(p.isr) >= max(1, min(self.config.min_insync_replicas, len(p.replicas))):
+            now = set(p.isr)
+        else:
+            now = set(p.isr) | before
+        self.eligible[key] = now
 
     def _holdings(self, b: SimBroker, key: tuple[str, int]) -> dict[int, bytes]:
         """What a broker holds of a partition: its open log, or (down or still loading) its files."""
@@ -1263,8 +1384,86 @@ class ReplicationSim:
 
     def restart(self, node_id: int) -> None:
         b = self.brokers[node_id]
-        if not b.alive:
+        if not b.alive and node_id not in self.held_down:
             b.start()
+
+    # ---- the scripted window (Faults.window_at_ms) ---------------------------------------
+
+    def _window(self, first_ms: int) -> None:
+        """Start when partition 0 has a leader and every replica in sync (retried for a while)."""
+        key = (TOPIC, 0)
+        p = self.controller.image.partition(*key)
+        ready = p is not None and p.leader > 0 and len(p.replicas) > 1 and sorted(p.isr) == sorted(p.replicas) \
+            and all(self.brokers[r].alive and self.brokers[r].logs_loaded and not self.brokers[r].shutting_down
+                    and self.brokers[r].paused_until <= self.now for r in p.replicas)
+        if not ready or p is None:
+            if self.faults_on and self.now < first_ms + 2000:
+                self.push(self.now + 50, self._window, (first_ms,))
+            return
+        followers = [r for r in p.replicas if r != p.leader]
+        self.rng.shuffle(followers)
+        self._window_drop(p.leader, followers, [])
+
+    def _window_drop(self, leader: int, followers: list[int], dropped: list[tuple[int, str]]) -> None:
+        """The next follower drops out: a clean shutdown, a pause or a network partition,
+        held until the window's leader is back."""
+        if not self.faults_on:
+            return
+        r = followers[0]
+        b = self.brokers[r]
+        how = self.rng.choice(("shutdown", "pause", "partition"))
+        if how == "shutdown" and b.alive and b.logs_loaded and not b.shutting_down:
+            self.held_down.add(r)
+            b.begin_shutdown()
+        elif how == "pause" or how == "shutdown":
+            how = "pause"
+            b.paused_until = self.now + 1_000_000
+        else:
+            self.cut_off.add(r)
+        dropped.append((r, how))
+        if followers[1:]:
+            self.push(self.now + self.rng.randint(50, 400), self._window_drop, (leader, followers[1:], dropped))
+        else:
+            self.push(self.now + 5, self._window_crash, (leader, dropped, self.now))
+
+    def _window_crash(self, leader: int, dropped: list[tuple[int, str]], since: int) -> None:
+        """Once the leader is alone in the controller's ISR: its machine crashes (its unsynced
+        tail is lost); it comes back first, the followers some time after."""
+        p = self.controller.image.partition(TOPIC, 0)
+        b = self.brokers[leader]
+        if not self.faults_on:
+            return
+        if p is None or not b.alive or (p.isr != [leader] and self.now < since + 3000):
+            if p is not None and b.alive:
+                self.push(self.now + 5, self._window_crash, (leader, dropped, since))
+            else:
+                self._window_release(dropped)
+            return
+        self.push(self.now + self.rng.randint(0, 40), self._window_leader_crash, (leader, dropped))
+
+    def _window_leader_crash(self, leader: int, dropped: list[tuple[int, str]]) -> None:
+        b = self.brokers[leader]
+        if not self.faults_on or not b.alive:
+            self._window_release(dropped)
+            return
+        self.stats["windows"] += 1
+        acked = {(a.base_offset + i, v) for a in self.acked if a.key == (TOPIC, 0) and a.acks == -1
+                 for i, v in enumerate(a.values)}
+        self._crash_broker(b, machine=True)
+        lost = self.crash_lost.get((leader, (TOPIC, 0)), {})
+        self.stats["window_losses"] += any((o, v) in acked for o, v in lost.items())
+        back = self.now + self.rng.randint(50, 300)
+        self.push(back, self.restart, (leader,))
+        self.push(back + self.rng.randint(600, 1500), self._window_release, (dropped,))
+
+    def _window_release(self, dropped: list[tuple[int, str]]) -> None:
+        for r, how in dropped:
+            b = self.brokers[r]
+            self.held_down.discard(r)
+            self.cut_off.discard(r)
+            if how == "pause":
+                b.paused_until = min(b.paused_until, self.now)
+            self.restart(r)
 
     def _partition(self) -> None:
         nodes = [CONTROLLER, *self.brokers]
@@ -1297,6 +1496,8 @@ class ReplicationSim:
     def _stop_faults(self) -> None:
         self.faults_on = False
         self.isolated = set()
+        self.held_down = set()
+        self.cut_off = set()
         for p in self.producers:
             p.stopped = True
         self.pending_at_stop = {(p.id, k) for p in self.producers for k in p.inflight}
@@ -1357,16 +1558,49 @@ class ReplicationSim:
                                       f"{part.leader_epoch}: high watermark moved back from {before} to {hw}")
             if hw > before:
                 self.trace.update(f"{self.now}:{b.node_id}:{key}:{part.leader_epoch}:{hw}".encode())
+                if self.config.elr and before >= 0:  # (-1: its first look in this epoch, not a move)
+                    self._check_strict_min_isr(b, key, part, before, hw)
                 self._committed(b, key, part, hw)
             b.hw_seen[seen_key] = hw
+
+    def _check_strict_min_isr(self, b: SimBroker, key: tuple[str, int], part: Partition, before: int,
+                              hw: int) -> None:
+        """KIP-966 with ELR on: a leader's high watermark stands still while its ISR is below
+        min ISR, and every replica of the controller's ELR holds what comes below it (they
+        may lead next: an ELR member lacking a committed record would lose it)."""
+        if len(part.isr) < min(part.min_insync_replicas, max(1, len(part.replicas))):
+            raise SafetyViolation(f"seed {self.seed}: at {self.now} ms broker {b.node_id} leading {key} in epoch "
+                                  f"{part.leader_epoch} moved its high watermark from {before} to {hw} with ISR "
+                                  f"{part.isr} below min.insync.replicas={part.min_insync_replicas}")
+        p = self.controller.image.partition(*key)
+        if p is None or not p.elr or p.leader != b.node_id or p.leader_epoch != part.leader_epoch:
+            return
+        start = max(before, part.log.log_start_offset)
+        ours = _log_contents(part.log, start, hw)
+        for r in p.elr:
+            other = self.brokers[r]
+            lg = other.logs.get(*key) if other.alive and other.logs_loaded and other.logs is not None else None
+            if lg is None:
+                continue
+            theirs = _log_contents(lg, start, hw)
+            missing = sorted(o for o, v in ours.items() if o >= start and theirs.get(o) != v)
+            if missing:
+                raise SafetyViolation(f"seed {self.seed}: at {self.now} ms broker {b.node_id} leading {key} in epoch "
+                                      f"{part.leader_epoch} moved its high watermark to {hw}, but broker {r} of the "
+                                      f"controller's ELR {p.elr} lacks offsets {missing[0]}..{missing[-1]}")
 
     def _committed(self, b: SimBroker, key: tuple[str, int], part: Partition, hw: int) -> None:
         """Note when each record first came below a leader's high watermark."""
         start = b.commit_scan.get(key, part.log.log_start_offset)
         if start >= hw:
             return
+        current = self.controller.image.partition(*key)
+        deposed = current is None or current.leader_epoch > part.leader_epoch
         for offset, value in _log_contents(part.log, start, hw).items():
-            self.committed_at.setdefault((key, offset, value), self.now)
+            if (key, offset, value) not in self.committed_at:
+                self.committed_at[(key, offset, value)] = self.now
+                if deposed:
+                    self.committed_deposed.add((key, offset, value))
         b.commit_scan[key] = hw
 
     def final_checks(self) -> None:
@@ -1391,6 +1625,7 @@ class ReplicationSim:
                     continue
                 if all(final.get(a.base_offset + i) == v or self.excused(key, a.base_offset + i, v)
                        for i, v in enumerate(a.values)):
+                    self.stats["acked_all_destroyed"] += 1  # lost, every eligible copy destroyed
                     continue
                 got = [final.get(a.base_offset + i) for i in range(len(a.values))]
                 raise SafetyViolation(f"{where}: acknowledged (acks=all at {a.at_ms} ms) offsets "
