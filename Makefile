@@ -51,9 +51,10 @@ demo: venv sysdeps
 bench: venv sysdeps peers
 	$(PY) -m pytest -m perf -q -s tests/perf
 
-# The replication simulation, many more seeds than make test runs (DCMIRROR_SOAK_SEEDS).
-soak: venv
-	$(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py
+# The replication simulation, many more seeds than make test runs (DCMIRROR_SOAK_SEEDS), and
+# loads killed at every step under new seeds, each printed (DCMIRROR_SOAK_CRASH_RUNS runs).
+soak: venv sysdeps
+	$(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/spark/test_load_crash.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

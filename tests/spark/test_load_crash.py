@@ -1,22 +1,30 @@
 """Exactly once across crashes: `dcmirror load` processes (with their Spark JVM) are killed
-with SIGKILL at seeded random moments, between rounds of new records, and a final load
-leaves every record in the tables exactly once, with a ledger that accounts for each.
+with SIGKILL, between rounds of new records, and a final load leaves every record in the
+tables exactly once, with a ledger that accounts for each.
 
-Kill moments come from the seed: either a random time into the run, or a random step of
-the load (`DCMIRROR_LOAD_CRASH_AT`: after planning, after a topic's data is written to
-staging, after staging, after a file is published, after publishing, after the commit).
-Replay a failure with DCMIRROR_CRASH_SEED=<seed printed by the test>.
+A seed decides one run: a kill at each step of the load (`DCMIRROR_LOAD_CRASH_AT`: after
+planning, after a topic's data is written to staging, after staging, after the n-th file
+is published, after publishing, after the commit) and one at a random moment after the
+load's Spark session is up, in an order the seed shuffles; the records of each round; n.
+Every seed kills at every step, so the seeds differ in order, n, moment and records.
+
+`make test` runs the fixed seeds in SEEDS. `make soak` draws new seeds
+(DCMIRROR_SOAK_CRASH_RUNS runs, default 5) and prints each. Replay one seed, in place of
+SEEDS: DCMIRROR_CRASH_SEED=<seed> pytest tests/spark/test_load_crash.py -s.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,6 +36,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1500)]
 
 STEPS = ["planned", "stage-written", "staged", "publish-file", "published", "committed"]
 TOPICS = {"c.east.pageviews": 3, "c.local": 1}
+TABLES = {"c.east.pageviews": "c_east_pageviews", "c.local": "c_local"}
+SEEDS = [int(os.environ["DCMIRROR_CRASH_SEED"])] if os.environ.get("DCMIRROR_CRASH_SEED") else [5]
+TIMED_ATTEMPTS = 3  # a load that finishes before its random moment is tried again, sooner
+
+
+def java_options(archive: Path, *, dump: bool) -> str:
+    """The Spark JVMs' options: each lives less than a minute, starting is most of its work.
+    C1 alone compiles enough for that (tiered compilation's C2 burns CPU that never pays
+    back), and the classes the clean load loaded (Spark, Hive, Derby: ~15,000) are mapped
+    from a CDS archive it writes at its exit instead of parsed and verified again by each
+    later JVM. A load's CPU: ~45 s with the defaults, ~27 s with C1, ~17 s with both. A
+    missing or unusable archive only makes the JVM slower (-Xshare:auto)."""
+    cds = f"-XX:ArchiveClassesAtExit={archive}" if dump else f"-XX:SharedArchiveFile={archive}"
+    return f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {cds} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def start_load(topology: Path, crash_at: str | None) -> subprocess.Popen[str]:
@@ -54,15 +76,89 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         pass
 
 
-def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) -> None:
-    seed = int(os.environ.get("DCMIRROR_CRASH_SEED") or random.randrange(1 << 30))
+@dataclass
+class Ran:
+    returncode: int
+    out: str
+    seconds: float  # to its exit
+    session_s: float | None  # to its line saying its Spark session is up ("loading ...")
+    loaded_s: float | None  # to its last line ("loaded ... rows in ...")
+
+
+def run_load(topology: Path, crash_at: str | None = None, *, kill_after_session_s: float | None = None) -> Ran:
+    """One `dcmirror load`, killed at step `crash_at` (it kills itself), or `kill_after_session_s`
+    after its Spark session is up (this kills its process group). Returns once every process
+    of its group is gone (the output pipe they share is closed), so the next load never meets
+    a dying JVM's metastore."""
+    proc = start_load(topology, crash_at)
+    started = time.monotonic()
+    lines: list[str] = []
+    marks: dict[str, float] = {}
+    session_up = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            for mark in ("loading ", "loaded "):
+                if line.startswith(mark):
+                    marks.setdefault(mark, time.monotonic() - started)
+            if "loading " in marks:
+                session_up.set()
+            lines.append(line)
+        session_up.set()  # ended without one
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if kill_after_session_s is not None and session_up.wait(600) and "loading " in marks:
+            try:
+                proc.wait(timeout=kill_after_session_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+        proc.wait(timeout=600)
+        seconds = time.monotonic() - started
+    except BaseException:
+        kill_group(proc)
+        raise
+    if proc.returncode == -signal.SIGKILL:
+        kill_group(proc)  # a load that killed itself leaves its JVM and Python workers behind
+    # (a load that ended by itself stopped its JVM, which may still be writing its CDS archive)
+    reader.join(300)  # a JVM writing its CDS archive at exit takes a while
+    assert not reader.is_alive(), "a load's processes still hold its output open 300 s after it ended"
+    return Ran(proc.returncode, "".join(lines), seconds, marks.get("loading "), marks.get("loaded "))
+
+
+def rows_loaded(out: str) -> int:
+    """The rows a finished load says it loaded ("loaded 1,234 rows in 2 load(s), ...")."""
+    found = re.search(r"^loaded ([\d,]+) rows in ", out, re.M)
+    assert found, out
+    return int(found.group(1).replace(",", ""))
+
+
+def kill_plan(rng: random.Random) -> list[str | None]:
+    """The kills of a run in order: every step (publish-file at the 1st-3rd file) and None,
+    a kill at a random moment."""
+    kills: list[str | None] = [f"{s}:{rng.randint(1, 3)}" if s == "publish-file" else s for s in STEPS]
+    kills.append(None)
+    rng.shuffle(kills)
+    return kills
+
+
+def crash_run(tmp_path: Path, seed: int) -> None:
     print(f"crash test seed {seed} (replay: DCMIRROR_CRASH_SEED={seed})")
     rng = random.Random(seed)
+    kills = kill_plan(rng)
     broker = BrokerProcess(tmp_path / "broker").start()
     try:
         create_topics(broker.bootstrap, TOPICS)
-        topology = write_topology(tmp_path / "topology.toml", broker.bootstrap, tmp_path / "warehouse",
-                                  topics=r"c\..*", config={"minPartitions": 3})
+        archive = tmp_path / "spark-classes.jsa"
+
+        def topology_with(*, dump: bool) -> Path:
+            return write_topology(tmp_path / "topology.toml", broker.bootstrap, tmp_path / "warehouse",
+                                  topics=r"c\..*", config={"minPartitions": 3, "spark.driver.extraJavaOptions":
+                                                           java_options(archive, dump=dump)})
+
+        topology = topology_with(dump=True)
         feed = Feed(broker.bootstrap)
 
         def more_records() -> None:
@@ -71,68 +167,68 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
 
         # A clean load first: the CLI contract (summary table, exit 0) and how long a load takes.
         more_records()
-        started = time.monotonic()
-        proc = start_load(topology, None)
-        out, _ = proc.communicate(timeout=600)
-        full_s = time.monotonic() - started
-        assert proc.returncode == 0, out
-        assert "dcmirror.c_east_pageviews" in out and "total" in out and "rows/s" in out
+        ran = run_load(topology)
+        assert ran.returncode == 0, ran.out
+        assert "dcmirror.c_east_pageviews" in ran.out and "total" in ran.out and "rows/s" in ran.out
+        assert ran.session_s is not None and ran.loaded_s is not None, ran.out
+        working_s = ran.loaded_s - ran.session_s  # from its Spark session up to its end
+        topology = topology_with(dump=False)
         # The load's Prometheus textfile (node_exporter's textfile collector serves it).
         metrics = load_metrics(tmp_path / "warehouse")
         assert metrics['dcmirror_load_runs_total{source="aggregate",result="ok"}'] == 1
         assert metrics['dcmirror_load_runs_total{source="aggregate",result="failed"}'] == 0
-        assert metrics['dcmirror_load_rows_total{source="aggregate"}'] == len(feed.sent)
+        assert metrics['dcmirror_load_rows_total{source="aggregate"}'] == len(feed.sent) == rows_loaded(ran.out)
         assert metrics['dcmirror_load_last_run_success{source="aggregate"}'] == 1
-        assert 0 < metrics['dcmirror_load_last_duration_seconds{source="aggregate"}'] < full_s
+        assert 0 < metrics['dcmirror_load_last_duration_seconds{source="aggregate"}'] < ran.seconds
         assert abs(metrics['dcmirror_load_last_success_timestamp_seconds{source="aggregate"}'] - time.time()) < 60
         finished_ok = 1
+        rows_of_finished = rows_loaded(ran.out)
 
-        kills = 0
-        log = []
-        round_ = 0
-        while kills < 5 and round_ < 12:  # five kills (the issue's minimum): each is a Spark start
-            more_records()
-            if round_ % 2 == 0:
-                step = rng.choice(STEPS)
-                crash_at = f"{step}:{rng.randint(1, 3)}" if step == "publish-file" else step
-                proc = start_load(topology, crash_at)
-                try:
-                    out, _ = proc.communicate(timeout=600)
-                finally:
-                    kill_group(proc)
-                what = f"step {crash_at}"
-            else:
-                delay_s = rng.uniform(0.2, 0.8) * full_s
-                proc = start_load(topology, None)
-                started = time.monotonic()
-                try:
-                    out, _ = proc.communicate(timeout=delay_s)
-                    # Finished first: later loads are faster than the first (a warm disk
-                    # cache, an idle machine); aim the next timed kills at this one's length.
-                    full_s = min(full_s, time.monotonic() - started)
-                except subprocess.TimeoutExpired:
-                    kill_group(proc)
-                    out, _ = proc.communicate(timeout=60)
-                what = f"{delay_s:.1f} s in"
-            died = proc.returncode == -signal.SIGKILL
-            kills += died
-            finished_ok += proc.returncode == 0
-            log.append(f"round {round_}: kill at {what}: {'killed' if died else f'exit {proc.returncode}'}")
-            assert died or proc.returncode == 0, f"seed {seed}, {log[-1]}:\n{out}"
-            round_ += 1
+        log: list[str] = []
+        lived_s: list[float] = []
+        for kill in kills:
+            for attempt in range(1 if kill is not None else TIMED_ATTEMPTS):
+                more_records()
+                if kill is not None:
+                    ran = run_load(topology, kill)
+                    what = f"step {kill}"
+                else:
+                    # Anywhere from the metastore's first use to the publish and the commit
+                    # (as long as the longest load killed at a step lived after its session
+                    # was up, else the clean load); one that finished first: a new one sooner.
+                    delay_s = rng.uniform(0.05, 0.9) * max(lived_s or [working_s]) / (2 ** attempt)
+                    ran = run_load(topology, kill_after_session_s=delay_s)
+                    what = f"{delay_s:.1f} s after its session was up"
+                died = ran.returncode == -signal.SIGKILL
+                if kill is not None and died and ran.session_s is not None:
+                    lived_s.append(ran.seconds - ran.session_s)
+                log.append(f"round {len(log)}: kill at {what}: "
+                           f"{'killed' if died else f'exit {ran.returncode}'} ({ran.seconds:.0f} s)")
+                assert died or ran.returncode == 0, f"seed {seed}, {log[-1]}:\n{ran.out}"
+                if died:
+                    break
+                finished_ok += 1
+                rows_of_finished += rows_loaded(ran.out)
+            # Every load reaches every step (each has new records, in 4 or more staged files).
+            assert died, f"seed {seed}: no load was killed at {what}:\n" + "\n".join(log) + f"\n{ran.out}"
         print("\n".join(log))
-        assert kills >= 5, f"seed {seed}: only {kills} loads were killed:\n" + "\n".join(log)
 
-        proc = start_load(topology, None)
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"seed {seed}: the final load failed:\n{out}"
+        ran = run_load(topology)
+        assert ran.returncode == 0, f"seed {seed}: the final load failed:\n{ran.out}"
         metrics = load_metrics(tmp_path / "warehouse")  # killed loads count nowhere; the others once each
         assert metrics['dcmirror_load_runs_total{source="aggregate",result="ok"}'] == finished_ok + 1, (seed, metrics)
         assert metrics['dcmirror_load_runs_total{source="aggregate",result="failed"}'] == 0
+        assert metrics['dcmirror_load_rows_total{source="aggregate"}'] == rows_of_finished + rows_loaded(ran.out)
 
-        for topic, table in (("c.east.pageviews", "c_east_pageviews"), ("c.local", "c_local")):
-            rows = sql_json(topology, f"SELECT kafka_partition AS p, kafka_offset AS o, source_offset AS s, value AS v, "
-                                      f"load_id FROM {table}")
+        # Tables and ledger from a fresh session (not the final load's), in one query: one JVM.
+        record = "named_struct('p', kafka_partition, 'o', kafka_offset, 's', source_offset, 'v', value)"
+        ledger_row = ("named_struct('load_id', load_id, 'topic', topic, 'partition', partition, 'start_offset', "
+                      "start_offset, 'end_offset', end_offset, 'rows', rows, 'status', status)")
+        [found] = sql_json(topology, "SELECT " + ", ".join(
+            [f"(SELECT collect_list({record}) FROM {table}) AS {table}" for table in TABLES.values()]
+            + [f"(SELECT collect_list({ledger_row}) FROM loads) AS ledger"]))
+        for topic, table in TABLES.items():
+            rows = [dict(zip("posv", r, strict=True)) for r in found[table]]  # structs come as lists
             seen = Counter((r["p"], r["o"]) for r in rows)
             twice = [k for k, n in seen.items() if n > 1]
             assert not twice, f"seed {seed}: {topic} holds records more than once: {twice[:10]}"
@@ -142,8 +238,8 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
             for r in rows:
                 s = sent[(r["p"], r["o"])]
                 assert (r["s"], r["v"].encode()) == (s.source_offset, s.value), f"seed {seed}: {topic} {r}"
-        ledger = sql_json(topology, "SELECT load_id, topic, partition, start_offset, end_offset, rows, status "
-                                    "FROM loads")
+        ledger = [dict(zip(("load_id", "topic", "partition", "start_offset", "end_offset", "rows", "status"), r,
+                           strict=True)) for r in found["ledger"]]
         committed = [r for r in ledger if r["status"] == "committed"]
         assert {r["load_id"] for r in ledger} == {r["load_id"] for r in committed}, f"seed {seed}: uncommitted loads"
         for topic, partitions in TOPICS.items():
@@ -155,3 +251,17 @@ def test_loads_killed_at_random_moments_leave_every_record_once(tmp_path: Path) 
                 assert sum(r["rows"] for r in committed if r["topic"] == topic and r["partition"] == p) == data
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_loads_killed_at_every_step_and_a_random_moment_leave_every_record_once(tmp_path: Path, seed: int) -> None:
+    crash_run(tmp_path, seed)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+def test_soak_new_seeds(tmp_path: Path) -> None:
+    """New seeds each time (make soak; DCMIRROR_SOAK_CRASH_RUNS runs, default 5), each printed
+    before it runs: a failure replays with DCMIRROR_CRASH_SEED=<seed>."""
+    for run in range(int(os.environ.get("DCMIRROR_SOAK_CRASH_RUNS", "5"))):
+        crash_run(tmp_path / f"run-{run}", random.randrange(1 << 30))
