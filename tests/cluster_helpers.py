@@ -12,12 +12,12 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from cluster.broker.config import BROKER_CONFIG_DEFS
@@ -271,3 +271,25 @@ def fast_teardown(cluster_factory: Callable[..., ClusterProcesses]) -> Iterator[
                 broker.resume()
                 broker.kill9()
 
+
+
+def produce_acked(bootstrap: str, topic: str, values: Iterable[int], partition: int = 0) -> list[int]:
+    """Each value as one record of `topic`-`partition` (idempotent, acks=all), every one
+    acknowledged: their offsets, in the order given."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 30_000, "log_level": 2})
+    offsets: dict[int, int] = {}
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets[int(msg.value())] = msg.offset()
+
+    values = list(values)
+    for v in values:
+        producer.produce(topic, value=str(v).encode(), partition=partition, on_delivery=delivered)
+    assert producer.flush(40) == 0, "records left unacknowledged"
+    assert not errors, errors
+    return [offsets[v] for v in values]

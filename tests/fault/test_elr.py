@@ -68,7 +68,15 @@ from cluster.storage.log_manager import (
     RECOVERY_POINT_FILE,
     read_offset_checkpoint,
 )
-from tests.cluster_helpers import NotYet, admin, fast_teardown, log_mark, log_since, wait_until
+from tests.cluster_helpers import (
+    NotYet,
+    admin,
+    fast_teardown,
+    log_mark,
+    log_since,
+    produce_acked,
+    wait_until,
+)
 from tests.fault_workload import read_all, verify_replicas
 from tests.harness import REPO, BrokerProcess, ClusterProcesses
 from tests.peers.tool_runner import KafkaTools
@@ -238,23 +246,8 @@ def feature_level(describe_output: str) -> int:
 
 
 def produce(bootstrap: str, values: list[int]) -> list[int]:
-    """Each value as one record (idempotent, acks=all), all acknowledged: their offsets."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 30_000, "log_level": 2})
-    offsets: dict[int, int] = {}
-    errors: list[KafkaError] = []
-
-    def delivered(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets[int(msg.value())] = msg.offset()
-
-    for v in values:
-        producer.produce(TOPIC, value=str(v).encode(), partition=0, on_delivery=delivered)
-    assert producer.flush(40) == 0, "records left unacknowledged"
-    assert not errors, errors
-    return [offsets[v] for v in values]
+    """Each value as one record of TOPIC-0 (idempotent, acks=all), all acknowledged: their offsets."""
+    return produce_acked(bootstrap, TOPIC, values)
 
 
 def refused_write(bootstrap: str) -> str:

@@ -32,10 +32,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
 from cluster.storage.log_manager import (
@@ -52,6 +50,7 @@ from tests.cluster_helpers import (
     log_since,
     metadata_from,
     partitions_of,
+    produce_acked,
     wait_until,
 )
 from tests.fault_workload import read_all, verify_replicas
@@ -92,24 +91,8 @@ def wait_state(cluster: ClusterProcesses, node: int, leader: int, isr: set[int],
 
 
 def produce(bootstrap: str, values: Iterable[int]) -> list[int]:
-    """Write each value as one record (idempotent, acks=all); the offsets, all acknowledged."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 30_000, "log_level": 2})
-    offsets: dict[int, int] = {}
-    errors: list[KafkaError] = []
-
-    def delivered(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets[int(msg.value())] = msg.offset()
-
-    values = list(values)
-    for v in values:
-        producer.produce(TOPIC, value=str(v).encode(), partition=0, on_delivery=delivered)
-    assert producer.flush(40) == 0, "records left unacknowledged"
-    assert not errors, errors
-    return [offsets[v] for v in values]
+    """Each value as one record of TOPIC-0 (idempotent, acks=all), all acknowledged: their offsets."""
+    return produce_acked(bootstrap, TOPIC, values)
 
 
 def checkpointed_hw(broker: BrokerProcess) -> int | None:
