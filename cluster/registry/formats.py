@@ -400,8 +400,166 @@ def _sorted_json(value: Any) -> Any:
     return value
 
 
+# Avro schema resolution (the spec's "Schema Resolution"), as Avro Java's
+# SchemaCompatibility.checkReaderWriterCompatibility, which Confluent runs: every
+# incompatibility found, with its location ("/fields/1/type") and Confluent's wording
+# (io.confluent.kafka.schemaregistry.avro.Difference). "{reader}"/"{writer}" are filled in
+# with "new"/"old" by check().
+
+_AVRO_DESCRIPTIONS = {
+    "FIXED_SIZE_MISMATCH": "The size of FIXED type field at path '{path}' in the {{reader}} "
+                           "schema does not match with the {{writer}} schema",
+    "TYPE_MISMATCH": "The type (path '{path}') of a field in the {{reader}} schema does not "
+                     "match with the {{writer}} schema",
+    "NAME_MISMATCH": "The name of the schema has changed (path '{path}')",
+    "MISSING_ENUM_SYMBOLS": "The {{reader}} schema is missing enum symbols '{info}' at path "
+                            "'{path}' in the {{writer}} schema",
+    "MISSING_UNION_BRANCH": "The {{reader}} schema is missing a type inside a union field at "
+                            "path '{path}' in the {{writer}} schema",
+    "READER_FIELD_MISSING_DEFAULT_VALUE": "The field '{info}' at path '{path}' in the "
+                                          "{{reader}} schema has no default value and is "
+                                          "missing in the {{writer}} schema",
+}
+# What each reader type reads besides itself (the spec's promotions).
+_AVRO_PROMOTIONS = {"long": {"int"}, "float": {"int", "long"}, "double": {"int", "long", "float"},
+                    "string": {"bytes"}, "bytes": {"string"}}
+
+
+@dataclass(frozen=True)
+class AvroIncompatibility:
+    """One incompatibility of an Avro reader/writer pair, as Avro Java's Incompatibility."""
+
+    error_type: str
+    location: str
+    info: str
+
+    def message(self) -> str:
+        """Confluent's verbose form; "{reader}"/"{writer}" still to be filled in."""
+        description = _AVRO_DESCRIPTIONS[self.error_type].format(path=self.location,
+                                                                 info=self.info)
+        info = self.info.replace("{", "{{").replace("}", "}}")
+        return (f"{{{{errorType:'{self.error_type}', description:'{description}', "
+                f"additionalInfo:'{info}'}}}}")
+
+
 def _check_avro(reader: AvroSchema, writer: AvroSchema) -> list[str]:
-    return []
+    return [i.message() for i in avro_incompatibilities(reader.schema, writer.schema)]
+
+
+def avro_incompatibilities(reader: avro.schema.Schema,
+                           writer: avro.schema.Schema) -> list[AvroIncompatibility]:
+    """Why data written with `writer` cannot be read with `reader` ([] if it can)."""
+    return _AvroResolution().check(reader, writer, [])
+
+
+class _AvroResolution:
+    def __init__(self) -> None:
+        # (reader, writer) pairs being or already compared: a recursive type meeting itself
+        # again is taken as compatible, as Avro Java does.
+        self.seen: dict[tuple[int, int], list[AvroIncompatibility]] = {}
+
+    def check(self, reader: _AvroNode, writer: _AvroNode,
+              location: list[str]) -> list[AvroIncompatibility]:
+        key = (id(reader), id(writer))
+        if key in self.seen:
+            return self.seen[key]
+        self.seen[key] = []
+        found = self._check(reader, writer, location)
+        self.seen[key] = found
+        return found
+
+    def _check(self, reader: _AvroNode, writer: _AvroNode,
+               location: list[str]) -> list[AvroIncompatibility]:
+        def incompatible(error_type: str, info: str,
+                         where: list[str] = location) -> list[AvroIncompatibility]:
+            return [AvroIncompatibility(error_type, "/" + "/".join(where), info)]
+
+        def mismatch() -> list[AvroIncompatibility]:
+            return incompatible("TYPE_MISMATCH", f"reader type: {_avro_kind(reader)} not "
+                                f"compatible with writer type: {_avro_kind(writer)}")
+
+        r, w = _avro_kind(reader), _avro_kind(writer)
+        if r == w:
+            if r == "ARRAY":
+                return self.check(reader.items, writer.items, location + ["items"])
+            if r == "MAP":
+                return self.check(reader.values, writer.values, location + ["values"])
+            if r == "FIXED":
+                found = self._names(reader, writer, location)
+                if reader.size != writer.size:
+                    found += incompatible("FIXED_SIZE_MISMATCH", f"expected: {writer.size}, "
+                                          f"found: {reader.size}", location + ["size"])
+                return found
+            if r == "ENUM":
+                found = self._names(reader, writer, location)
+                missing = sorted(set(writer.symbols) - set(reader.symbols))
+                default = reader.props.get("default")
+                if missing and not (default is not None and default in reader.symbols):
+                    found += incompatible("MISSING_ENUM_SYMBOLS", f"[{', '.join(missing)}]",
+                                          location + ["symbols"])
+                return found
+            if r == "RECORD":
+                return self._names(reader, writer, location) + self._fields(reader, writer,
+                                                                            location)
+            if r == "UNION":
+                found = []
+                # every branch the writer may have written must be readable
+                for i, branch in enumerate(writer.schemas):
+                    if self.check(reader, branch, location + [str(i)]):
+                        found += incompatible("MISSING_UNION_BRANCH", "reader union lacking "
+                                              f"writer type: {_avro_kind(branch)}",
+                                              location + [str(i)])
+                return found
+            return []  # the same primitive type
+        if w == "UNION":
+            found = []
+            for i, branch in enumerate(writer.schemas):
+                found += self.check(reader, branch, location + [str(i)])
+            return found
+        if r == "UNION":
+            if any(not self.check(branch, writer, location) for branch in reader.schemas):
+                return []
+            return incompatible("MISSING_UNION_BRANCH", f"reader union lacking writer type: {w}")
+        if w.lower() in _AVRO_PROMOTIONS.get(r.lower(), ()):
+            return []
+        return mismatch()
+
+    def _names(self, reader: _AvroNode, writer: _AvroNode,
+               location: list[str]) -> list[AvroIncompatibility]:
+        # Avro Java compares the unqualified names, or the reader's aliases with the
+        # writer's full name.
+        aliases: Any = reader.props.get("aliases") or []
+        if reader.name == writer.name or writer.fullname in _avro_aliases(aliases,
+                                                                           reader.namespace):
+            return []
+        return [AvroIncompatibility("NAME_MISMATCH", "/" + "/".join(location + ["name"]),
+                                    f"expected: {writer.fullname}")]
+
+    def _fields(self, reader: _AvroNode, writer: _AvroNode,
+                location: list[str]) -> list[AvroIncompatibility]:
+        found: list[AvroIncompatibility] = []
+        by_name = {f.name: f for f in writer.fields}
+        for i, field_ in enumerate(reader.fields):
+            where = location + ["fields", str(i)]
+            aliases: Any = field_.props.get("aliases") or []
+            written = next((by_name[n] for n in [field_.name, *aliases] if n in by_name), None)
+            if written is not None:
+                found += self.check(field_.type, written.type, where + ["type"])
+            elif field_.has_default:
+                continue
+            elif _avro_kind(field_.type) == "ENUM" and field_.type.props.get("default"):
+                # Avro Java's own rule: an enum with a default stands in for the default
+                found += self.check(field_.type, writer, where + ["type"])
+            else:
+                found.append(AvroIncompatibility("READER_FIELD_MISSING_DEFAULT_VALUE",
+                                                 "/" + "/".join(where), field_.name))
+        return found
+
+
+def _avro_kind(schema: _AvroNode) -> str:
+    """The Avro type as Avro Java names it in messages (INT, RECORD, UNION...)."""
+    kind: str = schema.type
+    return "RECORD" if kind == "error" else kind.upper()
 
 
 def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool], tuple[str, Any]]:

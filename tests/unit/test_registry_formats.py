@@ -133,3 +133,189 @@ def test_avro_valid_defaults() -> None:
 def test_unknown_schema_type() -> None:
     with pytest.raises(F.InvalidSchema, match="Invalid schema type 'XML'"):
         F.parse("XML", "<a/>")
+
+
+# --- Avro: compatibility corpus ------------------------------------------------------------
+#
+# (change, old, new, backward, forward): backward = the new schema reads the old one's data,
+# forward = the old schema reads the new one's data; FULL is both, NONE always passes.
+
+def fields(*fs: dict, name: str = "User") -> dict:
+    return record(*fs, name=name)
+
+
+ID = {"name": "id", "type": "long"}
+ENUM_ABC = {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN", "BLUE"]}
+LIST = {"type": "record", "name": "Node", "fields": [
+    {"name": "value", "type": "int"}, {"name": "next", "type": ["null", "Node"], "default": None}]}
+
+AVRO_CORPUS = [
+    ("field added with a default", fields(ID), fields(ID, {"name": "n", "type": "string", "default": ""}),
+     True, True),
+    ("field added without a default", fields(ID), fields(ID, {"name": "n", "type": "string"}), False, True),
+    ("field with a default removed", fields(ID, {"name": "n", "type": "string", "default": ""}), fields(ID),
+     True, True),
+    ("field without a default removed", fields(ID, {"name": "n", "type": "string"}), fields(ID), True, False),
+    ("optional field added", fields(ID), fields(ID, {"name": "n", "type": ["null", "string"], "default": None}),
+     True, True),
+    ("int widened to long", fields({"name": "id", "type": "int"}), fields(ID), True, False),
+    ("long narrowed to int", fields(ID), fields({"name": "id", "type": "int"}), False, True),
+    ("int widened to double", fields({"name": "id", "type": "int"}), fields({"name": "id", "type": "double"}),
+     True, False),
+    ("float widened to double", fields({"name": "x", "type": "float"}), fields({"name": "x", "type": "double"}),
+     True, False),
+    ("long widened to float", fields({"name": "x", "type": "long"}), fields({"name": "x", "type": "float"}),
+     True, False),
+    ("string to bytes", fields({"name": "x", "type": "string"}), fields({"name": "x", "type": "bytes"}),
+     True, True),
+    ("int to string", fields({"name": "x", "type": "int"}), fields({"name": "x", "type": "string"}),
+     False, False),
+    ("boolean to int", fields({"name": "x", "type": "boolean"}), fields({"name": "x", "type": "int"}),
+     False, False),
+    ("enum symbol added", fields({"name": "c", "type": {**ENUM_ABC, "symbols": ["RED", "GREEN"]}}),
+     fields({"name": "c", "type": ENUM_ABC}), True, False),
+    ("enum symbol added, old enum has a default", fields({"name": "c", "type": {
+        **ENUM_ABC, "symbols": ["RED", "GREEN"], "default": "RED"}}),
+     fields({"name": "c", "type": ENUM_ABC}), True, True),
+    ("enum symbol removed", fields({"name": "c", "type": ENUM_ABC}),
+     fields({"name": "c", "type": {**ENUM_ABC, "symbols": ["RED", "GREEN"]}}), False, True),
+    ("enum renamed", fields({"name": "c", "type": ENUM_ABC}),
+     fields({"name": "c", "type": {**ENUM_ABC, "name": "Colour"}}), False, False),
+    ("int made nullable", fields({"name": "x", "type": "int"}), fields({"name": "x", "type": ["null", "int"]}),
+     True, False),
+    ("nullable made required", fields({"name": "x", "type": ["null", "string"]}),
+     fields({"name": "x", "type": "string"}), False, True),
+    ("union branch added", fields({"name": "x", "type": ["null", "int"]}),
+     fields({"name": "x", "type": ["null", "int", "string"]}), True, False),
+    ("union branches reordered", fields({"name": "x", "type": ["null", "int"], "default": None}),
+     fields({"name": "x", "type": ["int", "null"], "default": 0}), True, True),
+    ("union branch widened", fields({"name": "x", "type": ["null", "int"]}),
+     fields({"name": "x", "type": ["null", "long"]}), True, False),
+    ("record renamed", fields(ID, name="User"), fields(ID, name="Person"), False, False),
+    ("record renamed, new one aliases the old name", fields(ID, name="User"),
+     {**fields(ID, name="Person"), "aliases": ["User"]}, True, False),
+    ("namespace added (Avro Java compares unqualified names)", fields(ID, name="User"),
+     fields(ID, name="com.acme.User"), True, True),
+    ("field renamed, new one aliases the old name", fields({"name": "a", "type": "int"}),
+     fields({"name": "b", "type": "int", "aliases": ["a"]}), True, False),
+    ("fixed resized", fields({"name": "h", "type": {"type": "fixed", "name": "Hash", "size": 16}}),
+     fields({"name": "h", "type": {"type": "fixed", "name": "Hash", "size": 32}}), False, False),
+    ("array items widened", fields({"name": "xs", "type": {"type": "array", "items": "int"}}),
+     fields({"name": "xs", "type": {"type": "array", "items": "long"}}), True, False),
+    ("map values changed", fields({"name": "m", "type": {"type": "map", "values": "string"}}),
+     fields({"name": "m", "type": {"type": "map", "values": "int"}}), False, False),
+    ("array to map", fields({"name": "m", "type": {"type": "array", "items": "string"}}),
+     fields({"name": "m", "type": {"type": "map", "values": "string"}}), False, False),
+    ("nested record field added without a default",
+     fields({"name": "home", "type": record({"name": "street", "type": "string"}, name="Address")}),
+     fields({"name": "home", "type": record({"name": "street", "type": "string"},
+                                             {"name": "zip", "type": "string"}, name="Address")}), False, True),
+    ("recursive record: optional field added", LIST,
+     {**LIST, "fields": [*LIST["fields"], {"name": "label", "type": ["null", "string"], "default": None}]},
+     True, True),
+    ("recursive record: value widened", LIST,
+     {**LIST, "fields": [{"name": "value", "type": "long"}, LIST["fields"][1]]}, True, False),
+    ("doc and custom property changed", fields(ID), {**fields({**ID, "doc": "key"}), "owner": "x"}, True, True),
+    ("primitive to record", '"string"', fields(ID), False, False),
+    ("primitive widened", '"int"', '{"type": "long"}', True, False),
+    ("same schema", fields(ID, {"name": "c", "type": ENUM_ABC}), fields(ID, {"name": "c", "type": ENUM_ABC}),
+     True, True),
+]
+
+
+def expected(level: str, backward: bool, forward: bool) -> bool:
+    return {"NONE": True, "BACKWARD": backward, "FORWARD": forward,
+            "FULL": backward and forward}[level.removesuffix("_TRANSITIVE")]
+
+
+def assert_levels(new: F.ParsedSchema, old: F.ParsedSchema, backward: bool, forward: bool) -> None:
+    for level in F.COMPATIBILITY_LEVELS:
+        messages = F.check(level, new, [old])
+        assert (messages == []) == expected(level, backward, forward), (level, messages)
+
+
+@pytest.mark.parametrize("change, old, new, backward, forward", AVRO_CORPUS,
+                         ids=[c[0] for c in AVRO_CORPUS])
+def test_avro_compatibility_corpus(change: str, old: object, new: object, backward: bool,
+                                   forward: bool) -> None:
+    assert_levels(avro(new), avro(old), backward, forward)
+
+
+def test_avro_messages_are_confluents() -> None:
+    v1 = avro(fields(ID))
+    v2 = avro(fields(ID, {"name": "x", "type": "string"}))
+    assert F.check("BACKWARD", v2, [v1]) == [
+        "{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE', description:'The field 'x' at path '/fields/1' "
+        "in the new schema has no default value and is missing in the old schema', additionalInfo:'x'}"]
+    assert F.check("FORWARD", v1, [v2]) == [
+        "{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE', description:'The field 'x' at path '/fields/1' "
+        "in the old schema has no default value and is missing in the new schema', additionalInfo:'x'}"]
+    v3 = avro(fields({"name": "id", "type": "string"}))
+    assert F.check("BACKWARD", v3, [v1]) == [
+        "{errorType:'TYPE_MISMATCH', description:'The type (path '/fields/0/type') of a field in the new "
+        "schema does not match with the old schema', additionalInfo:'reader type: STRING not compatible "
+        "with writer type: LONG'}"]
+    e1 = avro(fields({"name": "c", "type": ENUM_ABC}))
+    e2 = avro(fields({"name": "c", "type": {**ENUM_ABC, "symbols": ["RED"]}}))
+    assert F.check("BACKWARD", e2, [e1]) == [
+        "{errorType:'MISSING_ENUM_SYMBOLS', description:'The new schema is missing enum symbols "
+        "'[BLUE, GREEN]' at path '/fields/0/type/symbols' in the old schema', additionalInfo:'[BLUE, GREEN]'}"]
+    u1 = avro(fields({"name": "x", "type": ["null", "int", "string"]}))
+    u2 = avro(fields({"name": "x", "type": ["null", "int"]}))
+    assert F.check("BACKWARD", u2, [u1]) == [
+        "{errorType:'MISSING_UNION_BRANCH', description:'The new schema is missing a type inside a union "
+        "field at path '/fields/0/type/2' in the old schema', additionalInfo:'reader union lacking writer "
+        "type: STRING'}"]
+    n1, n2 = avro(fields(ID, name="A")), avro(fields(ID, name="B"))
+    assert F.check("BACKWARD", n2, [n1]) == [
+        "{errorType:'NAME_MISMATCH', description:'The name of the schema has changed (path '/name')', "
+        "additionalInfo:'expected: A'}"]
+    f1 = avro({"type": "fixed", "name": "F", "size": 4})
+    f2 = avro({"type": "fixed", "name": "F", "size": 8})
+    assert F.check("BACKWARD", f2, [f1]) == [
+        "{errorType:'FIXED_SIZE_MISMATCH', description:'The size of FIXED type field at path '/size' in the "
+        "new schema does not match with the old schema', additionalInfo:'expected: 4, found: 8'}"]
+
+
+def test_avro_full_reports_both_directions() -> None:
+    v1 = avro(fields({"name": "a", "type": "int"}))
+    v2 = avro(fields({"name": "b", "type": "int"}))
+    messages = F.check("FULL", v2, [v1])
+    assert len(messages) == 2
+    assert "'a'" in messages[0] and "in the old schema has no default" in messages[0]
+    assert "'b'" in messages[1] and "in the new schema has no default" in messages[1]
+
+
+def test_avro_transitive_levels_check_every_version() -> None:
+    v1 = avro(fields(ID))
+    v2 = avro(fields(ID, {"name": "n", "type": "string", "default": "x"}))
+    v3 = avro(fields(ID, {"name": "n", "type": "string"}))
+    assert F.check("BACKWARD", v3, [v1, v2]) == []
+    assert F.check("BACKWARD_TRANSITIVE", v3, [v1, v2]) != []
+    w1 = avro(fields({"name": "a", "type": "int"}))
+    w2 = avro(fields({"name": "a", "type": "int", "default": 0}))
+    w3 = avro(fields(ID))
+    assert F.check("FORWARD", w3, [w1, w2]) == []
+    assert F.check("FORWARD_TRANSITIVE", w3, [w1, w2]) != []
+    assert F.check("FULL_TRANSITIVE", w3, [w1, w2]) != []
+    assert F.check("NONE", w3, [w1, w2]) == []
+    assert F.check("BACKWARD", w3, []) == []
+
+
+def test_avro_checks_types_from_references() -> None:
+    a1 = json.dumps(record({"name": "street", "type": "string"}, name="k.Address"))
+    a2 = json.dumps(record({"name": "street", "type": "string"}, {"name": "zip", "type": "string"},
+                           name="k.Address"))
+    user = json.dumps(record({"name": "home", "type": "k.Address"}, name="k.User"))
+    old = F.parse(F.AVRO, user, {"k.Address": a1})
+    new = F.parse(F.AVRO, user, {"k.Address": a2})
+    assert old.canonical == new.canonical  # same text, same references by name...
+    assert "zip" in F.check("BACKWARD", new, [old])[0]  # ...but the referenced type changed
+
+
+def test_different_schema_types_are_incompatible() -> None:
+    class Fake:  # a ParsedSchema of another type, whatever its content
+        pass
+    other = F.ParsedSchema(F.JSON, "{}", "{}", parsed=Fake())
+    assert F.check("BACKWARD", avro(fields(ID)), [other]) == ["Incompatible because of different schema type"]
+    assert F.check("NONE", avro(fields(ID)), [other]) == []
