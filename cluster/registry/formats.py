@@ -10,6 +10,7 @@ below. Interface first; the formats fill it in.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import avro.errors
 import avro.name
 import avro.schema
+import jsonschema
+import jsonschema.validators
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
@@ -562,6 +565,616 @@ def _avro_kind(schema: _AvroNode) -> str:
     return "RECORD" if kind == "error" else kind.upper()
 
 
+# --- JSON Schema ------------------------------------------------------------------------
+#
+# Parsing: the text must be JSON, a valid schema under its draft's metaschema (`$schema`,
+# draft 7 when absent, as Confluent), with every $ref resolvable: local ("#/definitions/x"),
+# or a reference name the registry resolved ("address.json", "address.json#/definitions/x").
+# `canonical` is Confluent's JsonSchema.canonicalString(): the JSON re-serialized compactly,
+# key order kept; normalized sorts the keys (Confluent's normalize()).
+#
+# Compatibility is Confluent's SchemaDiff: the old schema is the "original", the new one the
+# "update"; every difference is typed (TYPE_CHANGED, MAX_LENGTH_DECREASED...) and the ones
+# outside _JSON_COMPATIBLE_CHANGES make it incompatible. BACKWARD = diff(old -> new): the new
+# schema must accept all the old one accepted. Schemas are classified as everit's classes
+# (string, number, object, array, boolean, null, enum, const, not, combined, empty, false).
+# Not covered: $id-based resolution, unevaluatedProperties/Items, prefixItems, `if/then/else`
+# (Confluent compares these; here they count as annotations).
+
+_JSON_COMPATIBLE_CHANGES = frozenset("""
+    ID_CHANGED DESCRIPTION_CHANGED TITLE_CHANGED DEFAULT_CHANGED SCHEMA_REMOVED TYPE_EXTENDED
+    MAX_LENGTH_INCREASED MAX_LENGTH_REMOVED MIN_LENGTH_DECREASED MIN_LENGTH_REMOVED
+    PATTERN_REMOVED MAXIMUM_INCREASED MAXIMUM_REMOVED MINIMUM_DECREASED MINIMUM_REMOVED
+    EXCLUSIVE_MAXIMUM_INCREASED EXCLUSIVE_MAXIMUM_REMOVED EXCLUSIVE_MINIMUM_DECREASED
+    EXCLUSIVE_MINIMUM_REMOVED MULTIPLE_OF_REDUCED MULTIPLE_OF_REMOVED
+    REQUIRED_ATTRIBUTE_WITH_DEFAULT_ADDED REQUIRED_ATTRIBUTE_REMOVED DEPENDENCY_ARRAY_NARROWED
+    DEPENDENCY_ARRAY_REMOVED DEPENDENCY_SCHEMA_REMOVED MAX_PROPERTIES_INCREASED
+    MAX_PROPERTIES_REMOVED MIN_PROPERTIES_DECREASED MIN_PROPERTIES_REMOVED
+    ADDITIONAL_PROPERTIES_ADDED ADDITIONAL_PROPERTIES_EXTENDED
+    PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL
+    REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_UNOPEN_CONTENT_MODEL
+    OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL
+    PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL
+    PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL
+    PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL
+    MAX_ITEMS_INCREASED MAX_ITEMS_REMOVED MIN_ITEMS_DECREASED MIN_ITEMS_REMOVED
+    UNIQUE_ITEMS_REMOVED ADDITIONAL_ITEMS_ADDED ADDITIONAL_ITEMS_EXTENDED
+    ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL ITEM_ADDED_TO_CLOSED_CONTENT_MODEL
+    ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL
+    ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL
+    ITEM_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL
+    ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTENDED
+    NOT_TYPE_NARROWED
+""".split())
+# Confluent's descriptions by group (json/diff/Difference.java); first {reader}, then {writer}.
+_JSON_DESCRIPTION_GROUPS = [
+    ("""MAXIMUM_ADDED MINIMUM_ADDED EXCLUSIVE_MAXIMUM_ADDED EXCLUSIVE_MINIMUM_ADDED
+        MULTIPLE_OF_ADDED MAX_LENGTH_ADDED MIN_LENGTH_ADDED PATTERN_ADDED REQUIRED_ATTRIBUTE_ADDED
+        MAX_PROPERTIES_ADDED MIN_PROPERTIES_ADDED DEPENDENCY_ARRAY_ADDED DEPENDENCY_SCHEMA_ADDED
+        MAX_ITEMS_ADDED MIN_ITEMS_ADDED UNIQUE_ITEMS_ADDED ADDITIONAL_ITEMS_REMOVED
+        ADDITIONAL_PROPERTIES_REMOVED""",
+     "The keyword at path '{path}' in the {{reader}} schema is not present in the {{writer}} "
+     "schema"),
+    ("MIN_LENGTH_INCREASED MINIMUM_INCREASED EXCLUSIVE_MINIMUM_INCREASED MIN_PROPERTIES_INCREASED "
+     "MULTIPLE_OF_EXPANDED MIN_ITEMS_INCREASED",
+     "The value at path '{path}' in the {{reader}} schema is more than its value in the "
+     "{{writer}} schema"),
+    ("MAX_LENGTH_DECREASED MAXIMUM_DECREASED MAX_ITEMS_DECREASED EXCLUSIVE_MAXIMUM_DECREASED "
+     "MAX_PROPERTIES_DECREASED",
+     "The value at path '{path}' in the {{reader}} schema is less than its value in the "
+     "{{writer}} schema"),
+    ("PATTERN_CHANGED MULTIPLE_OF_CHANGED DEPENDENCY_ARRAY_CHANGED",
+     "The value at path '{path}' is different between the {{reader}} and {{writer}} schema"),
+    ("ADDITIONAL_ITEMS_NARROWED ENUM_ARRAY_NARROWED SUM_TYPE_NARROWED "
+     "ADDITIONAL_PROPERTIES_NARROWED",
+     "An array or combined type at path '{path}' has fewer elements in the {{reader}} schema "
+     "than the {{writer}} schema"),
+    ("DEPENDENCY_ARRAY_EXTENDED PRODUCT_TYPE_EXTENDED SUM_TYPE_EXTENDED NOT_TYPE_EXTENDED",
+     "An array or combined type at path '{path}' has more elements in the {{reader}} schema "
+     "than the {{writer}} schema"),
+    ("TYPE_CHANGED TYPE_NARROWED COMBINED_TYPE_CHANGED COMBINED_TYPE_SUBSCHEMAS_CHANGED "
+     "ENUM_ARRAY_CHANGED",
+     "A type at path '{path}' is different between the {{reader}} schema and the {{writer}} "
+     "schema"),
+    ("REQUIRED_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL "
+     "REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_OPEN_CONTENT_MODEL "
+     "OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL ITEM_ADDED_TO_OPEN_CONTENT_MODEL",
+     "The {{reader}} schema has an open content model and has a property or item at path "
+     "'{path}' which is missing in the {{writer}} schema"),
+    ("REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL",
+     "The {{reader}} schema has an unopen content model and has a required property at path "
+     "'{path}' which is missing in the {{writer}} schema"),
+    ("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL",
+     "The {{reader}} schema has a closed content model and is missing a property or item "
+     "present at path '{path}' in the {{writer}} schema"),
+    ("PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL "
+     "ITEM_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+     "A property or item is missing in the {{reader}} schema but present at path '{path}' in "
+     "the {{writer}} schema and is not covered by its partially open content model"),
+    ("PROPERTY_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL "
+     "ITEM_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+     "The {{reader}} schema has a property or item at path '{path}' which is missing in the "
+     "{{writer}} schema and is not covered by its partially open content model"),
+]
+_JSON_DESCRIPTIONS = {t: d for types, d in _JSON_DESCRIPTION_GROUPS for t in types.split()}
+_JSON_STRING_KEYWORDS = ("maxLength", "minLength", "pattern", "format")
+_JSON_NUMBER_KEYWORDS = ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum",
+                         "multipleOf")
+_JSON_OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties",
+                         "dependencies", "maxProperties", "minProperties", "propertyNames")
+_JSON_ARRAY_KEYWORDS = ("items", "additionalItems", "maxItems", "minItems", "uniqueItems",
+                        "contains")
+_JSON_TYPE_FAMILIES = (("string", _JSON_STRING_KEYWORDS), ("number", _JSON_NUMBER_KEYWORDS),
+                       ("object", _JSON_OBJECT_KEYWORDS), ("array", _JSON_ARRAY_KEYWORDS))
+_JSON_REF_DEPTH_MAX = 64
+
+
+@dataclass(frozen=True)
+class JsonSchema:
+    """A parsed JSON Schema (ParsedSchema.parsed for JSON): the schema document, the
+    referenced documents by reference name, and the jsonschema validator class of its draft
+    (whose `.check_schema` passed) for readers that validate data."""
+
+    schema: Any
+    referenced: Mapping[str, Any] = field(default_factory=dict)
+    validator: Any = None
+
+
+def _parse_json(text: str, referenced: dict[str, str], normalize: bool) -> tuple[str, JsonSchema]:
+    docs: dict[str, Any] = {}
+    for name, ref_text in referenced.items():
+        try:
+            docs[name] = _json_document(ref_text)[0]
+        except InvalidSchema as e:
+            raise InvalidSchema(f"Invalid JSON schema: reference {name!r} does not parse: "
+                                f"{e}") from None
+    schema, validator = _json_document(text)
+    for where, doc in [(None, schema), *docs.items()]:
+        for ref in _json_refs(doc):
+            try:
+                _json_resolve(ref, where, schema, docs)
+            except LookupError as e:
+                in_ref = f" (in reference {where!r})" if where else ""
+                raise InvalidSchema(f"Invalid JSON schema: $ref {ref!r}{in_ref} does not "
+                                    f"resolve: {e}") from None
+    parsed = JsonSchema(schema, docs, validator)
+    return _compact(schema, sort_keys=normalize), parsed
+
+
+def _json_document(text: str) -> tuple[Any, Any]:
+    schema = _json_load(text, JSON)
+    if not isinstance(schema, dict | bool):
+        raise InvalidSchema(f"Invalid JSON schema: a schema is an object or a boolean, not "
+                            f"{type(schema).__name__}")
+    if isinstance(schema, dict) and "$schema" in schema:
+        validator = jsonschema.validators.validator_for(schema, default=None)
+        if validator is None:
+            raise InvalidSchema(f"Invalid JSON schema: unknown $schema {schema['$schema']!r} "
+                                "(drafts 3, 4, 6, 7, 2019-09 and 2020-12 are known)")
+    else:
+        validator = jsonschema.Draft7Validator
+    try:
+        validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise InvalidSchema(f"Invalid JSON schema: at {e.json_path}: {e.message}") from None
+    return schema, validator
+
+
+def _json_refs(node: Any) -> list[str]:
+    """The $ref values in a schema document (every "$ref" key whose value is a string)."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, dict):
+            if isinstance(n.get("$ref"), str):
+                found.append(n["$ref"])
+            stack.extend(n.values())
+        elif isinstance(n, list):
+            stack.extend(n)
+    return found
+
+
+def _json_resolve(ref: str, doc: str | None, root: Any,
+                  docs: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The schema `ref` names from document `doc` (None: the schema being parsed), and the
+    document it is in. Raises LookupError."""
+    name, _, pointer = ref.partition("#")
+    if name:
+        if name not in docs:
+            raise LookupError(f"{name!r} is not one of the schema's references")
+        doc = name
+    node = docs[doc] if doc is not None else root
+    for token in [t for t in pointer.split("/") if t]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            raise LookupError(f"no {token!r} at '#{pointer}'")
+    return node, doc
+
+
+@dataclass
+class _JsonView:
+    """A schema as one of everit's classes: `kind` is string, number, object, array,
+    boolean, null, enum, const, not, combined, empty, false, or raw (not classified yet)."""
+
+    kind: str
+    node: Any
+    doc: str | None
+    part: str = ""
+    criterion: str = ""
+    subs: list[_JsonView] = field(default_factory=list)
+
+
+_JsonDiffs = list[tuple[str, tuple[str, ...]]]  # (difference type, path relative to the pair)
+
+
+def _check_json(reader: JsonSchema, writer: JsonSchema) -> list[str]:
+    diffs = _JsonDiff(writer, reader).compare(
+        _JsonView("raw", writer.schema, None), _JsonView("raw", reader.schema, None))
+    messages = []
+    for kind, path in diffs:
+        if kind in _JSON_COMPATIBLE_CHANGES:
+            continue
+        where = "#/" + "/".join(path)
+        description = _JSON_DESCRIPTIONS.get(kind, "").format(path=where)
+        messages.append(f'{{{{errorType:"{kind}", description:"{description}"}}}}')
+    return messages
+
+
+def _json_compatible(diffs: _JsonDiffs) -> bool:
+    return all(kind in _JSON_COMPATIBLE_CHANGES for kind, _ in diffs)
+
+
+def _json_sub(diffs: _JsonDiffs, *prefix: str) -> _JsonDiffs:
+    return [(kind, (*prefix, *path)) for kind, path in diffs]
+
+
+class _JsonDiff:
+    """Confluent's SchemaDiff between an original (old) and an update (new) schema."""
+
+    def __init__(self, original: JsonSchema, update: JsonSchema) -> None:
+        self.original, self.update = original, update
+        self.memo: dict[tuple[int, str, int, str], _JsonDiffs] = {}
+        self.in_progress: set[tuple[int, str, int, str]] = set()
+
+    def view(self, v: _JsonView, side: JsonSchema) -> _JsonView:
+        if v.kind != "raw":
+            return v
+        node, doc = v.node, v.doc
+        for _ in range(_JSON_REF_DEPTH_MAX):
+            if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)):
+                break
+            node, doc = _json_resolve(node["$ref"], doc, side.schema, side.referenced)
+        if isinstance(node, bool):
+            return _JsonView("empty" if node else "false", node, doc)
+        parts = [_JsonView("combined", node, doc, part=c, criterion=c,
+                           subs=[_JsonView("raw", s, doc) for s in node[c]])
+                 for c in ("allOf", "anyOf", "oneOf") if c in node]
+        types = node.get("type")
+        types = [types] if isinstance(types, str) else list(types or [])
+        if not types:
+            types = [t for t, keywords in _JSON_TYPE_FAMILIES if any(k in node for k in keywords)]
+        typed = [_JsonView("number" if t == "integer" else t, node, doc, part=f"type:{t}")
+                 for t in types]
+        if len(typed) > 1:
+            parts.append(_JsonView("combined", node, doc, part="types", criterion="anyOf",
+                                   subs=typed))
+        else:
+            parts += typed
+        parts += [_JsonView(k, node, doc, part=k) for k in ("enum", "const", "not") if k in node]
+        if not parts:
+            return _JsonView("empty", node, doc)
+        if len(parts) == 1:
+            return parts[0]
+        return _JsonView("combined", node, doc, part="parts", criterion="allOf", subs=parts)
+
+    def compare(self, o: _JsonView | None, u: _JsonView | None) -> _JsonDiffs:
+        if o is None and u is None:
+            return []
+        if o is None:
+            return [("SCHEMA_ADDED", ())]
+        if u is None:
+            return [("SCHEMA_REMOVED", ())]
+        o, u = self.view(o, self.original), self.view(u, self.update)
+        key = (id(o.node), o.part, id(u.node), u.part)
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.in_progress:
+            return []  # a recursive schema meeting itself: compatible, as Confluent
+        self.in_progress.add(key)
+        try:
+            found = self._compare(o, u)
+        finally:
+            self.in_progress.discard(key)
+        self.memo[key] = found
+        return found
+
+    def _compare(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        if o.kind != "combined" and u.kind == "combined":
+            if len(u.subs) == 1:
+                sub = self.compare(o, u.subs[0])
+                if _json_compatible(sub):
+                    return sub
+            elif u.criterion in ("anyOf", "oneOf"):
+                for s in u.subs:
+                    sub = self.compare(o, s)
+                    if _json_compatible(sub):
+                        return [*sub, ("SUM_TYPE_EXTENDED", ())]
+        elif o.kind == "combined" and u.kind != "combined" and len(o.subs) == 1:
+            sub = self.compare(o.subs[0], u)
+            if _json_compatible(sub):
+                return sub
+        if o.kind != u.kind:
+            if o.kind == "false" or u.kind == "empty":
+                return []
+            return [("TYPE_CHANGED", ())]
+        compare_kind = getattr(self, f"_compare_{o.kind}", None)
+        return compare_kind(o, u) if compare_kind else []
+
+    @staticmethod
+    def _bounds(o: Any, u: Any, keyword: str, name: str) -> _JsonDiffs:
+        a, b = o.get(keyword), u.get(keyword)
+        if a == b or (not isinstance(a, int | float | None) or not isinstance(b, int | float | None)):
+            return []
+        if a is None:
+            change = "ADDED"
+        elif b is None:
+            change = "REMOVED"
+        else:
+            change = "INCREASED" if a < b else "DECREASED"
+        return [(f"{name}_{change}", (keyword,))]
+
+    def _compare_string(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found = (self._bounds(o.node, u.node, "maxLength", "MAX_LENGTH")
+                 + self._bounds(o.node, u.node, "minLength", "MIN_LENGTH"))
+        a, b = o.node.get("pattern"), u.node.get("pattern")
+        if a != b:
+            change = "ADDED" if a is None else "REMOVED" if b is None else "CHANGED"
+            found.append((f"PATTERN_{change}", ("pattern",)))
+        return found
+
+    def _compare_number(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found: _JsonDiffs = []
+        for keyword, name in (("maximum", "MAXIMUM"), ("minimum", "MINIMUM"),
+                              ("exclusiveMaximum", "EXCLUSIVE_MAXIMUM"),
+                              ("exclusiveMinimum", "EXCLUSIVE_MINIMUM")):
+            found += self._bounds(o.node, u.node, keyword, name)
+        a, b = o.node.get("multipleOf"), u.node.get("multipleOf")
+        if a != b:
+            if a is None or b is None:
+                change = "ADDED" if a is None else "REMOVED"
+            else:
+                change = ("EXPANDED" if b % a == 0 else "REDUCED" if a % b == 0 else "CHANGED")
+            found.append((f"MULTIPLE_OF_{change}", ("multipleOf",)))
+        o_integer, u_integer = o.part == "type:integer", u.part == "type:integer"
+        if o_integer != u_integer:
+            found.append(("TYPE_EXTENDED" if o_integer else "TYPE_NARROWED", ()))
+        return found
+
+    def _compare_enum(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        a = {_compact(v, sort_keys=True) for v in o.node["enum"]}
+        b = {_compact(v, sort_keys=True) for v in u.node["enum"]}
+        if a == b:
+            return []
+        change = "EXTENDED" if b >= a else "NARROWED" if a >= b else "CHANGED"
+        return [(f"ENUM_ARRAY_{change}", ("enum",))]
+
+    def _compare_const(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        return [] if o.node["const"] == u.node["const"] else [("TYPE_CHANGED", ("const",))]
+
+    def _compare_not(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        # `not` flips the direction: the new schema accepts more when its `not` accepts less
+        forward = self.compare(_JsonView("raw", o.node["not"], o.doc),
+                               _JsonView("raw", u.node["not"], u.doc))
+        if not forward:
+            return []
+        if _json_compatible(forward):
+            return [("NOT_TYPE_EXTENDED", ("not",))]
+        return [("NOT_TYPE_NARROWED", ("not",))]
+
+    def _compare_combined(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found: _JsonDiffs = []
+        if o.criterion != u.criterion:
+            if u.criterion == "anyOf" or (u.criterion == "oneOf" and len(o.subs) == 1) or (
+                    u.criterion == "allOf" and len(o.subs) == 1 and len(u.subs) == 1):
+                found.append(("COMBINED_TYPE_EXTENDED", ()))
+            else:
+                return [("COMBINED_TYPE_CHANGED", ())]
+        o_subs, u_subs = _json_distinct(o.subs), _json_distinct(u.subs)
+        if len(o_subs) != len(u_subs):
+            product = u.criterion == "allOf"
+            grew = len(o_subs) < len(u_subs)
+            found.append((f"{'PRODUCT' if product else 'SUM'}_TYPE_"
+                          f"{'EXTENDED' if grew else 'NARROWED'}", ()))
+        edges: dict[int, dict[int, _JsonDiffs]] = {}
+        for i, os_ in enumerate(o_subs):
+            for j, us in enumerate(u_subs):
+                sub = self.compare(os_, us)
+                if _json_compatible(sub):
+                    edges.setdefault(i, {})[j] = _json_sub(sub, o.criterion, str(i))
+        matching = _bipartite_matching({i: list(js) for i, js in edges.items()})
+        for i, j in sorted(matching.items()):
+            found += edges[i][j]
+        if len(matching) < min(len(o_subs), len(u_subs)):
+            found.append(("COMBINED_TYPE_SUBSCHEMAS_CHANGED", ()))
+        return found
+
+    def _compare_object(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found: _JsonDiffs = []
+        op, up = o.node.get("properties") or {}, u.node.get("properties") or {}
+        o_required, u_required = set(o.node.get("required") or ()), set(u.node.get("required") or ())
+        for key in op:
+            if key in up:
+                if key in o_required and key not in u_required:
+                    found.append(("REQUIRED_ATTRIBUTE_REMOVED", ("required", key)))
+                elif key not in o_required and key in u_required:
+                    found.append(("REQUIRED_ATTRIBUTE_WITH_DEFAULT_ADDED"
+                                  if self._has_default(up[key], u.doc) else
+                                  "REQUIRED_ATTRIBUTE_ADDED", ("required", key)))
+        for key in sorted(set(op) | set(up)):
+            where = ("properties", key)
+            if key not in up:
+                found += self._property_removed(o, u, key, where)
+            elif key not in op:
+                found += self._property_added(o, u, key, where, key in u_required)
+            else:
+                found += _json_sub(self.compare(_JsonView("raw", op[key], o.doc),
+                                                _JsonView("raw", up[key], u.doc)), *where)
+        found += self._dependencies(o, u)
+        found += self._additional(o, u, "additionalProperties", "ADDITIONAL_PROPERTIES")
+        found += self._bounds(o.node, u.node, "maxProperties", "MAX_PROPERTIES")
+        found += self._bounds(o.node, u.node, "minProperties", "MIN_PROPERTIES")
+        return found
+
+    def _has_default(self, node: Any, doc: str | None) -> bool:
+        """Whether a property of the update has a default (after following its $ref)."""
+        v = self.view(_JsonView("raw", node, doc), self.update)
+        return isinstance(v.node, dict) and "default" in v.node
+
+    @staticmethod
+    def _open(v: _JsonView, keyword: str = "additionalProperties") -> bool:
+        extra = v.node.get(keyword, True)
+        return extra is True and not (keyword == "additionalProperties"
+                                      and v.node.get("patternProperties"))
+
+    @staticmethod
+    def _partial(v: _JsonView, key: str | None) -> _JsonView | None:
+        if key is not None:
+            for pattern, schema in (v.node.get("patternProperties") or {}).items():
+                if re.search(pattern, key):
+                    return _JsonView("raw", schema, v.doc)
+        keyword = "additionalProperties" if key is not None else "additionalItems"
+        extra = v.node.get(keyword)
+        return _JsonView("raw", extra, v.doc) if isinstance(extra, dict) else None
+
+    def _property_removed(self, o: _JsonView, u: _JsonView, key: str,
+                          where: tuple[str, ...]) -> _JsonDiffs:
+        removed = _JsonView("raw", o.node["properties"][key], o.doc)
+        if self._open(u):
+            return [("PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", where)]
+        partial = self._partial(u, key)
+        if partial is not None:
+            sub = _json_sub(self.compare(removed, partial), *where)
+            covered = "IS" if _json_compatible(sub) else "NOT"
+            return [*sub, (f"PROPERTY_REMOVED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                           where)]
+        if removed.node is False:
+            return [("PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)]
+        return [("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)]
+
+    def _property_added(self, o: _JsonView, u: _JsonView, key: str, where: tuple[str, ...],
+                        required: bool) -> _JsonDiffs:
+        added = _JsonView("raw", u.node["properties"][key], u.doc)
+        with_default = self._has_default(added.node, u.doc)
+        if self._open(o):
+            if self.view(added, self.update).kind == "empty":
+                return [("PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL", where)]
+            if required:
+                return [("REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_OPEN_CONTENT_MODEL"
+                         if with_default else "REQUIRED_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL",
+                         where)]
+            return [("OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where)]
+        found: _JsonDiffs = []
+        partial = self._partial(o, key)
+        if partial is not None:
+            sub = _json_sub(self.compare(partial, added), *where)
+            covered = "IS" if _json_compatible(sub) else "NOT"
+            found += [*sub, (f"PROPERTY_ADDED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                             where)]
+        if required:
+            found.append(("REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_UNOPEN_CONTENT_MODEL"
+                          if with_default else "REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL",
+                          where))
+        else:
+            found.append(("OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", where))
+        return found
+
+    def _dependencies(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found: _JsonDiffs = []
+        od, ud = o.node.get("dependencies") or {}, u.node.get("dependencies") or {}
+        for key in sorted(set(od) | set(ud)):
+            a, b = od.get(key), ud.get(key)
+            where = ("dependencies", key)
+            if isinstance(a, list) or isinstance(b, list):
+                if not isinstance(b, list):
+                    found.append(("DEPENDENCY_ARRAY_REMOVED", where))
+                elif not isinstance(a, list):
+                    found.append(("DEPENDENCY_ARRAY_ADDED", where))
+                elif set(a) != set(b):
+                    change = ("EXTENDED" if set(b) >= set(a) else
+                              "NARROWED" if set(a) >= set(b) else "CHANGED")
+                    found.append((f"DEPENDENCY_ARRAY_{change}", where))
+            elif b is None:
+                found.append(("DEPENDENCY_SCHEMA_REMOVED", where))
+            elif a is None:
+                found.append(("DEPENDENCY_SCHEMA_ADDED", where))
+            else:
+                found += _json_sub(self.compare(_JsonView("raw", a, o.doc),
+                                                _JsonView("raw", b, u.doc)), *where)
+        return found
+
+    def _additional(self, o: _JsonView, u: _JsonView, keyword: str, name: str) -> _JsonDiffs:
+        a, b = o.node.get(keyword, True), u.node.get(keyword, True)
+        if (a is not False) != (b is not False):
+            return [(f"{name}_{'ADDED' if b is not False else 'REMOVED'}", (keyword,))]
+        if not isinstance(a, dict) and isinstance(b, dict):
+            return [(f"{name}_NARROWED", (keyword,))]
+        if isinstance(a, dict) and not isinstance(b, dict):
+            return [(f"{name}_EXTENDED", (keyword,))]
+        if isinstance(a, dict) and isinstance(b, dict):
+            return _json_sub(self.compare(_JsonView("raw", a, o.doc), _JsonView("raw", b, u.doc)),
+                             keyword)
+        return []
+
+    def _compare_array(self, o: _JsonView, u: _JsonView) -> _JsonDiffs:
+        found: _JsonDiffs = []
+        a, b = o.node.get("items"), u.node.get("items")
+        a_all = _JsonView("raw", a, o.doc) if isinstance(a, dict | bool) else None
+        b_all = _JsonView("raw", b, u.doc) if isinstance(b, dict | bool) else None
+        found += _json_sub(self.compare(a_all, b_all), "items")
+        a_tuple = a if isinstance(a, list) else []
+        b_tuple = b if isinstance(b, list) else []
+        for i in range(max(len(a_tuple), len(b_tuple))):
+            where = (f"items/{i}",)
+            if i < len(a_tuple) and i < len(b_tuple):
+                found += _json_sub(self.compare(_JsonView("raw", a_tuple[i], o.doc),
+                                                _JsonView("raw", b_tuple[i], u.doc)), *where)
+            elif i < len(a_tuple):
+                found += self._item_removed(_JsonView("raw", a_tuple[i], o.doc), u, where)
+            else:
+                found += self._item_added(o, _JsonView("raw", b_tuple[i], u.doc), where)
+        found += self._additional(o, u, "additionalItems", "ADDITIONAL_ITEMS")
+        found += self._bounds(o.node, u.node, "maxItems", "MAX_ITEMS")
+        found += self._bounds(o.node, u.node, "minItems", "MIN_ITEMS")
+        if bool(o.node.get("uniqueItems")) != bool(u.node.get("uniqueItems")):
+            found.append(("UNIQUE_ITEMS_REMOVED" if o.node.get("uniqueItems") else
+                          "UNIQUE_ITEMS_ADDED", ("uniqueItems",)))
+        return found
+
+    def _item_removed(self, removed: _JsonView, u: _JsonView,
+                      where: tuple[str, ...]) -> _JsonDiffs:
+        if self._open(u, "additionalItems"):
+            return [("ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL", where)]
+        partial = self._partial(u, None)
+        if partial is not None:
+            sub = _json_sub(self.compare(removed, partial), *where)
+            covered = "IS" if _json_compatible(sub) else "NOT"
+            return [*sub, (f"ITEM_REMOVED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                           where)]
+        if removed.node is False:
+            return [("ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)]
+        return [("ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)]
+
+    def _item_added(self, o: _JsonView, added: _JsonView, where: tuple[str, ...]) -> _JsonDiffs:
+        if self._open(o, "additionalItems"):
+            if self.view(added, self.update).kind == "empty":
+                return [("ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL", where)]
+            return [("ITEM_ADDED_TO_OPEN_CONTENT_MODEL", where)]
+        partial = self._partial(o, None)
+        if partial is not None:
+            sub = _json_sub(self.compare(partial, added), *where)
+            covered = "IS" if _json_compatible(sub) else "NOT"
+            return [*sub, (f"ITEM_ADDED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                           where)]
+        return [("ITEM_ADDED_TO_CLOSED_CONTENT_MODEL", where)]
+
+
+def _json_distinct(subs: list[_JsonView]) -> list[_JsonView]:
+    """Sub-schemas with duplicates dropped (Confluent compares them as a set)."""
+    seen: set[str] = set()
+    out = []
+    for s in subs:
+        key = f"{s.part}|{_compact(s.node, sort_keys=True)}" if s.kind == "raw" else \
+            f"{s.kind}|{s.part}|{id(s.node)}"
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def _bipartite_matching(edges: dict[int, list[int]]) -> dict[int, int]:
+    """A maximum matching of left to right vertices (Kuhn's augmenting paths)."""
+    match_right: dict[int, int] = {}
+
+    def augment(left: int, visited: set[int]) -> bool:
+        for right in edges.get(left, []):
+            if right in visited:
+                continue
+            visited.add(right)
+            if right not in match_right or augment(match_right[right], visited):
+                match_right[right] = left
+                return True
+        return False
+
+    for left in edges:
+        augment(left, set())
+    return {left: right for right, left in match_right.items()}
+
+
 def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool], tuple[str, Any]]:
     def parse_(text: str, referenced: dict[str, str], normalize: bool) -> tuple[str, Any]:
         raise InvalidSchema(f"{schema_type} schemas are not supported yet")
@@ -570,9 +1183,10 @@ def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool]
 
 _PARSERS: dict[str, Callable[[str, dict[str, str], bool], tuple[str, Any]]] = {
     AVRO: _parse_avro,
-    JSON: _parse_unsupported(JSON),
+    JSON: _parse_json,
     PROTOBUF: _parse_unsupported(PROTOBUF),
 }
 _CHECKERS: dict[str, Callable[[Any, Any], list[str]]] = {
     AVRO: _check_avro,
+    JSON: _check_json,
 }

@@ -319,3 +319,160 @@ def test_different_schema_types_are_incompatible() -> None:
     other = F.ParsedSchema(F.JSON, "{}", "{}", parsed=Fake())
     assert F.check("BACKWARD", avro(fields(ID)), [other]) == ["Incompatible because of different schema type"]
     assert F.check("NONE", avro(fields(ID)), [other]) == []
+
+
+# --- JSON Schema ----------------------------------------------------------------------------
+
+def js(schema: object, **kw: object) -> F.ParsedSchema:
+    return F.parse(F.JSON, schema if isinstance(schema, str) else json.dumps(schema), **kw)  # type: ignore[arg-type]
+
+
+def obj(closed: bool = False, required: tuple[str, ...] = (), **properties: object) -> dict:
+    out: dict = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def test_json_canonical_forms() -> None:
+    a = js('{"type": "object",\n  "properties": {"a": {"type": "string"}}}')
+    b = js('{"type":"object","properties":{"a":{"type":"string"}}}')
+    c = js('{"properties":{"a":{"type":"string"}},"type":"object"}')
+    assert a.canonical == b.canonical == '{"type":"object","properties":{"a":{"type":"string"}}}'
+    assert c.canonical != a.canonical  # Confluent keeps key order unless normalizing
+    assert js(c.text, normalize=True).canonical == js(a.text, normalize=True).canonical == \
+        '{"properties":{"a":{"type":"string"}},"type":"object"}'
+    assert js("true").canonical == "true"
+
+
+def test_json_references() -> None:
+    address = json.dumps(obj(street={"type": "string"}))
+    user = json.dumps(obj(home={"$ref": "address.json"}, zip={"$ref": "address.json#/properties/street"}))
+    parsed = F.parse(F.JSON, user, {"address.json": address},
+                     references=[F.Reference("address.json", "address", 1)])
+    assert parsed.parsed.referenced["address.json"]["properties"]["street"] == {"type": "string"}
+    with pytest.raises(F.InvalidSchema, match="'address.json' is not one of the schema's references"):
+        F.parse(F.JSON, user)
+    # a change in the referenced schema is seen by the check
+    address2 = json.dumps(obj(street={"type": "integer"}))
+    new = F.parse(F.JSON, user, {"address.json": address2})
+    assert F.check("BACKWARD", new, [parsed]) != []
+    assert F.check("BACKWARD", F.parse(F.JSON, user, {"address.json": address}), [parsed]) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{", "not valid JSON"),
+    ("42", "an object or a boolean"),
+    ('{"type": "strin"}', r"at \$.type"),
+    ('{"type": "object", "properties": {"a": {"minLength": -1}}}', "minLength"),
+    ('{"$schema": "http://example.com/my-draft", "type": "string"}', "unknown \\$schema"),
+    ('{"properties": {"a": {"$ref": "#/definitions/missing"}}}', "does not resolve: no 'definitions'"),
+    ('{"definitions": {}, "properties": {"a": {"$ref": "#/definitions/missing"}}}', "no 'missing'"),
+    ('{"properties": {"a": {"$ref": "other.json"}}}', "not one of the schema's references"),
+])
+def test_json_invalid_schemas(text: str, why: str) -> None:
+    with pytest.raises(F.InvalidSchema, match=why):
+        js(text)
+
+
+def test_json_drafts() -> None:
+    js({"$schema": "https://json-schema.org/draft/2020-12/schema", "$defs": {"a": {"type": "string"}},
+        "properties": {"x": {"$ref": "#/$defs/a"}}})
+    js({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"})
+    with pytest.raises(F.InvalidSchema):  # draft 4's exclusiveMinimum is a boolean
+        js({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "exclusiveMinimum": 3})
+
+
+TREE = {"type": "object", "properties": {"value": {"type": "integer"},
+                                         "children": {"type": "array", "items": {"$ref": "#"}}}}
+
+JSON_CORPUS = [
+    ("open model: optional property added", obj(a={"type": "string"}),
+     obj(a={"type": "string"}, b={"type": "integer"}), False, True),
+    ("open model: property with an empty schema added", obj(a={"type": "string"}),
+     obj(a={"type": "string"}, b={}), True, True),
+    ("closed model: optional property added", obj(True, a={"type": "string"}),
+     obj(True, a={"type": "string"}, b={"type": "integer"}), True, False),
+    ("closed model: required property added", obj(True, a={"type": "string"}),
+     obj(True, ("b",), a={"type": "string"}, b={"type": "integer"}), False, False),
+    ("closed model: required property with a default added", obj(True, a={"type": "string"}),
+     obj(True, ("b",), a={"type": "string"}, b={"type": "integer", "default": 0}), True, False),
+    ("open model: property removed", obj(a={"type": "string"}, b={"type": "integer"}),
+     obj(a={"type": "string"}), True, False),
+    ("closed model: property removed", obj(True, a={"type": "string"}, b={"type": "integer"}),
+     obj(True, a={"type": "string"}), False, True),
+    ("partially open model covers the removed property",
+     obj(a={"type": "string"}, b={"type": "integer"}) | {"additionalProperties": {"type": "integer"}},
+     obj(a={"type": "string"}) | {"additionalProperties": {"type": "integer"}}, True, True),
+    ("partially open model does not cover the removed property",
+     obj(a={"type": "string"}, b={"type": "string"}) | {"additionalProperties": {"type": "integer"}},
+     obj(a={"type": "string"}) | {"additionalProperties": {"type": "integer"}}, False, False),
+    ("required removed", obj(False, ("a",), a={"type": "string"}), obj(a={"type": "string"}), True, False),
+    ("open model closed", obj(a={"type": "string"}), obj(True, a={"type": "string"}), False, True),
+    ("integer widened to number", obj(a={"type": "integer"}), obj(a={"type": "number"}), True, False),
+    ("string to integer", obj(a={"type": "string"}), obj(a={"type": "integer"}), False, False),
+    ("type made nullable", obj(a={"type": "string"}), obj(a={"type": ["string", "null"]}), True, False),
+    ("enum value added", {"enum": ["a", "b"]}, {"enum": ["a", "b", "c"]}, True, False),
+    ("enum value removed", {"enum": ["a", "b"]}, {"enum": ["a"]}, False, True),
+    ("enum value changed", {"enum": ["a", "b"]}, {"enum": ["a", "c"]}, False, False),
+    ("string enum value added", {"type": "string", "enum": ["a"]}, {"type": "string", "enum": ["a", "b"]},
+     True, False),
+    ("maxLength tightened", {"type": "string", "maxLength": 10}, {"type": "string", "maxLength": 5},
+     False, True),
+    ("maxLength added", {"type": "string"}, {"type": "string", "maxLength": 5}, False, True),
+    ("minimum relaxed", {"type": "number", "minimum": 5}, {"type": "number", "minimum": 0}, True, False),
+    ("exclusiveMaximum tightened", {"type": "number", "exclusiveMaximum": 5},
+     {"type": "number", "exclusiveMaximum": 3}, False, True),
+    ("multipleOf reduced", {"type": "integer", "multipleOf": 4}, {"type": "integer", "multipleOf": 2},
+     True, False),
+    ("pattern added", {"type": "string"}, {"type": "string", "pattern": "^a"}, False, True),
+    ("pattern changed", {"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "^b"},
+     False, False),
+    ("array items widened", {"type": "array", "items": {"type": "integer"}},
+     {"type": "array", "items": {"type": "number"}}, True, False),
+    ("array items constrained", {"type": "array"}, {"type": "array", "items": {"type": "string"}},
+     False, True),
+    ("uniqueItems added", {"type": "array"}, {"type": "array", "uniqueItems": True}, False, True),
+    ("maxItems raised", {"type": "array", "maxItems": 3}, {"type": "array", "maxItems": 5}, True, False),
+    ("oneOf sub-schema added", {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+     {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}, True, False),
+    ("oneOf sub-schema changed", {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+     {"oneOf": [{"type": "string"}, {"type": "boolean"}]}, False, False),
+    ("oneOf to anyOf", {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+     {"anyOf": [{"type": "string"}, {"type": "integer"}]}, True, False),
+    ("anything to string", {}, {"type": "string"}, False, True),
+    ("definitions through $ref widened",
+     {"definitions": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/definitions/n"}}},
+     {"definitions": {"n": {"type": "number"}}, "properties": {"a": {"$ref": "#/definitions/n"}}},
+     True, False),
+    ("title and description changed", obj(a={"type": "string"}),
+     obj(a={"type": "string", "description": "the a"}) | {"title": "A"}, True, True),
+    ("recursive schema: description added", TREE, TREE | {"description": "a tree"}, True, True),
+    ("recursive schema: value widened", TREE,
+     {**TREE, "properties": {**TREE["properties"], "value": {"type": "number"}}}, True, False),
+]
+
+
+@pytest.mark.parametrize("change, old, new, backward, forward", JSON_CORPUS,
+                         ids=[c[0] for c in JSON_CORPUS])
+def test_json_compatibility_corpus(change: str, old: object, new: object, backward: bool,
+                                   forward: bool) -> None:
+    assert_levels(js(new), js(old), backward, forward)
+
+
+def test_json_messages_are_confluents() -> None:
+    old, new = js(obj(a={"type": "string"})), js(obj(a={"type": "string"}, b={"type": "integer"}))
+    assert F.check("BACKWARD", new, [old]) == [
+        '{errorType:"OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", description:"The new schema has an '
+        "open content model and has a property or item at path '#/properties/b' which is missing in the "
+        'old schema"}']
+    old, new = js({"type": "string", "maxLength": 10}), js({"type": "string", "maxLength": 5})
+    assert F.check("BACKWARD", new, [old]) == [
+        '{errorType:"MAX_LENGTH_DECREASED", description:"The value at path \'#/maxLength\' in the new '
+        'schema is less than its value in the old schema"}']
+    old, new = js(obj(a={"type": "string"})), js(obj(a={"type": "integer"}))
+    assert F.check("FORWARD", new, [old]) == [
+        '{errorType:"TYPE_CHANGED", description:"A type at path \'#/properties/a\' is different between '
+        'the old schema and the new schema"}']
