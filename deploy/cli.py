@@ -29,6 +29,7 @@ from deploy import (
     mirror_cmd,
     perf_cmd,
     quotas_cmd,
+    registry_cmd,
     render_cmd,
     security_cmds,
     topology_cmd,
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     security_cmds.add_parsers(sub)  # users, acls
     txn_cmds.add_parser(sub)      # transactions list|describe|abort
     quotas_cmd.add_parser(sub)    # quotas describe|alter
+    registry_cmd.add_parser(sub)  # registry (schema registry of a cluster)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")

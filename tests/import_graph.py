@@ -17,7 +17,7 @@ ROOTS = ("cluster", "mirror", "topology", "spark_aggregate", "deploy")
 
 # Layers of `cluster/`, lowest first: a package may import its own layer and those below.
 CLUSTER_LAYERS = ("common", "protocol", "security", "storage", "quorum", "controller", "replication", "groups",
-                  "transactions", "broker")
+                  "transactions", "broker", "registry")
 # The client library stands beside the layers and uses only these.
 CLIENT_MAY_IMPORT = frozenset({"common", "protocol", "security", "client"})
 # Top-level packages, lowest first: each may import those before it.
@@ -155,9 +155,9 @@ def layer_violations(imports: Iterable[Import]) -> list[str]:
             elif src == "client" or dst == "client":
                 if src == "client" and dst not in CLIENT_MAY_IMPORT:
                     out.append(f"{where}: the client library may only use {sorted(CLIENT_MAY_IMPORT - {'client'})}")
-                elif dst == "client" and src not in ("replication", "transactions", "broker"):
-                    out.append(f"{where}: only the replica fetchers and the transaction coordinator (markers) "
-                               "talk to other brokers as a client")
+                elif dst == "client" and src not in ("replication", "transactions", "broker", "registry"):
+                    out.append(f"{where}: only the replica fetchers, the transaction coordinator (markers) "
+                               "and the schema registry (its _schemas topic) talk to brokers as a client")
             elif dst not in CLUSTER_LAYERS or src not in CLUSTER_LAYERS:
                 out.append(f"{where}: cluster/{src or dst} is not in the layer list of tests/import_graph.py")
             elif CLUSTER_LAYERS.index(dst) > CLUSTER_LAYERS.index(src):

@@ -42,6 +42,7 @@ from topology.model import (
     Defaults,
     MirrorSpec,
     NodeAddress,
+    RegistrySpec,
     TopicSpec,
     Topology,
     WarehouseSpec,
@@ -72,7 +73,8 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
 CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client", "listeners",
-                "client_listener", "users", "racks")
+                "client_listener", "users", "racks", "registry")
+REGISTRY_KEYS = ("listen", "auth_token", "basic_auth_users", "keystore")
 _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
@@ -452,7 +454,8 @@ class _Loader:
                     self.fail(path + ("client_listener",), f"{client_listener!r} is not a listener of cluster "
                                                            f"{name!r}; its listeners: {', '.join(known)}")
             clusters[name] = dataclasses.replace(spec, listeners=listeners, client_listener=client_listener,
-                                                 users=self.users(table, path), racks=self.racks(table, path, spec))
+                                                 users=self.users(table, path), racks=self.racks(table, path, spec),
+                                                 registry=self.registry(table, path))
         return clusters
 
     def listeners(self, table: dict[str, Any], path: KeyPath, spec: ClusterSpec) -> dict[str, tuple[NodeAddress, ...]]:
@@ -491,6 +494,29 @@ class _Loader:
             addresses = self.nodes(raw, lpath, raw_name, first_id=1, low=0, high=len(spec.brokers))
             out[listener] = addresses
         return out
+
+    def registry(self, table: dict[str, Any], path: KeyPath) -> RegistrySpec | None:
+        """[clusters.NAME.registry]: listen = "host:port" (required), auth_token = a secret
+        reference, basic_auth_users = a users file, keystore = a PEM keystore (HTTPS)."""
+        if "registry" not in table:
+            return None
+        rpath = path + ("registry",)
+        raw = self.table(table["registry"], rpath, hint=' ([clusters.NAME.registry] with listen = "host:port")')
+        self.keys(raw, rpath, REGISTRY_KEYS, required=("listen",))
+        listen = self.address(raw["listen"], rpath + ("listen",), 0)
+        token = ""
+        if "auth_token" in raw:
+            token = raw["auth_token"]
+            if not isinstance(token, str) or not is_reference(token):
+                self.fail(rpath + ("auth_token",), "must be a reference to the token, never the token: "
+                                                   '"${file:...}", "${dir:...}" or "${env:...}"')
+            token = absolute_references(token, self.base_dir)
+        files = {}
+        for key in ("basic_auth_users", "keystore"):
+            if key in raw:
+                value = self.string(raw, rpath, key)
+                files[key] = str((self.base_dir / value) if not Path(value).is_absolute() else Path(value))
+        return RegistrySpec(listen=listen, auth_token=token, **files)
 
     def racks(self, table: dict[str, Any], path: KeyPath, spec: ClusterSpec) -> tuple[str, ...]:
         """Each broker's broker.rack, in broker order: a cluster stretched over zones or

@@ -56,6 +56,24 @@ class NodeAddress:
 
 
 @dataclass(frozen=True)
+class RegistrySpec:
+    """A cluster's schema registry (`[clusters.NAME.registry]`): Confluent's REST API on
+    `listen`, state in the cluster's `_schemas` topic."""
+
+    listen: NodeAddress
+    auth_token: str = ""
+    """Bearer token reference (${file:...}/${dir:...}/${env:...}), empty = none."""
+    basic_auth_users: str = ""
+    """A file of `user: password` lines for HTTP basic auth, empty = none."""
+    keystore: str = ""
+    """PEM keystore for HTTPS, empty = plain HTTP."""
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.keystore else 'http'}://{self.listen}"
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     datacenter: str
@@ -81,6 +99,8 @@ class ClusterSpec:
 
     racks: tuple[str, ...] = ()
     """Each broker's broker.rack, in broker order (empty: no racks)."""
+    registry: RegistrySpec | None = None
+    """The cluster's schema registry, if it has one (`dcmirror registry`, run by `up`)."""
 
     @property
     def nodes(self) -> tuple[NodeAddress, ...]:

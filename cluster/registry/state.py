@@ -572,19 +572,26 @@ class RegistryState:
         return self._check_against(level, parsed, previous)
 
     def _check_against(self, level: str, parsed: ParsedSchema, previous: Sequence[SchemaVersion]) -> list[str]:
+        """The reasons `parsed` is not compatible with `previous` (oldest first) under
+        `level`, with Confluent's trailer naming the version that failed (the transitive
+        levels compare newest first and stop at the first failure, as Confluent does)."""
         if level == "NONE" or not previous:
             return []
-        olds: list[ParsedSchema] = []
-        for sv in previous:
+        transitive = level.endswith("_TRANSITIVE")
+        base = level.removesuffix("_TRANSITIVE")
+        for sv in reversed(previous if transitive else previous[-1:]):
             if sv.schema_type != parsed.schema_type:
-                return [f"Incompatible schema type: {sv.schema_type} (version {sv.version}) "
-                        f"and {parsed.schema_type}"]
-            old = self._parsed_version(sv)
-            if old is None:
-                raise store_error(f"Stored schema {sv.schema_id} (subject {sv.subject} version {sv.version}) "
-                                  "does not parse")
-            olds.append(old)
-        return self._check(level, parsed, olds)
+                messages = ["Incompatible because of different schema type"]
+            else:
+                old = self._parsed_version(sv)
+                if old is None:
+                    raise store_error(f"Stored schema {sv.schema_id} (subject {sv.subject} version "
+                                      f"{sv.version}) does not parse")
+                messages = self._check(base, parsed, [old])
+            if messages:
+                return [*messages, f"{{oldSchemaVersion: {sv.version}}}", f"{{oldSchema: '{sv.text}'}}",
+                        f"{{compatibility: '{level}'}}"]
+        return []
 
     # -- register and delete ------------------------------------------------------------------
 

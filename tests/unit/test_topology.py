@@ -286,7 +286,7 @@ def test_unknown_key_in_cluster_table_has_line() -> None:
     assert line(text, "bokers") == 7
     assert_error(err(text), "clusters.aggregate.bokers", 7,
                  "unknown key 'bokers' (did you mean 'brokers'?); "
-                 "known keys: datacenter, brokers, controllers, data_dir, config, client, listeners, client_listener, users, racks")
+                 "known keys: datacenter, brokers, controllers, data_dir, config, client, listeners, client_listener, users, racks, registry")
 
 
 def test_unknown_key_without_close_match() -> None:

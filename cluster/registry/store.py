@@ -1,0 +1,151 @@
+"""The registry's trio shell over its cluster's `_schemas` topic.
+
+At start the topic is created if missing (1 partition, cleanup.policy=compact, replication
+factor min(3, brokers); min.insync.replicas is the cluster's default) and read from its
+beginning into a RegistryState; then it is tailed for as long as the store runs. A write
+is planned against the state, produced (acks=all, idempotent), and answered only once the
+tail has applied it (read-your-writes): the state never holds what the topic does not.
+
+One instance writes (the primary). Writes are serialized by a lock, so a plan is always
+made against the state that includes every earlier write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import trio
+
+from cluster.client.admin import Admin, AdminError
+from cluster.client.consumer import LATEST, Consumer
+from cluster.client.errors import KafkaError
+from cluster.client.producer import DeliveryFuture, Producer
+from cluster.client.topic_partition import TopicPartition
+from cluster.protocol.errors import ErrorCode
+from cluster.registry.state import Record, RegistryError, RegistryState
+from cluster.security.connector import CLIENT_SECURITY_KEYS
+
+log = logging.getLogger(__name__)
+
+SCHEMAS_TOPIC = "_schemas"
+WRITE_TIMEOUT_S = 30.0
+"""A write not acknowledged and read back by then answers 50002 (Confluent's timeout)."""
+TAIL_POLL_S = 1.0
+T = TypeVar("T")
+
+
+class RegistryStore:
+    """The state of one registry and the topic it lives in."""
+
+    def __init__(self, client_config: Mapping[str, Any], *, state: RegistryState | None = None,
+                 topic: str = SCHEMAS_TOPIC, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
+        self.client_config = dict(client_config)
+        self.state = state if state is not None else RegistryState()
+        self.topic = topic
+        self.write_timeout_s = write_timeout_s
+        self.ready = False
+        self._lock = trio.Lock()
+        self._applied = trio.Event()           # set (and replaced) whenever the tail applies records
+        self._producer: Producer | None = None
+        self.metrics = {"writes": 0, "records_written": 0, "write_errors": 0}
+
+    # -- the topic ------------------------------------------------------------------------
+
+    async def ensure_topic(self) -> None:
+        admin_config = {k: v for k, v in self.client_config.items() if k in CLIENT_SECURITY_KEYS}
+        async with Admin(self.client_config["bootstrap.servers"], client_id="dcmirror-registry",
+                         config=admin_config) as admin:
+            meta = await admin.metadata([self.topic])
+            if any(t.name == self.topic and t.error_code == 0 for t in meta.topics):
+                return
+            replication = min(3, max(1, len(meta.brokers)))
+            try:
+                await admin.create_topic(self.topic, 1, replication, {"cleanup.policy": "compact"})
+                log.info("created %s (1 partition, replication factor %d, compacted)", self.topic, replication)
+            except AdminError as exc:
+                if exc.code != ErrorCode.topic_already_exists:
+                    raise
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Create the topic if needed, replay it, report started, then tail it and serve
+        writes until cancelled."""
+        await self.ensure_topic()
+        tp: TopicPartition = (self.topic, 0)
+        consumer_config = {**self.client_config, "group.id": "", "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest"}
+        producer_config = {**self.client_config, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
+                           "client.id": "dcmirror-registry"}
+        async with Consumer(consumer_config) as consumer, Producer(producer_config) as producer:
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end = (await consumer.list_offsets({tp: LATEST}))[tp] or 0
+            while self.state.applied_offset < end - 1:
+                await self._consume(consumer, tp, TAIL_POLL_S)
+            self._producer = producer
+            self.ready = True
+            log.info("registry state replayed from %s: %d records applied, %d skipped", self.topic,
+                     self.state.records_applied, self.state.records_skipped)
+            task_status.started()
+            try:
+                while True:
+                    await self._consume(consumer, tp, TAIL_POLL_S)
+            finally:
+                self.ready = False
+                self._producer = None
+
+    async def _consume(self, consumer: Consumer, tp: TopicPartition, timeout_s: float) -> None:
+        batches = await consumer.getmany(timeout_s=timeout_s)
+        applied = False
+        for record in batches.get(tp, ()):
+            self.state.apply(record.key, record.value, record.offset)
+            applied = True
+        if applied:
+            self._applied.set()
+            self._applied = trio.Event()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def write(self, plan: Callable[[RegistryState], tuple[list[Record], T]]) -> T:
+        """Plan against the current state, append the records, wait until the tail has
+        applied them, answer the plan's answer. RegistryError from the plan passes through;
+        a store failure is 50001, a timeout 50002."""
+        async with self._lock:
+            records, answer = plan(self.state)
+            if not records:
+                return answer
+            producer = self._producer
+            if producer is None:
+                raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
+                                                "the registry is not ready")
+            self.metrics["writes"] += 1
+            last = -1
+            with trio.move_on_after(self.write_timeout_s) as scope:
+                try:
+                    futures = []
+                    for key, value in records:
+                        fut = DeliveryFuture()
+                        producer.produce(self.topic, value, key, partition=0, on_delivery=fut)
+                        futures.append(fut)
+                    for fut in futures:
+                        last = max(last, (await fut.wait()).offset)
+                except KafkaError as exc:
+                    self.metrics["write_errors"] += 1
+                    log.warning("writing to %s failed: %s", self.topic, exc)
+                    raise RegistryError(500, 50001, "Error in the backend data store") from exc
+                while self.state.applied_offset < last:
+                    await self._applied.wait()
+            if scope.cancelled_caught:
+                self.metrics["write_errors"] += 1
+                raise RegistryError(500, 50002, "Register operation timed out")
+            self.metrics["records_written"] += len(records)
+            return answer
+
+    async def wait_applied(self, offset: int, timeout_s: float = math.inf) -> bool:
+        with trio.move_on_after(timeout_s):
+            while self.state.applied_offset < offset:
+                await self._applied.wait()
+            return True
+        return False
