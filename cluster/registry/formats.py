@@ -9,6 +9,8 @@ below. Interface first; the formats fill it in.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +22,10 @@ import avro.name
 import avro.schema
 import jsonschema
 import jsonschema.validators
+from antlr4.error.ErrorListener import ErrorListener
+from google.protobuf import descriptor_pb2, descriptor_pool, message, text_format
+from proto_schema_parser import ast as proto_ast
+from proto_schema_parser.parser import Parser as ProtoParser
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
@@ -1175,6 +1181,493 @@ def _bipartite_matching(edges: dict[int, list[int]]) -> dict[int, int]:
     return {left: right for right, left in match_right.items()}
 
 
+# --- Protobuf ----------------------------------------------------------------------------
+#
+# Two forms are accepted, as Confluent's registry does: .proto text (parsed with
+# proto-schema-parser, then built into a FileDescriptorProto here) and a base64-encoded
+# serialized FileDescriptorProto (what confluent-kafka's ProtobufSerializer registers).
+# Both are checked by building them in a protobuf DescriptorPool with their references
+# (import path -> referenced schema) and google/protobuf/*.proto well-known types, which
+# resolves every type name. `canonical` is the resolved FileDescriptorProto in protobuf
+# text format without file name, json_name, options and source info, so one schema has one
+# canonical form whichever form it was registered in (options do not distinguish
+# schemas; `normalize` changes nothing more).
+#
+# Compatibility is Confluent's protobuf SchemaDiff (old = original, new = update): messages
+# by name, fields by number; a removed message, a field whose kind (scalar, message, map)
+# or scalar group (int32/int64/uint32/uint64/bool/enum, sint32/sint64, string/bytes,
+# fixed32/sfixed32, fixed64/sfixed64, float, double) changes, a message-typed field whose
+# type is renamed or changed incompatibly, a required field added or removed, several fields
+# moved into one oneof, a oneof field removed, the package changed are incompatible.
+
+_PROTO_SCALARS = {
+    "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
+    "float": descriptor_pb2.FieldDescriptorProto.TYPE_FLOAT,
+    "int64": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+    "uint64": descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+    "int32": descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+    "fixed64": descriptor_pb2.FieldDescriptorProto.TYPE_FIXED64,
+    "fixed32": descriptor_pb2.FieldDescriptorProto.TYPE_FIXED32,
+    "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+    "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+    "bytes": descriptor_pb2.FieldDescriptorProto.TYPE_BYTES,
+    "uint32": descriptor_pb2.FieldDescriptorProto.TYPE_UINT32,
+    "sfixed32": descriptor_pb2.FieldDescriptorProto.TYPE_SFIXED32,
+    "sfixed64": descriptor_pb2.FieldDescriptorProto.TYPE_SFIXED64,
+    "sint32": descriptor_pb2.FieldDescriptorProto.TYPE_SINT32,
+    "sint64": descriptor_pb2.FieldDescriptorProto.TYPE_SINT64,
+}
+_F = descriptor_pb2.FieldDescriptorProto
+_PROTO_SCALAR_GROUPS = {
+    **dict.fromkeys((_F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_UINT32, _F.TYPE_UINT64, _F.TYPE_BOOL,
+                     _F.TYPE_ENUM), "GENERAL_NUMBER"),
+    **dict.fromkeys((_F.TYPE_SINT32, _F.TYPE_SINT64), "SIGNED_NUMBER"),
+    **dict.fromkeys((_F.TYPE_STRING, _F.TYPE_BYTES), "STRING_OR_BYTES"),
+    **dict.fromkeys((_F.TYPE_FIXED32, _F.TYPE_SFIXED32), "FIXED32"),
+    **dict.fromkeys((_F.TYPE_FIXED64, _F.TYPE_SFIXED64), "FIXED64"),
+    _F.TYPE_FLOAT: "FLOAT", _F.TYPE_DOUBLE: "DOUBLE",
+}
+_PROTO_COMPATIBLE_CHANGES = frozenset("""
+    MESSAGE_ADDED MESSAGE_MOVED ENUM_ADDED ENUM_REMOVED ENUM_CONST_ADDED ENUM_CONST_CHANGED
+    ENUM_CONST_REMOVED FIELD_ADDED FIELD_REMOVED FIELD_NAME_CHANGED
+    FIELD_STRING_OR_BYTES_LABEL_CHANGED ONEOF_ADDED ONEOF_REMOVED ONEOF_FIELD_ADDED
+""".split())
+_PROTO_MAIN_FILE = "schema.proto"  # the registered schema's file name in its pool
+
+
+@dataclass(frozen=True)
+class ProtobufSchema:
+    """A parsed Protobuf schema (ParsedSchema.parsed for PROTOBUF): its FileDescriptorProto
+    (type names resolved), the pool holding it and its dependencies (for readers:
+    pool.FindMessageTypeByName), and `serialized`, the base64 FileDescriptorProto that
+    confluent-kafka's deserializers ask for (GET ...?format=serialized)."""
+
+    file: descriptor_pb2.FileDescriptorProto
+    pool: Any
+    serialized: str
+
+
+class _RaisingErrorListener(ErrorListener):  # type: ignore[misc]
+    def syntaxError(self, recognizer: Any, offendingSymbol: Any, line: int, column: int,
+                    msg: str, e: Any) -> None:
+        raise InvalidSchema(f"Invalid PROTOBUF schema: line {line}:{column + 1}: {msg}")
+
+
+def _strict(recognizer: Any) -> None:
+    recognizer.removeErrorListeners()
+    recognizer.addErrorListener(_RaisingErrorListener())
+
+
+def _parse_protobuf(text: str, referenced: dict[str, str],
+                    normalize: bool) -> tuple[str, ProtobufSchema]:
+    if not text.strip():
+        raise InvalidSchema("Invalid PROTOBUF schema: empty")
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+    files = {name: _proto_file(ref_text, name) for name, ref_text in referenced.items()}
+    main = _proto_file(text, _PROTO_MAIN_FILE)
+    for name in [*files, _PROTO_MAIN_FILE]:
+        _proto_add(pool, files | {_PROTO_MAIN_FILE: main}, name, added, [])
+    resolved = descriptor_pb2.FileDescriptorProto()
+    pool.FindFileByName(_PROTO_MAIN_FILE).CopyToProto(resolved)
+    serialized = base64.b64encode(main.SerializeToString(deterministic=True)).decode()
+    return _proto_canonical(resolved), ProtobufSchema(resolved, pool, serialized)
+
+
+def _proto_file(text: str, name: str) -> descriptor_pb2.FileDescriptorProto:
+    """`text` as a FileDescriptorProto named `name`: base64 of a serialized one, or .proto."""
+    stripped = text.strip()
+    if stripped and re.fullmatch(r"[A-Za-z0-9+/=\s]+", stripped):
+        try:
+            fdp = descriptor_pb2.FileDescriptorProto.FromString(
+                base64.b64decode(stripped, validate=False))
+        except (binascii.Error, message.DecodeError, ValueError) as e:
+            raise InvalidSchema(f"Invalid PROTOBUF schema: neither .proto text nor a base64 "
+                                f"FileDescriptorProto ({e})") from None
+        fdp.name = name
+        return fdp
+    try:
+        tree = ProtoParser(setup_lexer=_strict, setup_parser=_strict).parse(text)
+    except InvalidSchema:
+        raise
+    except Exception as e:  # the parser's own failures on odd input
+        raise InvalidSchema(f"Invalid PROTOBUF schema: {e}") from None
+    return _ProtoBuilder(name).file(tree)
+
+
+def _proto_add(pool: Any, files: Mapping[str, descriptor_pb2.FileDescriptorProto], name: str,
+               added: set[str], path: list[str]) -> None:
+    """Add file `name` to the pool after its dependencies."""
+    if name in added:
+        return
+    if name in path:
+        raise InvalidSchema(f"Invalid PROTOBUF schema: import cycle {' -> '.join(path + [name])}")
+    fdp = files.get(name)
+    if fdp is None:
+        fdp = _proto_well_known(name)
+        if fdp is None:
+            importer = path[-1] if path else _PROTO_MAIN_FILE
+            raise InvalidSchema(f"Invalid PROTOBUF schema: {importer} imports {name!r}, which is "
+                                "not one of the schema's references")
+    for dependency in fdp.dependency:
+        _proto_add(pool, files, dependency, added, [*path, name])
+    try:
+        pool.Add(fdp)
+    except (TypeError, ValueError, KeyError) as e:
+        where = "" if name == _PROTO_MAIN_FILE else f" (reference {name!r})"
+        raise InvalidSchema(f"Invalid PROTOBUF schema{where}: {e}") from None
+    added.add(name)
+
+
+def _proto_well_known(name: str) -> descriptor_pb2.FileDescriptorProto | None:
+    """google/protobuf/*.proto from the protobuf package (Confluent has them built in)."""
+    if not name.startswith("google/protobuf/"):
+        return None
+    import importlib
+    module = name.removeprefix("google/protobuf/").removesuffix(".proto") + "_pb2"
+    try:
+        importlib.import_module(f"google.protobuf.{module}")
+        found = descriptor_pool.Default().FindFileByName(name)
+    except (ImportError, KeyError):
+        return None
+    fdp = descriptor_pb2.FileDescriptorProto()
+    found.CopyToProto(fdp)
+    return fdp
+
+
+def _proto_canonical(resolved: descriptor_pb2.FileDescriptorProto) -> str:
+    fdp = descriptor_pb2.FileDescriptorProto()
+    fdp.CopyFrom(resolved)
+    fdp.ClearField("name")
+    fdp.ClearField("source_code_info")
+    _proto_strip(fdp)
+    return text_format.MessageToString(fdp, as_one_line=True)
+
+
+def _proto_strip(msg: Any) -> None:
+    """Drop options and json_name everywhere (protoc fills them, .proto text may not)."""
+    for fd, value in list(msg.ListFields()):
+        if fd.name in ("options", "json_name"):
+            msg.ClearField(fd.name)
+        elif fd.message_type is not None:
+            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == 3
+            for item in (value if repeated else [value]):
+                _proto_strip(item)
+
+
+class _ProtoBuilder:
+    """A proto-schema-parser AST as a FileDescriptorProto (type names left relative: the
+    DescriptorPool resolves them by protobuf's scoping rules)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def file(self, tree: proto_ast.File) -> descriptor_pb2.FileDescriptorProto:
+        fdp = descriptor_pb2.FileDescriptorProto(name=self.name)
+        syntax = tree.syntax or "proto2"
+        if tree.edition:
+            raise InvalidSchema("Invalid PROTOBUF schema: editions are not supported")
+        if syntax not in ("proto2", "proto3"):
+            raise InvalidSchema(f"Invalid PROTOBUF schema: unknown syntax {syntax!r}")
+        self.proto3 = syntax == "proto3"
+        if syntax == "proto3":
+            fdp.syntax = "proto3"
+        for element in tree.file_elements:
+            if isinstance(element, proto_ast.Package):
+                fdp.package = element.name
+            elif isinstance(element, proto_ast.Import):
+                if element.public:
+                    fdp.public_dependency.append(len(fdp.dependency))
+                if element.weak:
+                    fdp.weak_dependency.append(len(fdp.dependency))
+                fdp.dependency.append(element.name)
+            elif isinstance(element, proto_ast.Message):
+                self.message(element, fdp.message_type.add())
+            elif isinstance(element, proto_ast.Enum):
+                self.enum(element, fdp.enum_type.add())
+            elif isinstance(element, proto_ast.Service):
+                self.service(element, fdp.service.add())
+            elif isinstance(element, proto_ast.Extension):
+                raise InvalidSchema("Invalid PROTOBUF schema: extensions are not supported")
+        return fdp
+
+    def message(self, m: proto_ast.Message, out: descriptor_pb2.DescriptorProto) -> None:
+        out.name = m.name
+        for element in m.elements:
+            if isinstance(element, proto_ast.Field):
+                self.field(element, out.field.add())
+            elif isinstance(element, proto_ast.MapField):
+                self.map_field(element, out)
+            elif isinstance(element, proto_ast.OneOf):
+                index = len(out.oneof_decl)
+                out.oneof_decl.add(name=element.name)
+                for member in element.elements:
+                    if isinstance(member, proto_ast.Field):
+                        f = out.field.add()
+                        self.field(member, f)
+                        f.oneof_index = index
+                        f.label = _F.LABEL_OPTIONAL
+            elif isinstance(element, proto_ast.Message):
+                self.message(element, out.nested_type.add())
+            elif isinstance(element, proto_ast.Enum):
+                self.enum(element, out.enum_type.add())
+            elif isinstance(element, proto_ast.Reserved):
+                out.reserved_name.extend(element.names)
+                for r in element.ranges:
+                    start, end = self.range(r)
+                    out.reserved_range.add(start=start, end=end)
+            elif isinstance(element, proto_ast.ExtensionRange):
+                for r in element.ranges:
+                    start, end = self.range(r)
+                    out.extension_range.add(start=start, end=end)
+            elif isinstance(element, proto_ast.Group | proto_ast.Extension):
+                raise InvalidSchema(f"Invalid PROTOBUF schema: {type(element).__name__.lower()}s "
+                                    "are not supported")
+        # proto3 `optional` fields live in a synthetic oneof each, as protoc makes them
+        for f in out.field:
+            if f.proto3_optional:
+                f.oneof_index = len(out.oneof_decl)
+                out.oneof_decl.add(name=f"_{f.name}")
+
+    @staticmethod
+    def range(text: str) -> tuple[int, int]:
+        low, _, high = (part.strip() for part in text.partition(" to "))
+        end = 536870912 if high == "max" else int(high or low) + 1
+        return int(low), end
+
+    def field(self, f: proto_ast.Field, out: descriptor_pb2.FieldDescriptorProto) -> None:
+        out.name, out.number = f.name, f.number
+        cardinality = (f.cardinality.value if f.cardinality else "").upper()
+        out.label = {"REPEATED": _F.LABEL_REPEATED, "REQUIRED": _F.LABEL_REQUIRED}.get(
+            cardinality, _F.LABEL_OPTIONAL)
+        if cardinality == "OPTIONAL" and self.proto3:
+            out.proto3_optional = True
+        self.set_type(f.type, out)
+        for option in f.options:
+            if option.name == "default" and not isinstance(option.value, proto_ast.MessageLiteral):
+                out.default_value = str(option.value).lower() if isinstance(option.value, bool) \
+                    else str(getattr(option.value, "name", option.value))
+
+    @staticmethod
+    def set_type(type_name: str, out: descriptor_pb2.FieldDescriptorProto) -> None:
+        if type_name in _PROTO_SCALARS:
+            out.type = _PROTO_SCALARS[type_name]
+        else:
+            out.type_name = type_name
+
+    def map_field(self, f: proto_ast.MapField, out: descriptor_pb2.DescriptorProto) -> None:
+        entry = out.nested_type.add(name="".join(p[:1].upper() + p[1:]
+                                                 for p in f.name.split("_")) + "Entry")
+        entry.options.map_entry = True
+        key = entry.field.add(name="key", number=1, label=_F.LABEL_OPTIONAL)
+        self.set_type(f.key_type, key)
+        value = entry.field.add(name="value", number=2, label=_F.LABEL_OPTIONAL)
+        self.set_type(f.value_type, value)
+        out.field.add(name=f.name, number=f.number, label=_F.LABEL_REPEATED,
+                      type_name=entry.name)
+
+    @staticmethod
+    def enum(e: proto_ast.Enum, out: descriptor_pb2.EnumDescriptorProto) -> None:
+        out.name = e.name
+        for value in e.elements:
+            if isinstance(value, proto_ast.EnumValue):
+                out.value.add(name=value.name, number=value.number)
+            elif isinstance(value, proto_ast.Option) and value.name == "allow_alias":
+                out.options.allow_alias = bool(value.value)
+            elif isinstance(value, proto_ast.EnumReserved):
+                out.reserved_name.extend(value.names)
+                for r in value.ranges:
+                    start, end = _ProtoBuilder.range(r)
+                    out.reserved_range.add(start=start, end=end - 1)  # inclusive for enums
+
+    @staticmethod
+    def service(s: proto_ast.Service, out: descriptor_pb2.ServiceDescriptorProto) -> None:
+        out.name = s.name
+        for m in s.elements:
+            if isinstance(m, proto_ast.Method):
+                out.method.add(name=m.name, input_type=m.input_type.type,
+                               output_type=m.output_type.type,
+                               client_streaming=m.input_type.stream or None,
+                               server_streaming=m.output_type.stream or None)
+
+
+_ProtoDiffs = list[tuple[str, str]]  # (difference type, path)
+
+
+def _check_protobuf(reader: ProtobufSchema, writer: ProtobufSchema) -> list[str]:
+    diffs = _ProtoDiff(writer, reader).compare_files()
+    return [f"Difference{{{{fullPath='{path}', type={kind}}}}}" for kind, path in diffs
+            if kind not in _PROTO_COMPATIBLE_CHANGES]
+
+
+class _ProtoDiff:
+    """Confluent's protobuf SchemaDiff between an original (old) and an update (new)."""
+
+    def __init__(self, original: ProtobufSchema, update: ProtobufSchema) -> None:
+        self.original, self.update = original, update
+        self.visited: set[tuple[str, str]] = set()
+
+    def compare_files(self) -> _ProtoDiffs:
+        found: _ProtoDiffs = []
+        if self.original.file.package != self.update.file.package:
+            found.append(("PACKAGE_CHANGED", "#/"))
+        return found + self.compare_types(
+            list(self.original.file.message_type), list(self.update.file.message_type),
+            self.original.file.package, self.update.file.package, "")
+
+    def compare_types(self, original: list[Any], update: list[Any], o_scope: str, u_scope: str,
+                      path: str) -> _ProtoDiffs:
+        found: _ProtoDiffs = []
+        o_by_name = {m.name: (i, m) for i, m in enumerate(original) if not m.options.map_entry}
+        u_by_name = {m.name: (i, m) for i, m in enumerate(update) if not m.options.map_entry}
+        for name in sorted(set(o_by_name) | set(u_by_name)):
+            where = f"{path}{name}"
+            if name not in u_by_name:
+                found.append(("MESSAGE_REMOVED", f"#/{where}"))
+            elif name not in o_by_name:
+                found.append(("MESSAGE_ADDED", f"#/{where}"))
+            else:
+                (oi, om), (ui, um) = o_by_name[name], u_by_name[name]
+                found += self.compare_message(om, um, _proto_join(o_scope, name),
+                                              _proto_join(u_scope, name), where)
+                if oi != ui:
+                    found.append(("MESSAGE_MOVED", f"#/{where}"))
+        return found
+
+    def compare_message(self, o: Any, u: Any, o_name: str, u_name: str,
+                        path: str) -> _ProtoDiffs:
+        if (o_name, u_name) in self.visited:
+            return []  # recursion, or compared already
+        self.visited.add((o_name, u_name))
+        found: _ProtoDiffs = []
+        o_oneofs, u_oneofs = _proto_oneofs(o), _proto_oneofs(u)
+        o_top = {f.number: f for f in o.field if _proto_oneof(o, f) is None}
+        u_top = {f.number: f for f in u.field if _proto_oneof(u, f) is None}
+        o_all, u_all = {f.number: f for f in o.field}, {f.number: f for f in u.field}
+        o_in_oneof = {f.number: _proto_oneof(o, f) for f in o.field if _proto_oneof(o, f)}
+        u_in_oneof = {f.number: _proto_oneof(u, f) for f in u.field if _proto_oneof(u, f)}
+        for oneof, members in u_oneofs.items():
+            moved = sum(1 for f in members if o_top.pop(f.number, None) is not None)
+            existing = sum(1 for f in members if f.number in o_in_oneof)
+            if moved > 1:
+                found.append(("MULTIPLE_FIELDS_MOVED_TO_ONEOF", f"#/{path}/{oneof}"))
+            elif moved == 1 and existing > 0:
+                found.append(("FIELD_MOVED_TO_EXISTING_ONEOF", f"#/{path}/{oneof}"))
+        for oneof in sorted(set(o_oneofs) | set(u_oneofs)):
+            where = f"#/{path}/{oneof}"
+            if oneof not in u_oneofs:
+                found.append(("ONEOF_REMOVED", where))
+            elif oneof not in o_oneofs:
+                found.append(("ONEOF_ADDED", where))
+            else:
+                o_members = {f.number: f for f in o_oneofs[oneof]}
+                u_members = {f.number: f for f in u_oneofs[oneof]}
+                for number in sorted(set(o_members) | set(u_members)):
+                    at = f"{path}/{oneof}/{number}"
+                    if number not in u_members:
+                        found.append(("ONEOF_FIELD_REMOVED", f"#/{at}"))
+                    elif number not in o_members:
+                        found.append(("ONEOF_FIELD_ADDED", f"#/{at}"))
+                    else:
+                        found += self.compare_field(o_members[number], u_members[number], at)
+        for number in sorted(set(o_top) | set(u_top)):
+            at = f"{path}/{number}"
+            if number not in u_top:
+                required = o_top[number].label == _F.LABEL_REQUIRED
+                found.append(("REQUIRED_FIELD_REMOVED" if required else "FIELD_REMOVED", f"#/{at}"))
+            elif number not in o_top:
+                required = u_top[number].label == _F.LABEL_REQUIRED
+                found.append(("REQUIRED_FIELD_ADDED" if required else "FIELD_ADDED", f"#/{at}"))
+            else:
+                found += self.compare_field(o_top[number], u_top[number], at)
+        for number in sorted(set(o_all) & set(u_all)):
+            o_oneof, u_oneof = o_in_oneof.get(number), u_in_oneof.get(number)
+            if (o_oneof is None and u_oneof is None) or (o_oneof is not None and o_oneof == u_oneof):
+                continue
+            found += self.compare_field(o_all[number], u_all[number], f"{path}/{number}")
+        return found + self.compare_types(list(o.nested_type), list(u.nested_type), o_name,
+                                          u_name, f"{path}.")
+
+    def compare_field(self, o: Any, u: Any, path: str) -> _ProtoDiffs:
+        found: _ProtoDiffs = []
+        if o.name != u.name:
+            found.append(("FIELD_NAME_CHANGED", f"#/{path}"))
+        return found + self.compare_types_of(o, u, path)
+
+    def compare_types_of(self, o: Any, u: Any, path: str) -> _ProtoDiffs:
+        o_kind, u_kind = self.kind(o, self.original), self.kind(u, self.update)
+        if o_kind != u_kind:
+            return [("FIELD_KIND_CHANGED", f"#/{path}")]
+        found: _ProtoDiffs = []
+        if o_kind == "MAP":
+            o_entry = self.message_type(o.type_name, self.original)
+            u_entry = self.message_type(u.type_name, self.update)
+            return (self.compare_types_of(o_entry.field[0], u_entry.field[0], path)
+                    + self.compare_types_of(o_entry.field[1], u_entry.field[1], path))
+        repeated = (o.label == _F.LABEL_REPEATED, u.label == _F.LABEL_REPEATED)
+        if o_kind == "SCALAR":
+            if _PROTO_SCALAR_GROUPS[o.type] != _PROTO_SCALAR_GROUPS[u.type]:
+                found.append(("FIELD_SCALAR_KIND_CHANGED", f"#/{path}"))
+            elif repeated[0] != repeated[1]:
+                found.append(("FIELD_STRING_OR_BYTES_LABEL_CHANGED"
+                              if _PROTO_SCALAR_GROUPS[o.type] == "STRING_OR_BYTES" else
+                              "FIELD_NUMERIC_LABEL_CHANGED", f"#/{path}"))
+            return found
+        o_full, u_full = o.type_name.lstrip("."), u.type_name.lstrip(".")
+        o_local = _proto_local(o_full, self.package_of(o_full, self.original))
+        u_local = _proto_local(u_full, self.package_of(u_full, self.update))
+        if o_local != u_local:
+            return [("FIELD_NAMED_TYPE_CHANGED", f"#/{path}")]
+        sub = self.compare_message(self.message_type(o.type_name, self.original),
+                                   self.message_type(u.type_name, self.update), o_full, u_full,
+                                   o_local)
+        found += sub
+        if any(kind not in _PROTO_COMPATIBLE_CHANGES for kind, _ in sub):
+            found.append(("FIELD_NAMED_TYPE_CHANGED", f"#/{path}"))
+        return found
+
+    def kind(self, f: Any, side: ProtobufSchema) -> str:
+        if f.type != _F.TYPE_MESSAGE and f.type != _F.TYPE_GROUP:
+            return "SCALAR"  # enums are scalars to Confluent
+        entry = self.message_type(f.type_name, side)
+        return "MAP" if entry.options.map_entry else "MESSAGE"
+
+    @staticmethod
+    def message_type(type_name: str, side: ProtobufSchema) -> Any:
+        proto = descriptor_pb2.DescriptorProto()
+        side.pool.FindMessageTypeByName(type_name.lstrip(".")).CopyToProto(proto)
+        return proto
+
+    @staticmethod
+    def package_of(full_name: str, side: ProtobufSchema) -> str:
+        return str(side.pool.FindMessageTypeByName(full_name).file.package)
+
+
+def _proto_join(scope: str, name: str) -> str:
+    return f"{scope}.{name}" if scope else name
+
+
+def _proto_local(full_name: str, package: str) -> str:
+    return full_name[len(package) + 1:] if package and full_name.startswith(package + ".") \
+        else full_name
+
+
+def _proto_oneof(m: Any, f: Any) -> str | None:
+    """The real (not proto3-optional synthetic) oneof of field `f`, or None."""
+    if not f.HasField("oneof_index") or f.proto3_optional:
+        return None
+    return str(m.oneof_decl[f.oneof_index].name)
+
+
+def _proto_oneofs(m: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for f in m.field:
+        oneof = _proto_oneof(m, f)
+        if oneof is not None:
+            out.setdefault(oneof, []).append(f)
+    return out
+
+
 def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool], tuple[str, Any]]:
     def parse_(text: str, referenced: dict[str, str], normalize: bool) -> tuple[str, Any]:
         raise InvalidSchema(f"{schema_type} schemas are not supported yet")
@@ -1184,9 +1677,10 @@ def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool]
 _PARSERS: dict[str, Callable[[str, dict[str, str], bool], tuple[str, Any]]] = {
     AVRO: _parse_avro,
     JSON: _parse_json,
-    PROTOBUF: _parse_unsupported(PROTOBUF),
+    PROTOBUF: _parse_protobuf,
 }
 _CHECKERS: dict[str, Callable[[Any, Any], list[str]]] = {
     AVRO: _check_avro,
     JSON: _check_json,
+    PROTOBUF: _check_protobuf,
 }

@@ -476,3 +476,150 @@ def test_json_messages_are_confluents() -> None:
     assert F.check("FORWARD", new, [old]) == [
         '{errorType:"TYPE_CHANGED", description:"A type at path \'#/properties/a\' is different between '
         'the old schema and the new schema"}']
+
+
+# --- Protobuf -------------------------------------------------------------------------------
+
+def pb(body: str, header: str = 'syntax = "proto3";\npackage acme.v1;\n', **kw: object) -> F.ParsedSchema:
+    return F.parse(F.PROTOBUF, header + body, **kw)  # type: ignore[arg-type]
+
+
+USER_PROTO = """
+import "google/protobuf/timestamp.proto";
+message User {
+  reserved 4, 6 to 8;
+  reserved "old";
+  string name = 1;
+  repeated int64 ids = 2;
+  map<string, Address> homes = 3;
+  oneof contact { string email = 5; string phone = 9; }
+  message Address { string street = 1; }
+  enum Kind { KIND_UNKNOWN = 0; ADMIN = 1; }
+  Kind kind = 10;
+  optional int32 age = 11;
+  google.protobuf.Timestamp at = 12;
+}
+service Users { rpc Get(User) returns (User); }
+"""
+
+
+def test_protobuf_text_and_serialized_forms_have_one_canonical_form() -> None:
+    text = pb(USER_PROTO)
+    serialized = F.parse(F.PROTOBUF, text.parsed.serialized)
+    assert serialized.canonical == text.canonical
+    assert pb(USER_PROTO.replace("\n", "\n\n  ")).canonical == text.canonical  # layout
+    assert "User" in text.canonical and "Timestamp" in text.canonical
+    user = text.parsed.pool.FindMessageTypeByName("acme.v1.User")
+    assert [f.name for f in user.fields] == ["name", "ids", "homes", "email", "phone", "kind", "age", "at"]
+    assert user.fields_by_name["homes"].message_type.GetOptions().map_entry
+    assert F.check("FULL", serialized, [text]) == []
+
+
+def test_protobuf_serialized_by_protoc() -> None:
+    from google.protobuf import descriptor_pb2, timestamp_pb2
+    fdp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(fdp)  # what confluent-kafka's serializer encodes
+    parsed = F.parse(F.PROTOBUF, __import__("base64").b64encode(fdp.SerializeToString()).decode())
+    assert parsed.parsed.pool.FindMessageTypeByName("google.protobuf.Timestamp")
+    header = 'syntax = "proto3";\npackage google.protobuf;\n'
+    text = pb("message Timestamp { int64 seconds = 1; int32 nanos = 2; }", header=header)
+    assert text.canonical == parsed.canonical
+
+
+def test_protobuf_references() -> None:
+    address = 'syntax = "proto3";\npackage acme.v1;\nmessage Address { string street = 1; }\n'
+    user = 'syntax = "proto3";\npackage acme.v1;\nimport "acme/address.proto";\n' \
+           "message User { Address home = 1; }\n"
+    parsed = F.parse(F.PROTOBUF, user, {"acme/address.proto": address})
+    assert parsed.parsed.pool.FindMessageTypeByName("acme.v1.User").fields[0].message_type.name == "Address"
+    with pytest.raises(F.InvalidSchema, match="imports 'acme/address.proto', which is not one of"):
+        F.parse(F.PROTOBUF, user)
+    address2 = address.replace("string street", "int32 street")
+    assert F.check("BACKWARD", F.parse(F.PROTOBUF, user, {"acme/address.proto": address2}), [parsed]) != []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "empty"),
+    ("message A { string x = 1 }", r"line 1:26: mismatched input '}'"),
+    ("messag A {}", "mismatched input 'messag'"),
+    ('syntax = "proto3"; message A { string x = 1; int32 y = 1; }', "duplicate field number"),
+    ('syntax = "proto3"; message A { Foo x = 1; }', "couldn't resolve name 'Foo'"),
+    ('syntax = "proto3"; import "other.proto"; message A {}', "not one of the schema's references"),
+    ('syntax = "proto4"; message A {}', "unknown syntax"),
+    ("AAAA", "neither .proto text nor a base64 FileDescriptorProto"),
+])
+def test_protobuf_invalid_schemas(text: str, why: str) -> None:
+    with pytest.raises(F.InvalidSchema, match=why):
+        F.parse(F.PROTOBUF, text)
+
+
+PROTO_CORPUS = [
+    ("field added", "message M { string a = 1; }", "message M { string a = 1; int32 b = 2; }", True, True),
+    ("field removed", "message M { string a = 1; int32 b = 2; }", "message M { string a = 1; }", True, True),
+    ("field renamed", "message M { string a = 1; }", "message M { string b = 1; }", True, True),
+    ("int32 to int64", "message M { int32 a = 1; }", "message M { int64 a = 1; }", True, True),
+    ("int32 to sint32", "message M { int32 a = 1; }", "message M { sint32 a = 1; }", False, False),
+    ("string to bytes", "message M { string a = 1; }", "message M { bytes a = 1; }", True, True),
+    ("field number reused with another type", "message M { string a = 1; }", "message M { int32 a = 1; }",
+     False, False),
+    ("enum to int32", "message M { E a = 1; } enum E { Z = 0; }", "message M { int32 a = 1; } enum E { Z = 0; }",
+     True, True),
+    ("scalar to message", "message M { string a = 1; } message N { string s = 1; }",
+     "message M { N a = 1; } message N { string s = 1; }", False, False),
+    ("message removed", "message M { string a = 1; } message N { string s = 1; }",
+     "message M { string a = 1; }", False, True),
+    ("messages reordered", "message M { string a = 1; } message N { string s = 1; }",
+     "message N { string s = 1; } message M { string a = 1; }", True, True),
+    ("field's message type renamed", "message M { N a = 1; } message N { string s = 1; }",
+     "message M { O a = 1; } message O { string s = 1; }", False, False),
+    ("field's message type changed incompatibly", "message M { N a = 1; } message N { string s = 1; }",
+     "message M { N a = 1; } message N { int32 s = 1; }", False, False),
+    ("nested message: field added", "message M { message N { string s = 1; } N a = 1; }",
+     "message M { message N { string s = 1; int32 t = 2; } N a = 1; }", True, True),
+    ("enum value added", "message M { E a = 1; } enum E { Z = 0; }",
+     "message M { E a = 1; } enum E { Z = 0; ONE = 1; }", True, True),
+    ("field moved into a new oneof", "message M { string a = 1; }",
+     "message M { oneof o { string a = 1; } }", True, True),
+    ("two fields moved into one oneof", "message M { string a = 1; int32 b = 2; }",
+     "message M { oneof o { string a = 1; int32 b = 2; } }", False, True),
+    ("oneof field removed", "message M { oneof o { string a = 1; int32 b = 2; } }",
+     "message M { oneof o { string a = 1; } }", False, True),
+    ("repeated int32 made singular", "message M { repeated int32 a = 1; }", "message M { int32 a = 1; }",
+     False, False),
+    ("repeated string made singular", "message M { repeated string a = 1; }", "message M { string a = 1; }",
+     True, True),
+    ("map value type changed", "message M { map<string, string> a = 1; }",
+     "message M { map<string, int32> a = 1; }", False, False),
+    ("map to message", "message M { map<string, string> a = 1; } message N { string s = 1; }",
+     "message M { repeated N a = 1; } message N { string s = 1; }", False, False),
+    ("recursive message: field added", "message T { int32 v = 1; repeated T children = 2; }",
+     "message T { int32 v = 1; repeated T children = 2; string label = 3; }", True, True),
+    ("proto3 optional added", "message M { string a = 1; }", "message M { string a = 1; optional int32 b = 2; }",
+     True, True),
+]
+
+
+@pytest.mark.parametrize("change, old, new, backward, forward", PROTO_CORPUS,
+                         ids=[c[0] for c in PROTO_CORPUS])
+def test_protobuf_compatibility_corpus(change: str, old: str, new: str, backward: bool,
+                                       forward: bool) -> None:
+    assert_levels(pb(new), pb(old), backward, forward)
+
+
+def test_protobuf_package_and_required_fields() -> None:
+    v1 = pb("message M { string a = 1; }")
+    other = pb("message M { string a = 1; }", header='syntax = "proto3";\npackage acme.v2;\n')
+    assert F.check("BACKWARD", other, [v1]) == ["Difference{fullPath='#/', type=PACKAGE_CHANGED}"]
+    proto2 = 'syntax = "proto2";\n'
+    old = pb("message M { optional string a = 1; }", header=proto2)
+    new = pb("message M { optional string a = 1; required int32 b = 2; }", header=proto2)
+    assert F.check("BACKWARD", new, [old]) == ["Difference{fullPath='#/M/2', type=REQUIRED_FIELD_ADDED}"]
+    assert F.check("FORWARD", new, [old]) == ["Difference{fullPath='#/M/2', type=REQUIRED_FIELD_REMOVED}"]
+
+
+def test_protobuf_messages() -> None:
+    old, new = pb("message M { string a = 1; }"), pb("message M { int32 a = 1; }")
+    assert F.check("BACKWARD", new, [old]) == ["Difference{fullPath='#/M/1', type=FIELD_SCALAR_KIND_CHANGED}"]
+    old, new = pb("message M { N a = 1; } message N { string s = 1; }"), pb("message M { string a = 1; }")
+    assert F.check("BACKWARD", new, [old]) == ["Difference{fullPath='#/M/1', type=FIELD_KIND_CHANGED}",
+                                               "Difference{fullPath='#/N', type=MESSAGE_REMOVED}"]
