@@ -1,0 +1,86 @@
+"""A schema registry process (`dcmirror registry`) for the registry tests."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.harness import REPO, free_port
+
+
+class RegistryProcess:
+    """`dcmirror registry --bootstrap ... --listen ...` (or `--config FILE --cluster NAME`)
+    as a child process; start() returns once it printed its ready line (state replayed,
+    port open)."""
+
+    def __init__(self, log_path: Path, *, bootstrap: str | None = None, config: tuple[Path, str] | None = None,
+                 port: int | None = None, env: dict[str, str] | None = None) -> None:
+        self.port = port or free_port()
+        self.bootstrap = bootstrap
+        self.config = config
+        self.log_path = log_path
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_s = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "deploy.cli", "registry", "--listen", f"127.0.0.1:{self.port}"]
+        if self.config is not None:
+            cmd += ["--config", str(self.config[0]), "--cluster", self.config[1]]
+        else:
+            assert self.bootstrap is not None
+            cmd += ["--bootstrap", self.bootstrap]
+        return cmd
+
+    def start(self, timeout_s: float = 30.0) -> RegistryProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        began = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.PIPE, stderr=log, env=env)
+        assert self.proc.stdout is not None
+        deadline = began + timeout_s
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                raise RuntimeError(f"registry not ready (exit {self.proc.poll()}):\n{self.log_text()[-4000:]}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    continue
+                line += chunk
+        assert b"schema registry ready" in line, line
+        self.started_s = time.monotonic() - began
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise

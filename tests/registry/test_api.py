@@ -1,0 +1,206 @@
+"""The registry's REST answers, endpoint by endpoint, against what Confluent Schema Registry
+documents (status codes, error codes, bodies): one broker process and one `dcmirror
+registry` process for the module."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.harness import BrokerProcess
+from tests.registry.common import RegistryProcess
+
+CT = "application/vnd.schemaregistry.v1+json"
+
+
+def avro_record(*fields: tuple[str, object], name: str = "R", **extra: object) -> str:
+    out = []
+    for field_name, spec in fields:
+        out.append({"name": field_name, **(spec if isinstance(spec, dict) else {"type": spec})})
+    return json.dumps({"type": "record", "name": name, "fields": out, **extra})
+
+
+V1 = avro_record(("a", "int"))
+V2 = avro_record(("a", "int"), ("b", {"type": "string", "default": ""}))
+BREAKS_V2 = avro_record(("a", "int"), ("c", "string"))  # a new field without a default
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("registry-api") / "b1").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def http(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    reg = RegistryProcess(tmp_path_factory.mktemp("registry-api-log") / "registry.log",
+                          bootstrap=broker.bootstrap).start()
+    try:
+        with httpx.Client(base_url=reg.url, headers={"Content-Type": CT}, timeout=30) as client:
+            yield client
+    finally:
+        reg.stop()
+
+
+def error(response: httpx.Response, status: int, code: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error_code"] == code, body
+    return str(body["message"])
+
+
+def register(http: httpx.Client, subject: str, schema: str, **body: object) -> httpx.Response:
+    return http.post(f"/subjects/{subject}/versions", json={"schema": schema, **body})
+
+
+def test_root_types_and_empty_lists(http: httpx.Client) -> None:
+    r = http.get("/")
+    assert r.status_code == 200 and r.json() == {}
+    assert r.headers["content-type"].startswith(CT)
+    assert sorted(http.get("/schemas/types").json()) == ["AVRO", "JSON", "PROTOBUF"]
+    assert isinstance(http.get("/subjects").json(), list)
+    assert "." in http.get("/contexts").json()
+    error(http.get("/no/such/route"), 404, 404)
+
+
+def test_register_get_lookup_versions(http: httpx.Client) -> None:
+    r = register(http, "api-a-value", V1)
+    assert r.status_code == 200, r.text
+    id1 = r.json()["id"]
+    assert register(http, "api-a-value", V1).json() == {"id": id1}          # idempotent
+    id2 = register(http, "api-a-value", V2).json()["id"]
+    assert id2 > id1
+    assert register(http, "api-b-value", V1).json() == {"id": id1}          # same schema, same id
+    assert http.get("/subjects/api-a-value/versions").json() == [1, 2]
+    latest = http.get("/subjects/api-a-value/versions/latest").json()
+    assert latest == {"subject": "api-a-value", "version": 2, "id": id2, "schema": V2}
+    assert http.get("/subjects/api-a-value/versions/-1").json() == latest
+    assert http.get("/subjects/api-a-value/versions/1/schema").json() == json.loads(V1)
+    assert http.get(f"/schemas/ids/{id1}").json() == {"schema": V1}
+    assert http.get(f"/schemas/ids/{id1}/schema").json() == json.loads(V1)
+    assert http.get(f"/schemas/ids/{id1}/versions").json() == [
+        {"subject": "api-a-value", "version": 1}, {"subject": "api-b-value", "version": 1}]
+    assert http.get(f"/schemas/ids/{id1}/subjects").json() == ["api-a-value", "api-b-value"]
+    found = http.post("/subjects/api-a-value", json={"schema": V1}).json()
+    assert found == {"subject": "api-a-value", "version": 1, "id": id1, "schema": V1}
+    assert {"api-a-value", "api-b-value"} <= set(http.get("/subjects").json())
+    assert http.get("/subjects", params={"subjectPrefix": "api-a"}).json() == ["api-a-value"]
+    listed = http.get("/schemas", params={"subjectPrefix": "api-a", "latestOnly": "true"}).json()
+    assert [(s["subject"], s["version"]) for s in listed] == [("api-a-value", 2)]
+    # Confluent's errors
+    error(http.get("/subjects/api-nobody/versions"), 404, 40401)
+    error(http.get("/subjects/api-a-value/versions/9"), 404, 40402)
+    error(http.get("/subjects/api-a-value/versions/zero"), 422, 42202)
+    error(http.get("/schemas/ids/999999"), 404, 40403)
+    error(http.post("/subjects/api-a-value", json={"schema": avro_record(("z", "long"))}), 404, 40403)
+    error(http.post("/subjects/api-nobody", json={"schema": V1}), 404, 40401)
+    error(register(http, "api-a-value", "{not json"), 422, 42201)
+    error(register(http, "api-a-value", json.dumps({"type": "record", "name": "R"})), 422, 42201)
+    error(register(http, "api-a-value", V1, schemaType="XML"), 422, 42201)
+    error(http.post("/subjects/api-a-value/versions", content=b"{oops"), 400, 400)
+
+
+def test_compatibility(http: httpx.Client) -> None:
+    assert register(http, "api-c-value", V1).status_code == 200
+    message = error(register(http, "api-c-value", BREAKS_V2), 409, 409)
+    assert "incompatible with an earlier schema" in message
+    ok = http.post("/compatibility/subjects/api-c-value/versions/latest", json={"schema": V2})
+    assert ok.status_code == 200 and ok.json() == {"is_compatible": True}
+    bad = http.post("/compatibility/subjects/api-c-value/versions/latest", params={"verbose": "true"},
+                    json={"schema": BREAKS_V2}).json()
+    assert bad["is_compatible"] is False and bad["messages"]
+    assert "{oldSchemaVersion: 1}" in bad["messages"]
+    all_versions = http.post("/compatibility/subjects/api-c-value/versions", json={"schema": BREAKS_V2}).json()
+    assert all_versions == {"is_compatible": False}
+    error(http.post("/compatibility/subjects/api-c-value/versions/7", json={"schema": V2}), 404, 40402)
+    error(http.post("/compatibility/subjects/api-nobody/versions/latest", json={"schema": V2}), 404, 40401)
+    # a subject-level NONE lets the change in
+    assert http.put("/config/api-c-value", json={"compatibility": "NONE"}).json() == {"compatibility": "NONE"}
+    assert register(http, "api-c-value", BREAKS_V2).status_code == 200
+
+
+def test_config_and_mode(http: httpx.Client) -> None:
+    assert http.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
+    register(http, "api-cfg-value", V1)
+    error(http.get("/config/api-cfg-value"), 404, 40408)
+    assert http.get("/config/api-cfg-value", params={"defaultToGlobal": "true"}).json() == {
+        "compatibilityLevel": "BACKWARD"}
+    assert http.put("/config/api-cfg-value", json={"compatibility": "full_transitive"}).json() == {
+        "compatibility": "FULL_TRANSITIVE"}
+    assert http.get("/config/api-cfg-value").json() == {"compatibilityLevel": "FULL_TRANSITIVE"}
+    error(http.put("/config/api-cfg-value", json={"compatibility": "SOMETIMES"}), 422, 42203)
+    assert http.delete("/config/api-cfg-value").json() == {"compatibilityLevel": "FULL_TRANSITIVE"}
+    error(http.get("/config/api-cfg-value"), 404, 40408)
+    assert http.get("/mode").json() == {"mode": "READWRITE"}
+    error(http.put("/mode", json={"mode": "SLEEPY"}), 422, 42204)
+    error(http.put("/mode", json={"mode": "IMPORT"}), 422, 42205)          # subjects exist
+    assert http.put("/mode/api-cfg-value", json={"mode": "READONLY"}).json() == {"mode": "READONLY"}
+    error(register(http, "api-cfg-value", V2), 422, 42205)
+    error(http.delete("/subjects/api-cfg-value"), 422, 42205)
+    assert http.delete("/mode/api-cfg-value").json() == {"mode": "READONLY"}
+    error(http.get("/mode/api-cfg-value"), 404, 40409)
+    # IMPORT: a given id and version are kept
+    error(register(http, "api-imp-value", V2, id=500, version=3), 422, 42205)
+    assert http.put("/mode/api-imp-value", json={"mode": "IMPORT"}).json() == {"mode": "IMPORT"}
+    assert register(http, "api-imp-value", V2, id=500, version=3).json() == {"id": 500}
+    assert http.get("/subjects/api-imp-value/versions/3").json()["id"] == 500
+    error(register(http, "api-imp2-value", V1, id=500), 422, 42205)
+
+
+def test_deletes(http: httpx.Client) -> None:
+    for schema in (V1, V2):
+        assert register(http, "api-d-value", schema).status_code == 200
+    error(http.delete("/subjects/api-d-value/versions/1", params={"permanent": "true"}), 404, 40407)
+    assert http.delete("/subjects/api-d-value/versions/1").json() == 1
+    error(http.delete("/subjects/api-d-value/versions/1"), 404, 40406)
+    assert http.get("/subjects/api-d-value/versions").json() == [2]
+    assert http.get("/subjects/api-d-value/versions", params={"deleted": "true"}).json() == [1, 2]
+    error(http.get("/subjects/api-d-value/versions/1"), 404, 40402)
+    assert http.get("/subjects/api-d-value/versions/1", params={"deleted": "true"}).json()["version"] == 1
+    assert http.delete("/subjects/api-d-value/versions/1", params={"permanent": "true"}).json() == 1
+    error(http.delete("/subjects/api-d-value", params={"permanent": "true"}), 404, 40405)
+    assert http.delete("/subjects/api-d-value").json() == [2]
+    assert "api-d-value" not in http.get("/subjects").json()
+    assert "api-d-value" in http.get("/subjects", params={"deleted": "true"}).json()
+    error(http.delete("/subjects/api-d-value"), 404, 40404)
+    error(http.get("/subjects/api-d-value/versions"), 404, 40401)
+    assert http.delete("/subjects/api-d-value", params={"permanent": "true"}).json() == [2]
+    assert "api-d-value" not in http.get("/subjects", params={"deleted": "true"}).json()
+    error(http.delete("/subjects/api-d-value"), 404, 40401)
+
+
+def test_references_and_contexts(http: httpx.Client) -> None:
+    base = avro_record(("street", "string"), name="Address", namespace="com.example")
+    assert register(http, "api-address", base).status_code == 200
+    user = json.dumps({"type": "record", "name": "User", "namespace": "com.example",
+                       "fields": [{"name": "home", "type": "com.example.Address"}]})
+    refs = [{"name": "com.example.Address", "subject": "api-address", "version": 1}]
+    error(register(http, "api-user-value", user), 422, 42201)              # unresolved name
+    error(register(http, "api-user-value", user, references=[{**refs[0], "version": 9}]), 422, 42201)
+    user_id = register(http, "api-user-value", user, references=refs).json()["id"]
+    got = http.get("/subjects/api-user-value/versions/1").json()
+    assert got["references"] == refs
+    assert http.get("/subjects/api-address/versions/1/referencedby").json() == [user_id]
+    error(http.delete("/subjects/api-address/versions/1"), 422, 42206)
+    # contexts: ids per context
+    east = register(http, ":.east:api-ctx-value", V2).json()["id"]
+    assert east == 1
+    assert http.get("/schemas/ids/1", params={"subject": ":.east:api-ctx-value"}).json() == {"schema": V2}
+    assert ".east" in http.get("/contexts").json()
+    assert http.get("/contexts/.east/subjects").json() == [":.east:api-ctx-value"]
+    assert http.get("/contexts/.east/schemas/ids/1").json() == {"schema": V2}
+    assert http.get("/contexts/.east/subjects/api-ctx-value/versions").json() == [1]
+
+
+def test_limits(http: httpx.Client) -> None:
+    huge = avro_record(("a", {"type": "string", "doc": "x" * (2 * 1024 * 1024)}))
+    error(register(http, "api-big-value", huge), 422, 42201)
+    r = http.post("/subjects/api-big-value/versions", content=b" " * (5 * 1024 * 1024))
+    error(r, 413, 413)
+

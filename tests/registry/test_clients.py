@@ -1,0 +1,139 @@
+"""confluent-kafka's SchemaRegistryClient and Avro serdes against a `dcmirror registry`
+process and a real broker; the registry restarted (SIGKILL) rebuilds its state from
+`_schemas` and never reuses an id."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.harness import BrokerProcess
+from tests.registry.common import RegistryProcess
+
+USER_V1 = json.dumps({"type": "record", "name": "User", "namespace": "t",
+                      "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})
+USER_V2 = json.dumps({"type": "record", "name": "User", "namespace": "t",
+                      "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"},
+                                 {"name": "email", "type": ["null", "string"], "default": None}]})
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("registry-clients") / "b1").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+    reg = RegistryProcess(tmp_path_factory.mktemp("registry-clients-log") / "registry.log",
+                          bootstrap=broker.bootstrap).start()
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
+def client(reg: RegistryProcess) -> SchemaRegistryClient:
+    """A new client (its caches empty), so answers come from the registry."""
+    return SchemaRegistryClient({"url": reg.url})
+
+
+def test_schema_registry_client(registry: RegistryProcess) -> None:
+    sr = client(registry)
+    id1 = sr.register_schema("cl-users-value", Schema(USER_V1, "AVRO"))
+    id2 = sr.register_schema("cl-users-value", Schema(USER_V2, "AVRO"))
+    assert id2 != id1
+    assert sr.register_schema("cl-users-value", Schema(USER_V1, "AVRO")) == id1
+    assert "cl-users-value" in sr.get_subjects()
+    assert sr.get_versions("cl-users-value") == [1, 2]
+    latest = sr.get_latest_version("cl-users-value")
+    assert (latest.schema_id, latest.version, latest.subject) == (id2, 2, "cl-users-value")
+    assert json.loads(str(latest.schema.schema_str)) == json.loads(USER_V2)
+    fresh = client(registry)
+    assert json.loads(str(fresh.get_schema(id1).schema_str)) == json.loads(USER_V1)
+    found = fresh.lookup_schema("cl-users-value", Schema(USER_V1, "AVRO"))
+    assert (found.schema_id, found.version) == (id1, 1)
+    assert fresh.get_version("cl-users-value", 1).schema_id == id1
+    assert fresh.test_compatibility("cl-users-value", Schema(USER_V2, "AVRO")) is True
+    breaking = json.dumps({"type": "record", "name": "User", "namespace": "t",
+                           "fields": [{"name": "name", "type": "int"}]})
+    assert fresh.test_compatibility("cl-users-value", Schema(breaking, "AVRO")) is False
+    with pytest.raises(SchemaRegistryError) as info:
+        fresh.register_schema("cl-users-value", Schema(breaking, "AVRO"))
+    assert info.value.http_status_code == 409
+    assert fresh.delete_version("cl-users-value", 1) == 1
+    assert fresh.get_versions("cl-users-value") == [2]
+    assert fresh.delete_subject("cl-users-value") == [2]
+    assert fresh.delete_subject("cl-users-value", permanent=True) == [1, 2]
+    with pytest.raises(SchemaRegistryError) as info:
+        fresh.get_versions("cl-users-value")
+    assert info.value.error_code == 40401
+
+
+def test_avro_serdes_through_the_broker(registry: RegistryProcess, broker: BrokerProcess) -> None:
+    topic = "cl-avro-events"
+    sr = client(registry)
+    v1 = AvroSerializer(sr, USER_V1, conf={"auto.register.schemas": True})
+    v2 = AvroSerializer(sr, USER_V2, conf={"auto.register.schemas": True})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "enable.idempotence": True})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer.produce(topic, v1({"name": "ann", "age": 30}, ctx))
+    producer.produce(topic, v2({"name": "bob", "age": 40, "email": "b@x"}, ctx))
+    # use.latest.version: no registration, the subject's latest schema (v2) is used
+    latest = AvroSerializer(client(registry), USER_V1,
+                            conf={"auto.register.schemas": False, "use.latest.version": True})
+    producer.produce(topic, latest({"name": "cy", "age": 50}, ctx))
+    assert producer.flush(30) == 0
+    assert client(registry).get_versions(f"{topic}-value") == [1, 2]
+
+    deserializer = AvroDeserializer(client(registry))
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cl-avro", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[dict[str, object]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 3 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            value = deserializer(msg.value(), ctx)
+            assert isinstance(value, dict)
+            got.append(value)
+    finally:
+        consumer.close()
+    assert [g["name"] for g in got] == ["ann", "bob", "cy"]
+    assert got[1]["email"] == "b@x" and got[2].get("email") is None
+
+
+def test_restart_rebuilds_state_and_never_reuses_ids(broker: BrokerProcess, tmp_path: Path) -> None:
+    reg = RegistryProcess(tmp_path / "registry.log", bootstrap=broker.bootstrap).start()
+    try:
+        sr = client(reg)
+        ids = [sr.register_schema(f"rs-{i}-value", Schema(json.dumps(
+            {"type": "record", "name": f"R{i}", "fields": [{"name": "f", "type": "int"}]}), "AVRO"))
+            for i in range(5)]
+        sr.delete_subject("rs-4-value")
+        sr.delete_subject("rs-4-value", permanent=True)          # the highest id's only holder
+        subjects = sorted(sr.get_subjects())
+        reg.kill9()
+        reg.start()
+        fresh = client(reg)
+        assert sorted(fresh.get_subjects()) == subjects
+        assert [fresh.get_latest_version(f"rs-{i}-value").schema_id for i in range(4)] == ids[:4]
+        new_id = fresh.register_schema("rs-new-value", Schema(json.dumps(
+            {"type": "record", "name": "Fresh", "fields": [{"name": "g", "type": "long"}]}), "AVRO"))
+        assert new_id > max(ids), (new_id, ids)
+    finally:
+        reg.stop()

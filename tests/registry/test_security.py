@@ -1,0 +1,67 @@
+"""`dcmirror registry --config FILE --cluster NAME` with the topology's
+[clusters.NAME.registry]: a bearer token and basic-auth users (Confluent's clients'
+`basic.auth.user.info`), secrets from the environment and a file, never in the log."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from tests.harness import BrokerProcess, free_port
+from tests.registry.common import RegistryProcess
+
+TOKEN = "tok-3f9a1c77e2"
+PASSWORD = "pw-81d0b6c4"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("registry-sec") / "b1").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path: Path) -> None:
+    users = tmp_path / "registry-users.properties"
+    users.write_text(f"# registry users\nalice: {PASSWORD},admin\n")
+    port = free_port()
+    topology = tmp_path / "topology.toml"
+    topology.write_text(textwrap.dedent(f"""
+        [clusters.east]
+        datacenter = "east"
+        brokers = ["{broker.bootstrap}"]
+        data_dir = "{tmp_path / 'data-east'}"
+
+        [clusters.east.registry]
+        listen = "127.0.0.1:{port}"
+        auth_token = "${{env:REGISTRY_TOKEN}}"
+        basic_auth_users = "{users.name}"
+        """))
+    reg = RegistryProcess(tmp_path / "registry.log", config=(topology, "east"), port=port,
+                          env={"REGISTRY_TOKEN": TOKEN}).start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        r = httpx.get(f"{url}/subjects")
+        assert r.status_code == 401 and r.json()["error_code"] == 401
+        assert httpx.get(f"{url}/subjects", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(f"{url}/subjects", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert httpx.get(f"{url}/subjects", auth=("alice", "nope")).status_code == 401
+        assert httpx.get(f"{url}/subjects", auth=("alice", PASSWORD)).status_code == 200
+        sr = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"alice:{PASSWORD}"})
+        schema_id = sr.register_schema("sec-value", Schema('{"type": "string"}', "AVRO"))
+        assert sr.get_schema(schema_id).schema_str == '{"type": "string"}'
+        with pytest.raises(SchemaRegistryError) as info:
+            SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:bad"}).get_subjects()
+        assert info.value.http_status_code == 401
+    finally:
+        reg.stop()
+    log = reg.log_text()
+    assert TOKEN not in log and PASSWORD not in log
