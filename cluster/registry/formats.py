@@ -4,13 +4,18 @@ defines them.
 
 The registry (cluster/registry/state.py) uses only what this module exports:
 `parse(...)` -> ParsedSchema, `check(level, new, previous)` -> messages, and the names
-below. Interface first; the formats fill it in.
+below. Each format has its section: Avro (Apache `avro` parser, Avro Java's
+schema-resolution rules), JSON Schema (`jsonschema` metaschema checks, Confluent's
+SchemaDiff rules) and Protobuf (.proto text or base64 FileDescriptorProto, built in a
+protobuf DescriptorPool, Confluent's protobuf SchemaDiff rules). No I/O: references come in
+already resolved.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -785,7 +790,7 @@ def _check_json(reader: JsonSchema, writer: JsonSchema) -> list[str]:
     for kind, path in diffs:
         if kind in _JSON_COMPATIBLE_CHANGES:
             continue
-        where = "#/" + "/".join(path)
+        where = ("#/" + "/".join(path)).replace("{", "{{{{").replace("}", "}}}}")
         description = _JSON_DESCRIPTIONS.get(kind, "").format(path=where)
         messages.append(f'{{{{errorType:"{kind}", description:"{description}"}}}}')
     return messages
@@ -1323,7 +1328,6 @@ def _proto_well_known(name: str) -> descriptor_pb2.FileDescriptorProto | None:
     """google/protobuf/*.proto from the protobuf package (Confluent has them built in)."""
     if not name.startswith("google/protobuf/"):
         return None
-    import importlib
     module = name.removeprefix("google/protobuf/").removesuffix(".proto") + "_pb2"
     try:
         importlib.import_module(f"google.protobuf.{module}")
@@ -1666,12 +1670,6 @@ def _proto_oneofs(m: Any) -> dict[str, list[Any]]:
         if oneof is not None:
             out.setdefault(oneof, []).append(f)
     return out
-
-
-def _parse_unsupported(schema_type: str) -> Callable[[str, dict[str, str], bool], tuple[str, Any]]:
-    def parse_(text: str, referenced: dict[str, str], normalize: bool) -> tuple[str, Any]:
-        raise InvalidSchema(f"{schema_type} schemas are not supported yet")
-    return parse_
 
 
 _PARSERS: dict[str, Callable[[str, dict[str, str], bool], tuple[str, Any]]] = {

@@ -623,3 +623,26 @@ def test_protobuf_messages() -> None:
     old, new = pb("message M { N a = 1; } message N { string s = 1; }"), pb("message M { string a = 1; }")
     assert F.check("BACKWARD", new, [old]) == ["Difference{fullPath='#/M/1', type=FIELD_KIND_CHANGED}",
                                                "Difference{fullPath='#/N', type=MESSAGE_REMOVED}"]
+
+
+def test_json_messages_with_braces_in_property_names() -> None:
+    old, new = js(obj(**{"a{b}": {"type": "string"}})), js(obj(**{"a{b}": {"type": "integer"}}))
+    assert F.check("BACKWARD", new, [old]) == [
+        '{errorType:"TYPE_CHANGED", description:"A type at path \'#/properties/a{b}\' is different between '
+        'the new schema and the old schema"}']
+
+
+@pytest.mark.parametrize("schema_type, text", [
+    (F.AVRO, json.dumps(record({"name": "x", "type": ["null", "int"], "default": None},
+                               {"name": "m", "type": {"type": "map", "values": {"type": "array", "items": "User"}}}))),
+    (F.JSON, json.dumps({"type": "object", "properties": {"b": {"oneOf": [{"type": "integer"}, {"enum": [1, 2]}]},
+                                                          "c": {"type": "array", "items": [{"type": "string"}],
+                                                                "additionalItems": False},
+                                                          "d": {"$ref": "#/definitions/x"}},
+                         "definitions": {"x": {"not": {"const": 3}}}, "patternProperties": {"^z": {}},
+                         "dependencies": {"a": ["b"], "b": {"required": ["c"]}}})),
+    (F.PROTOBUF, 'syntax = "proto3"; package p; message M { map<int32, M> m = 1; oneof o { string a = 2; M b = 3; }'
+                 ' repeated E e = 4; enum E { Z = 0; } reserved 10 to max; }'),
+])
+def test_a_schema_is_compatible_with_itself(schema_type: str, text: str) -> None:
+    assert F.check("FULL_TRANSITIVE", F.parse(schema_type, text), [F.parse(schema_type, text)]) == []
