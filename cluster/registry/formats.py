@@ -790,7 +790,7 @@ def _check_json(reader: JsonSchema, writer: JsonSchema) -> list[str]:
     for kind, path in diffs:
         if kind in _JSON_COMPATIBLE_CHANGES:
             continue
-        where = ("#/" + "/".join(path)).replace("{", "{{{{").replace("}", "}}}}")
+        where = ("#/" + "/".join(path)).replace("{", "{{").replace("}", "}}")
         description = _JSON_DESCRIPTIONS.get(kind, "").format(path=where)
         messages.append(f'{{{{errorType:"{kind}", description:"{description}"}}}}')
     return messages
