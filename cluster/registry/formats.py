@@ -18,6 +18,7 @@ import binascii
 import importlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,7 +193,11 @@ def _parse_avro(text: str, referenced: dict[str, str], normalize: bool) -> tuple
 def _avro_parse_one(data: Any, names: avro.name.Names) -> avro.schema.Schema:
     names.default_namespace = None
     try:
-        schema = avro.schema.make_avsc_object(data, names)
+        with warnings.catch_warnings():
+            # an invalid or unknown logicalType is ignored (the type stays its base type),
+            # as Avro Java does, and without a warning per parse
+            warnings.simplefilter("ignore", avro.errors.IgnoredLogicalType)
+            schema = avro.schema.make_avsc_object(data, names)
     except (avro.errors.AvroException, TypeError, AttributeError, KeyError, ValueError) as e:
         raise InvalidSchema(f"Invalid AVRO schema: {e}") from None
     problem = _avro_invalid_default(schema, set())

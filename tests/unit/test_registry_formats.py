@@ -646,3 +646,10 @@ def test_json_messages_with_braces_in_property_names() -> None:
 ])
 def test_a_schema_is_compatible_with_itself(schema_type: str, text: str) -> None:
     assert F.check("FULL_TRANSITIVE", F.parse(schema_type, text), [F.parse(schema_type, text)]) == []
+
+
+def test_avro_invalid_logical_types_are_ignored_as_avro_java_does(recwarn: pytest.WarningsRecorder) -> None:
+    for t in ({"type": "bytes", "logicalType": "decimal", "precision": 0}, {"type": "int", "logicalType": "nonsense"}):
+        assert avro(t).canonical == json.dumps(t, separators=(",", ":"))
+    assert not recwarn.list
+    assert F.check("FULL", avro({"type": "int", "logicalType": "date"}), [avro('"int"')]) == []
