@@ -129,6 +129,14 @@ def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[
     return nodes, workers, job
 
 
+def registry_specs(topology: Topology, config: str) -> list[ChildSpec]:
+    """`dcmirror registry` for every cluster with a [clusters.NAME.registry]; its log beside
+    the cluster's broker logs."""
+    return [ChildSpec(f"registry {c.name}", dcmirror_argv("registry", "--config", config, "--cluster", c.name),
+                      Path(c.data_dir) / "registry.log")
+            for c in topology.clusters.values() if c.registry is not None]
+
+
 SERVICE_KEY = "load.service"
 
 
@@ -183,6 +191,7 @@ class Up:
         self.say = say
         self.nodes, self.workers, self.job = child_specs(topology, config)
         self.service = service_spec(topology, config)
+        self.registries = registry_specs(topology, config)
         self.phase = "starting"
         self.started_ms = int(time.time() * 1000)
 
@@ -226,6 +235,12 @@ class Up:
         if not await self.wait_clusters():
             return False
         await self.apply_topics()
+        for spec in self.registries:
+            self.sup.start(spec)
+            registry = self.topology.cluster(spec.name.removeprefix("registry ")).registry
+            assert registry is not None
+            self.say(f"starting the {spec.name.removeprefix('registry ')} schema registry on {registry.url}; "
+                     f"log {spec.log_path}")
         if self.workers:
             for f in self.topology.mirrors:
                 self.say(f"starting mirror flow {f.name}: {f.source} -> {f.target}, {f.workers} worker(s), "
@@ -330,10 +345,10 @@ class Up:
         self.write_state()
         codes: dict[str, int | None] = {}
         first = [s.name for s in [*([self.job] if self.job else []), *([self.service] if self.service else []),
-                                  *self.workers] if s.name in self.sup.specs]
+                                  *self.registries, *self.workers] if s.name in self.sup.specs]
         if first:
             t = time.monotonic()
-            self.say(f"stopping {len(first)} mirror worker(s) and the scheduled load")
+            self.say(f"stopping {len(first)} process(es): mirror workers, schema registries, the scheduled load")
             codes.update(await self.sup.stop(first, MIRROR_STOP_TIMEOUT_S))
             self.say(f"  stopped in {time.monotonic() - t:.1f} s")
         t = time.monotonic()

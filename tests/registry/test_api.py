@@ -28,14 +28,6 @@ V2 = avro_record(("a", "int"), ("b", {"type": "string", "default": ""}))
 BREAKS_V2 = avro_record(("a", "int"), ("c", "string"))  # a new field without a default
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("registry-api") / "b1").start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
 
 @pytest.fixture(scope="module")
 def http(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:

@@ -26,14 +26,6 @@ USER_V2 = json.dumps({"type": "record", "name": "User", "namespace": "t",
                                  {"name": "email", "type": ["null", "string"], "default": None}]})
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("registry-clients") / "b1").start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
 
 @pytest.fixture(scope="module")
 def registry(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,14 +18,6 @@ from tests.registry.common import RegistryProcess
 TOKEN = "tok-3f9a1c77e2"
 PASSWORD = "pw-81d0b6c4"
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("registry-sec") / "b1").start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path: Path) -> None:
@@ -65,3 +56,23 @@ def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path:
         reg.stop()
     log = reg.log_text()
     assert TOKEN not in log and PASSWORD not in log
+
+
+def test_up_runs_a_registry_per_declared_cluster(tmp_path: Path) -> None:
+    from deploy.up_cmd import registry_specs
+    from topology import load
+
+    topology = tmp_path / "topology.toml"
+    topology.write_text(textwrap.dedent("""
+        [clusters.east]
+        datacenter = "east"
+        brokers = ["127.0.0.1:19092"]
+        [clusters.east.registry]
+        listen = "127.0.0.1:18081"
+        [clusters.west]
+        datacenter = "west"
+        brokers = ["127.0.0.1:29092"]
+        """))
+    specs = registry_specs(load(topology), str(topology))
+    assert [s.name for s in specs] == ["registry east"]
+    assert list(specs[0].argv[-5:]) == ["registry", "--config", str(topology), "--cluster", "east"]
