@@ -1197,8 +1197,8 @@ def _bipartite_matching(edges: dict[int, list[int]]) -> dict[int, int]:
 # proto-schema-parser, then built into a FileDescriptorProto here) and a base64-encoded
 # serialized FileDescriptorProto (what confluent-kafka's ProtobufSerializer registers).
 # Both are checked by building them in a protobuf DescriptorPool with their references
-# (import path -> referenced schema) and google/protobuf/*.proto well-known types, which
-# resolves every type name. `canonical` is the resolved FileDescriptorProto in protobuf
+# (import path -> referenced schema) and the files clients treat as built in
+# (google/protobuf/, google/type/, confluent/), which resolves every type name. `canonical` is the resolved FileDescriptorProto in protobuf
 # text format without file name, json_name, options and source info, so one schema has one
 # canonical form whichever form it was registered in (options do not distinguish
 # schemas; `normalize` changes nothing more).
@@ -1330,12 +1330,16 @@ def _proto_add(pool: Any, files: Mapping[str, descriptor_pb2.FileDescriptorProto
 
 
 def _proto_well_known(name: str) -> descriptor_pb2.FileDescriptorProto | None:
-    """google/protobuf/*.proto from the protobuf package (Confluent has them built in)."""
-    if not name.startswith("google/protobuf/"):
+    """A file confluent-kafka's serializers never send as a reference (its `_is_builtin`:
+    google/protobuf/, google/type/, confluent/), from the Python package that ships it:
+    protobuf, googleapis-common-protos, confluent-kafka (None if not installed)."""
+    module = name.removesuffix(".proto").replace("/", ".") + "_pb2"
+    if name.startswith("confluent/"):
+        module = f"confluent_kafka.schema_registry.{module}"
+    elif not name.startswith(("google/protobuf/", "google/type/")):
         return None
-    module = name.removeprefix("google/protobuf/").removesuffix(".proto") + "_pb2"
     try:
-        importlib.import_module(f"google.protobuf.{module}")
+        importlib.import_module(module)
         found = descriptor_pool.Default().FindFileByName(name)
     except (ImportError, KeyError):
         return None

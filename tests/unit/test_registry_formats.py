@@ -653,3 +653,15 @@ def test_avro_invalid_logical_types_are_ignored_as_avro_java_does(recwarn: pytes
         assert avro(t).canonical == json.dumps(t, separators=(",", ":"))
     assert not recwarn.list
     assert F.check("FULL", avro({"type": "int", "logicalType": "date"}), [avro('"int"')]) == []
+
+
+def test_protobuf_built_in_imports_need_no_reference() -> None:
+    # confluent-kafka's ProtobufSerializer sends no reference for these (its _is_builtin)
+    for path, type_name in [("google/protobuf/wrappers.proto", "google.protobuf.StringValue"),
+                            ("google/type/date.proto", "google.type.Date"),
+                            ("confluent/type/decimal.proto", "confluent.type.Decimal")]:
+        pytest.importorskip("google.type.date_pb2" if path.startswith("google/type") else "google.protobuf")
+        if path.startswith("confluent/"):
+            pytest.importorskip("confluent_kafka.schema_registry.confluent.type.decimal_pb2")
+        parsed = pb(f'import "{path}";\nmessage M {{ {type_name} v = 1; }}')
+        assert parsed.parsed.pool.FindMessageTypeByName("acme.v1.M").fields[0].message_type.full_name == type_name
