@@ -76,7 +76,8 @@ def parse(schema_type: str, text: str, referenced: Mapping[str, str] | None = No
     `referenced` maps each reference name (transitively: references of references too) to
     the referenced schema's text, already resolved by the registry. With `normalize`,
     `canonical` is Confluent's normalized form (`normalize=true` on register and lookup).
-    Raises InvalidSchema with a message for anything that does not parse."""
+    `parsed` is an AvroSchema, JsonSchema or ProtobufSchema (below). Raises InvalidSchema
+    with a message for anything that does not parse."""
     parser = _PARSERS.get(schema_type)
     if parser is None:
         raise InvalidSchema(f"Invalid schema type {schema_type!r}: expected one of "
