@@ -6,10 +6,16 @@ call, so the admin side speaks through kafka-python's own protocol classes (its 
 not ours) on its admin connection; the measured side is librdkafka producers and consumers.
 
 Rates: Kafka's sampled rate lets a client that starts (or idles) push up to quota × 10 s
-before it is throttled, and the burst's sample keeps an 11-second rhythm afterwards (the
-client alternates between about 1.85 and 0.13 MB/s every 5.5 s), so a rate is measured
-from 12 s after the start over three whole 11-s cycles (33 s); the per-5.5 s rates are
-printed for the record.
+before it is throttled, and the burst's sample keeps a rhythm afterwards. The producer
+alternates between about 1.85 and 0.13 MB/s every 5.5 s, so its rate is measured from 12 s
+after the start over three whole 11-s cycles (33 s). The consumer gets about 11 MB in a
+burst, then nothing until that burst's sample expires; a throttled fetch is answered empty
+and its bytes taken back, and its throttle time does not foresee the expiry, so the
+consumer comes back up to 2 s after it: its cycles last 11.5-13 s, and a fixed 33-s window
+holds two or three bursts depending on where it starts (0.66-1.05 MB/s, on Apache Kafka
+4.3.1 as on dcmirror). Its rate is measured over whole cycles instead, each cut at the
+same point of its burst, and is 86-94 % of the quota on both. The per-5.5 s rates and
+per-cycle figures are printed for the record.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests.harness import REPO, BrokerProcess, free_port
 from tests.interop.clients import QuotaAdmin, ck_create_topic
@@ -37,6 +44,19 @@ WARM_UP_S = 12.0  # past the first burst (quota × 10 s) and its sample's expiry
 # a window of whole cycles measures the rate without depending on where the cycle starts.
 MEASURE_S = 33.0
 TOLERANCE = 0.10
+# The consumer's cycles (see the module docstring). Between two cycles it gets nothing for
+# 7-11 s; within one, its fetches are at most about 3 s apart (two throttles in a row).
+CYCLE_SILENCE_S = 5.5  # half of quota.window.num × quota.window.size.seconds
+# A cycle is cut where its bytes reach this: half of quota × 10 s, inside its burst of 8-10
+# MB whatever came before it, so every cycle is cut at the same phase.
+CYCLE_MARK_BYTES = QUOTA_BYTES_PER_S * 5
+CYCLES = 3
+# Over whole cycles a consumer gets less than its quota, on Kafka too: a cycle holds about
+# quota × 11 s but lasts 11.5-13 s (Kafka 4.3.1 in this test: 0.86-0.91 of the quota; dcmirror
+# 0.90-0.94). Above the quota is a quota not enforced; far below it, throttling too long.
+CONSUMER_BOUNDS = (0.75, 1.0 + TOLERANCE)
+# No byte for this long (two cycles) means the consumer is stuck, not throttled.
+STALLED_S = 25.0
 
 
 @pytest.fixture
@@ -172,6 +192,35 @@ def _within(rate: float) -> bool:
     return abs(rate - QUOTA_BYTES_PER_S) <= TOLERANCE * QUOTA_BYTES_PER_S
 
 
+class _Cycles:
+    """A throttled consumer's cycles as its bytes arrive: a cycle begins with the first byte
+    after a silence of CYCLE_SILENCE_S and is marked when its bytes reach CYCLE_MARK_BYTES."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.last_s: float | None = None
+        self.marks: list[tuple[float, int]] = []  # (time of the mark, bytes before the cycle)
+        self._cycle_from: int | None = None  # bytes before the cycle not yet marked
+
+    def add(self, t_s: float, n: int) -> None:
+        if self.last_s is not None and t_s - self.last_s >= CYCLE_SILENCE_S:
+            self._cycle_from = self.total
+        self.total += n
+        self.last_s = t_s
+        if self._cycle_from is not None and self.total - self._cycle_from >= CYCLE_MARK_BYTES:
+            self.marks.append((t_s, self._cycle_from))
+            self._cycle_from = None
+
+    def rate(self, cycles: int) -> tuple[float, list[tuple[float, float]]]:
+        """Bytes per second over the first `cycles` whole cycles: the bytes from the start of
+        the first to the start of the next after them, over the time between their marks;
+        and each cycle's (seconds, MB)."""
+        marks = self.marks[:cycles + 1]
+        each = [(round(t2 - t1, 2), round((b2 - b1) / 1e6, 2)) for (t1, b1), (t2, b2) in pairwise(marks)]
+        (t_first, b_first), (t_last, b_last) = marks[0], marks[-1]
+        return (b_last - b_first) / (t_last - t_first), each
+
+
 def test_producer_held_to_its_quota_while_another_is_not(broker: MetricsBroker, admin: QuotaAdmin) -> None:
     ck_create_topic(broker.bootstrap, "limited", 1)
     ck_create_topic(broker.bootstrap, "free", 1)
@@ -239,7 +288,9 @@ def test_producer_held_to_its_quota_while_another_is_not(broker: MetricsBroker, 
 
 def test_consumer_held_to_its_quota_while_another_is_not(broker: BrokerProcess, admin: QuotaAdmin) -> None:
     ck_create_topic(broker.bootstrap, "backlog", 1)
-    total_bytes = 75_000_000  # the quota'd consumer reads about 10 MB + 45 s × 1 MB/s
+    # The quota'd consumer reads about 11 MB a cycle: its first burst, three whole cycles and
+    # the next cycle's burst come to about 60 MB, so it never reaches the end unthrottled.
+    total_bytes = 75_000_000
     value = b"y" * 10_000
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "client.id": "filler"})
     for _ in range(total_bytes // len(value)):
@@ -253,10 +304,10 @@ def test_consumer_held_to_its_quota_while_another_is_not(broker: BrokerProcess, 
     assert admin.alter([({"client-id": "quota-consumer"}, {"consumer_byte_rate": float(QUOTA_BYTES_PER_S)})]) == [
         (0, None)]
 
-    def consumer(client_id: str, seen: dict[str, int]) -> Any:
+    def consumer(client_id: str, seen: dict[str, int], **more: Any) -> Any:
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": client_id, "client.id": client_id,
                       "enable.auto.commit": False, "auto.offset.reset": "earliest", "statistics.interval.ms": 500,
-                      "stats_cb": _stats_throttle(seen), "fetch.wait.max.ms": 100})
+                      "stats_cb": _stats_throttle(seen), "fetch.wait.max.ms": 100, **more})
         c.assign([TopicPartition("backlog", 0, 0)])
         return c
 
@@ -272,20 +323,41 @@ def test_consumer_held_to_its_quota_while_another_is_not(broker: BrokerProcess, 
     free.close()
 
     limited_throttle = {"max": 0, "cnt": 0}
-    limited = consumer("quota-consumer", limited_throttle)
+    limited = consumer("quota-consumer", limited_throttle, **{"enable.partition.eof": True})
     events: list[tuple[float, int]] = []
+    cycles = _Cycles()
+    at_end = False
     start = time.monotonic()
-    end = WARM_UP_S + MEASURE_S
-    while (now := time.monotonic() - start) < end:
-        for m in limited.consume(100, 0.2):
-            assert m.error() is None, m.error()
+    # Until the marks of CYCLES + 1 cycles, the end of the backlog (a consumer not held back),
+    # or no byte for STALLED_S.
+    while len(cycles.marks) <= CYCLES and not at_end:
+        batch = limited.consume(100, 0.2)
+        now = time.monotonic() - start
+        for m in batch:
+            if m.error() is not None:
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                at_end = True
+                continue
             events.append((now, len(m.value())))
+            cycles.add(now, len(m.value()))
+        if now - (cycles.last_s or 0.0) > STALLED_S:
+            break
     limited.close()
-    rate, slices = _rates(events, WARM_UP_S, end)
-    print(f"quota-consumer: {rate / 1e6:.3f} MB/s over {WARM_UP_S}-{end} s; per 5.5 s "
-          f"{[round(s / 1e6, 3) for s in slices]}; throttle max {limited_throttle['max']} ms; "
+    elapsed = time.monotonic() - start
+    slices = [round(s / 1e6, 3) for s in _rates(events, WARM_UP_S, WARM_UP_S + MEASURE_S)[1]]
+    low, high = CONSUMER_BOUNDS
+    assert len(cycles.marks) > CYCLES, (
+        f"quota-consumer read {cycles.total / 1e6:.1f} MB in {elapsed:.1f} s "
+        f"({cycles.total / elapsed / 1e6:.2f} MB/s){', to the end of the backlog' if at_end else ''}, "
+        f"and not in {CYCLES} throttle cycles: {cycles.marks}; per 5.5 s {slices}")
+    rate, each = cycles.rate(CYCLES)
+    first_s = cycles.marks[0][0]
+    print(f"quota-consumer: {rate / 1e6:.3f} MB/s over {CYCLES} whole cycles from {first_s:.1f} s "
+          f"to {cycles.marks[CYCLES][0]:.1f} s, each (s, MB) {each}; {cycles.marks[0][1] / 1e6:.2f} MB before "
+          f"them; per 5.5 s from {WARM_UP_S} s {slices}; throttle max {limited_throttle['max']} ms; "
           f"no-quota consumer {free_rate / 1e6:.2f} MB/s, throttle max {free_throttle['max']} ms")
-    assert _within(rate), f"quota-consumer got {rate:.0f} B/s, not {QUOTA_BYTES_PER_S} ± {TOLERANCE:.0%}"
+    assert low * QUOTA_BYTES_PER_S <= rate <= high * QUOTA_BYTES_PER_S, (
+        f"quota-consumer got {rate:.0f} B/s over whole cycles, not {low:.0%}-{high:.0%} of {QUOTA_BYTES_PER_S}")
     assert limited_throttle["max"] > 0
     assert free_throttle["max"] == 0 and free_rate > 3 * QUOTA_BYTES_PER_S
 
