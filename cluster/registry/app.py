@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cluster.common.secrets import Secret
+from cluster.registry.election import PrimaryElection
 from cluster.registry.formats import SCHEMA_TYPES
 from cluster.registry.state import (
     DEFAULT_CONTEXT,
@@ -41,11 +42,13 @@ from cluster.registry.state import (
     references_from_json,
     split_context,
 )
-from cluster.registry.store import RegistryStore
+from cluster.registry.store import NotPrimary, RegistryStore
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+FORWARDED_HEADER = "x-dcmirror-registry-forwarded"
+FORWARD_TIMEOUT_S = 60.0
 BODY_BYTES_MAX = 4 * 1024 * 1024
 """Largest request body read (checked against Content-Length before reading, and while
 reading); the schema text inside has its own cap (state.SCHEMA_BYTES_MAX)."""
@@ -97,6 +100,14 @@ def read_basic_users(path: Path) -> dict[str, Secret]:
             raise ValueError(f"{path}:{number}: expected `user: password`")
         users[user.strip()] = Secret(rest.split(",", 1)[0].strip())
     return users
+
+
+class _Relayed(Exception):
+    """The primary's answer to a forwarded write."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__("forwarded")
+        self.response = response
 
 
 class _JSON(Response):
@@ -162,10 +173,12 @@ class RegistryApp:
         self.store = store
         self.security = security
         self.body_bytes_max = body_bytes_max
+        self.metrics = {"forwarded": 0, "forward_errors": 0}
         routes = self._routes()
         self.starlette = Starlette(
             routes=[*routes, Mount("/contexts/{context}", routes=routes)],
-            exception_handlers={RegistryError: self._registry_error, HTTPException: self._http_error})
+            exception_handlers={RegistryError: self._registry_error, HTTPException: self._http_error,
+                                _Relayed: self._relay})
 
     @property
     def state(self) -> RegistryState:
@@ -204,10 +217,51 @@ class RegistryApp:
             if size > self.body_bytes_max:
                 raise RegistryError(413, 413, f"Request body larger than {self.body_bytes_max} bytes")
             chunks.append(chunk)
+        raw = b"".join(chunks)
+        request.state.raw_body = raw
         try:
-            return json.loads(b"".join(chunks) or b"{}")
+            return json.loads(raw or b"{}")
         except ValueError:
             raise RegistryError(400, 400, "Unrecognized request body: not JSON") from None
+
+    async def _write(self, request: Request, plan: Callable[[RegistryState], tuple[list[Any], Any]]) -> Any:
+        """store.write, or the same request forwarded to the primary (its answer relayed as
+        a _Relayed exception, turned into the response by _relay)."""
+        try:
+            return await self.store.write(plan)
+        except NotPrimary as exc:
+            if request.headers.get(FORWARDED_HEADER):
+                raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
+                                                "the primary does not take it") from None
+            raise _Relayed(await self._forward(request, exc.primary_url)) from None
+
+    async def _forward(self, request: Request, primary_url: str) -> Response:
+        import httpx
+
+        raw = getattr(request.state, "raw_body", b"")
+        headers = {FORWARDED_HEADER: "1", "content-type": request.headers.get("content-type", CONTENT_TYPE)}
+        if "authorization" in request.headers:
+            headers["authorization"] = request.headers["authorization"]
+        url = primary_url.rstrip("/") + request.url.path
+        try:
+            async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
+                answer = await client.request(request.method, url, params=str(request.query_params),
+                                              content=raw, headers=headers)
+        except httpx.HTTPError as exc:
+            self.metrics["forward_errors"] += 1
+            log.warning("forwarding %s %s to the primary %s failed: %s", request.method, request.url.path,
+                        primary_url, type(exc).__name__)
+            raise RegistryError(500, 50003, "Error while forwarding the request to the primary") from None
+        self.metrics["forwarded"] += 1
+        if answer.status_code < 300:
+            with trio.move_on_after(FORWARD_TIMEOUT_S):
+                await self.store.catch_up(FORWARD_TIMEOUT_S)   # read-your-writes on this instance too
+        return Response(answer.content, status_code=answer.status_code,
+                        media_type=answer.headers.get("content-type", CONTENT_TYPE))
+
+    async def _relay(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, _Relayed)
+        return exc.response
 
     def _routes(self) -> list[BaseRoute]:
         def r(path: str, endpoint: Callable[[Request], Awaitable[Response]], *methods: str) -> Route:
@@ -317,7 +371,7 @@ class RegistryApp:
         if version is not None and version <= 0:
             version = None
         normalize = _flag(request, "normalize")
-        answer = await self.store.write(lambda state: state.plan_register(
+        answer = await self._write(request, lambda state: state.plan_register(
             subject, schema_type, text, references, normalize=normalize, schema_id=schema_id, version=version))
         return _answer({"id": answer})
 
@@ -331,13 +385,14 @@ class RegistryApp:
     async def delete_subject(self, request: Request) -> Response:
         subject = _subject(request)
         permanent = _flag(request, "permanent")
-        return _answer(await self.store.write(lambda state: state.plan_delete_subject(subject, permanent=permanent)))
+        return _answer(await self._write(
+            request, lambda state: state.plan_delete_subject(subject, permanent=permanent)))
 
     async def delete_version(self, request: Request) -> Response:
         subject, version = _subject(request), request.path_params["version"]
         permanent = _flag(request, "permanent")
-        return _answer(await self.store.write(
-            lambda state: state.plan_delete_version(subject, version, permanent=permanent)))
+        return _answer(await self._write(
+            request, lambda state: state.plan_delete_version(subject, version, permanent=permanent)))
 
     async def compatibility(self, request: Request) -> Response:
         subject = _subject(request)
@@ -374,12 +429,12 @@ class RegistryApp:
         scope = self._scope(request)
         body = await self._json(request)
         level = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
-        answer = await self.store.write(lambda state: state.plan_config(level, scope))
+        answer = await self._write(request, lambda state: state.plan_config(level, scope))
         return _answer({"compatibility": answer})
 
     async def delete_config(self, request: Request) -> Response:
         scope = self._scope(request)
-        answer = await self.store.write(lambda state: state.plan_delete_config(scope))
+        answer = await self._write(request, lambda state: state.plan_delete_config(scope))
         return _answer({"compatibilityLevel": answer})
 
     async def get_mode(self, request: Request) -> Response:
@@ -392,12 +447,12 @@ class RegistryApp:
         body = await self._json(request)
         mode = body.get("mode") if isinstance(body, dict) else None
         force = _flag(request, "force")
-        answer = await self.store.write(lambda state: state.plan_mode(mode, scope, force=force))
+        answer = await self._write(request, lambda state: state.plan_mode(mode, scope, force=force))
         return _answer({"mode": answer})
 
     async def delete_mode(self, request: Request) -> Response:
         scope = self._scope(request)
-        answer = await self.store.write(lambda state: state.plan_delete_mode(scope))
+        answer = await self._write(request, lambda state: state.plan_delete_mode(scope))
         return _answer({"mode": answer})
 
     async def contexts(self, request: Request) -> Response:
@@ -441,12 +496,21 @@ async def serve(app: ASGIApp | RegistryApp, host: str, port: int, *, tls: ssl.SS
 
 
 async def run_registry(client_config: Mapping[str, Any], host: str, port: int, *,
-                       security: RegistrySecurity = RegistrySecurity(),
+                       security: RegistrySecurity = RegistrySecurity(), advertised_url: str | None = None,
+                       eligible: bool = True,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """A whole registry: the store (replayed before the port opens), then the HTTP API."""
-    store = RegistryStore(client_config)
+    """A whole registry: the store (replayed before the port opens), the primary election
+    (instances of one cluster share the group; `advertised_url` is how the others reach
+    this one), then the HTTP API."""
+    if advertised_url is None:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        shown = f"[{shown}]" if ":" in shown else shown
+        advertised_url = f"{'https' if security.tls else 'http'}://{shown}:{port}"
+    election = PrimaryElection(client_config, advertised_url, eligible=eligible)
+    store = RegistryStore(client_config, election=election)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
+        nursery.start_soon(election.run)
         await nursery.start(partial(serve, RegistryApp(store, security=security), host, port, tls=security.tls))
         log.info("schema registry serving on %s:%d (%d subjects)", host, port, len(store.state.subjects()))
         task_status.started()

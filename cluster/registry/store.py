@@ -6,8 +6,10 @@ beginning into a RegistryState; then it is tailed for as long as the store runs.
 is planned against the state, produced (acks=all, idempotent), and answered only once the
 tail has applied it (read-your-writes): the state never holds what the topic does not.
 
-One instance writes (the primary). Writes are serialized by a lock, so a plan is always
-made against the state that includes every earlier write.
+One instance writes (the primary, elected through the cluster: election.py); the others
+raise NotPrimary so the HTTP layer forwards the request. Writes are serialized by a lock,
+so a plan is always made against the state that includes every earlier write, and a new
+primary first reads the topic to its end (what the previous primary wrote).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from cluster.client.errors import KafkaError
 from cluster.client.producer import DeliveryFuture, Producer
 from cluster.client.topic_partition import TopicPartition
 from cluster.protocol.errors import ErrorCode
+from cluster.registry.election import PrimaryElection
 from cluster.registry.state import Record, RegistryError, RegistryState
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 
@@ -37,11 +40,20 @@ TAIL_POLL_S = 1.0
 T = TypeVar("T")
 
 
+class NotPrimary(Exception):
+    """This instance does not write: forward to `primary_url`."""
+
+    def __init__(self, primary_url: str) -> None:
+        super().__init__(primary_url)
+        self.primary_url = primary_url
+
+
 class RegistryStore:
     """The state of one registry and the topic it lives in."""
 
     def __init__(self, client_config: Mapping[str, Any], *, state: RegistryState | None = None,
-                 topic: str = SCHEMAS_TOPIC, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
+                 topic: str = SCHEMAS_TOPIC, write_timeout_s: float = WRITE_TIMEOUT_S,
+                 election: PrimaryElection | None = None) -> None:
         self.client_config = dict(client_config)
         self.state = state if state is not None else RegistryState()
         self.topic = topic
@@ -50,6 +62,9 @@ class RegistryStore:
         self._lock = trio.Lock()
         self._applied = trio.Event()           # set (and replaced) whenever the tail applies records
         self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self.election = election
+        self._primary_generation: int | None = None
         self.metrics = {"writes": 0, "records_written": 0, "write_errors": 0}
 
     # -- the topic ------------------------------------------------------------------------
@@ -85,6 +100,7 @@ class RegistryStore:
             while self.state.applied_offset < end - 1:
                 await self._consume(consumer, tp, TAIL_POLL_S)
             self._producer = producer
+            self._consumer = consumer
             self.ready = True
             log.info("registry state replayed from %s: %d records applied, %d skipped", self.topic,
                      self.state.records_applied, self.state.records_skipped)
@@ -95,6 +111,7 @@ class RegistryStore:
             finally:
                 self.ready = False
                 self._producer = None
+                self._consumer = None
 
     async def _consume(self, consumer: Consumer, tp: TopicPartition, timeout_s: float) -> None:
         batches = await consumer.getmany(timeout_s=timeout_s)
@@ -113,6 +130,7 @@ class RegistryStore:
         applied them, answer the plan's answer. RegistryError from the plan passes through;
         a store failure is 50001, a timeout 50002."""
         async with self._lock:
+            await self._check_primary()
             records, answer = plan(self.state)
             if not records:
                 return answer
@@ -142,6 +160,32 @@ class RegistryStore:
                 raise RegistryError(500, 50002, "Register operation timed out")
             self.metrics["records_written"] += len(records)
             return answer
+
+    async def catch_up(self, timeout_s: float) -> bool:
+        """Wait until everything in the topic now is applied (after a write another
+        instance made for us: read-your-writes here too)."""
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        tp: TopicPartition = (self.topic, 0)
+        end = (await consumer.list_offsets({tp: LATEST}))[tp] or 0
+        return await self.wait_applied(end - 1, timeout_s)
+
+    async def _check_primary(self) -> None:
+        election = self.election
+        if election is None:
+            return
+        if not await election.wait_decided(self.write_timeout_s):
+            raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
+                                            "no primary elected")
+        if not election.is_primary:
+            assert election.primary_url is not None
+            raise NotPrimary(election.primary_url)
+        if self._primary_generation != election.generation:
+            # Newly primary: everything the previous primary wrote is applied first.
+            if not await self.catch_up(self.write_timeout_s):
+                raise RegistryError(500, 50002, "Timed out reading the schemas topic to its end")
+            self._primary_generation = election.generation
 
     async def wait_applied(self, offset: int, timeout_s: float = math.inf) -> bool:
         with trio.move_on_after(timeout_s):

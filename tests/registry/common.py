@@ -27,13 +27,15 @@ class RegistryProcess:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_s = 0.0
+        self._began = 0.0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "deploy.cli", "registry", "--listen", f"127.0.0.1:{self.port}"]
+        # The console script, as operators run it (it also skips kio's optional hypothesis import).
+        cmd = [str(Path(sys.executable).parent / "dcmirror"), "registry", "--listen", f"127.0.0.1:{self.port}"]
         if self.config is not None:
             cmd += ["--config", str(self.config[0]), "--cluster", self.config[1]]
         else:
@@ -42,11 +44,18 @@ class RegistryProcess:
         return cmd
 
     def start(self, timeout_s: float = 30.0) -> RegistryProcess:
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> RegistryProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
-        began = time.monotonic()
+        self._began = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.PIPE, stderr=log, env=env)
-        assert self.proc.stdout is not None
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> RegistryProcess:
+        assert self.proc is not None and self.proc.stdout is not None
+        began = self._began
         deadline = began + timeout_s
         line = b""
         while not line.endswith(b"\n"):
@@ -62,6 +71,11 @@ class RegistryProcess:
         assert b"schema registry ready" in line, line
         self.started_s = time.monotonic() - began
         return self
+
+    def is_primary(self) -> bool:
+        """What its log last said about the election."""
+        lines = [line for line in self.log_text().splitlines() if "schema registry primary:" in line]
+        return bool(lines) and lines[-1].endswith("(this instance)")
 
     def log_text(self) -> str:
         try:

@@ -12,7 +12,8 @@ from tests.harness import BrokerProcess
 
 @pytest.fixture(scope="package")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("registry-broker") / "b1").start()
+    # No initial rebalance delay: each registry's first election is at once.
+    b = BrokerProcess(tmp_path_factory.mktemp("registry-broker") / "b1", group_initial_rebalance_delay_ms=0).start()
     try:
         yield b
     finally:

@@ -1,0 +1,66 @@
+"""Several registry instances on one cluster (tests/registry/test_clients.py's registry is
+stopped by then: this module's instances are the group's only members): the primary is
+elected through the cluster, the others forward writes, a primary killed with SIGKILL is
+replaced, and no id is ever reused."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from tests.harness import BrokerProcess
+from tests.registry.common import RegistryProcess
+
+
+def client(reg: RegistryProcess) -> SchemaRegistryClient:
+    """A new client (its caches empty), so answers come from the registry."""
+    return SchemaRegistryClient({"url": reg.url})
+
+
+def test_two_instances_forward_fail_over_and_rebuild(broker: BrokerProcess, tmp_path: Path) -> None:
+    """Two instances: writes to either land (the secondary forwards to the primary), the
+    primary killed with SIGKILL hands over to the other, which goes on without reusing an
+    id; the killed one restarted rebuilds the same state from `_schemas`."""
+    regs = [RegistryProcess(tmp_path / f"registry-{n}.log", bootstrap=broker.bootstrap).launch() for n in "ab"]
+    try:
+        for reg in regs:
+            reg.wait_ready()
+        ids = []
+        for i in range(6):
+            writer = regs[i % 2]
+            ids.append(client(writer).register_schema(f"ha-{i}-value", Schema(json.dumps(
+                {"type": "record", "name": f"R{i}", "fields": [{"name": "f", "type": "int"}]}), "AVRO")))
+            # read-your-writes on the instance that answered, forwarded or not
+            assert client(writer).get_latest_version(f"ha-{i}-value").schema_id == ids[-1]
+        assert len(set(ids)) == 6
+        sr = client(regs[0])
+        sr.delete_subject("ha-5-value")
+        sr.delete_subject("ha-5-value", permanent=True)          # the highest id's only holder
+        primary = next(r for r in regs if r.is_primary())
+        survivor = next(r for r in regs if r is not primary)
+        subjects = sorted(client(survivor).get_subjects())
+        primary.kill9()
+        killed_at = time.monotonic()
+        deadline = killed_at + 30
+        new_id = None
+        while new_id is None:
+            try:
+                new_id = client(survivor).register_schema("ha-after-value", Schema(json.dumps(
+                    {"type": "record", "name": "After", "fields": [{"name": "g", "type": "long"}]}), "AVRO"))
+            except SchemaRegistryError as exc:
+                assert exc.error_code == 50003 and time.monotonic() < deadline, exc
+        failover_s = time.monotonic() - killed_at
+        assert new_id > max(ids), (new_id, ids)
+        assert survivor.is_primary()
+        primary.start()
+        fresh = client(primary)
+        assert sorted(fresh.get_subjects()) == sorted([*subjects, "ha-after-value"])
+        assert [fresh.get_latest_version(f"ha-{i}-value").schema_id for i in range(5)] == ids[:5]
+        print(f"failover (SIGKILL of the primary to a write through the other instance): {failover_s:.1f} s")
+    finally:
+        for reg in regs:
+            reg.stop()
