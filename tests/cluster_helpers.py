@@ -293,3 +293,27 @@ def produce_acked(bootstrap: str, topic: str, values: Iterable[int], partition: 
     assert producer.flush(40) == 0, "records left unacknowledged"
     assert not errors, errors
     return [offsets[v] for v in values]
+
+
+# ListOffsets answers a client that asks a partition which is between leaders, or whose new
+# leader's high watermark still lags its epoch's start (OFFSET_NOT_AVAILABLE, as Kafka's
+# does), with a retriable error; librdkafka's get_watermark_offsets hands it to the caller.
+WATERMARK_RETRIABLE = frozenset({KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE,
+                                 KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                 KafkaError._TIMED_OUT})
+
+
+def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float = 60.0) -> tuple[int, int]:
+    """(low, high) watermark of a partition at its leader, asked again while the answer is
+    retriable (the partition between leaders), until `timeout_s`."""
+    from confluent_kafka import TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in WATERMARK_RETRIABLE or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)

@@ -18,6 +18,7 @@ from cluster.broker.context import RequestContext
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import produce_records_problem
 from cluster.protocol.sentinels import (
+    CONSUMER_REPLICA_ID,
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
@@ -225,11 +226,15 @@ class ReplicaHandlers:
     # ---- ListOffsets -----------------------------------------------------------------
 
     def list_offset(self, topic: str, index: int, timestamp: int, epoch: int,
-                    read_committed: bool = False, version: int = LIST_OFFSETS_MAX_VERSION) -> dict[str, Any]:
+                    read_committed: bool = False, version: int = LIST_OFFSETS_MAX_VERSION,
+                    client: bool = True) -> dict[str, Any]:
         """One partition of ListOffsets. A special timestamp the request's version does not
         know (-3 before v7, -4 before v8, -5 before v9, any other negative one) is
         UNSUPPORTED_VERSION, as Kafka answers it; without tiered storage the local log start
-        (-4) is the log start and nothing is tiered (-5: no offset)."""
+        (-4) is the log start and nothing is tiered (-5: no offset). A client's (replica id
+        -1) latest offset, or offset by time, from a new leader whose high watermark still
+        lags its epoch's start is OFFSET_NOT_AVAILABLE (retriable), as Kafka's: the answer
+        could be below one the old leader gave."""
         out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
         part, code = self.replicas.leader_partition(topic, index, epoch)
         if part is None:
@@ -237,6 +242,8 @@ class ReplicaHandlers:
         if timestamp < 0 and version < _LIST_OFFSETS_SINCE.get(timestamp, LIST_OFFSETS_MAX_VERSION + 1):
             return {**out, "error_code": ErrorCode.unsupported_version}
         out["error_code"] = ErrorCode.none
+        if client and (timestamp == LATEST_TIMESTAMP or timestamp >= 0) and part.high_watermark_lags_epoch_start:
+            return {**out, "error_code": ErrorCode.offset_not_available}
         if timestamp == LATEST_TIMESTAMP:
             out["offset"] = part.last_stable_offset if read_committed else part.high_watermark
         elif timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -261,9 +268,10 @@ class ReplicaHandlers:
                 topics.append({"name": t.name, "partitions": parts})
                 continue
             committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+            client = req.replica_id == CONSUMER_REPLICA_ID
             parts = [
                 self.list_offset(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1),
-                                 committed, version)
+                                 committed, version, client)
                 for p in t.partitions
             ]
             topics.append({"name": t.name, "partitions": parts})

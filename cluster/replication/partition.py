@@ -205,7 +205,20 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return min(self.hw, self.log.log_end_offset)
+        """Never above the log end, never below the log start (Kafka's updateHighWatermark
+        clamps both ways): a log started over at a higher offset (a follower below its
+        leader's log start, a mirror starting at its source's) has nothing below it."""
+        return max(self.log.log_start_offset, min(self.hw, self.log.log_end_offset))
+
+    @property
+    def high_watermark_lags_epoch_start(self) -> bool:
+        """A new leader whose high watermark is still below the offset its epoch started at
+        (it learnt the old leader's only as a follower, one fetch late): offsets it would
+        give out now could go backwards. Kafka answers client ListOffsets with
+        OFFSET_NOT_AVAILABLE then (KIP-207's OffsetNotAvailableException, retriable), until
+        the followers' fetches move the high watermark past the epoch start."""
+        start = self.log.leader_epochs.start_offset_of(self.leader_epoch)
+        return self.is_leader and start >= 0 and self.high_watermark < start
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:

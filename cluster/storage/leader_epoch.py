@@ -41,6 +41,15 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
+    def start_offset_of(self, epoch: int) -> int:
+        """Where `epoch` started in this log (-1: not an epoch of this log)."""
+        for e, start in reversed(self.entries):
+            if e == epoch:
+                return start
+            if e < epoch:
+                break
+        return UNDEFINED_OFFSET
+
     def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> bool:
         """Record that `epoch` starts at `start_offset`, if it is newer than the latest."""
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):

@@ -36,7 +36,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from cluster.groups.records import partition_for
-from tests.cluster_helpers import NotYet, metadata, partitions_of, wait_until
+from tests.cluster_helpers import NotYet, metadata, partitions_of, wait_until, watermarks
 from tests.fault.ctp_app import GROUP, TXN_ID
 from tests.fault_workload import ProducerWorkload, fault_rng, wait_fully_replicated
 from tests.harness import ClusterProcesses
@@ -159,7 +159,7 @@ def read_partitions(bootstrap: str, topic: str, isolation: str) -> dict[int, lis
                   "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
                   "log_level": 2})
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+        ends = {p: watermarks(c, topic, p)[1] for p in range(PARTITIONS)}
         c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         out: dict[int, list[tuple[int, bytes | None, bytes]]] = {p: [] for p in range(PARTITIONS)}
         done = {p for p, end in ends.items() if end == 0}

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions
 
-from tests.cluster_helpers import NotYet, admin, create_topic, metadata
+from tests.cluster_helpers import NotYet, admin, create_topic, metadata, watermarks
 from tests.harness import REPO, ClusterProcesses
 
 SOURCE_CLUSTER = "dcmirror.source.cluster"
@@ -451,7 +451,7 @@ def all_end_offsets(bootstrap: str, skip: Callable[[str], bool] = lambda t: Fals
     md = metadata(bootstrap)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lab-offsets", "log_level": 2})
     try:
-        return {name: {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
+        return {name: {p: watermarks(consumer, name, p)[1]
                        for p in sorted(t.partitions)}
                 for name, t in sorted(md.topics.items())
                 if t.error is None and not name.startswith("__") and not skip(name)}
@@ -463,7 +463,7 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     count = partition_count(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lab-offsets", "log_level": 2})
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(count)}
+        return {p: watermarks(consumer, topic, p)[1] for p in range(count)}
     finally:
         consumer.close()
 
@@ -500,7 +500,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 300.0,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "log_level": 2, "fetch.max.bytes": 16 << 20})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(count)}
+        ends = {p: watermarks(consumer, topic, p)[1] for p in range(count)}
         out: dict[int, list[Rec]] = {p: [] for p in range(count)}
         done = {p for p, end in ends.items() if end == 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(count) if p not in done])

@@ -245,3 +245,24 @@ def test_strict_min_isr_is_capped_by_the_replica_count(tmp_path: Path) -> None:
     assert not part.under_min_isr
     part.append_as_leader(values_batch([b"v"] * 3), min_isr_checked=False, now_ms=NOW)
     assert part.high_watermark == 3
+
+
+def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_says_so(tmp_path: Path) -> None:
+    """Kafka's OFFSET_NOT_AVAILABLE window (KIP-207): a replica that becomes leader knows the
+    old leader's high watermark only one fetch late; until its own passes the offset its
+    epoch started at, a client's latest offset from it could go backwards."""
+    lg = Log.create(tmp_path / "t-0", "t", 0, LogConfig.build({}), NOW)
+    part = Partition("t", 0, lg, "id", local_id=2)
+    part.apply_role(PartitionRole(2, 3, 1, (1, 2), (1, 2)), NOW)
+    for _ in range(3):
+        append(part, 1, acks_all=False)  # offsets 0, 1, 2
+    part.on_follower_fetch(1, 1, NOW)
+    assert part.high_watermark == 1 and not part.high_watermark_lags_epoch_start
+    part.apply_role(PartitionRole(1, 4, 2, (1, 2), (1, 2)), NOW)  # a follower for a while
+    assert not part.high_watermark_lags_epoch_start
+    part.apply_role(PartitionRole(2, 5, 3, (1, 2), (1, 2)), NOW)  # leads again: epoch 5 starts at 3
+    assert part.high_watermark == 1 and part.high_watermark_lags_epoch_start
+    part.on_follower_fetch(1, 2, NOW)
+    assert part.high_watermark == 2 and part.high_watermark_lags_epoch_start
+    part.on_follower_fetch(1, 3, NOW)
+    assert part.high_watermark == 3 and not part.high_watermark_lags_epoch_start
