@@ -365,7 +365,7 @@ class RegistryApp:
         schema_id, version = body.get("id"), body.get("version")
         for name, value in (("id", schema_id), ("version", version)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise RegistryError(422, 42202 if name == "version" else 42207, f"Invalid {name} {value!r}")
+                raise RegistryError(422, 42202 if name == "version" else 42201, f"Invalid {name} {value!r}")
         if schema_id is not None and schema_id < 0:
             schema_id = None                    # Confluent's clients send -1 for "no id"
         if version is not None and version <= 0:

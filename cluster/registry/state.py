@@ -508,7 +508,7 @@ class RegistryState:
         if not isinstance(text, str):
             raise invalid_schema("Invalid schema: schema is not a string")
         if len(text.encode()) > self.schema_bytes_max:
-            raise invalid_schema(f"Invalid schema: larger than {self.schema_bytes_max} bytes")
+            raise RegistryError(422, 42209, f"Schema too large: more than {self.schema_bytes_max} bytes")
         schema_type = (schema_type or formats.AVRO).upper()
         if schema_type not in SCHEMA_TYPES:
             raise RegistryError(422, 42201, f"Invalid schema type {schema_type}")
@@ -602,15 +602,14 @@ class RegistryState:
         An identical schema already live in the subject answers its id and writes nothing;
         an identical schema elsewhere in the context gets that id; otherwise a new id.
         `schema_id` and `version` are only accepted in IMPORT mode."""
-        if not subject or len(subject.encode()) > SUBJECT_BYTES_MAX or any(ord(c) < 32 for c in subject):
-            raise RegistryError(422, 42208, f"Invalid subject {subject[:100]!r}")
-        context = split_context(subject)[0]
-        if context != DEFAULT_CONTEXT and not _CONTEXT_RE.match(context):
-            raise RegistryError(422, 42208, f"Invalid subject {subject[:100]!r}")
+        context, name = split_context(subject)
+        if (not name or len(subject.encode()) > SUBJECT_BYTES_MAX or any(ord(c) < 32 for c in subject)
+                or (context != DEFAULT_CONTEXT and not _CONTEXT_RE.match(context))):
+            raise RegistryError(422, 42208, f"The specified subject '{subject[:200]}' is not a valid.")
         importing = schema_id is not None or version is not None
         mode = self._check_writable(subject, importing=importing)
         if schema_id is not None and not 1 <= schema_id <= VERSION_MAX:
-            raise RegistryError(422, 42207, f"Invalid id {schema_id}")
+            raise invalid_schema(f"Invalid schema: id {schema_id} is not between 1 and 2^31-1")
         if version is not None and not 1 <= version <= VERSION_MAX:
             raise invalid_version(version)
         parsed = self.parse(schema_type or formats.AVRO, text, references, context, normalize=normalize)
@@ -620,7 +619,8 @@ class RegistryState:
             other = self._parsed_version(sv, normalize=normalize)
             if other is not None and self._same(parsed, other):
                 if schema_id is not None and schema_id != sv.schema_id:
-                    break
+                    raise RegistryError(422, 42207, f"Schema already registered with id {sv.schema_id} "
+                                                    f"instead of input id {schema_id}")
                 if version is not None and version != sv.version:
                     break
                 return [], sv.schema_id
@@ -629,13 +629,18 @@ class RegistryState:
             if messages:
                 raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema "
                                               f"for subject \"{subject}\", details: [{', '.join(messages)}]")
-        existing_id = self._find_id(context, parsed, normalize=normalize)
         if schema_id is not None:
+            # IMPORT: the id given, as long as it holds nothing else (the same schema may
+            # have several ids across subjects, as in the registry it is imported from)
             holders = self._holders.get((context, schema_id))
-            if holders and existing_id != schema_id:
-                raise not_permitted(f"Overwrite new schema with id {schema_id} is not permitted.")
+            if holders:
+                holder_subject, holder_version = min(holders)
+                other = self._parsed_version(self._subjects[holder_subject].versions[holder_version],
+                                             normalize=normalize)
+                if other is None or not self._same(parsed, other):
+                    raise not_permitted(f"Overwrite new schema with id {schema_id} is not permitted.")
             new_id = schema_id
-        elif existing_id is not None:
+        elif (existing_id := self._find_id(context, parsed, normalize=normalize)) is not None:
             new_id = existing_id
         else:
             new_id = self._max_id.get(context, 0) + 1

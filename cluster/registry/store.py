@@ -176,8 +176,7 @@ class RegistryStore:
         if election is None:
             return
         if not await election.wait_decided(self.write_timeout_s):
-            raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
-                                            "no primary elected")
+            raise RegistryError(500, 50004, "Unknown leader: no primary elected")
         if not election.is_primary:
             assert election.primary_url is not None
             raise NotPrimary(election.primary_url)

@@ -142,7 +142,13 @@ def test_config_and_mode(http: httpx.Client) -> None:
     assert http.put("/mode/api-imp-value", json={"mode": "IMPORT"}).json() == {"mode": "IMPORT"}
     assert register(http, "api-imp-value", V2, id=500, version=3).json() == {"id": 500}
     assert http.get("/subjects/api-imp-value/versions/3").json()["id"] == 500
-    error(register(http, "api-imp2-value", V1, id=500), 422, 42205)
+    assert "not in import mode" in error(register(http, "api-imp2-value", V1, id=500), 422, 42205)
+    assert http.put("/mode/api-imp2-value", json={"mode": "IMPORT"}).json() == {"mode": "IMPORT"}
+    assert "Overwrite" in error(register(http, "api-imp2-value", V1, id=500), 422, 42205)  # 500 is V2
+    assert register(http, "api-imp-value", V2, id=500, version=3).json() == {"id": 500}   # again: same
+    error(register(http, "api-imp-value", V2, id=501), 422, 42207)        # V2 is id 500 in this subject
+    error(register(http, "", V1), 404, 404)
+    error(register(http, "api-bad%01-value", V1), 422, 42208)         # a control character
 
 
 def test_deletes(http: httpx.Client) -> None:
@@ -192,7 +198,7 @@ def test_references_and_contexts(http: httpx.Client) -> None:
 
 def test_limits(http: httpx.Client) -> None:
     huge = avro_record(("a", {"type": "string", "doc": "x" * (2 * 1024 * 1024)}))
-    error(register(http, "api-big-value", huge), 422, 42201)
+    error(register(http, "api-big-value", huge), 422, 42209)
     r = http.post("/subjects/api-big-value/versions", content=b" " * (5 * 1024 * 1024))
     error(r, 413, 413)
 
