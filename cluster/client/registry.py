@@ -7,6 +7,9 @@ type, auth (a bearer token or basic `user:password`, both `Secret`s resolved fro
 topology's references, never logged) and TLS (`verify`: a CA file, an SSLContext, or the
 system's store). Answers other than 2xx become `RegistryClientError` with Confluent's
 `error_code` (the HTTP status when the body has none).
+
+It lives in the client library (not cluster/registry/) because the packages above cluster/
+(the mirror's schema sync, the warehouse loads) may use the client library only.
 """
 
 from __future__ import annotations
