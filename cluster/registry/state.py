@@ -185,6 +185,12 @@ def delete_subject_key(subject: str) -> bytes:
     return _dumps({"keytype": "DELETE_SUBJECT", "subject": subject, "magic": 0})
 
 
+def max_id_key(context: str) -> bytes:
+    """A NOOP record (Confluent's readers skip NOOP keys) that keeps a context's largest id
+    once the records that held it are compacted away: ids are never reused."""
+    return _dumps({"keytype": "NOOP", "context": context, "magic": 0})
+
+
 def schema_record(v: SchemaVersion) -> Record:
     value: dict[str, Any] = {"subject": v.subject, "version": v.version, "id": v.schema_id}
     if v.schema_type != formats.AVRO:
@@ -259,7 +265,11 @@ class RegistryState:
             elif keytype == "DELETE_SUBJECT":
                 if v is not None:
                     self._apply_delete_subject(str(v.get("subject", k["subject"])), int(v["version"]))
-            elif keytype in ("NOOP", "CLEAR_SUBJECT"):
+            elif keytype == "NOOP":
+                if isinstance(v, dict) and "max_id" in v:
+                    context = str(k.get("context", DEFAULT_CONTEXT))
+                    self._max_id[context] = max(self._max_id.get(context, 0), int(v["max_id"]))
+            elif keytype == "CLEAR_SUBJECT":
                 pass
             else:
                 raise ValueError(f"key type {keytype!r}")
@@ -684,7 +694,7 @@ class RegistryState:
             raise RegistryError(422, 42206, "One or more references exist to the schema "
                                             f"{{magic=1,keytype=SCHEMA,subject={subject},version={sv.version}}}.")
         if permanent:
-            return [(schema_key(subject, sv.version), None)], sv.version
+            return [(schema_key(subject, sv.version), None), *self._keep_max_id([sv])], sv.version
         return [schema_record(replace(sv, deleted=True))], sv.version
 
     def plan_delete_subject(self, subject: str, *, permanent: bool = False) -> tuple[list[Record], list[int]]:
@@ -705,6 +715,7 @@ class RegistryState:
                                                 f"{{magic=1,keytype=SCHEMA,subject={subject},version={sv.version}}}.")
         if permanent:
             records: list[Record] = [(schema_key(subject, sv.version), None) for sv in entry.all()]
+            records.extend(self._keep_max_id(entry.all()))
             if subject in self._configs:
                 records.append((config_key(subject), None))
             if subject in self._modes:
@@ -713,6 +724,18 @@ class RegistryState:
         latest = live[-1].version
         value = _dumps({"subject": subject, "version": latest})
         return [(delete_subject_key(subject), value)], [sv.version for sv in live]
+
+    def _keep_max_id(self, removed: Sequence[SchemaVersion]) -> list[Record]:
+        """The NOOP max-id record when a hard delete removes the last holder of its
+        context's largest id (else compaction could let that id be given again)."""
+        out: list[Record] = []
+        gone = {(sv.subject, sv.version) for sv in removed}
+        for context in sorted({sv.context for sv in removed}):
+            top = self._max_id.get(context, 0)
+            holders = self._holders.get((context, top), set())
+            if any(sv.context == context and sv.schema_id == top for sv in removed) and holders <= gone:
+                out.append((max_id_key(context), _dumps({"context": context, "max_id": top})))
+        return out
 
 
 def parse_version(version: str | int) -> int:

@@ -232,3 +232,36 @@ def test_rebuild_from_log_answers_the_same() -> None:
     again.apply(b"not json", b"{}", len(r.log))
     again.apply(b'{"keytype":"WHATEVER"}', b"{}", len(r.log) + 1)
     assert again.records_skipped == 2
+
+
+def compacted(log: list[Record]) -> list[Record]:
+    """What a compacted `_schemas` keeps once tombstones expire: the last record of each
+    key, tombstones dropped."""
+    last: dict[bytes, int] = {}
+    for offset, (key, _) in enumerate(log):
+        last[key] = offset
+    return [log[o] for o in sorted(last.values()) if log[o][1] is not None]
+
+
+def test_ids_are_not_reused_after_compaction() -> None:
+    r = Registry()
+    s = r.state
+    for n in (1, 2, 3):
+        r.write(s.plan_register(f"s{n}", None, schema(n)))
+    r.write(s.plan_register(":.x:t", None, schema(7)))
+    r.write(s.plan_delete_subject("s3"))
+    r.write(s.plan_delete_subject("s3", permanent=True))        # id 3, the largest, is gone
+    r.write(s.plan_delete_version(":.x:t", 1))
+    r.write(s.plan_delete_version(":.x:t", 1, permanent=True))  # id 1 of context .x too
+    state = RegistryState(parse=fake_parse, check=fake_check)
+    for offset, (key, value) in enumerate(compacted(r.log)):
+        state.apply(key, value, offset)
+    assert state.subjects(deleted=True) == ["s1", "s2"]
+    assert state.records_skipped == 0
+    assert state.plan_register("s4", None, schema(4))[1] == 4
+    assert state.plan_register(":.x:u", None, schema(8))[1] == 2
+    # a hard delete that leaves the largest id held elsewhere writes no NOOP record
+    r.write(s.plan_register("s5", None, schema(1)))             # id 1 again, held by s1 too
+    r.write(s.plan_delete_subject("s5"))
+    records, _ = s.plan_delete_subject("s5", permanent=True)
+    assert all(b'"NOOP"' not in key for key, _ in records)
