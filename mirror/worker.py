@@ -40,6 +40,7 @@ from cluster.protocol.records import CODEC_IDS, compress
 from cluster.protocol.sentinels import RESOURCE_BROKER
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 from mirror import checkpoints, deadletter, history, provenance, tail
+from mirror.schema_sync import SchemaSync, open_schema_sync
 from topology.model import MIRROR_CHOICE_KEYS, MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror")
@@ -294,6 +295,7 @@ class MirrorWorker(FlowWorker):
         self._stopped = trio.Event()
         self._totals: dict[TopicPartition, tuple[int, int]] = {}  # records, bytes of partitions given up
         self._fence_records_warned = False
+        self.schema_sync: SchemaSync | None = None  # flows with `schemas` (mirror/schema_sync.py)
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -317,14 +319,19 @@ class MirrorWorker(FlowWorker):
                            **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
                 Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
-                Producer(producer_config) as producer, Consumer(consumer_config) as consumer:
+                Producer(producer_config) as producer, Consumer(consumer_config) as consumer, \
+                open_schema_sync(self.flow, self.source, self.target, clock=self.clock) as schema_sync:
             self._source_admin, self._target_admin = sadmin, tadmin
             self._producer, self._consumer = producer, consumer
+            self.schema_sync = schema_sync
             await self._read_target_request_limit()
             await self._sync_topics()
             consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             task_status.started()
             async with trio.open_nursery() as nursery:
+                if schema_sync is not None:
+                    schema_sync.topics = lambda: self.topics
+                    nursery.start_soon(schema_sync.run)
                 nursery.start_soon(self._stop_when_asked, consumer, nursery)
                 nursery.start_soon(self._watch_topics)
                 nursery.start_soon(self._commit_loop)
@@ -810,6 +817,9 @@ class MirrorWorker(FlowWorker):
     async def _mirror_runs(self, pm: PartitionMirror, chunk: FetchedChunk) -> None:
         assert self._consumer is not None and self._producer is not None
         records, tp = chunk.records, chunk.tp
+        if self.schema_sync is not None:
+            # No record reaches the target before its schema id is in the target's context.
+            await self.schema_sync.admit(records)
         epochs = chunk.leader_epochs or [(records[0].offset, history.NO_EPOCH)]
         bounds = [i for i, r in enumerate(records) if any(r.offset == first for first, _ in epochs[1:])]
         starts = [0, *bounds]
@@ -1140,7 +1150,8 @@ class MirrorWorker(FlowWorker):
                 "group": group_id(self.flow), **{k: v for k, v in self.metrics.items() if k != "started_ms"},
                 "records_per_s": self.metrics["records"] / uptime, "records_per_s_recent": recent,
                 "lag_records": sum(p["lag_records"] or 0 for p in parts), "uptime_s": uptime,
-                "last_problem": self.last_problem, "events": list(self.events), "partitions": parts}
+                "last_problem": self.last_problem, "events": list(self.events), "partitions": parts,
+                "schema_sync": self.schema_sync.status() if self.schema_sync is not None else None}
 
 
     def prometheus(self) -> bytes:
@@ -1153,7 +1164,9 @@ class MirrorWorker(FlowWorker):
             return [(base | {"topic": p["topic"], "partition": str(p["partition"])}, float(p[key]))
                     for p in parts if p[key] is not None]
 
+        schemas = self.schema_sync.prometheus(base) if self.schema_sync is not None else {}
         return prometheus_text({
+            **schemas,
             "dcmirror_mirror_records_total": ("counter", "Records mirrored", [(base, st["records"])]),
             "dcmirror_mirror_partition_records_total": ("counter", "Records mirrored per source partition",
                                                         per_partition("records")),

@@ -79,7 +79,8 @@ _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config",
-               "workers_http", "mirror_topics", "mirror_groups", "acl_principal_map")
+               "workers_http", "mirror_topics", "mirror_groups", "acl_principal_map", "schemas",
+               "schema_context")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
@@ -703,15 +704,39 @@ class _Loader:
             elif groups is not None:
                 self.fail(path + ("groups",), "a flow of mirror topics keeps offsets, so nothing is translated: "
                                               "name the groups whose committed offsets follow with mirror_groups")
+            schemas, schema_context = self.schema_sync(table, path, clusters[source], clusters[target],
+                                                       mirror_topics)
             mirrors.append(MirrorSpec(name=name, source=source, target=target, topics=topics_re,
                                       exclude=exclude, rename=template.text, workers=workers,
                                       groups=groups, config=config, workers_http=workers_http,
                                       mirror_topics=mirror_topics, mirror_groups=mirror_groups,
-                                      acl_principal_map=principal_map))
+                                      acl_principal_map=principal_map, schemas=schemas,
+                                      schema_context=schema_context))
             templates.append(template)
         self.check_collisions(mirrors, templates, clusters, topics)
         self.check_cycles(mirrors, templates)
         return tuple(mirrors)
+
+    def schema_sync(self, table: dict[str, Any], path: KeyPath, source: ClusterSpec, target: ClusterSpec,
+                    mirror_topics: bool) -> tuple[bool, str]:
+        """`schemas` (default: on when both clusters have a registry and the flow copies records)
+        and `schema_context` (default `.<source>`): where the source's schemas go in the target."""
+        both = source.registry is not None and target.registry is not None
+        schemas = self.boolean(table, path, "schemas", both and not mirror_topics)
+        if schemas and not both:
+            missing = source.name if source.registry is None else target.name
+            self.fail(path + ("schemas",), f"cluster {missing!r} has no schema registry: declare "
+                                           f"[clusters.{missing}.registry] or set schemas = false")
+        if schemas and mirror_topics:
+            self.fail(path + ("schemas",), "a flow of mirror topics copies batches byte for byte; schemas "
+                                           "applies to flows of records (mirror_topics = false)")
+        context = self.string(table, path, "schema_context", f".{source.name}")
+        if not re.fullmatch(r"\.[^:\s]+", context) or context in (".", ".."):
+            self.fail(path + ("schema_context",), f"{context!r} is not a context name: a dot and a name, e.g. "
+                                                  f'".{source.name}" (the default context "." is the target\'s own)')
+        if "schema_context" in table and not schemas:
+            self.fail(path + ("schema_context",), "applies when the flow copies schemas (schemas = true)")
+        return schemas, context if schemas else ""
 
     def principal_map(self, table: dict[str, Any], path: KeyPath) -> dict[str, str]:
         """acl_principal_map: { "User:east-app" = "User:app" }, principals as Kafka writes them."""

@@ -13,10 +13,14 @@ DEFAULT_RENAME = "{source}.{topic}"
 # A mirror flow's `config` keys (mirror/worker.py reads them); client settings go through
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
-                      "checkpoint.interval.ms", "http.port.base", "group.offset.sync.ms", "acl.sync.ms")
+                      "checkpoint.interval.ms", "http.port.base", "group.offset.sync.ms", "acl.sync.ms",
+                      "schema.sync.ms")
 # Keys that take one of a few words: what a flow does when its source topic was deleted and
 # created again (mirror the new incarnation after the old one, or stop that partition).
-MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop")}
+MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop"),
+                      # Which source subjects a flow's topics use (Confluent's subject name strategies).
+                      "schema.subject.name.strategy": ("TopicNameStrategy", "RecordNameStrategy",
+                                                       "TopicRecordNameStrategy")}
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
 # The workers' admin HTTP (workers_http, or http.port.base): bind address, bearer token (a
 # reference), HTTPS keystore, and the CA `dcmirror status` verifies it with.
@@ -236,6 +240,11 @@ class MirrorSpec:
     acl_principal_map: dict[str, str] = field(default_factory=dict, hash=False)
     """Mirror topics only: source principal -> the principal the target's copy of its topic ACLs
     names (principals not listed are kept as they are)."""
+    schemas: bool = False
+    """Copy the schemas the flow's topics use from the source's registry into the target's, in
+    context `schema_context` with their ids (default: on when both clusters have a registry)."""
+    schema_context: str = ""
+    """The target registry's context of this source's schemas (default `.<source>`)."""
 
     def http_address(self, index: int) -> tuple[str, int] | None:
         """Where worker `index` serves its admin HTTP, as other hosts reach it; None: it has none."""
