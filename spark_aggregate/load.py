@@ -95,6 +95,14 @@ from spark_aggregate.stage import (
     write_file_atomically,
     write_tasks_function,
 )
+from spark_aggregate.typed import (
+    DEAD_LETTER_COLUMNS,
+    SchemaError,
+    TypedTable,
+    dead_letter_table,
+    plan_typed_table,
+    spark_type,
+)
 
 log = logging.getLogger("dcmirror.load")
 
@@ -178,6 +186,7 @@ class Loader:
         self._tables: set[str] = set()  # ensured by this run
         self._locations: dict[str, str] = {}
         self._ledger_written = False  # with Arrow: Spark's cached listing of the ledger is stale
+        self._typed: dict[str, TypedTable] = {}  # typed topics' registry schemas, as this run found them
 
     # ---- the whole run -------------------------------------------------------------
 
@@ -247,6 +256,9 @@ class Loader:
             for partition, n in counts["rows"].items():
                 rows[(topic, int(partition))] = n
             read_gaps += [Gap(*g) for g in counts.get("gaps", [])]
+            if counts.get("dead_letters"):
+                print(f"  {topic}: {counts['dead_letters']:,} poison records into "
+                      f"{DATABASE}.{dead_letter_table(table_name(topic))}", file=self.out, flush=True)
             ranges = plan.ranges_of(topic)
             outcome.topics.append(TopicLoad(topic, f"{DATABASE}.{table_name(topic)}", len(ranges),
                                             sum(r.size for r in ranges), sum(counts["rows"].values()),
@@ -281,6 +293,10 @@ class Loader:
         if opened is None and self.settings.writer == "arrow":
             raise LoadConfigError(f"load.writer = \"arrow\", but Arrow cannot open {self.settings.staging_uri}; "
                                   "use \"spark\" or \"auto\"")
+        typed = [t for t in todo if self.settings.registry_schema_of(t) is not None]
+        if typed and opened is None:
+            raise LoadConfigError(f"topic {typed[0]!r} loads into a typed table, which the Spark tasks write "
+                                  f"with Arrow, and Arrow cannot open {self.settings.staging_uri}")
         direct = [t for t in todo if opened is not None and self.settings.schema_of(t) is None]
         if direct:
             assert opened is not None
@@ -315,7 +331,12 @@ class Loader:
         for topic in topics:
             table = table_name(topic)
             self.fs.delete(self.staging_dir(plan.load_id, table))  # an interrupted attempt's files
-            tasks += [StageTask(r, f"{staging_path}/{plan.load_id}/{table}")
+            typed = self.typed_table(topic)
+            dead_dir = ""
+            if typed is not None:
+                self.fs.delete(self.staging_dir(plan.load_id, dead_letter_table(table)))
+                dead_dir = f"{staging_path}/{plan.load_id}/{dead_letter_table(table)}"
+            tasks += [StageTask(r, f"{staging_path}/{plan.load_id}/{table}", typed, dead_dir)
                       for r in self.task_ranges(plan.ranges_of(topic))]
         started = time.monotonic()
         groups = self.groups(tasks)
@@ -330,7 +351,8 @@ class Loader:
                               f"{sorted(r.task for r in results)}, expected 0..{len(tasks) - 1}")
         self.crash_hook("stage-written")
         counts: dict[str, dict[str, Any]] = {
-            t: {"rows": {str(r.partition): 0 for r in plan.ranges_of(t)}, "bytes": 0, "seconds": seconds, "gaps": []}
+            t: {"rows": {str(r.partition): 0 for r in plan.ranges_of(t)}, "bytes": 0, "seconds": seconds, "gaps": [],
+                "dead_letters": 0}
             for t in topics}
         for result in results:
             task = tasks[result.task]
@@ -338,6 +360,7 @@ class Loader:
             c["rows"][str(task.range.partition)] += result.rows
             c["bytes"] += result.bytes
             c["gaps"] += orjson.loads(result.gaps)
+            c["dead_letters"] += result.dead_letters
         for topic in topics:
             self.fs.write_text(f"{self.staging_dir(plan.load_id, table_name(topic))}/{COUNTS_FILE}",
                                orjson.dumps(counts[topic]).decode())
@@ -378,8 +401,13 @@ class Loader:
         return counts
 
     def publish(self, plan: LoadPlan, topic: str) -> None:
-        """Move the staged files into the table and add their partitions to the metastore."""
-        table = table_name(topic)
+        """Move the staged files into the table (and a typed table's dead letters into its
+        dead-letter table) and add their partitions to the metastore."""
+        self.publish_table(plan, table_name(topic))
+        if self.settings.registry_schema_of(topic) is not None:
+            self.publish_table(plan, dead_letter_table(table_name(topic)))
+
+    def publish_table(self, plan: LoadPlan, table: str) -> None:
         staging = self.staging_dir(plan.load_id, table)
         location = self.table_location(table)
         for entry in self.fs.list_files(staging):
@@ -431,6 +459,10 @@ class Loader:
         if table in self._tables:
             return
         ddl = self.settings.schema_of(topic)
+        typed = self.typed_table(topic)
+        if typed is not None:
+            ddl = ", ".join(f"`{c}` {spark_type(t)}" for c, t in typed.columns)
+            self.ensure_dead_letter_table(dead_letter_table(name))
         declared = self.declared_columns(topic, ddl)
         known = self.catalog_table(name)
         if known is None:
@@ -448,10 +480,58 @@ class Loader:
             have = {c.lower() for c in self.spark.table(table).columns}
         new = [(c, t) for c, t, _ in TABLE_COLUMNS if c not in have]
         new += [(c, t) for c, t in declared if c.lower() not in have]
+        if typed is not None:
+            self.check_typed_columns(table, typed, declared)
         if new:
             log.info("table %s gains columns %s", table, ", ".join(c for c, _ in new))
             added = ", ".join(f"`{c}` {t}" for c, t in new)
             self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+        self._tables.add(table)
+
+    def typed_table(self, topic: str) -> TypedTable | None:
+        """A typed topic's reader schemas and columns from the registry (once per run)."""
+        spec = self.settings.registry_schema_of(topic)
+        if spec is None:
+            return None
+        if topic not in self._typed:
+            if self.settings.registry_url is None:
+                raise LoadConfigError(f"topic {topic!r} loads into a typed table, but cluster "
+                                      f"{self.settings.source!r} has no [clusters.{self.settings.source}.registry]")
+            try:
+                self._typed[topic] = plan_typed_table(topic, self.settings.registry_url, self.settings.source,
+                                                      spec.subject, spec.poison)
+            except SchemaError as exc:
+                raise LoadConfigError(str(exc)) from None
+        return self._typed[topic]
+
+    def check_typed_columns(self, table: str, typed: TypedTable, declared: list[tuple[str, str]]) -> None:
+        """A column the table has must keep its type: a schema that changes one is not a
+        compatible evolution of what the table holds."""
+        from pyspark.sql.types import StructType
+
+        self.spark.sql(f"REFRESH TABLE {table}")
+        have = {f.name.lower(): f.dataType.simpleString() for f in self.spark.table(table).schema.fields}
+        for column, ddl in declared:
+            parsed = StructType.fromDDL(f"`{column}` {ddl}")
+            assert isinstance(parsed, StructType)
+            kind = parsed.fields[0].dataType.simpleString()
+            if column.lower() in have and have[column.lower()] != kind:
+                ids = ", ".join(f"{ctx or '(default)'}: {sid}" for ctx, sid, _ in typed.readers)
+                raise LoadConfigError(f"topic {typed.topic!r}: the latest schema (ids {ids}) makes column "
+                                      f"{column!r} {kind}, but {table} holds it as {have[column.lower()]}; an "
+                                      "incompatible change: load it into a new topic or table")
+
+    def ensure_dead_letter_table(self, name: str) -> None:
+        table = f"{DATABASE}.{name}"
+        if table in self._tables:
+            return
+        known = self.catalog_table(name)
+        if known is None:
+            columns = ", ".join(f"`{c}` {t}" for c, t, _ in (*DEAD_LETTER_COLUMNS, *PARTITION_COLUMNS))
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet "
+                           f"PARTITIONED BY ({', '.join(c for c, *_ in PARTITION_COLUMNS)})")
+        else:
+            self._locations[name] = known[0]
         self._tables.add(table)
 
     def declared_columns(self, topic: str, ddl: str | None) -> list[tuple[str, str]]:

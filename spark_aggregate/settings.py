@@ -11,6 +11,7 @@ from mirror.checkpoints import CHECKPOINTS_TOPIC
 from mirror.worker import HEARTBEATS_TOPIC
 from spark_aggregate.load_metrics import textfile_path
 from topology import Topology, TopologyError
+from topology.model import RegistryTableSpec
 
 DATABASE = "dcmirror"
 LEDGER_TABLE = "loads"
@@ -56,6 +57,10 @@ class WarehouseSettings:
     """Who writes the tables' Parquet files: "arrow" (the tasks), "spark", or "auto"."""
     metrics_textfile: Path | None = None
     """Where each load's Prometheus metrics go (load_metrics.py); None: not written."""
+    registry_schemas: tuple[RegistryTableSpec, ...] = ()
+    """Topics whose tables take their columns from the schema registry (typed.py)."""
+    registry_url: str | None = None
+    """The source cluster's schema registry."""
 
     @property
     def embedded_metastore(self) -> bool:
@@ -69,6 +74,13 @@ class WarehouseSettings:
         for pattern, ddl in self.schemas:
             if re.fullmatch(pattern, topic):
                 return ddl
+        return None
+
+    def registry_schema_of(self, topic: str) -> RegistryTableSpec | None:
+        """The typed-table entry of a topic (the first whose regex matches)."""
+        for spec in self.registry_schemas:
+            if re.fullmatch(spec.topics, topic):
+                return spec
         return None
 
     def wanted(self, topic: str) -> bool:
@@ -90,6 +102,7 @@ class WarehouseSettings:
         kafka = {**topology.cluster(spec.source).client, "client.rack": topology.cluster(spec.source).datacenter,
                  **{k[len("kafka."):]: v for k, v in config.items() if k.startswith("kafka.")}}
         path = Path(spec.path)
+        registry = topology.cluster(spec.source).registry
         return cls(
             source=spec.source,
             bootstrap=topology.cluster(spec.source).bootstrap(),
@@ -108,4 +121,6 @@ class WarehouseSettings:
             load_interval_ms=int(config.get("load.interval.ms", 0)),
             writer=config.get("load.writer", "auto"),
             metrics_textfile=textfile_path(path, config),
+            registry_schemas=spec.registry_schemas,
+            registry_url=None if registry is None else registry.url,
         )

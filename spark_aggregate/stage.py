@@ -36,6 +36,7 @@ from spark_aggregate.columns import HEADER_TYPE, TIMESTAMP_TYPE, repeated_string
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange
 from spark_aggregate.settings import UNKNOWN_DATACENTER
+from spark_aggregate.typed import DEAD_LETTER_SCHEMA, TypedTable, decode_rows
 
 # The tables' columns: name, Spark DDL type, Arrow type (the Parquet files' schema). A table
 # created before a column was added here gains it when a load next ensures the table
@@ -67,7 +68,7 @@ ROW_SCHEMA = pa.schema([*DATA_SCHEMA, *(pa.field(name, kind) for name, _, kind i
 DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark escapes in partition directory names (ExternalCatalogUtils.charToEscape).
 _ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
-TASK_RESULT_DDL = "task INT, rows BIGINT, bytes BIGINT, files INT, gaps STRING"
+TASK_RESULT_DDL = "task INT, rows BIGINT, bytes BIGINT, files INT, gaps STRING, dead_letters BIGINT"
 # Parquet files a task writes at once: one per table partition (source_dc, event_date) its
 # ranges touch. A range spanning more days than this (a backfill) is refused with advice
 # rather than running the worker out of file descriptors.
@@ -149,10 +150,11 @@ def table_batch(batch: pa.RecordBatch, ctx: RowContext) -> pa.RecordBatch:
     ], schema=ROW_SCHEMA)
 
 
-def by_table_partition(rows: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+def by_table_partition(rows: pa.RecordBatch, data_columns: list[str] | None = None
+                       ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Table rows grouped by their partition directory (source_dc=.../event_date=...),
     without the partition columns (they are in the directory names)."""
-    data = rows.select(DATA_SCHEMA.names)
+    data = rows.select(DATA_SCHEMA.names if data_columns is None else data_columns)
     dc, day = rows.column("source_dc"), rows.column("event_date")
     if not rows.num_rows:
         return
@@ -174,10 +176,14 @@ def _equal(column: pa.Array, value: Any) -> pa.Array:
 
 @dataclass(frozen=True)
 class StageTask:
-    """One range into one table's staging directory (a path in `filesystem_uri`'s filesystem)."""
+    """One range into one table's staging directory (a path in `filesystem_uri`'s filesystem);
+    a typed topic's task also decodes values (typed.py) and stages poison records into
+    `dead_letter_dir`."""
 
     range: OffsetRange
     table_dir: str
+    typed: TypedTable | None = None
+    dead_letter_dir: str = ""
 
     @property
     def file_name(self) -> str:
@@ -191,6 +197,7 @@ class TaskResult:
     """Payload: key and value bytes."""
     files: int = 0
     gaps: list[Gap] = field(default_factory=list)
+    dead_letters: int = 0
 
 
 def payload_bytes(rows: pa.RecordBatch) -> int:
@@ -209,46 +216,81 @@ def table_batches(task: StageTask, options: ReadOptions, ctx: RowContext,
             yield rows
 
 
-def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any, *,
-               max_open_files: int = MAX_OPEN_FILES_PER_TASK) -> TaskResult:
-    """Read the task's range and write its Parquet files (each whole or not at all)."""
-    import pyarrow.parquet as pq
+class PartitionWriters:
+    """One Parquet writer per table partition directory under `table_dir`, each file written
+    under a hidden name and renamed into place by close() (or discarded by abort())."""
 
-    result = TaskResult()
-    writers: dict[str, tuple[Any, Any, str, str]] = {}
-    attempt = secrets.token_hex(4)
-    try:
-        for rows in table_batches(task, options, ctx, result.gaps):
-            result.rows += rows.num_rows
-            result.size_bytes += payload_bytes(rows)
-            for folder, part in by_table_partition(rows):
-                if folder not in writers:
-                    if len(writers) >= max_open_files:
-                        raise TooManyTablePartitions(
-                            f"{task.range} holds records of more than {max_open_files} source_dc/event_date "
-                            "table partitions (a backfill spanning many days); load it in smaller steps: "
-                            "set maxOffsetsPerLoad in the warehouse config")
-                    directory = f"{task.table_dir}/{folder}"
-                    filesystem.create_dir(directory, recursive=True)
-                    final = f"{directory}/{task.file_name}"
-                    tmp = hidden_path(final, attempt)
-                    stream = filesystem.open_output_stream(tmp)
-                    writers[folder] = (pq.ParquetWriter(stream, DATA_SCHEMA, compression="snappy"), stream, tmp,
-                                       final)
-                writers[folder][0].write_batch(part)
-        for writer, stream, tmp, final in writers.values():
+    def __init__(self, filesystem: Any, table_dir: str, file_name: str, schema: pa.Schema, attempt: str,
+                 where: OffsetRange, max_open_files: int) -> None:
+        self.filesystem = filesystem
+        self.table_dir = table_dir
+        self.file_name = file_name
+        self.schema = schema
+        self.attempt = attempt
+        self.where = where
+        self.max_open_files = max_open_files
+        self.writers: dict[str, tuple[Any, Any, str, str]] = {}
+
+    def write(self, rows: pa.RecordBatch) -> None:
+        import pyarrow.parquet as pq
+
+        for folder, part in by_table_partition(rows, self.schema.names):
+            if folder not in self.writers:
+                if len(self.writers) >= self.max_open_files:
+                    raise TooManyTablePartitions(
+                        f"{self.where} holds records of more than {self.max_open_files} source_dc/event_date "
+                        "table partitions (a backfill spanning many days); load it in smaller steps: "
+                        "set maxOffsetsPerLoad in the warehouse config")
+                directory = f"{self.table_dir}/{folder}"
+                self.filesystem.create_dir(directory, recursive=True)
+                final = f"{directory}/{self.file_name}"
+                tmp = hidden_path(final, self.attempt)
+                stream = self.filesystem.open_output_stream(tmp)
+                self.writers[folder] = (pq.ParquetWriter(stream, self.schema, compression="snappy"), stream, tmp,
+                                        final)
+            self.writers[folder][0].write_batch(part)
+
+    def close(self) -> int:
+        for writer, stream, tmp, final in self.writers.values():
             writer.close()
             stream.close()
-            filesystem.move(tmp, final)
-            result.files += 1
-    except BaseException:
-        for writer, stream, tmp, _ in writers.values():
+            self.filesystem.move(tmp, final)
+        return len(self.writers)
+
+    def abort(self) -> None:
+        for writer, stream, tmp, _ in self.writers.values():
             try:
                 writer.close()
                 stream.close()
             except Exception:  # noqa: BLE001 - the error being raised matters more
                 pass
-            _discard(filesystem, tmp)
+            _discard(self.filesystem, tmp)
+
+
+def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any, *,
+               max_open_files: int = MAX_OPEN_FILES_PER_TASK) -> TaskResult:
+    """Read the task's range and write its Parquet files (each whole or not at all)."""
+    result = TaskResult()
+    attempt = secrets.token_hex(4)
+    typed = task.typed
+    schema = DATA_SCHEMA if typed is None else pa.schema([*DATA_SCHEMA, *typed.schema])
+    tables = PartitionWriters(filesystem, task.table_dir, task.file_name, schema, attempt, task.range, max_open_files)
+    dead = PartitionWriters(filesystem, task.dead_letter_dir, task.file_name, DEAD_LETTER_SCHEMA, attempt,
+                            task.range, max_open_files)
+    try:
+        for rows in table_batches(task, options, ctx, result.gaps):
+            if typed is not None:
+                rows, poison = decode_rows(typed, rows, ctx.load_id, [c for c, *_ in PARTITION_COLUMNS])
+                if poison.num_rows:
+                    result.dead_letters += poison.num_rows
+                    dead.write(poison)
+            result.rows += rows.num_rows
+            result.size_bytes += payload_bytes(rows)
+            tables.write(rows)
+        result.files = tables.close() + dead.close()
+    except BaseException:
+        tables.abort()
+        dead.abort()
         raise
     return result
 
@@ -312,10 +354,10 @@ def write_tasks_function(tasks: list[StageTask], groups: list[list[int]], option
                 gaps = orjson.dumps([[g.topic, g.partition, g.start, g.end, g.log_start] for g in got.gaps])
                 yield pa.RecordBatch.from_pylist(
                     [{"task": task_id, "rows": got.rows, "bytes": got.size_bytes, "files": got.files,
-                      "gaps": gaps.decode()}],
+                      "gaps": gaps.decode(), "dead_letters": got.dead_letters}],
                     schema=pa.schema([pa.field("task", pa.int32()), pa.field("rows", pa.int64()),
                                       pa.field("bytes", pa.int64()), pa.field("files", pa.int32()),
-                                      pa.field("gaps", pa.string())]))
+                                      pa.field("gaps", pa.string()), pa.field("dead_letters", pa.int64())]))
     return run
 
 

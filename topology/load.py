@@ -34,7 +34,9 @@ from topology.model import (
     MIRROR_CONFIG_KEYS,
     MIRROR_CONFIG_PREFIXES,
     MIRROR_HTTP_KEYS,
+    POISON_ACTIONS,
     RENAME_PLACEHOLDERS,
+    SUBJECT_NAME_STRATEGIES,
     WAREHOUSE_COLUMNS,
     WAREHOUSE_CONFIG_KEYS,
     WAREHOUSE_CONFIG_PREFIXES,
@@ -43,6 +45,7 @@ from topology.model import (
     MirrorSpec,
     NodeAddress,
     RegistrySpec,
+    RegistryTableSpec,
     TopicSpec,
     Topology,
     WarehouseSpec,
@@ -81,7 +84,8 @@ TOPIC_KEYS = ("cluster", "name", "partitions", "replication_factor", "config")
 MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "workers", "groups", "config",
                "workers_http", "mirror_topics", "mirror_groups", "acl_principal_map", "schemas",
                "schema_context")
-WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas")
+WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas", "registry_schemas")
+REGISTRY_SCHEMA_KEYS = ("value", "key", "subject_name_strategy", "subject", "poison")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
 _WAREHOUSE_BOOLEANS = ("failOnDataLoss",)
@@ -856,13 +860,65 @@ class _Loader:
                 close = difflib.get_close_matches(key, WAREHOUSE_CONFIG_KEYS, n=1)
                 self.fail(kpath, f"unknown warehouse config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                           + "; known: " + ", ".join(WAREHOUSE_CONFIG_KEYS) + ", spark.*, kafka.*")
+        source = self.cluster_ref(table, path, "source", clusters)
         return WarehouseSpec(
-            source=self.cluster_ref(table, path, "source", clusters),
+            source=source,
             path=self.directory(table, path, "path", "warehouse"),
             topics=self.regex(table, path, "topics", ".*"),
             config=config,
             schemas=self.warehouse_schemas(table, path),
+            registry_schemas=self.warehouse_registry_schemas(table, path, clusters[source]),
         )
+
+    def warehouse_registry_schemas(self, table: dict[str, Any], path: KeyPath,
+                                   source: ClusterSpec) -> tuple[RegistryTableSpec, ...]:
+        """[warehouse.registry_schemas]: topic regex -> { value, subject_name_strategy,
+        subject, poison }; the source cluster must run a registry."""
+        if "registry_schemas" not in table:
+            return ()
+        spath = path + ("registry_schemas",)
+        raw = self.table(table["registry_schemas"], spath,
+                         hint=' of topic regexes to tables such as { "east[.]orders" = { value = true } }')
+        if raw and source.registry is None:
+            self.fail(spath, f"typed tables read schemas from the warehouse source cluster's registry, and "
+                             f"cluster {source.name!r} has none: add [clusters.{source.name}.registry]")
+        out: list[RegistryTableSpec] = []
+        for pattern, entry in raw.items():
+            kpath = spath + (pattern,)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                self.fail(kpath, f"invalid topic regex {pattern!r}: {exc}")
+            entry = self.table(entry, kpath, hint=' such as { value = true, poison = "dead-letter" }')
+            self.keys(entry, kpath, REGISTRY_SCHEMA_KEYS)
+            for flag in ("value", "key"):
+                if flag in entry and not isinstance(entry[flag], bool):
+                    self.fail(kpath + (flag,), f"takes true or false, not {_type_name(entry[flag])}")
+            if entry.get("key", False):
+                self.fail(kpath + ("key",), "typed keys are not supported yet: keys load as bytes "
+                                            "(leave key out or set it to false)")
+            if not entry.get("value", True):
+                self.fail(kpath + ("value",), "a typed table decodes the value: set value = true or "
+                                              "drop the entry")
+            strategy = entry.get("subject_name_strategy", "TopicNameStrategy")
+            if strategy not in SUBJECT_NAME_STRATEGIES:
+                close = difflib.get_close_matches(str(strategy), SUBJECT_NAME_STRATEGIES, n=1)
+                self.fail(kpath + ("subject_name_strategy",),
+                          f"unknown subject name strategy {strategy!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                          + "; known: " + ", ".join(SUBJECT_NAME_STRATEGIES))
+            subject = entry.get("subject", "")
+            if not isinstance(subject, str):
+                self.fail(kpath + ("subject",), f"takes a subject name, not {_type_name(subject)}")
+            if strategy != "TopicNameStrategy" and not subject:
+                self.fail(kpath + ("subject",), f"{strategy} names subjects after the record, which the "
+                                                "loader cannot know before reading: name the subject whose "
+                                                "latest version is the table's schema")
+            poison = entry.get("poison", "dead-letter")
+            if poison not in POISON_ACTIONS:
+                self.fail(kpath + ("poison",), f"takes one of {', '.join(POISON_ACTIONS)}, not {poison!r}")
+            out.append(RegistryTableSpec(topics=pattern, value=True, subject_name_strategy=strategy,
+                                         subject=subject, poison=poison))
+        return tuple(out)
 
     def warehouse_schemas(self, table: dict[str, Any], path: KeyPath) -> tuple[tuple[str, str], ...]:
         if "schemas" not in table:

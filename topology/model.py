@@ -267,6 +267,26 @@ class MirrorSpec:
         return self.rename.format(source=self.source, target=self.target, topic=topic, source_dc=source_dc)
 
 
+# Subject naming strategies of typed warehouse tables (Confluent's names).
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+POISON_ACTIONS = ("dead-letter", "fail")
+
+
+@dataclass(frozen=True)
+class RegistryTableSpec:
+    """A `[warehouse.registry_schemas]` entry: topics whose values are decoded by their
+    schema id (Confluent wire format) through the warehouse source cluster's registry."""
+
+    topics: str
+    """Regex, matched against the whole topic name in the warehouse source cluster."""
+    value: bool = True
+    subject_name_strategy: str = "TopicNameStrategy"
+    subject: str = ""
+    """Explicit subject whose latest version is the table's schema (overrides the strategy)."""
+    poison: str = "dead-letter"
+    """A record that is not in the wire format: "dead-letter" (its own table) or "fail"."""
+
+
 @dataclass(frozen=True)
 class WarehouseSpec:
     source: str
@@ -277,6 +297,8 @@ class WarehouseSpec:
     schemas: tuple[tuple[str, str], ...] = ()
     """(topic regex, Spark DDL column list): values of matching topics are parsed as JSON
     into these columns; the first matching entry applies."""
+    registry_schemas: tuple[RegistryTableSpec, ...] = ()
+    """Topics whose tables take their columns from the schema registry."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,404 @@
+"""Typed tables: record values in Confluent's wire format (magic byte 0, a 4-byte big-endian
+schema id, the Avro binary payload) decoded by their schema id into typed columns.
+
+The id is resolved in the record's source context: a record mirrored from cluster `east`
+(its source_cluster provenance column) names a schema of east's registry, which the mirror
+copies into the aggregate registry under context `.east` with its id kept; a record produced
+into the loaded cluster itself names one of the default context. Each record is read with
+its writer schema (by id) into the table's reader schema for that context, the latest
+version of the topic's subject there (Avro schema resolution), so every version that is
+compatible with the latest lands in the same columns and older records read newer fields
+as their defaults (NULL for optional fields). The table's columns are the union of the top-level
+fields of those latest versions, after the warehouse's own columns.
+
+A record that is not in the wire format (no value, another magic byte, a payload shorter
+than its schema needs or longer) is a poison record: it goes to the table's dead-letter
+table with its coordinates and raw bytes, or stops the load (poison = "fail"). A record
+whose id is unknown in its context, or whose writer schema cannot be read as the reader
+schema, stops the load: `TypedLoadError` names topic, partition, offset and schema id.
+
+Avro types map as: record -> struct, array -> array, map -> map<string, _>, enum -> string,
+fixed/bytes -> binary, decimal -> decimal(p, s), date -> date, timestamp-millis/micros ->
+timestamp, local-timestamp-* -> timestamp_ntz, union of null and one type -> that type
+(nullable); other unions are refused. time-* and uuid read as their underlying int/string.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_aggregate.columns import TIMESTAMP_TYPE
+
+MAGIC_BYTE = 0
+WIRE_HEADER_BYTES = 5
+DEFAULT_CONTEXT = ""
+REGISTRY_TIMEOUT_S = 10.0
+_DROPPED_LOGICAL_TYPES = frozenset({"time-millis", "time-micros", "uuid"})
+
+# The dead-letter tables' data columns (partitioned like the topic tables).
+DEAD_LETTER_COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("topic", "STRING", pa.string()),
+    ("kafka_partition", "INT", pa.int32()),
+    ("kafka_offset", "BIGINT", pa.int64()),
+    ("reason", "STRING", pa.string()),
+    ("schema_id", "INT", pa.int32()),
+    ("key", "BINARY", pa.binary()),
+    ("value", "BINARY", pa.binary()),
+    ("timestamp", "TIMESTAMP", TIMESTAMP_TYPE),
+    ("source_cluster", "STRING", pa.string()),
+    ("source_partition", "INT", pa.int32()),
+    ("source_offset", "BIGINT", pa.int64()),
+    ("load_id", "STRING", pa.string()),
+)
+DEAD_LETTER_SCHEMA = pa.schema([pa.field(n, t) for n, _, t in DEAD_LETTER_COLUMNS])
+
+
+class TypedLoadError(Exception):
+    """A record the typed table cannot take: unknown schema id, incompatible schema, or a
+    poison record when poison = "fail"."""
+
+
+class SchemaError(Exception):
+    """An Avro schema the warehouse cannot turn into columns, or a registry lookup failed."""
+
+
+def dead_letter_table(table: str) -> str:
+    return f"{table}_dead_letters"
+
+
+def context_of(source_cluster: str | None, loaded_cluster: str) -> str:
+    """The registry context a record's schema id belongs to."""
+    if source_cluster is None or source_cluster == loaded_cluster:
+        return DEFAULT_CONTEXT
+    return f".{source_cluster}"
+
+
+def qualified(subject: str, context: str) -> str:
+    return subject if context == DEFAULT_CONTEXT else f":{context}:{subject}"
+
+
+# ---- the registry --------------------------------------------------------------------------
+
+
+class RegistryReader:
+    """Schemas by id and latest versions over Confluent's REST API (cached per process)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self._client: Any = None
+
+    def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=REGISTRY_TIMEOUT_S)
+        try:
+            response = self._client.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise SchemaError(f"schema registry {self.url}: {exc}") from None
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise SchemaError(f"schema registry {self.url}{path}: HTTP {response.status_code} {response.text[:200]}")
+        return response.json()
+
+    def schema_by_id(self, schema_id: int, context: str) -> tuple[str, str] | None:
+        """(schemaType, schema text) of an id in a context, None if unknown there."""
+        params = None if context == DEFAULT_CONTEXT else {"subject": f":{context}:"}
+        got = self._get(f"/schemas/ids/{schema_id}", params)
+        if got is None:
+            return None
+        return got.get("schemaType", "AVRO"), got["schema"]
+
+    def latest(self, subject: str, context: str) -> tuple[int, str, str] | None:
+        """(id, schemaType, schema text) of the subject's latest version, None if no such subject."""
+        import urllib.parse
+
+        name = urllib.parse.quote(qualified(subject, context), safe="")
+        got = self._get(f"/subjects/{name}/versions/latest")
+        if got is None:
+            return None
+        return got["id"], got.get("schemaType", "AVRO"), got["schema"]
+
+    def contexts(self) -> list[str]:
+        got = self._get("/contexts") or []
+        return sorted(DEFAULT_CONTEXT if c == "." else c for c in got)
+
+
+# ---- Avro schemas as Arrow and Spark types ------------------------------------------------------
+
+
+def _plain(schema: Any) -> Any:
+    """The schema with logical types the tables do not keep dropped (read as their base type)."""
+    if isinstance(schema, list):
+        return [_plain(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _plain(v) if k in ("type", "items", "values", "fields") else v for k, v in schema.items()}
+    if "fields" in out:
+        out["fields"] = [{**f, "type": _plain(f["type"])} for f in schema["fields"]]
+    if out.get("logicalType") in _DROPPED_LOGICAL_TYPES:
+        del out["logicalType"]
+    return out
+
+
+def parse_avro(text: str) -> Any:
+    """A schema text as fastavro's parsed schema (named types expanded for the reader)."""
+    import fastavro
+
+    return fastavro.parse_schema(_plain(json.loads(text)), _write_hint=False, _force=True)
+
+
+_PRIMITIVES = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+               "double": pa.float64(), "bytes": pa.binary(), "string": pa.string()}
+
+
+def arrow_type(schema: Any, names: dict[str, Any] | None = None) -> pa.DataType:
+    """The Arrow type of an Avro schema (JSON form)."""
+    names = {} if names is None else names
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return _PRIMITIVES[schema]
+        if schema in names:
+            return arrow_type(names[schema], names)
+        raise SchemaError(f"unknown Avro type {schema!r}")
+    if isinstance(schema, list):
+        others = [s for s in schema if s != "null"]
+        if len(others) != 1:
+            raise SchemaError(f"union {json.dumps(schema)}: only unions of null and one type become columns")
+        return arrow_type(others[0], names)
+    kind = schema["type"]
+    logical = schema.get("logicalType")
+    if "name" in schema and kind in ("record", "enum", "fixed"):
+        names[schema["name"]] = schema
+        if "namespace" in schema:
+            names[f"{schema['namespace']}.{schema['name']}"] = schema
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision = int(schema["precision"])
+        scale = int(schema.get("scale", 0))
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+    if logical == "date" and kind == "int":
+        return pa.date32()
+    if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
+        return TIMESTAMP_TYPE
+    if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
+        return pa.timestamp("us")
+    if kind == "record":
+        return pa.struct([pa.field(f["name"], arrow_type(f["type"], names)) for f in schema["fields"]])
+    if kind == "array":
+        return pa.list_(arrow_type(schema["items"], names))
+    if kind == "map":
+        return pa.map_(pa.string(), arrow_type(schema["values"], names))
+    if kind == "enum":
+        return pa.string()
+    if kind == "fixed":
+        return pa.binary()
+    return arrow_type(kind, names)
+
+
+def spark_type(kind: pa.DataType) -> str:
+    """Spark DDL of an Arrow type the typed tables use."""
+    if pa.types.is_struct(kind):
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in kind) + ">"
+    if pa.types.is_map(kind):
+        return f"MAP<STRING, {spark_type(kind.item_type)}>"
+    if pa.types.is_list(kind):
+        return f"ARRAY<{spark_type(kind.value_type)}>"
+    if pa.types.is_decimal(kind):
+        return f"DECIMAL({kind.precision}, {kind.scale})"
+    if pa.types.is_timestamp(kind):
+        return "TIMESTAMP" if kind.tz else "TIMESTAMP_NTZ"
+    simple = {pa.bool_(): "BOOLEAN", pa.int32(): "INT", pa.int64(): "BIGINT", pa.float32(): "FLOAT",
+              pa.float64(): "DOUBLE", pa.binary(): "BINARY", pa.string(): "STRING", pa.date32(): "DATE"}
+    return simple[kind]
+
+
+def record_columns(text: str) -> list[tuple[str, pa.DataType]]:
+    """A record schema's top-level fields as (column, Arrow type)."""
+    schema = _plain(json.loads(text))
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise SchemaError("a typed table's schema must be an Avro record")
+    names: dict[str, Any] = {}
+    top = arrow_type(schema, names)
+    return [(f.name, f.type) for f in top]
+
+
+# ---- the table's plan (driver) and decoding (executors) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypedTable:
+    """What a task needs to decode a typed topic (pickled to the executors)."""
+
+    topic: str
+    registry_url: str
+    loaded_cluster: str
+    readers: tuple[tuple[str, int, str], ...]
+    """(context, schema id, Avro text): the latest version of the subject per context."""
+    columns: tuple[tuple[str, pa.DataType], ...]
+    poison: str = "dead-letter"
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(n, t) for n, t in self.columns])
+
+
+def subject_candidates(topic: str, context: str, subject: str) -> list[str]:
+    """Subjects to look up (TopicNameStrategy): the topic's, and in a source's context also
+    the source topic's (the aggregate's `east.orders` was `orders` in east)."""
+    if subject:
+        return [subject]
+    names = [f"{topic}-value"]
+    prefix = context[1:] + "."
+    if context and topic.startswith(prefix):
+        names.append(f"{topic[len(prefix):]}-value")
+    return names
+
+
+def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject: str, poison: str,
+                     reader: RegistryReader | None = None) -> TypedTable:
+    """The table's reader schemas and columns, from the registry now (driver side)."""
+    reader = reader or RegistryReader(registry_url)
+    readers: list[tuple[str, int, str]] = []
+    for context in reader.contexts():
+        for name in subject_candidates(topic, context, subject):
+            got = reader.latest(name, context)
+            if got is not None:
+                schema_id, kind, text = got
+                if kind != "AVRO":
+                    raise SchemaError(f"subject {qualified(name, context)!r} holds {kind} schemas; typed tables "
+                                      "decode Avro only so far")
+                readers.append((context, schema_id, text))
+                break
+    if not readers:
+        raise SchemaError(f"no subject for topic {topic!r} in the registry at {registry_url} "
+                          f"(looked for {subject or topic + '-value'} in every context)")
+    columns: dict[str, pa.DataType] = {}
+    for context, schema_id, text in readers:
+        for name, kind in record_columns(text):
+            if name in columns and columns[name] != kind:
+                raise SchemaError(f"topic {topic!r}: field {name!r} is {columns[name]} in one context and {kind} "
+                                  f"in context {context or '(default)'} (schema id {schema_id}); one column "
+                                  "cannot hold both")
+            columns.setdefault(name, kind)
+    return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison)
+
+
+def _reader_of(table: TypedTable, context: str) -> Any:
+    key = ("reader", context)
+    if key not in table._cache:
+        text = next((t for c, _, t in table.readers if c == context), None)
+        table._cache[key] = None if text is None else parse_avro(text)
+    return table._cache[key]
+
+
+def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, context: str,
+               where: str) -> Any:
+    key = ("writer", context, schema_id)
+    if key not in table._cache:
+        got = registry.schema_by_id(schema_id, context)
+        if got is None:
+            raise TypedLoadError(f"{where}: schema id {schema_id} is unknown in registry context "
+                                 f"{context or '(default)'} at {table.registry_url}; nothing was committed")
+        kind, text = got
+        if kind != "AVRO":
+            raise TypedLoadError(f"{where}: schema id {schema_id} is a {kind} schema; typed tables decode Avro "
+                                 "only so far")
+        table._cache[key] = parse_avro(text)
+    return table._cache[key]
+
+
+def _registry(table: TypedTable) -> RegistryReader:
+    if "registry" not in table._cache:
+        table._cache["registry"] = RegistryReader(table.registry_url)
+    reg: RegistryReader = table._cache["registry"]
+    return reg
+
+
+def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
+                partition_columns: list[str]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """Table rows (stage.ROW_SCHEMA: data columns, then `partition_columns`) -> (rows with the
+    typed columns before the partition columns, dead letters with the partition columns)."""
+    from fastavro import schemaless_reader
+    from fastavro._read_common import SchemaResolutionError
+
+    registry = _registry(table)
+    values = rows.column("value").to_pylist()
+    clusters = rows.column("source_cluster").to_pylist()
+    offsets = rows.column("kafka_offset")
+    partitions = rows.column("kafka_partition")
+    names = [n for n, _ in table.columns]
+    out: list[list[Any]] = [[] for _ in names]
+    good: list[bool] = []
+    reasons: list[str | None] = []
+    ids: list[int | None] = []
+    for i, value in enumerate(values):
+        reason = None
+        schema_id = None
+        if value is None:
+            reason = "no value"
+        elif len(value) < WIRE_HEADER_BYTES:
+            reason = f"{len(value)} bytes, shorter than the wire format's 5-byte header"
+        elif value[0] != MAGIC_BYTE:
+            reason = f"magic byte {value[0]}, not 0"
+        else:
+            schema_id = int.from_bytes(value[1:5], "big")
+            context = context_of(clusters[i], table.loaded_cluster)
+            where = (f"topic {table.topic!r} partition {partitions[i].as_py()} offset {offsets[i].as_py()}")
+            writer = _writer_of(table, registry, schema_id, context, where)
+            reader = _reader_of(table, context)
+            stream = io.BytesIO(value)
+            stream.seek(WIRE_HEADER_BYTES)
+            try:
+                record = schemaless_reader(stream, writer, reader)
+            except SchemaResolutionError as exc:
+                raise TypedLoadError(f"{where}: schema id {schema_id} cannot be read as the table's schema "
+                                     f"(id {next(s for c, s, _ in table.readers if c == context)}, the latest "
+                                     f"version in context {context or '(default)'}): {exc}; nothing was "
+                                     "committed") from None
+            except Exception as exc:  # noqa: BLE001 - any payload its own schema cannot read is poison
+                reason = f"payload does not decode with schema id {schema_id}: {type(exc).__name__}: {exc}"
+            else:
+                if stream.tell() != len(value):
+                    reason = (f"{len(value) - stream.tell()} bytes left after the record of schema id "
+                              f"{schema_id}")
+                elif not isinstance(record, dict):
+                    reason = f"schema id {schema_id} is not a record schema"
+                else:
+                    for column, name in zip(out, names, strict=True):
+                        column.append(record.get(name))
+        if reason is not None and table.poison == "fail":
+            raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i].as_py()} offset "
+                                 f"{offsets[i].as_py()}: poison record ({reason}) and poison = \"fail\"")
+        good.append(reason is None)
+        reasons.append(reason)
+        ids.append(schema_id)
+    mask = pa.array(good, pa.bool_())
+    kept = rows.filter(mask) if not all(good) else rows
+    typed = [pa.array(column, kind) for column, (_, kind) in zip(out, table.columns, strict=True)]
+    part_names = partition_columns
+    data_names = [n for n in rows.schema.names if n not in part_names]
+    result = pa.RecordBatch.from_arrays(
+        [kept.column(n) for n in data_names] + typed + [kept.column(n) for n in part_names],
+        schema=pa.schema([*(kept.schema.field(n) for n in data_names), *table.schema,
+                          *(kept.schema.field(n) for n in part_names)]))
+    bad = pc.invert(mask)
+    dead = rows.filter(bad)
+    dead_reasons = [r for r in reasons if r is not None]
+    dead_ids = [s for s, r in zip(ids, reasons, strict=True) if r is not None]
+    n = dead.num_rows
+    dead_batch = pa.RecordBatch.from_arrays(
+        [pa.array([table.topic] * n, pa.string()), dead.column("kafka_partition"), dead.column("kafka_offset"),
+         pa.array(dead_reasons, pa.string()), pa.array(dead_ids, pa.int32()), dead.column("key"),
+         dead.column("value"), dead.column("timestamp"), dead.column("source_cluster"),
+         dead.column("source_partition"), dead.column("source_offset"), pa.array([load_id] * n, pa.string()),
+         *(dead.column(c) for c in part_names)],
+        schema=pa.schema([*DEAD_LETTER_SCHEMA, *(dead.schema.field(c) for c in part_names)]))
+    return result, dead_batch

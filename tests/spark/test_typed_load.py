@@ -1,0 +1,199 @@
+"""Typed warehouse loads (issue 33) against a real broker and a real schema registry
+(`dcmirror registry`): confluent-kafka's AvroSerializer writes records of three schema
+versions, mirrored from `east` (provenance headers; their schemas in the aggregate
+registry's context `.east`, where a different schema has the same id as in the default
+context); the load decodes them into typed columns (nested records, arrays, maps, enums,
+decimals, timestamps, dates), a new optional field adds a nullable column, poison records
+land in the dead-letter table with their coordinates, and an unknown schema id stops the
+load naming topic, partition, offset and id with nothing committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from spark_aggregate.load import Loader
+from spark_aggregate.session import start_session, stop_session, warehouse_lock
+from spark_aggregate.settings import WarehouseSettings
+from tests.harness import BrokerProcess
+from tests.registry.common import RegistryProcess
+from tests.spark.common import Feed, create_topics, write_topology
+from topology import load
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.spark_session]
+
+TOPIC = "east.orders"
+SUBJECT = ":.east:orders-value"  # the source's subject, in the source's context (as the mirror copies it)
+
+V1: dict[str, Any] = {
+    "type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "placed", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+            {"name": "name", "type": "string"},
+            {"name": "since", "type": {"type": "int", "logicalType": "date"}}]}},
+    ]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
+V3 = {**V2, "fields": [*V2["fields"], {"name": "discount", "type": ["null", "double"], "default": None}]}
+OTHER = {"type": "record", "name": "Unrelated", "fields": [{"name": "x", "type": "string"}]}
+
+
+@dataclass
+class Env:
+    broker: BrokerProcess
+    registry: RegistryProcess
+    settings: WarehouseSettings
+    spark: Any
+    feed: Feed
+    client: SchemaRegistryClient
+
+    def load(self, topics: str) -> str:
+        out = io.StringIO()
+        Loader(self.spark, dataclasses.replace(self.settings, topics=topics), out).run()
+        return out.getvalue()
+
+    def serializer(self, schema: dict[str, Any]) -> Any:
+        avro = AvroSerializer(self.client, json.dumps(schema),
+                              conf={"auto.register.schemas": True,
+                                    "subject.name.strategy": lambda ctx, name: SUBJECT})
+        return lambda record: avro(record, SerializationContext(TOPIC, MessageField.VALUE))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("spark-typed")
+    broker = BrokerProcess(root / "broker", group_initial_rebalance_delay_ms=0).start()
+    registry = None
+    try:
+        registry = RegistryProcess(root / "registry.log", bootstrap=broker.bootstrap).start()
+        topology = write_topology(root / "topology.toml", broker.bootstrap, root / "warehouse")
+        with topology.open("a") as f:
+            f.write(f'\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:{registry.port}"\n\n'
+                    '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
+                    '"east[.]unknown_ids" = { value = true, subject = "orders-value" }\n')
+        settings = WarehouseSettings.from_topology(load(topology))
+        client = SchemaRegistryClient({"url": registry.url})
+        with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
+            spark = start_session(settings, "tests/spark/test_typed_load.py")
+            try:
+                yield Env(broker, registry, settings, spark, Feed(broker.bootstrap), client)
+            finally:
+                stop_session(spark)
+    finally:
+        if registry is not None:
+            registry.stop()
+        broker.stop()
+
+
+def order(i: int, **extra: Any) -> dict[str, Any]:
+    return {"id": i, "amount": decimal.Decimal(f"{i}.25"),
+            "placed": datetime.datetime(2026, 1, 2, 3, 4, 5, 6000 * i, tzinfo=datetime.UTC),
+            "status": "PAID" if i % 2 else "NEW", "tags": [f"t{i}"] * (i % 3), "attrs": {"n": i},
+            "customer": {"name": f"c{i}", "since": datetime.date(2020, 1, 1) + datetime.timedelta(days=i)},
+            **extra}
+
+
+def typed_rows(env: Env, table: str, columns: str) -> list[tuple[Any, ...]]:
+    env.spark.sql(f"REFRESH TABLE dcmirror.{table}")
+    return sorted(tuple(r) for r in env.spark.sql(f"SELECT {columns} FROM dcmirror.{table}").collect())
+
+
+def test_three_schema_versions_load_into_typed_columns_and_poison_goes_to_dead_letters(env: Env) -> None:
+    create_topics(env.broker.bootstrap, {TOPIC: 2})
+    # An unrelated schema in the default context first: its id is the one Order v1 gets in
+    # context .east, so a lookup in the wrong context would decode garbage or fail.
+    default_id = env.client.register_schema("unrelated-value", _schema(OTHER))
+    v1 = env.serializer(V1)
+    env.feed.produce(TOPIC, 2, 4, source="east", value=lambda n: v1(order(n)))
+    east_v1_id = int.from_bytes(v1(order(0))[1:5], "big")
+    assert east_v1_id == default_id, "ids are per context: east's first schema has the default context's first id"
+
+    out = env.load("east[.]orders")
+    assert "poison" not in out
+    schema = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_orders").schema.fields}
+    assert {k: schema[k] for k in ("id", "amount", "placed", "status", "tags", "attrs", "customer")} == {
+        "id": "bigint", "amount": "decimal(9,2)", "placed": "timestamp", "status": "string",
+        "tags": "array<string>", "attrs": "map<string,bigint>", "customer": "struct<name:string,since:date>"}
+    assert "note" not in schema
+    first = typed_rows(env, "east_orders", "id, amount, placed, status, tags, attrs, customer.name, customer.since, "
+                                           "source_cluster, source_dc, kafka_partition, kafka_offset")
+    assert first == [(i, decimal.Decimal(f"{i}.25"), datetime.datetime(2026, 1, 2, 3, 4, 5, 6000 * i), "PAID" if i % 2
+                      else "NEW", [f"t{i}"] * (i % 3), {"n": i}, f"c{i}",
+                      datetime.date(2020, 1, 1) + datetime.timedelta(days=i), "east", "dc-east", i % 2, i // 2)
+                     for i in range(4)]
+
+    # Version 2 and 3 add optional fields (BACKWARD compatible); a v1 writer keeps writing.
+    v2, v3 = env.serializer(V2), env.serializer(V3)
+    env.feed.produce(TOPIC, 2, 2, source="east", value=lambda n: v2(order(n, note=f"n{n}")))
+    env.feed.produce(TOPIC, 2, 2, source="east", value=lambda n: v3(order(n, note=None, discount=n / 2)))
+    env.feed.produce(TOPIC, 2, 2, source="east", value=lambda n: v1(order(n)))
+    poison = [b"\x01\x00\x00\x00\x01garbage", v3(order(99))[:9], b"\x00\x00"]
+    env.feed.produce(TOPIC, 1, len(poison), source="east", value=lambda n: poison[n - 10])
+
+    out = env.load("east[.]orders")
+    assert "3 poison records into dcmirror.east_orders_dead_letters" in out, out
+    schema = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_orders").schema.fields}
+    assert schema["note"] == "string" and schema["discount"] == "double"
+    rows = typed_rows(env, "east_orders", "id, note, discount, amount, customer.name")
+    expected = [(i, None, None) for i in range(4)] + [(4, "n4", None), (5, "n5", None)] \
+        + [(6, None, 3.0), (7, None, 3.5)] + [(8, None, None), (9, None, None)]
+    assert [r[:3] for r in rows] == expected
+    assert all(r[3] == decimal.Decimal(f"{r[0]}.25") and r[4] == f"c{r[0]}" for r in rows)
+
+    dead = typed_rows(env, "east_orders_dead_letters",
+                      "topic, kafka_partition, kafka_offset, schema_id, value, source_cluster, source_dc")
+    offsets = {(s.partition, s.offset): s for s in env.feed.sent if s.value in poison}
+    assert [(r[1], r[2]) for r in dead] == sorted(offsets)
+    assert [bytes(r[4]) for r in dead] == [offsets[(r[1], r[2])].value for r in dead]
+    assert {r[0] for r in dead} == {TOPIC} and {r[5] for r in dead} == {"east"} and {r[6] for r in dead} == {"dc-east"}
+    reasons = typed_rows(env, "east_orders_dead_letters", "reason")
+    assert any("magic byte 1" in r[0] for r in reasons)
+    assert any("shorter than the wire format" in r[0] for r in reasons)
+    assert any("does not decode" in r[0] for r in reasons), reasons
+
+
+def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:
+    topic = "east.unknown_ids"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    v1 = env.serializer(V1)
+    good = v1(order(1))
+    env.feed.produce(topic, 1, 3, source="east",
+                     value=lambda n: good if n != len(env.feed.sent) + 1 else b"\x00\x00\x00\x27\x0f" + good[5:])
+    # The registry answers for subject orders-value in context .east.
+    assert httpx.get(f"{env.registry.url}/subjects/{SUBJECT}/versions").status_code == 200
+    bad = next(s for s in env.feed.sent if s.topic == topic and s.value[1:5] == b"\x00\x00\x27\x0f")
+    env.spark.sql("REFRESH TABLE dcmirror.loads")
+    committed_before = env.spark.sql("SELECT count(*) FROM dcmirror.loads WHERE status = 'committed'").first()[0]
+    with pytest.raises(Exception) as caught:
+        env.load("east[.]unknown_ids")
+    message = str(caught.value)
+    assert (f"topic {topic!r} partition {bad.partition} offset {bad.offset}: schema id 9999 is unknown in registry "
+            "context .east") in message, message[-2000:]
+    env.spark.sql("REFRESH TABLE dcmirror.loads")
+    assert env.spark.sql("SELECT count(*) FROM dcmirror.loads WHERE status = 'committed'").first()[0] \
+        == committed_before
+    assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
+                         ).first()[0] == 0
+
+
+def _schema(doc: dict[str, Any]) -> Any:
+    from confluent_kafka.schema_registry import Schema
+
+    return Schema(json.dumps(doc), "AVRO")
