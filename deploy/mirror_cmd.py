@@ -300,6 +300,14 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
               + (f", {f['dead_letter_records']} DEAD LETTER(S)" if f.get("dead_letter_records") else "")
               + ("" if f["via"] == "http" else " (from this host's status files: the flow declares no worker "
                                                "admin HTTP addresses)"))
+        sync = f.get("schema_sync")
+        if sync is not None:
+            age = (f"{(time.time() * 1000 - sync['last_sync_ms']) / 1000:.1f} s ago" if sync.get("last_sync_ms")
+                   else "not yet")
+            print(f"  schemas into context {sync['context']}: {sync['schemas_copied']} version(s) copied, "
+                  f"{sync['deletes_followed']} delete(s) followed, last round {age}"
+                  + (f", {sync['errors']} ERROR(S), last: {sync['last_errors'][-1]}" if sync.get("errors")
+                     and sync.get("last_errors") else ""))
         for w in f["workers"]:
             where = f" at {w['address']}" if w.get("address") else ""
             if not w.get("reachable"):

@@ -126,6 +126,19 @@ def flow_workers_from_files(state_dir: Path) -> list[dict[str, Any]]:
 HISTORY_COUNTERS = ("source_recreations", "divergences", "diverged_records", "target_refills", "dead_letter_records")
 
 
+def schema_sync_summary(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The flow's schema sync (mirror/schema_sync.py) over the workers that answered: copies,
+    deletes followed and errors summed, the newest round; None: the flow copies no schemas."""
+    docs = [w["schema_sync"] for w in workers if w.get("reachable") and w.get("schema_sync")]
+    if not docs:
+        return None
+    return {"context": docs[0].get("context"),
+            **{key: sum(d.get(key, 0) for d in docs) for key in ("schemas_copied", "deletes_followed",
+                                                                  "configs_followed", "errors", "chunks_waited")},
+            "last_sync_ms": max((d["last_sync_ms"] for d in docs if d.get("last_sync_ms")), default=None),
+            "last_errors": [e for d in docs for e in d.get("last_errors", [])][-5:]}
+
+
 async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: float,
                        state_dir: Any) -> list[dict[str, Any]]:
     """Per flow: its workers' state (over HTTP where they have addresses, else from this
@@ -152,5 +165,6 @@ async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: f
                        "lag_records": sum(w.get("lag_records", 0) for w in live),
                        "records": sum(w.get("records", 0) for w in live),
                        "data_loss_records": sum(w.get("data_loss_records", 0) for w in found),
+                       "schema_sync": schema_sync_summary(found),
                        **{key: sum(w.get(key, 0) for w in found) for key in HISTORY_COUNTERS}})
     return report

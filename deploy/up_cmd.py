@@ -465,7 +465,7 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
                 "lag_records": f["lag_records"] if live else None,
                 "lag_s_max": max((x for x in lags if x is not None), default=0.0) if live else None,
                 "partitions": sum(len(w.get("partitions", [])) for w in live),
-                "data_loss_records": f["data_loss_records"],
+                "data_loss_records": f["data_loss_records"], "schema_sync": f.get("schema_sync"),
                 **{key: f.get(key, 0) for key in HISTORY_COUNTERS}}
         flows.append(flow)
         if f["live_workers"] < spec.workers:
@@ -494,6 +494,18 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
     return {"config": str(topology.path) if topology.path else None, "healthy": not problems,
             "problems": problems, "clusters": clusters, "flows": flows, "warehouse": topology.warehouse is not None,
             "load_interval_s": interval_s, "last_load": last_load, "up": up}
+
+
+def _schema_cell(sync: dict[str, Any] | None) -> str:
+    """A flow's schema sync in one cell: context, versions copied, last round, errors."""
+    if sync is None:
+        return "-"
+    text = f"{sync['context']} {sync['schemas_copied']} copied"
+    if sync.get("last_sync_ms"):
+        text += f", synced {_ago(sync['last_sync_ms'])}"
+    if sync.get("errors"):
+        text += f", {sync['errors']} ERRORS"
+    return text
 
 
 def _pid_alive(pid: int) -> bool:
@@ -573,12 +585,14 @@ def format_status(doc: dict[str, Any]) -> str:
                      str(len(c["under_replicated_partitions"]))])
     lines += _table(rows)
     if doc["flows"]:
-        rows = [["FLOW", "SOURCE", "TARGET", "WORKERS", "PARTITIONS", "MIRRORED", "LAG-RECORDS", "LAG-S"]]
+        rows = [["FLOW", "SOURCE", "TARGET", "WORKERS", "PARTITIONS", "MIRRORED", "LAG-RECORDS", "LAG-S",
+                 "SCHEMAS"]]
         for f in doc["flows"]:
             rows.append([f["flow"], f["source"], f["target"], f"{f['live_workers']}/{f['workers']}",
                          str(f["partitions"]), str(f["records"]),
                          "?" if f["lag_records"] is None else str(f["lag_records"]),
-                         "?" if f["lag_s_max"] is None else f"{f['lag_s_max']:.1f}"])
+                         "?" if f["lag_s_max"] is None else f"{f['lag_s_max']:.1f}",
+                         _schema_cell(f.get("schema_sync"))])
         lines += ["", *_table(rows)]
     lines.append("")
     load = doc["last_load"]

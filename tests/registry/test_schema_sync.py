@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +29,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cluster.client.registry import RegistryClient
-from tests.harness import free_port
+from tests.harness import REPO, free_port
 from tests.mirror.lab import Flow, MirrorLab, new_topic, read_topic, wait_for
 from tests.registry.common import RegistryProcess
 
@@ -177,3 +179,11 @@ def test_new_version_soft_delete_and_compatibility_follow(lab: tuple[MirrorLab, 
                       "the worker's status shows the sync")
     assert status[0]["schemas_copied"] >= 3 and status[0]["context"] == ".east"
     assert status[0]["last_sync_ms"] is not None
+    # `dcmirror mirror status` (files: the lab's flows declare no admin HTTP) and `dcmirror status`.
+    (flow,) = [f for f in lab_.status() if f["flow"] == "east-to-aggregate"]
+    assert flow["schema_sync"]["context"] == ".east" and flow["schema_sync"]["deletes_followed"] >= 1
+    for args in (["mirror", "status"], ["status"]):
+        shown = subprocess.run([sys.executable, "-m", "deploy.cli", *args, "--config", str(lab_.topology_path)],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert "context .east" in shown.stdout or ".east " in shown.stdout, shown.stdout + shown.stderr
+        print(shown.stdout)
