@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ssl
 import textwrap
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from deploy.certs import issue, make_ca
 from tests.harness import BrokerProcess, free_port
 from tests.registry.common import RegistryProcess
 
@@ -56,6 +58,33 @@ def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path:
         reg.stop()
     log = reg.log_text()
     assert TOKEN not in log and PASSWORD not in log
+
+
+def test_https_from_the_topology_keystore(broker: BrokerProcess, tmp_path: Path) -> None:
+    ca = make_ca(tmp_path / "ca")
+    keystore = issue(ca, tmp_path / "certs", "registry")
+    port = free_port()
+    topology = tmp_path / "topology.toml"
+    topology.write_text(textwrap.dedent(f"""
+        [clusters.east]
+        datacenter = "east"
+        brokers = ["{broker.bootstrap}"]
+        data_dir = "{tmp_path / 'data-east'}"
+
+        [clusters.east.registry]
+        listen = "127.0.0.1:{port}"
+        keystore = "{keystore}"
+        """))
+    reg = RegistryProcess(tmp_path / "registry.log", config=(topology, "east"), port=port).start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca.cert_path))
+        assert httpx.get(f"https://127.0.0.1:{port}/", verify=ctx, timeout=10).json() == {}
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=5)       # plaintext: no answer
+        sr = SchemaRegistryClient({"url": f"https://127.0.0.1:{port}", "ssl.ca.location": str(ca.cert_path)})
+        assert sr.register_schema("tls-value", Schema('{"type": "long"}', "AVRO")) >= 1
+    finally:
+        reg.stop()
 
 
 def test_up_runs_a_registry_per_declared_cluster(tmp_path: Path) -> None:
