@@ -1,5 +1,5 @@
-"""confluent-kafka's SchemaRegistryClient and Avro serdes against a `dcmirror registry`
-process and a real broker."""
+"""confluent-kafka's SchemaRegistryClient and its Avro, JSON Schema and Protobuf serdes
+against a `dcmirror registry` process and a real broker."""
 
 from __future__ import annotations
 
@@ -105,3 +105,45 @@ def test_avro_serdes_through_the_broker(registry: RegistryProcess, broker: Broke
         consumer.close()
     assert [g["name"] for g in got] == ["ann", "bob", "cy"]
     assert got[1]["email"] == "b@x" and got[2].get("email") is None
+
+
+def _consume_values(broker: BrokerProcess, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-reader",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error() and (value := msg.value()) is not None:
+                got.append(value)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_json_schema_and_protobuf_serdes(registry: RegistryProcess, broker: BrokerProcess) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    order = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+                        "properties": {"id": {"type": "integer"}, "note": {"type": "string"}},
+                        "required": ["id"]})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    jctx = SerializationContext("cl-json-orders", MessageField.VALUE)
+    producer.produce("cl-json-orders", JSONSerializer(order, client(registry))({"id": 7, "note": "x"}, jctx))
+    pctx = SerializationContext("cl-proto-times", MessageField.VALUE)
+    stamp = Timestamp(seconds=1_700_000_000, nanos=5)
+    producer.produce("cl-proto-times", ProtobufSerializer(Timestamp, client(registry),
+                                                          {"use.deprecated.format": False})(stamp, pctx))
+    assert producer.flush(30) == 0
+    latest = client(registry).get_latest_version("cl-json-orders-value")
+    assert latest.schema.schema_type == "JSON"
+    assert client(registry).get_latest_version("cl-proto-times-value").schema.schema_type == "PROTOBUF"
+    [raw_json] = _consume_values(broker, "cl-json-orders", 1)
+    assert JSONDeserializer(None, schema_registry_client=client(registry))(raw_json, jctx) == {"id": 7, "note": "x"}
+    [raw_proto] = _consume_values(broker, "cl-proto-times", 1)
+    decoded = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})(raw_proto, pctx)
+    assert decoded == stamp
