@@ -7,7 +7,7 @@ confluent-kafka's AvroSerializer (auto-registration). East and west register dif
 schemas that both get id 1 in their own registry: both arrive, each resolvable in its own
 context (`/contexts/.east`, `/contexts/.west`); a schema the rounds do not copy (a
 RecordNameStrategy subject) is copied by the gate before the first record carrying it is
-written; a new version, a soft delete and a compatibility level at the source follow.
+written; a new version, a soft and a hard delete and a compatibility level at the source follow.
 Every wait is for a state, bounded."""
 
 from __future__ import annotations
@@ -172,6 +172,9 @@ def test_new_version_soft_delete_and_compatibility_follow(lab: tuple[MirrorLab, 
     wait_for(lambda: _get(agg, "/subjects/:.east:pageviews-value/versions") == [1], 30,
              "the soft delete followed", on_timeout=lab_.mirror_log_tail)
     assert _get(agg, "/subjects/:.east:pageviews-value/versions", deleted="true") == [1, 2]
+    sr.delete_version("pageviews-value", 2, permanent=True)
+    wait_for(lambda: _get(agg, "/subjects/:.east:pageviews-value/versions", deleted="true") == [1], 30,
+             "the hard delete followed", on_timeout=lab_.mirror_log_tail)
     wait_for(lambda: _get(agg, "/config/:.east:pageviews-value") == {"compatibilityLevel": "FULL"}, 30,
              "the compatibility level followed")
     status = wait_for(lambda: [d["schema_sync"] for d in lab_.worker_status("east-to-aggregate").values()
