@@ -64,6 +64,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MirrorLab, d
         for name in ("east", "west"):
             new_topic(lab.bootstrap(name), "pageviews", 1)
         lab.start_mirror()
+        for flow in ("east-to-aggregate", "west-to-aggregate"):
+            wait_for(lambda flow=flow: any((d.get("schema_sync") or {}).get("rounds")  # type: ignore[misc]
+                                           for d in lab.worker_status(flow).values()),
+                     60, f"{flow}: a first schema sync round", on_timeout=lab.mirror_log_tail)
         yield lab, registries
     finally:
         for reg in registries.values():
@@ -117,7 +121,8 @@ def test_same_ids_in_two_sources_both_mirrored_in_their_contexts(lab: tuple[Mirr
     seen = wait_for(lambda: _get(agg, "/schemas/ids/1", subject=":.east:_") and _get(
         agg, "/schemas/ids/1", subject=":.west:_"), 30, "both ids in the aggregate's contexts",
         interval_s=0.05, on_timeout=lab_.mirror_log_tail)
-    print(f"schemas of two sources in the aggregate {time.monotonic() - began:.2f} s after producing")
+    print(f"schemas of two sources in the aggregate {time.monotonic() - began:.2f} s after producing "
+          "(workers running)")
     assert "PageView" in seen["schema"] or "Click" in seen["schema"]
     assert "PageView" in _get(agg, "/schemas/ids/1", subject=":.east:_")["schema"]
     assert "Click" in _get(agg, "/schemas/ids/1", subject=":.west:_")["schema"]
