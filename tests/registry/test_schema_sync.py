@@ -65,7 +65,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MirrorLab, d
             new_topic(lab.bootstrap(name), "pageviews", 1)
         lab.start_mirror()
         for flow in ("east-to-aggregate", "west-to-aggregate"):
-            wait_for(lambda flow=flow: any((d.get("schema_sync") or {}).get("rounds")  # type: ignore[misc]
+            wait_for(lambda flow=flow: any((d.get("schema_sync") or {}).get("rounds")
                                            for d in lab.worker_status(flow).values()),
                      60, f"{flow}: a first schema sync round", on_timeout=lab.mirror_log_tail)
         yield lab, registries
