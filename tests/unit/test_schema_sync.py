@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -150,3 +150,71 @@ def test_topology_schema_keys(tmp_path: Path) -> None:
         load(_topology(tmp_path, 'config = { "schema.subject.name.strategy" = "Topic" }\n'))
     (flow,) = load(_topology(tmp_path, 'config = { "schema.sync.ms" = "1000" }\n')).mirrors
     assert flow.config["schema.sync.ms"] == "1000"
+
+
+class FakeRegistry:
+    """What SchemaSync asks of a registry, in memory: versions by (subject, version)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.versions: dict[tuple[str, int], SchemaEntry] = {}
+        self.modes: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    async def id_versions(self, schema_id: int, subject: str | None = None, *,
+                          deleted: bool = False) -> list[tuple[str, int]]:
+        from cluster.client.registry import RegistryClientError
+
+        found = [k for k, e in self.versions.items() if e.schema_id == schema_id]
+        if not found:
+            raise RegistryClientError(404, 40403, f"Schema {schema_id} not found")
+        return found
+
+    async def version(self, subject: str, version: int | str = "latest", *, deleted: bool = False) -> SchemaEntry:
+        return self.versions[(subject, int(version))]
+
+    async def schemas(self, *, deleted: bool = False, prefix: str = "") -> list[SchemaEntry]:
+        return [e for e in self.versions.values() if e.subject.startswith(prefix)]
+
+    async def register(self, subject: str, text: str, schema_type: str = "AVRO", references: Any = (), *,
+                       schema_id: int | None = None, version: int | None = None, normalize: bool = False) -> int:
+        assert schema_id is not None and version is not None
+        self.calls.append(f"register {subject} {version} {schema_id}")
+        self.versions[(subject, version)] = SchemaEntry(subject, version, schema_id, schema_type, text,
+                                                        tuple(references))
+        return schema_id
+
+    async def mode(self, subject: str | None = None) -> str:
+        return self.modes.get(subject or "", "READWRITE")
+
+    async def set_mode(self, mode: str, subject: str | None = None, *, force: bool = False) -> str:
+        self.calls.append(f"mode {subject} {mode}")
+        self.modes[subject or ""] = mode
+        return mode
+
+
+def test_the_gate_copies_unknown_ids_before_records_pass_and_lets_unframed_ids_through() -> None:
+    import trio
+
+    from mirror.schema_sync import SchemaSync
+
+    source, target = FakeRegistry("http://east"), FakeRegistry("http://aggregate")
+    source.versions[("common", 1)] = SchemaEntry("common", 1, 3, "AVRO", '"string"')
+    source.versions[("com.x.Audit", 2)] = SchemaEntry("com.x.Audit", 2, 7, "AVRO", '"x"', (("C", "common", 1),))
+    sync = SchemaSync(source, target, ".east", flow_name="east-to-aggregate")  # type: ignore[arg-type]
+
+    async def main() -> None:
+        await sync.admit([Rec(None, b"\x00\x00\x00\x00\x07a"), Rec(None, b"\x00\x00\x00\x01\x00b")])
+        assert target.calls == ["mode :.east: IMPORT", "register :.east:common 1 3",
+                                "register :.east:com.x.Audit 2 7"]
+        calls = len(target.calls)
+        await sync.admit([Rec(None, b"\x00\x00\x00\x00\x07c")] * 3)   # known now: no request
+        assert len(target.calls) == calls
+
+    trio.run(main)
+    assert 7 in sync.known_ids and 256 in sync.unknown_ids
+    st = sync.status()
+    assert st["schemas_copied"] == 2 and st["ids_unknown_at_source"] == 1 and st["context"] == ".east"
+    metrics = sync.prometheus({"flow": "east-to-aggregate"})
+    assert metrics["dcmirror_mirror_schemas_copied_total"][2] == [({"flow": "east-to-aggregate",
+                                                                     "context": ".east"}, 2.0)]
