@@ -75,8 +75,24 @@ def cmd_registry(args: argparse.Namespace) -> int:
     except (TopologyError, ValueError, OSError) as exc:
         print(f"dcmirror registry: {exc}", file=sys.stderr)
         return 1
-    trio.run(_serve, client, host, port, security)
+    from cluster.client.connection import KafkaConnectionError
+    from cluster.client.errors import KafkaError
+
+    failed: list[BaseException] = []
+    try:
+        trio.run(_serve, client, host, port, security)
+    except* (KafkaConnectionError, KafkaError, OSError) as group:
+        failed.extend(_leaves(group))
+    if failed:
+        print(f"dcmirror registry: {failed[0]}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 async def _serve(client: dict[str, str], host: str, port: int, security: Any) -> None:
