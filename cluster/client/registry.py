@@ -217,11 +217,14 @@ def _schema_triple(body: Mapping[str, Any]) -> tuple[str, str, tuple[Reference, 
 
 class _Base:
     def __init__(self, url: str, *, auth: RegistryAuth = RegistryAuth(),
-                 verify: bool | str | ssl.SSLContext = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 verify: bool | str | ssl.SSLContext = True, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 transport: Any = None) -> None:
         self.url = url.rstrip("/")
         self._options: dict[str, Any] = {
             "base_url": self.url, "timeout": timeout_s, "verify": verify,
             "headers": {"Accept": CONTENT_TYPE, "Content-Type": CONTENT_TYPE, **auth.headers()}}
+        if transport is not None:  # tests: httpx.MockTransport
+            self._options["transport"] = transport
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
