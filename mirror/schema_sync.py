@@ -5,7 +5,8 @@ Confluent's Schema Linking does: east's `pageviews-value` is `:.east:pageviews-v
 aggregate), with its id and version (the context is in IMPORT mode), references first.
 East's id 7 and west's id 7 are different schemas; each resolves in its own context.
 
-- **Rounds** (config `schema.sync.ms`, default 5 s): the source's versions (live and soft
+- **Rounds** (config `schema.sync.ms`, default 5 s; in the worker holding the flow's first
+  topic's partition 0, as mirror/topic_sync.py): the source's versions (live and soft
   deleted) against the target context's; new versions are copied, soft deletes followed,
   versions gone from the source (hard deletes) deleted in the target (soft, then permanent),
   and each copied subject's compatibility level follows the source subject's.
@@ -242,6 +243,8 @@ class SchemaSync:
         self.clock = clock
         self.topics: Callable[[], Iterable[str]] = lambda: ()
         """The flow's source topics now (the worker's mapping)."""
+        self.leads: Callable[[], bool] = lambda: True
+        """Whether this worker runs the rounds (one worker of a flow does; every one gates)."""
         self.known_ids: set[int] = set()
         self.unknown_ids: set[int] = set()
         self.stats = SyncStats()
@@ -323,7 +326,8 @@ class SchemaSync:
         """Rounds until cancelled; a failed round is reported and the next one comes as usual."""
         while True:
             try:
-                await self.sync_round()
+                if self.leads():
+                    await self.sync_round()
             except RegistryClientError as exc:
                 self._error(f"round: {exc}")
             with trio.move_on_after(self.sync_ms / 1000):

@@ -41,6 +41,7 @@ from cluster.protocol.sentinels import RESOURCE_BROKER
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 from mirror import checkpoints, deadletter, history, provenance, tail
 from mirror.schema_sync import SchemaSync, open_schema_sync
+from mirror.topic_sync import sync_owner
 from topology.model import MIRROR_CHOICE_KEYS, MIRROR_CONFIG_KEYS, MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror")
@@ -333,6 +334,7 @@ class MirrorWorker(FlowWorker):
             async with trio.open_nursery() as nursery:
                 if schema_sync is not None:
                     schema_sync.topics = lambda: self.topics
+                    schema_sync.leads = lambda: sync_owner(self.topics) in self.partitions
                     nursery.start_soon(schema_sync.run)
                 nursery.start_soon(self._stop_when_asked, consumer, nursery)
                 nursery.start_soon(self._watch_topics)
