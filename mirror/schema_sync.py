@@ -458,10 +458,10 @@ class SchemaSync:
                 "chunks_waited": s.records_waited_chunks, "waited_ms": s.waited_ms}
 
 
-def _client(spec: RegistrySpec) -> AsyncRegistryClient:
+def _client(spec: RegistrySpec, basic_user_info: str | None) -> AsyncRegistryClient:
     # A registry serving HTTPS with its own keystore (self-signed, as the lab's): trust that.
     verify: bool | ssl.SSLContext = ssl.create_default_context(cafile=spec.keystore) if spec.keystore else True
-    return AsyncRegistryClient.for_spec(spec, verify=verify)
+    return AsyncRegistryClient.for_spec(spec, basic_user_info=basic_user_info, verify=verify)
 
 
 @asynccontextmanager
@@ -471,7 +471,8 @@ async def open_schema_sync(flow: MirrorSpec, source: ClusterSpec, target: Cluste
     if not flow.schemas or source.registry is None or target.registry is None:
         yield None
         return
-    async with _client(source.registry) as src, _client(target.registry) as tgt:
+    async with _client(source.registry, flow.config.get("schema.source.basic.auth.user.info")) as src, \
+            _client(target.registry, flow.config.get("schema.target.basic.auth.user.info")) as tgt:
         yield SchemaSync(src, tgt, flow.schema_context, flow_name=flow.name,
                          strategy=flow.config.get("schema.subject.name.strategy", DEFAULT_STRATEGY),
                          sync_ms=int(flow.config.get("schema.sync.ms", DEFAULT_SYNC_MS)), clock=clock)

@@ -185,7 +185,8 @@ class WorkerConfig:
                 c.target[key.removeprefix("target.")] = value
             elif key in ("group.offset.sync.ms", "acl.sync.ms"):
                 pass  # a flow of mirror topics: mirror/topic_sync.py reads them
-            elif key in ("schema.sync.ms", "schema.subject.name.strategy"):
+            elif key in ("schema.sync.ms", "schema.subject.name.strategy", "schema.source.basic.auth.user.info",
+                         "schema.target.basic.auth.user.info"):
                 pass  # mirror/schema_sync.py reads them
             else:
                 raise ValueError(f"mirror flow {flow.name!r}: unknown config {key!r} ("

@@ -34,6 +34,7 @@ from topology.model import (
     MIRROR_CONFIG_KEYS,
     MIRROR_CONFIG_PREFIXES,
     MIRROR_HTTP_KEYS,
+    MIRROR_REGISTRY_SECRET_KEYS,
     POISON_ACTIONS,
     RENAME_PLACEHOLDERS,
     SUBJECT_NAME_STRATEGIES,
@@ -675,6 +676,12 @@ class _Loader:
             for key, value in config.items():
                 if key in MIRROR_HTTP_KEYS:
                     continue
+                if key in MIRROR_REGISTRY_SECRET_KEYS:
+                    if not is_reference(value):
+                        self.fail(path + ("config", key), "must be a reference to `user:password`, never the "
+                                                          'secret itself: "${file:...}", "${dir:...}" or "${env:...}"')
+                    config[key] = absolute_references(value, self.base_dir)
+                    continue
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():
                         self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
@@ -683,7 +690,7 @@ class _Loader:
                         self.fail(path + ("config", key), f"mirror config {key!r} takes one of "
                                   + ", ".join(MIRROR_CHOICE_KEYS[key]) + f", not {value!r}")
                 elif not key.startswith(MIRROR_CONFIG_PREFIXES):
-                    known = MIRROR_CONFIG_KEYS + tuple(MIRROR_CHOICE_KEYS) + MIRROR_HTTP_KEYS
+                    known = MIRROR_CONFIG_KEYS + tuple(MIRROR_CHOICE_KEYS) + MIRROR_HTTP_KEYS + MIRROR_REGISTRY_SECRET_KEYS
                     close = difflib.get_close_matches(key, known, n=1)
                     self.fail(path + ("config", key),
                               f"unknown mirror config {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

@@ -22,6 +22,9 @@ MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop"),
                       "schema.subject.name.strategy": ("TopicNameStrategy", "RecordNameStrategy",
                                                        "TopicRecordNameStrategy")}
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
+# Basic-auth credentials (`user:password`, a secret reference) a flow's schema sync logs in to
+# the source's / the target's registry with (without them: the registry's auth_token, if any).
+MIRROR_REGISTRY_SECRET_KEYS = ("schema.source.basic.auth.user.info", "schema.target.basic.auth.user.info")
 # The workers' admin HTTP (workers_http, or http.port.base): bind address, bearer token (a
 # reference), HTTPS keystore, and the CA `dcmirror status` verifies it with.
 MIRROR_HTTP_KEYS = ("http.host", "http.auth.token", "http.ssl.keystore.location", "http.ssl.ca.location")

@@ -5,7 +5,8 @@ Three clusters of one broker (east, west, aggregate), each with its registry (`d
 registry --config F --cluster C`), two flows into the aggregate, Avro produced with
 confluent-kafka's AvroSerializer (auto-registration). East and west register different
 schemas that both get id 1 in their own registry: both arrive, each resolvable in its own
-context (`/contexts/.east`, `/contexts/.west`); a schema the rounds do not copy (a
+context (the aggregate's registry takes basic auth only: the flows log in with a
+`user:password` reference); a schema the rounds do not copy (a
 RecordNameStrategy subject) is copied by the gate before the first record carrying it is
 written; a new version, a soft and a hard delete and a compatibility level at the source follow.
 Every wait is for a state, bounded."""
@@ -28,12 +29,14 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from cluster.client.registry import RegistryClient
+from cluster.client.registry import RegistryAuth, RegistryClient
+from cluster.common.secrets import Secret
 from tests.harness import REPO, free_port
 from tests.mirror.lab import Flow, MirrorLab, new_topic, read_topic, wait_for
 from tests.registry.common import RegistryProcess
 
 SYNC_MS = 1000
+AGG_PASSWORD = "pw-5c2e91"
 PAGEVIEW = ('{"type": "record", "name": "PageView", "namespace": "east", "fields": '
             '[{"name": "user", "type": "string"}, {"name": "page", "type": "string"}]}')
 PAGEVIEW_V2 = ('{"type": "record", "name": "PageView", "namespace": "east", "fields": '
@@ -51,12 +54,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MirrorLab, d
     lab = MirrorLab(root, {"east": 1, "west": 1, "aggregate": 1}, group_initial_rebalance_delay_ms=0).start()
     registries: dict[str, RegistryProcess] = {}
     try:
-        path = lab.write_topology([Flow("east", "aggregate", "pageviews", config={"schema.sync.ms": str(SYNC_MS)}),
-                                   Flow("west", "aggregate", "pageviews", config={"schema.sync.ms": str(SYNC_MS)})])
+        # The aggregate's registry takes basic auth only: the flows log in with a reference.
+        (root / "registry-users.properties").write_text(f"mirror: {AGG_PASSWORD}\n")
+        (root / "secrets.properties").write_text(f"aggregate.registry=mirror:{AGG_PASSWORD}\n")
+        config = {"schema.sync.ms": str(SYNC_MS),
+                  "schema.target.basic.auth.user.info": f"${{file:{root / 'secrets.properties'}:aggregate.registry}}"}
+        path = lab.write_topology([Flow("east", "aggregate", "pageviews", config=config),
+                                   Flow("west", "aggregate", "pageviews", config=config)])
         ports = {name: free_port() for name in lab.clusters}
         with path.open("a") as f:
             for name, port in ports.items():
                 f.write(f'\n[clusters.{name}.registry]\nlisten = "127.0.0.1:{port}"\n')
+                if name == "aggregate":
+                    f.write('basic_auth_users = "registry-users.properties"\n')
         for name, port in ports.items():
             registries[name] = RegistryProcess(root / f"registry-{name}.log", config=(path, name), port=port).launch()
         for reg in registries.values():
@@ -92,7 +102,7 @@ def _produce(bootstrap: str, url: str, schema: str, rows: list[dict[str, Any]], 
 
 
 def _get(url: str, path: str, **params: str) -> Any:
-    r = httpx.get(url + path, params=params, timeout=10)
+    r = httpx.get(url + path, params=params, timeout=10, auth=("mirror", AGG_PASSWORD))
     return r.json() if r.status_code == 200 else None
 
 
@@ -134,7 +144,7 @@ def test_same_ids_in_two_sources_both_mirrored_in_their_contexts(lab: tuple[Mirr
     assert _get(agg, "/subjects/:.east:pageviews-value/versions/1")["id"] == 1
     assert _get(agg, "/mode/:.east:") == {"mode": "IMPORT"}
     # The records decode by their id in their own context, as a loader of the aggregate reads them.
-    with RegistryClient(agg) as client:
+    with RegistryClient(agg, auth=RegistryAuth(basic=Secret(f"mirror:{AGG_PASSWORD}"))) as client:
         for source, rows, field, first in (("east", 5, "user", "u0"), ("west", 5, "url", "/c0")):
             values = _mirrored(lab_, f"{source}.pageviews", rows)
             decoded = []
@@ -204,3 +214,4 @@ def test_new_version_soft_delete_and_compatibility_follow(lab: tuple[MirrorLab, 
                                cwd=REPO, capture_output=True, text=True, timeout=60)
         assert "context .east" in shown.stdout or ".east " in shown.stdout, shown.stdout + shown.stderr
         print(shown.stdout)
+    assert AGG_PASSWORD not in lab_.mirror_log()

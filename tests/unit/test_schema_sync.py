@@ -218,3 +218,11 @@ def test_the_gate_copies_unknown_ids_before_records_pass_and_lets_unframed_ids_t
     metrics = sync.prometheus({"flow": "east-to-aggregate"})
     assert metrics["dcmirror_mirror_schemas_copied_total"][2] == [({"flow": "east-to-aggregate",
                                                                      "context": ".east"}, 2.0)]
+
+
+def test_basic_auth_credentials_of_a_flow_are_references(tmp_path: Path) -> None:
+    key = "schema.target.basic.auth.user.info"
+    (flow,) = load(_topology(tmp_path, f'config = {{ "{key}" = "${{env:AGG_REGISTRY_USER}}" }}\n')).mirrors
+    assert flow.config[key] == "${env:AGG_REGISTRY_USER}"
+    with pytest.raises(TopologyError, match="must be a reference"):
+        load(_topology(tmp_path, f'config = {{ "{key}" = "alice:pw" }}\n'))
