@@ -25,7 +25,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from spark_aggregate.load import Loader
+from spark_aggregate.load import LoadConfigError, Loader
 from spark_aggregate.session import start_session, stop_session, warehouse_lock
 from spark_aggregate.settings import WarehouseSettings
 from tests.harness import BrokerProcess
@@ -69,10 +69,10 @@ class Env:
         Loader(self.spark, dataclasses.replace(self.settings, topics=topics), out).run()
         return out.getvalue()
 
-    def serializer(self, schema: dict[str, Any]) -> Any:
+    def serializer(self, schema: dict[str, Any], subject: str = SUBJECT) -> Any:
         avro = AvroSerializer(self.client, json.dumps(schema),
                               conf={"auto.register.schemas": True,
-                                    "subject.name.strategy": lambda ctx, name: SUBJECT})
+                                    "subject.name.strategy": lambda ctx, name: subject})
         return lambda record: avro(record, SerializationContext(TOPIC, MessageField.VALUE))
 
 
@@ -87,7 +87,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         with topology.open("a") as f:
             f.write(f'\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:{registry.port}"\n\n'
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
-                    '"east[.]unknown_ids" = { value = true, subject = "orders-value" }\n')
+                    '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -169,15 +169,40 @@ def test_three_schema_versions_load_into_typed_columns_and_poison_goes_to_dead_l
     assert any("does not decode" in r[0] for r in reasons), reasons
 
 
+def _schema(doc: dict[str, Any]) -> Any:
+    from confluent_kafka.schema_registry import Schema
+
+    return Schema(json.dumps(doc), "AVRO")
+
+
+def test_an_incompatible_change_stops_the_load_before_planning(env: Env) -> None:
+    """A new version that changes a column's type (registered with compatibility NONE) is no
+    compatible evolution of the table: the load stops naming topic, column and schema ids,
+    and plans nothing. (It leaves orders-value's latest version incompatible: later tests use other subjects.)"""
+    assert httpx.put(f"{env.registry.url}/config/{SUBJECT}", json={"compatibility": "NONE"}).status_code == 200
+    v4 = {**V3, "fields": [{"name": "amount", "type": "string"} if f["name"] == "amount" else f
+                           for f in V3["fields"]]}
+    env.feed.produce(TOPIC, 2, 2, source="east", value=lambda n: env.serializer(v4)(order(n, amount=str(n))))
+    env.spark.sql("REFRESH TABLE dcmirror.loads")
+    before = env.spark.sql("SELECT count(*) FROM dcmirror.loads").first()[0]
+    with pytest.raises(LoadConfigError) as caught:
+        env.load("east[.]orders")
+    message = str(caught.value)
+    assert "topic 'east.orders'" in message and "column 'amount' string" in message, message
+    assert "holds it as decimal(9,2)" in message and ".east: " in message, message
+    env.spark.sql("REFRESH TABLE dcmirror.loads")
+    assert env.spark.sql("SELECT count(*) FROM dcmirror.loads").first()[0] == before
+
+
 def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:
     topic = "east.unknown_ids"
     create_topics(env.broker.bootstrap, {topic: 1})
-    v1 = env.serializer(V1)
+    v1 = env.serializer(V1, ":.east:refunds-value")
     good = v1(order(1))
     env.feed.produce(topic, 1, 3, source="east",
                      value=lambda n: good if n != len(env.feed.sent) + 1 else b"\x00\x00\x00\x27\x0f" + good[5:])
-    # The registry answers for subject orders-value in context .east.
-    assert httpx.get(f"{env.registry.url}/subjects/{SUBJECT}/versions").status_code == 200
+    # The registry answers for subject refunds-value in context .east.
+    assert httpx.get(f"{env.registry.url}/subjects/:.east:refunds-value/versions").status_code == 200
     bad = next(s for s in env.feed.sent if s.topic == topic and s.value[1:5] == b"\x00\x00\x27\x0f")
     env.spark.sql("REFRESH TABLE dcmirror.loads")
     committed_before = env.spark.sql("SELECT count(*) FROM dcmirror.loads WHERE status = 'committed'").first()[0]
@@ -191,9 +216,3 @@ def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: 
         == committed_before
     assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
                          ).first()[0] == 0
-
-
-def _schema(doc: dict[str, Any]) -> Any:
-    from confluent_kafka.schema_registry import Schema
-
-    return Schema(json.dumps(doc), "AVRO")

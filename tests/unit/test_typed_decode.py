@@ -1,0 +1,133 @@
+"""spark_aggregate/typed.py without Spark or a registry: Avro types as Arrow/Spark columns,
+wire-format decoding per source context, poison records, unknown and incompatible ids."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from spark_aggregate.columns import arrow_schema
+from spark_aggregate.stage import PARTITION_COLUMNS, RowContext, table_batch
+from spark_aggregate.typed import (
+    TypedLoadError,
+    TypedTable,
+    arrow_type,
+    context_of,
+    decode_rows,
+    parse_avro,
+    record_columns,
+    spark_type,
+)
+
+V1: dict[str, Any] = {"type": "record", "name": "R", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+    {"name": "inner", "type": {"type": "record", "name": "In", "fields": [{"name": "x", "type": "int"}]}},
+    {"name": "again", "type": ["null", "In"], "default": None},
+    {"name": "m", "type": {"type": "map", "values": {"type": "array", "items": "string"}}},
+]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
+PARTS = [c for c, *_ in PARTITION_COLUMNS]
+
+
+def test_avro_types_become_arrow_and_spark_columns() -> None:
+    columns = dict(record_columns(json.dumps(V2)))
+    assert columns["price"] == pa.decimal128(5, 2)
+    assert columns["at"] == pa.timestamp("us", tz="UTC") and columns["day"] == pa.date32()
+    assert columns["kind"] == pa.string() and columns["note"] == pa.string()
+    assert columns["again"] == columns["inner"] == pa.struct([pa.field("x", pa.int32())])
+    assert spark_type(columns["m"]) == "MAP<STRING, ARRAY<STRING>>"
+    assert spark_type(columns["inner"]) == "STRUCT<`x`: INT>"
+    with pytest.raises(Exception, match="only unions of null and one type"):
+        arrow_type(["null", "int", "string"])
+
+
+def test_contexts_follow_the_source_cluster() -> None:
+    assert context_of("east", "aggregate") == ".east"
+    assert context_of("aggregate", "aggregate") == "" and context_of(None, "aggregate") == ""
+
+
+def wire(schema: dict[str, Any], schema_id: int, record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    out.write(b"\x00" + schema_id.to_bytes(4, "big"))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def rows_of(values: list[bytes | None], clusters: list[str | None]) -> pa.RecordBatch:
+    n = len(values)
+    schema = arrow_schema(True, True)
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([None] * n, pa.binary()), pa.array(values, pa.binary()), pa.array(["t"] * n),
+        pa.array([3] * n, pa.int32()), pa.array(range(100, 100 + n), pa.int64()),
+        pa.array([1_790_000_000_000_000] * n, schema.field("timestamp").type), pa.array([0] * n, pa.int32()),
+        pa.array([[]] * n, schema.field("headers").type), pa.array(clusters, pa.string()),
+        pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()), pa.array([None] * n, pa.string()),
+        pa.array([None] * n, pa.int32()), pa.array([False] * n)], schema=schema)
+    return table_batch(batch, RowContext("aggregate", (("east", "dc-east"), ("west", "dc-west")), "L"))
+
+
+def table(poison: str = "dead-letter") -> TypedTable:
+    """Latest v2 in .east, v1 in .west; writer schemas by (context, id) as a registry would
+    answer (the same id 1 is a different schema in each context)."""
+    t = TypedTable("t", "http://registry.invalid", "aggregate",
+                   ((".east", 2, json.dumps(V2)), (".west", 1, json.dumps(V1))),
+                   tuple(record_columns(json.dumps(V2))), poison)
+    other = {"type": "record", "name": "O", "fields": [{"name": "zzz", "type": "string"}]}
+    t._cache.update({("writer", ".east", 1): parse_avro(json.dumps(V1)), ("writer", ".east", 2): parse_avro(json.dumps(V2)),
+                     ("writer", ".west", 1): parse_avro(json.dumps(V1)), ("writer", ".east", 3): parse_avro(json.dumps(other)),
+                     "registry": Unknown()})
+    return t
+
+
+class Unknown:
+    def schema_by_id(self, schema_id: int, context: str) -> None:
+        return None
+
+
+def record(i: int, **extra: Any) -> dict[str, Any]:
+    return {"id": i, "price": decimal.Decimal("1.50"), "at": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+            "day": datetime.date(2026, 1, 2), "kind": "B", "inner": {"x": i}, "again": None, "m": {"a": ["b"]},
+            **extra}
+
+
+def test_records_of_each_version_and_context_decode_into_the_columns_and_poison_is_set_aside() -> None:
+    good1 = wire(V1, 1, record(1))
+    values = [good1, wire(V2, 2, record(2, note="hi")), wire(V1, 1, record(3)), b"\x01" + good1[1:], good1[:8],
+              good1 + b"\x00", None, b"\x00\x00"]
+    clusters = ["east", "east", "west", "east", "east", "east", "east", "east"]
+    good, dead = decode_rows(table(), rows_of(values, clusters), "L", PARTS)
+    assert good.column("id").to_pylist() == [1, 2, 3]
+    assert good.column("note").to_pylist() == [None, "hi", None]
+    assert good.column("inner").to_pylist() == [{"x": 1}, {"x": 2}, {"x": 3}]
+    assert good.column("source_dc").to_pylist() == ["dc-east", "dc-east", "dc-west"]
+    assert good.schema.names[-2:] == PARTS and good.column("m").to_pylist()[0] == [("a", ["b"])]
+    assert dead.column("kafka_offset").to_pylist() == [103, 104, 105, 106, 107]
+    assert dead.column("kafka_partition").to_pylist() == [3] * 5
+    reasons = dead.column("reason").to_pylist()
+    assert reasons[0] == "magic byte 1, not 0" and reasons[1].startswith("payload does not decode with schema id 1")
+    assert reasons[2] == "1 bytes left after the record of schema id 1" and reasons[3] == "no value"
+    assert reasons[4].endswith("shorter than the wire format's 5-byte header")
+    assert dead.column("value").to_pylist()[1] == good1[:8] and dead.column("schema_id").to_pylist()[:3] == [None, 1, 1]
+
+
+def test_poison_fail_unknown_ids_and_incompatible_writers_stop_naming_the_record() -> None:
+    good1 = wire(V1, 1, record(1))
+    with pytest.raises(TypedLoadError, match=r"topic 't' partition 3 offset 101: poison record \(magic byte 9"):
+        decode_rows(table("fail"), rows_of([good1, b"\x09" + good1[1:]], ["east", "east"]), "L", PARTS)
+    with pytest.raises(TypedLoadError, match=r"topic 't' partition 3 offset 101: schema id 7 is unknown in "
+                                             r"registry context \.east"):
+        decode_rows(table(), rows_of([good1, b"\x00\x00\x00\x00\x07" + good1[5:]], ["east", "east"]), "L", PARTS)
+    with pytest.raises(TypedLoadError, match=r"offset 100: schema id 3 cannot be read as the table's schema"):
+        decode_rows(table(), rows_of([wire({"type": "record", "name": "O", "fields": [{"name": "zzz", "type": "string"}]},
+                                           3, {"zzz": "q"})], ["east"]), "L", PARTS)
