@@ -204,7 +204,7 @@ def test_new_version_soft_delete_and_compatibility_follow(lab: tuple[MirrorLab, 
     status = wait_for(lambda: [d["schema_sync"] for d in lab_.worker_status("east-to-aggregate").values()
                                if d.get("schema_sync") and d["schema_sync"]["deletes_followed"] >= 1], 30,
                       "the worker's status shows the sync")
-    assert status[0]["schemas_copied"] >= 3 and status[0]["context"] == ".east"
+    assert status[0]["schemas_copied"] >= 2 and status[0]["context"] == ".east"
     assert status[0]["last_sync_ms"] is not None
     # `dcmirror mirror status` (files: the lab's flows declare no admin HTTP) and `dcmirror status`.
     (flow,) = [f for f in lab_.status() if f["flow"] == "east-to-aggregate"]
