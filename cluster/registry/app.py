@@ -136,13 +136,19 @@ def _subject(request: Request, name: str = "subject") -> str:
 
 
 def _context_subject(request: Request) -> str | None:
-    """The subject an id is looked up in: ?subject, else the /contexts prefix, else None."""
+    """The subject an id is looked up in: ?subject (qualified by the /contexts prefix unless
+    it names its own context, as a client pointed at `.../contexts/.east` sends it), else
+    the /contexts prefix, else None."""
     subject = request.query_params.get("subject")
-    if subject:
-        return subject
     context = request.path_params.get("context")
+    if context:
+        context = context if context.startswith(".") else f".{context}"
+    if subject:
+        if context and context != DEFAULT_CONTEXT and not subject.startswith(":."):
+            return qualify(context, subject)
+        return subject
     if context and context != DEFAULT_CONTEXT:
-        return qualify(context if context.startswith(".") else f".{context}", "_")
+        return qualify(context, "_")
     return None
 
 

@@ -193,6 +193,8 @@ def test_references_and_contexts(http: httpx.Client) -> None:
     assert ".east" in http.get("/contexts").json()
     assert http.get("/contexts/.east/subjects").json() == [":.east:api-ctx-value"]
     assert http.get("/contexts/.east/schemas/ids/1").json() == {"schema": V2}
+    # A client pointed at the context sends ?subject unqualified (confluent-kafka's deserializer).
+    assert http.get("/contexts/.east/schemas/ids/1", params={"subject": "api-ctx-value"}).json() == {"schema": V2}
     assert http.get("/contexts/.east/subjects/api-ctx-value/versions").json() == [1]
 
 
