@@ -293,11 +293,18 @@ class Loader:
         if opened is None and self.settings.writer == "arrow":
             raise LoadConfigError(f"load.writer = \"arrow\", but Arrow cannot open {self.settings.staging_uri}; "
                                   "use \"spark\" or \"auto\"")
+        # Typed tables (registry_schemas, which win over a [warehouse.schemas] entry) are
+        # always written by the tasks with Arrow, whatever load.writer says.
         typed = [t for t in todo if self.settings.registry_schema_of(t) is not None]
         if typed and opened is None:
-            raise LoadConfigError(f"topic {typed[0]!r} loads into a typed table, which the Spark tasks write "
-                                  f"with Arrow, and Arrow cannot open {self.settings.staging_uri}")
-        direct = [t for t in todo if opened is not None and self.settings.schema_of(t) is None]
+            opened = filesystem_of(self.settings.staging_uri)
+            if opened is None:
+                raise LoadConfigError(f"topic {typed[0]!r} loads into a typed table, which the Spark tasks write "
+                                      f"with Arrow, and Arrow cannot open {self.settings.staging_uri}")
+            direct = typed
+        else:
+            direct = [t for t in todo if opened is not None
+                      and (self.settings.schema_of(t) is None or t in typed)]
         if direct:
             assert opened is not None
             staged.update(self.stage_direct(plan, direct, opened[1]))
