@@ -1,5 +1,6 @@
 """Typed tables: record values in Confluent's wire format (magic byte 0, a 4-byte big-endian
-schema id, the Avro binary payload) decoded by their schema id into typed columns.
+schema id, the Avro binary payload or JSON Schema's JSON text) decoded by their schema id
+into typed columns (docs/typed_tables.md).
 
 The id is resolved in the record's source context: a record mirrored from cluster `east`
 (its source_cluster provenance column) names a schema of east's registry, which the mirror
@@ -21,6 +22,8 @@ Avro types map as: record -> struct, array -> array, map -> map<string, _>, enum
 fixed/bytes -> binary, decimal -> decimal(p, s), date -> date, timestamp-millis/micros ->
 timestamp, local-timestamp-* -> timestamp_ntz, union of null and one type -> that type
 (nullable); other unions are refused. time-* and uuid read as their underlying int/string.
+JSON Schema payloads are parsed with orjson into the columns the schema's properties declare
+(json_columns); values that do not fit them make the record poison.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -230,6 +234,58 @@ def record_columns(text: str) -> list[tuple[str, pa.DataType]]:
     return [(f.name, f.type) for f in top]
 
 
+# ---- JSON Schema as Arrow types ---------------------------------------------------------------
+
+_JSON_SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+
+
+def json_arrow_type(schema: Any, where: str = "") -> pa.DataType:
+    """The Arrow type of a JSON Schema (draft 7 subset: type, properties, items,
+    additionalProperties, format date-time/date at the top level of a record)."""
+    if not isinstance(schema, dict):
+        raise SchemaError(f"JSON Schema {where or '(root)'}: {json.dumps(schema)} is not a schema object")
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        others = [k for k in kind if k != "null"]
+        if len(others) != 1:
+            raise SchemaError(f"JSON Schema {where or '(root)'}: only a type or a type with null becomes a column")
+        kind = others[0]
+    if kind is None and "oneOf" in schema:
+        others = [s for s in schema["oneOf"] if s.get("type") != "null"]
+        if len(others) == 1:
+            return json_arrow_type(others[0], where)
+    if kind in _JSON_SCALARS:
+        return _JSON_SCALARS[kind]
+    if kind == "array":
+        return pa.list_(json_arrow_type(schema.get("items", {}), f"{where}[]"))
+    if kind == "object":
+        if schema.get("properties"):
+            return pa.struct([pa.field(n, json_arrow_type(p, f"{where}.{n}"))
+                              for n, p in schema["properties"].items()])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            return pa.map_(pa.string(), json_arrow_type(extra, f"{where}.*"))
+    raise SchemaError(f"JSON Schema {where or '(root)'}: type {kind!r} does not become a column")
+
+
+def json_columns(text: str) -> list[tuple[str, pa.DataType]]:
+    """A JSON Schema object's properties as (column, Arrow type); top-level strings of format
+    date-time are timestamps, of format date dates."""
+    schema = json.loads(text)
+    if not isinstance(schema, dict) or not schema.get("properties"):
+        raise SchemaError("a typed table's JSON Schema must be an object with properties")
+    out = []
+    for name, prop in schema["properties"].items():
+        kind = json_arrow_type(prop, name)
+        fmt = prop.get("format") if isinstance(prop, dict) else None
+        if kind == pa.string() and fmt == "date-time":
+            kind = TIMESTAMP_TYPE
+        elif kind == pa.string() and fmt == "date":
+            kind = pa.date32()
+        out.append((name, kind))
+    return out
+
+
 # ---- the table's plan (driver) and decoding (executors) ------------------------------------------
 
 
@@ -244,6 +300,8 @@ class TypedTable:
     """(context, schema id, Avro text): the latest version of the subject per context."""
     columns: tuple[tuple[str, pa.DataType], ...]
     poison: str = "dead-letter"
+    format: str = "AVRO"
+    """AVRO or JSON (every context's latest version has this type)."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -272,28 +330,34 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
     """The table's reader schemas and columns, from the registry now (driver side)."""
     reader = reader or RegistryReader(registry_url)
     readers: list[tuple[str, int, str]] = []
+    kinds: list[str] = []
     for context in reader.contexts():
         for name in subject_candidates(topic, context, subject):
             got = reader.latest(name, context)
             if got is not None:
                 schema_id, kind, text = got
-                if kind != "AVRO":
+                if kind not in ("AVRO", "JSON"):
                     raise SchemaError(f"subject {qualified(name, context)!r} holds {kind} schemas; typed tables "
-                                      "decode Avro only so far")
+                                      "decode Avro and JSON Schema so far")
+                if readers and kinds[0] != kind:
+                    raise SchemaError(f"topic {topic!r}: subject {qualified(name, context)!r} holds {kind} schemas, "
+                                      f"another context {kinds[0]}; one table takes one format")
+                kinds.append(kind)
                 readers.append((context, schema_id, text))
                 break
     if not readers:
         raise SchemaError(f"no subject for topic {topic!r} in the registry at {registry_url} "
                           f"(looked for {subject or topic + '-value'} in every context)")
     columns: dict[str, pa.DataType] = {}
+    fmt = kinds[0]
     for context, schema_id, text in readers:
-        for name, kind in record_columns(text):
+        for name, kind in (record_columns(text) if fmt == "AVRO" else json_columns(text)):
             if name in columns and columns[name] != kind:
                 raise SchemaError(f"topic {topic!r}: field {name!r} is {columns[name]} in one context and {kind} "
                                   f"in context {context or '(default)'} (schema id {schema_id}); one column "
                                   "cannot hold both")
             columns.setdefault(name, kind)
-    return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison)
+    return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt)
 
 
 def _reader_of(table: TypedTable, context: str) -> Any:
@@ -313,11 +377,14 @@ def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, cont
             raise TypedLoadError(f"{where}: schema id {schema_id} is unknown in registry context "
                                  f"{context or '(default)'} at {table.registry_url}; nothing was committed")
         kind, text = got
-        if kind != "AVRO":
-            raise TypedLoadError(f"{where}: schema id {schema_id} is a {kind} schema; typed tables decode Avro "
-                                 "only so far")
-        table._cache[key] = parse_avro(text)
+        if kind != table.format:
+            raise TypedLoadError(f"{where}: schema id {schema_id} is a {kind} schema and the table's are "
+                                 f"{table.format}; nothing was committed")
+        table._cache[key] = parse_avro(text) if kind == "AVRO" else JSON_WRITER
     return table._cache[key]
+
+
+JSON_WRITER = "JSON"  # JSON payloads are read as they are: the table's columns pick their fields
 
 
 def _registry(table: TypedTable) -> RegistryReader:
@@ -340,6 +407,7 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
     offsets = rows.column("kafka_offset").to_pylist()
     partitions = rows.column("kafka_partition").to_pylist()
     records: list[dict[str, Any]] = []
+    record_rows: list[int] = []  # JSON: the row of each record (its values are checked by Arrow below)
     latest = {c: schema_id for c, schema_id, _ in table.readers}
     contexts: dict[str | None, str] = {}
     resolved: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -369,6 +437,24 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
                 reader = None if latest.get(context) == schema_id else _reader_of(table, context)
                 schemas = resolved[(context, schema_id)] = (writer, reader)
             writer, reader = schemas
+            if writer is JSON_WRITER:
+                try:
+                    record = orjson.loads(memoryview(value)[WIRE_HEADER_BYTES:])
+                except orjson.JSONDecodeError as exc:
+                    reason = f"payload is not JSON (schema id {schema_id}): {exc}"
+                else:
+                    if isinstance(record, dict):
+                        records.append(record)
+                        record_rows.append(i)
+                    else:
+                        reason = f"payload of schema id {schema_id} is JSON but not an object"
+                if reason is not None and table.poison == "fail":
+                    raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
+                                         f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
+                good.append(reason is None)
+                reasons.append(reason)
+                ids.append(schema_id)
+                continue
             stream = io.BytesIO(value)
             stream.seek(WIRE_HEADER_BYTES)
             try:
@@ -395,10 +481,12 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
         good.append(reason is None)
         reasons.append(reason)
         ids.append(schema_id)
+    if table.format == "JSON":
+        records = _json_conformant(table, records, record_rows, good, reasons)
     mask = pa.array(good, pa.bool_())
     kept = rows.filter(mask) if not all(good) else rows
     # One struct array from the dicts, then its fields: far cheaper than a list per column.
-    typed = pa.array(records, table.struct).flatten() if table.columns else []
+    typed = _typed_columns(table, records)
     part_names = partition_columns
     data_names = [n for n in rows.schema.names if n not in part_names]
     result = pa.RecordBatch.from_arrays(
@@ -418,3 +506,42 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
          *(dead.column(c) for c in part_names)],
         schema=pa.schema([*DEAD_LETTER_SCHEMA, *(dead.schema.field(c) for c in part_names)]))
     return result, dead_batch
+
+
+def _json_struct(table: TypedTable) -> pa.DataType:
+    """The JSON columns as Arrow builds them from parsed JSON: timestamps and dates as text."""
+    return pa.struct([pa.field(n, pa.string() if t in (TIMESTAMP_TYPE, pa.date32()) else t)
+                      for n, t in table.columns])
+
+
+def _typed_columns(table: TypedTable, records: list[dict[str, Any]]) -> list[pa.Array]:
+    if not table.columns:
+        return []
+    if table.format == "AVRO":
+        return pa.array(records, table.struct).flatten()  # type: ignore[no-any-return]
+    columns = pa.array(records, _json_struct(table)).flatten()
+    return [pc.cast(c, t) if c.type != t else c for c, (_, t) in zip(columns, table.columns, strict=True)]
+
+
+def _json_conformant(table: TypedTable, records: list[dict[str, Any]], rows: list[int], good: list[bool],
+                     reasons: list[str | None]) -> list[dict[str, Any]]:
+    """The JSON records whose values fit the columns; the others become poison (their rows
+    marked in `good` and `reasons`). One Arrow conversion when all fit."""
+    try:
+        _typed_columns(table, records)
+        return records
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        pass
+    kept = []
+    for record, row in zip(records, rows, strict=True):
+        try:
+            _typed_columns(table, [record])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            good[row] = False
+            reasons[row] = f"JSON values do not fit the table's columns: {exc}"
+            if table.poison == "fail":
+                raise TypedLoadError(f"topic {table.topic!r}: poison record ({reasons[row]}) and "
+                                     "poison = \"fail\"") from None
+        else:
+            kept.append(record)
+    return kept

@@ -4,8 +4,10 @@ versions, mirrored from `east` (provenance headers; their schemas in the aggrega
 registry's context `.east`, where a different schema has the same id as in the default
 context); the load decodes them into typed columns (nested records, arrays, maps, enums,
 decimals, timestamps, dates), a new optional field adds a nullable column, poison records
-land in the dead-letter table with their coordinates, and an unknown schema id stops the
-load naming topic, partition, offset and id with nothing committed.
+land in the dead-letter table with their coordinates, JSON Schema values (JSONSerializer) load
+into the columns their schema declares, an incompatible new version stops the load before
+planning, and an unknown schema id stops the load naming topic, partition, offset and id with
+nothing committed.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         with topology.open("a") as f:
             f.write(f'\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:{registry.port}"\n\n'
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
-                    '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n')
+                    '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
+                    '"east[.]events" = { value = true }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -192,6 +195,41 @@ def test_an_incompatible_change_stops_the_load_before_planning(env: Env) -> None
     assert "holds it as decimal(9,2)" in message and ".east: " in message, message
     env.spark.sql("REFRESH TABLE dcmirror.loads")
     assert env.spark.sql("SELECT count(*) FROM dcmirror.loads").first()[0] == before
+
+
+def test_json_schema_values_load_into_the_declared_columns(env: Env) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    topic = "east.events"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Event", "type": "object",
+              "properties": {"id": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+                             "tags": {"type": "array", "items": {"type": "string"}},
+                             "where": {"type": "object", "properties": {"city": {"type": "string"}}},
+                             "score": {"type": ["null", "number"]}}}
+    json_ser = JSONSerializer(json.dumps(schema), env.client,
+                              conf={"auto.register.schemas": True,
+                                    "subject.name.strategy": lambda ctx, name: ":.east:events-value"})
+
+    def event(n: int) -> bytes:
+        doc = {"id": n, "at": f"2026-01-02T03:04:0{n % 10}Z", "tags": [f"t{n}"], "where": {"city": f"c{n}"},
+               "score": None if n % 2 else n / 4}
+        return json_ser(doc, SerializationContext(topic, MessageField.VALUE))
+
+    sent = env.feed.produce(topic, 1, 3, source="east", value=event)
+    env.feed.produce(topic, 1, 1, source="east", value=lambda n: b"\x00" + sent[0].value[1:5] + b"{broken")
+    out = env.load("east[.]events")
+    assert "1 poison records into dcmirror.east_events_dead_letters" in out, out
+    schema_of = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_events").schema.fields}
+    assert {k: schema_of[k] for k in ("id", "at", "tags", "where", "score")} == {
+        "id": "bigint", "at": "timestamp", "tags": "array<string>", "where": "struct<city:string>", "score": "double"}
+    assert sent[0].value is not None
+    first = int(json.loads(sent[0].value[5:])["id"])
+    rows = typed_rows(env, "east_events", "id, at, tags, `where`.city, score")
+    assert rows == [(first + i, datetime.datetime(2026, 1, 2, 3, 4, (first + i) % 10), [f"t{first + i}"],
+                     f"c{first + i}", None if (first + i) % 2 else (first + i) / 4) for i in range(3)]
+    dead = typed_rows(env, "east_events_dead_letters", "kafka_offset, reason")
+    assert [r[0] for r in dead] == [3] and dead[0][1].startswith("payload is not JSON"), dead
 
 
 def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:

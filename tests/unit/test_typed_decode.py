@@ -131,3 +131,34 @@ def test_poison_fail_unknown_ids_and_incompatible_writers_stop_naming_the_record
     with pytest.raises(TypedLoadError, match=r"offset 100: schema id 3 cannot be read as the table's schema"):
         decode_rows(table(), rows_of([wire({"type": "record", "name": "O", "fields": [{"name": "zzz", "type": "string"}]},
                                            3, {"zzz": "q"})], ["east"]), "L", PARTS)
+
+
+JSON_SCHEMA = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+    "day": {"type": "string", "format": "date"}, "tags": {"type": "array", "items": {"type": "string"}},
+    "inner": {"type": "object", "properties": {"x": {"type": "number"}}},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "note": {"type": ["null", "string"]}}}
+
+
+def test_json_schema_payloads_decode_into_the_declared_columns() -> None:
+    from spark_aggregate.typed import JSON_WRITER, json_columns
+
+    columns = json_columns(json.dumps(JSON_SCHEMA))
+    assert dict(columns)["at"] == pa.timestamp("us", tz="UTC") and dict(columns)["counts"] == pa.map_(pa.string(), pa.int64())
+    t = TypedTable("t", "http://registry.invalid", "aggregate", ((".east", 4, json.dumps(JSON_SCHEMA)),),
+                   tuple(columns), "dead-letter", "JSON")
+    t._cache.update({("writer", ".east", 4): JSON_WRITER, "registry": Unknown()})
+    head = b"\x00\x00\x00\x00\x04"
+    values = [head + json.dumps({"id": 1, "at": "2026-01-02T03:04:05Z", "day": "2026-01-02", "tags": ["a"],
+                                 "inner": {"x": 1.5}, "counts": {"a": 2}, "extra": True}).encode(),
+              head + b'{"id": 2}', head + b"not json", head + b"[1]", head + b'{"id": "two"}']
+    good, dead = decode_rows(t, rows_of(values, ["east"] * 5), "L", PARTS)
+    assert good.column("id").to_pylist() == [1, 2]
+    assert good.column("at").to_pylist()[0] == datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    assert good.column("day").to_pylist() == [datetime.date(2026, 1, 2), None]
+    assert good.column("inner").to_pylist() == [{"x": 1.5}, None] and good.column("note").to_pylist() == [None, None]
+    assert dead.column("kafka_offset").to_pylist() == [102, 103, 104]
+    reasons = dead.column("reason").to_pylist()
+    assert reasons[0].startswith("payload is not JSON") and reasons[1].endswith("JSON but not an object")
+    assert reasons[2].startswith("JSON values do not fit the table's columns")
