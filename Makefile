@@ -51,10 +51,28 @@ demo: venv sysdeps
 bench: venv sysdeps peers
 	$(PY) -m pytest -m perf -q -s tests/perf
 
-# The replication simulation, many more seeds than make test runs (DCMIRROR_SOAK_SEEDS), and
-# loads killed at every step under new seeds, each printed (DCMIRROR_SOAK_CRASH_RUNS runs).
-soak: venv sysdeps
+# The tests whose fault schedules come from tests/fault_workload.fault_rng: a fixed seed each
+# in make test, new ones in make soak (tests/unit/test_fault_seeds.py keeps this list whole).
+FAULT_SCHEDULES := \
+	tests/fault/test_replication_faults.py::test_hard_bounce_of_a_leader_five_times \
+	tests/fault/test_replication_faults.py::test_clean_bounce_of_a_leader_five_times \
+	tests/fault/test_replication_faults.py::test_controller_and_a_leader_killed_together \
+	tests/fault/test_transactions_faults.py::test_consume_transform_produce_exactly_once_through_kills \
+	tests/fault/test_client_idempotence.py::test_idempotent_producer_writes_each_record_once_across_leader_kill9 \
+	tests/fault/test_client_idempotence.py::test_consumer_group_reads_everything_across_leader_kill9 \
+	tests/interop/test_consumer_groups_kip848.py::test_kip848_group_survives_member_and_coordinator_kill9 \
+	tests/kafka/test_java_clients.py::test_kafka_streams_exactly_once_v2_through_broker_kills \
+	tests/mirror/test_mirror_topics_faults.py::test_mirror_topics_byte_for_byte_through_leader_kills_retention_and_compaction \
+	tests/mirror/test_exactly_once.py::test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9 \
+	tests/mirror/test_transactions.py::test_aborted_source_transactions_never_reach_the_aggregate
+
+# The replication simulation, every seed below 944 (make test runs a fixed 270 of them) and many
+# more, longer (DCMIRROR_SOAK_SEEDS); loads killed at every step under new seeds, each printed
+# (DCMIRROR_SOAK_CRASH_RUNS runs); the fault schedules above under new seeds, each printed
+# (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>).
+soak: venv sysdeps peers
 	$(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/spark/test_load_crash.py
+	DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
 
 lint: venv
 	$(VENV)/bin/ruff check .

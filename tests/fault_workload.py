@@ -8,12 +8,14 @@ appears twice (0 duplicates), values ascend with the offsets (order kept). `veri
 runs `dcmirror verify-replicas` once the ISR is whole again: every replica byte-identical up
 to the high watermark, none lagging.
 
-Fault schedules come from `fault_rng(name)`: the seed is printed and can be replayed with
-DCMIRROR_FAULT_SEED.
+Fault schedules come from `fault_rng(name)`: in `make test` a fixed seed per schedule (derived
+from its name); DCMIRROR_FAULT_NEW_SEEDS=1 (`make soak`) draws new ones; DCMIRROR_FAULT_SEED=N
+replays one. The seed is printed either way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -31,10 +33,23 @@ from tests.cluster_helpers import NotYet, metadata, partitions_of, wait_until
 from tests.harness import REPO, ClusterProcesses
 
 
+def fixed_fault_seed(name: str) -> int:
+    """The seed `make test` runs the schedule `name` with: the same in every run and process
+    (not hash(), which PYTHONHASHSEED salts)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") >> 1
+
+
 def fault_rng(name: str) -> random.Random:
-    """A seeded RNG for a fault schedule; prints the seed (replay: DCMIRROR_FAULT_SEED=N)."""
-    seed = int(os.environ.get("DCMIRROR_FAULT_SEED") or random.SystemRandom().randrange(1 << 31))
-    print(f"\n{name}: fault seed {seed} (replay with DCMIRROR_FAULT_SEED={seed})", flush=True)
+    """A seeded RNG for the fault schedule `name` (unique per test); prints the seed.
+    DCMIRROR_FAULT_SEED=N replays seed N; else DCMIRROR_FAULT_NEW_SEEDS=1 (make soak) draws a
+    new one; else (make test) the schedule's fixed seed, fixed_fault_seed(name)."""
+    if os.environ.get("DCMIRROR_FAULT_SEED"):
+        seed, how = int(os.environ["DCMIRROR_FAULT_SEED"]), "replayed"
+    elif os.environ.get("DCMIRROR_FAULT_NEW_SEEDS", "") not in ("", "0"):
+        seed, how = random.SystemRandom().randrange(1 << 31), "new"
+    else:
+        seed, how = fixed_fault_seed(name), "fixed"
+    print(f"\n{name}: fault seed {seed} ({how}; replay with DCMIRROR_FAULT_SEED={seed})", flush=True)
     return random.Random(seed)
 
 

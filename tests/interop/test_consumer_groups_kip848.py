@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import random
 import signal
 import struct
 import time
@@ -24,6 +23,7 @@ import pytest
 from kio.serial import entity_reader, entity_writer
 
 from tests.cluster_helpers import log_tails
+from tests.fault_workload import fault_rng
 from tests.interop.test_groups import (
     LiveProducer,
     RawClient,
@@ -268,9 +268,7 @@ def test_kip848_group_survives_member_and_coordinator_kill9(cluster_factory: Any
     member's last batch, or a commit refused while the coordinator moved)."""
     from confluent_kafka.admin import AdminClient
 
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+    rng = fault_rng("kip848 member and coordinator kill9")  # fixed in make test; DCMIRROR_FAULT_SEED replays
     cluster = cluster_factory(3, **KIP848, **{"offsets.topic.replication.factor": 3,
                                              "offsets.topic.num.partitions": 6})
     topic, group = "kill848", "kill848-group"

@@ -2,8 +2,11 @@
 replica manager, partitions and controller decisions under crashes, machine crashes that
 lose unsynced disk tails, network partitions, drops, delays, pauses and leader changes.
 
+`make test` runs a fixed set of seeds (`make_test_seeds()`: every 8th seed below 944, the
+first seed of each scenario kind those miss, and the named seeds in REGRESSION_SEEDS, each
+of which once found a bug); `DCMIRROR_REPLICATION_SEEDS=<n>` runs every seed below n instead.
 Replay one seed: `DCMIRROR_REPLICATION_SEED=<seed> pytest tests/unit/test_replication_sim.py -k replay -s`.
-A longer soak: `make soak` (DCMIRROR_SOAK_SEEDS seeds, longer runs).
+A longer soak: `make soak` (every seed below 944, then DCMIRROR_SOAK_SEEDS new ones, longer runs).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,16 @@ from cluster.replication.partition import Partition, Truncation
 from cluster.storage.producer_state import Check, ProducerStateManager, SequenceVerdict
 from tests.replication_sim import ReplicationSim, SafetyViolation, scenario, window_scenario
 
-SEEDS = int(os.environ.get("DCMIRROR_REPLICATION_SEEDS", "944"))  # 1,000 before the window tests came
+SPREAD = 944  # make test ran every seed below this (1,000 before the window tests came)
+STRIDE = 8
+# Seeds that found bugs (stretch: how much longer they ran): all in the soak, with ELR.
+REGRESSION_SEEDS = {
+    1000036: 4,  # the "every copy destroyed" excuse: one replica's crash loss hid another's
+    1000039: 4,  # a follower's truncation stopped at the first answer (KIP-279; commit 772f52e)
+    1000050: 4,  # the excuse keyed destroyed records by offset only (RF 2, min ISR 1)
+    1000101: 4,  # records first committed by a deposed leader, committed after the destruction
+}
+ALL_BELOW = os.environ.get("DCMIRROR_REPLICATION_SEEDS")  # every seed below it, in place of the fixed set
 REPLAY = os.environ.get("DCMIRROR_REPLICATION_SEED")
 STRETCH = int(os.environ.get("DCMIRROR_REPLICATION_STRETCH", "1"))  # the soak runs 4x longer
 CHUNKS = 8
@@ -51,20 +64,61 @@ def test_replay_seed() -> None:
     print(f"seed {REPLAY}: {sim.stats}, digest {sim.digest}")
 
 
+def scenario_kind(seed: int) -> tuple[object, ...]:
+    """What kind of run scenario(seed) is: the cluster's shape (brokers, replication factor,
+    min.insync.replicas, partitions), whether logs flush only on the page cache's writeback,
+    whether crashes may be machine crashes, whether the KIP-966 window comes."""
+    config, faults = scenario(seed)
+    return (config.brokers, config.replication_factor, config.min_insync_replicas, config.partitions,
+            config.flush_messages is None, faults.machine_crash > 0, faults.window_at_ms is not None)
+
+
+@cache
+def make_test_seeds() -> tuple[int, ...]:
+    """The seeds `make test` runs at stretch 1: a deterministic spread (every STRIDE-th seed
+    below SPREAD) and the first seed of each scenario kind below SPREAD that the spread
+    misses, so every kind the full range held is still run (232 kinds, 270 seeds)."""
+    if ALL_BELOW:
+        return tuple(range(int(ALL_BELOW)))
+    picked = set(range(0, SPREAD, STRIDE))
+    kinds = {scenario_kind(seed) for seed in picked}
+    for seed in range(SPREAD):
+        kind = scenario_kind(seed)
+        if kind not in kinds:
+            kinds.add(kind)
+            picked.add(seed)
+    return tuple(sorted(picked))
+
+
+@pytest.mark.skipif(bool(ALL_BELOW), reason="DCMIRROR_REPLICATION_SEEDS: every seed below it, not the fixed set")
+def test_the_fixed_seeds_cover_every_scenario_kind_of_the_full_range() -> None:
+    seeds = make_test_seeds()
+    assert {scenario_kind(s) for s in seeds} >= {scenario_kind(s) for s in range(SPREAD)}
+    assert set(range(0, SPREAD, STRIDE)) <= set(seeds)
+    print(f"{len(seeds)} seeds, {len({scenario_kind(s) for s in seeds})} scenario kinds")
+
+
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_simulated_replication_is_safe(chunk: int) -> None:
-    """944 seeds across the chunks; every checker runs in each (see the sim's docstring)."""
+    """make_test_seeds() across the chunks; every checker runs in each (see the sim's docstring)."""
     totals: Counter[str] = Counter()
-    for seed in range(chunk, SEEDS, CHUNKS):
+    seeds = make_test_seeds()[chunk::CHUNKS]
+    for seed in seeds:
         totals.update(_run(seed).stats)
-    print(f"chunk {chunk}: {dict(totals)}")
+    print(f"chunk {chunk}: {len(seeds)} seeds from {seeds[0]} to {seeds[-1]}: {dict(totals)}")
     # The faults and the traffic really happened (a simulation that injects nothing proves nothing).
-    runs = len(range(chunk, SEEDS, CHUNKS))
+    runs = len(seeds)
     for what in ("process_crashes", "machine_crashes", "bytes_lost", "partitions", "pauses", "truncations",
                  "controller_failovers", "clean_restarts", "elections"):
         assert totals[what] > 0, f"chunk {chunk}: no {what} in {runs} runs"
     assert totals["leader_changes"] > 2 * runs and totals["isr_changes_sent"] > 2 * runs
     assert totals["acked_all"] > 10 * runs and totals["consumed"] > 20 * runs
+
+
+@pytest.mark.parametrize(("seed", "stretch"), REGRESSION_SEEDS.items())
+def test_a_seed_that_found_a_bug_stays_safe(seed: int, stretch: int) -> None:
+    """Each of REGRESSION_SEEDS at the stretch it failed with, every checker on."""
+    print(f"seed {seed} stretch {stretch}: {dict(_run(seed, stretch).stats)}")
 
 
 def test_a_seed_replays_exactly_whatever_the_hash_seed() -> None:
@@ -242,6 +296,16 @@ def test_the_checkers_see_this_module_s_partition_code() -> None:
     """The planted bugs patch the classes the simulation runs (not copies)."""
     assert ReplicationSim.__module__ == "tests.replication_sim"
     assert partition_module.Partition is Partition
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+def test_soak_every_seed_of_the_make_test_range() -> None:
+    """Every seed below SPREAD at stretch 1 (make test runs make_test_seeds() of them)."""
+    totals: Counter[str] = Counter()
+    for seed in range(SPREAD):
+        totals.update(_run(seed).stats)
+    print(dict(totals))
 
 
 @pytest.mark.soak
