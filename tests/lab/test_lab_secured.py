@@ -128,17 +128,18 @@ def test_no_record_value_crosses_the_wan_in_clear(tmp_path: Path, secured: bool)
             c.subscribe(["east.pv"])
             got: list[bytes] = []
 
-            def all_mirrored() -> bool:
-                m = c.poll(0.5)
-                if m is not None and m.error() is None and m.value() is not None \
-                        and m.value().startswith(CANARY):
-                    got.append(m.value())
+            def all_mirrored() -> bool:  # whatever has arrived, not one record per wait_for interval
+                got.extend(m.value() for m in c.consume(1000, timeout=0.5)
+                           if m.error() is None and m.value() is not None and m.value().startswith(CANARY))
                 return len(got) >= RECORDS
 
             wait_for(all_mirrored, 180, f"{RECORDS} records in the aggregate", on_timeout=lab.log)
             c.close()
             assert sorted(got) == sorted(CANARY + str(i).encode() for i in range(RECORDS))
             time.sleep(1)  # the last replication and commit packets
+            # (the mirror's traffic is there by now; a slow capture may still be writing it)
+            wait_for(lambda: sum(out.stat().st_size for _, out in captures) >= MIN_WAN_BYTES, 60,
+                     f"{MIN_WAN_BYTES} bytes captured on the WAN")
         finally:
             for proc, _ in captures:
                 proc.terminate()
