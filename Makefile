@@ -39,17 +39,23 @@ sysdeps:
 peers: venv sysdeps
 	$(PY) -m tests.peers.fetch
 
+# Test runs keep compiled bytecode, pytest's rewritten test modules too, under .venv/pycache
+# even where PYTHONDONTWRITEBYTECODE is set (CI sets it: its clone ends without a __pycache__):
+# else every broker, mirror worker and CLI process a test starts compiles what it imports
+# again (~0.6 CPU-s a broker) and each xdist worker rewrites every test module (~11 CPU-s).
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
+
 test: venv sysdeps peers
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile --no-loadscope-reorder
-	$(PY) -m pytest -m "spark_session and not perf and not soak" -q --tb=short --durations=10
+	$(TEST_ENV) $(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile --no-loadscope-reorder
+	$(TEST_ENV) $(PY) -m pytest -m "spark_session and not perf and not soak" -q --tb=short --durations=10
 
 demo: venv sysdeps
 	$(VENV)/bin/dcmirror demo
 
 bench: venv sysdeps peers
-	$(PY) -m pytest -m perf -q -s tests/perf
+	$(TEST_ENV) $(PY) -m pytest -m perf -q -s tests/perf
 
 # The tests whose fault schedules come from tests/fault_workload.fault_rng: a fixed seed each
 # in make test, new ones in make soak (tests/unit/test_fault_seeds.py keeps this list whole).
@@ -71,8 +77,8 @@ FAULT_SCHEDULES := \
 # (DCMIRROR_SOAK_CRASH_RUNS runs); the fault schedules above under new seeds, each printed
 # (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>).
 soak: venv sysdeps peers
-	$(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/spark/test_load_crash.py
-	DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
+	$(TEST_ENV) $(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/spark/test_load_crash.py
+	$(TEST_ENV) DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
 
 lint: venv
 	$(VENV)/bin/ruff check .
