@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -58,16 +58,20 @@ class RegistryProcess:
         began = self._began
         deadline = began + timeout_s
         line = b""
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None:
-                raise RuntimeError(f"registry not ready (exit {self.proc.poll()}):\n{self.log_text()[-4000:]}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if ready:
-                chunk = os.read(self.proc.stdout.fileno(), 4096)
-                if not chunk:
-                    continue
-                line += chunk
+        # A selector, not select.select(): an xdist worker that ran hundreds of tests holds
+        # descriptors above FD_SETSIZE (1024), which select() refuses.
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while not line.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise RuntimeError(f"registry not ready (exit {self.proc.poll()}):\n{self.log_text()[-4000:]}")
+                if selector.select(min(left, 1.0)):
+                    chunk = os.read(self.proc.stdout.fileno(), 4096)
+                    if not chunk:
+                        time.sleep(0.05)  # EOF: the process is exiting; poll() says so next round
+                        continue
+                    line += chunk
         assert b"schema registry ready" in line, line
         self.started_s = time.monotonic() - began
         return self
