@@ -38,6 +38,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_aggregate.columns import TIMESTAMP_TYPE
+from spark_aggregate.typed_protobuf import (
+    PoisonPayload,
+    ProtobufFile,
+    ProtobufSchemaError,
+    fetch_protobuf,
+)
 
 MAGIC_BYTE = 0
 WIRE_HEADER_BYTES = 5
@@ -301,7 +307,7 @@ class TypedTable:
     columns: tuple[tuple[str, pa.DataType], ...]
     poison: str = "dead-letter"
     format: str = "AVRO"
-    """AVRO or JSON (every context's latest version has this type)."""
+    """AVRO, JSON or PROTOBUF (every context's latest version has this type)."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -336,9 +342,9 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
             got = reader.latest(name, context)
             if got is not None:
                 schema_id, kind, text = got
-                if kind not in ("AVRO", "JSON"):
+                if kind not in ("AVRO", "JSON", "PROTOBUF"):
                     raise SchemaError(f"subject {qualified(name, context)!r} holds {kind} schemas; typed tables "
-                                      "decode Avro and JSON Schema so far")
+                                      "decode Avro, JSON Schema and Protobuf")
                 if readers and kinds[0] != kind:
                     raise SchemaError(f"topic {topic!r}: subject {qualified(name, context)!r} holds {kind} schemas, "
                                       f"another context {kinds[0]}; one table takes one format")
@@ -351,13 +357,28 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
     columns: dict[str, pa.DataType] = {}
     fmt = kinds[0]
     for context, schema_id, text in readers:
-        for name, kind in (record_columns(text) if fmt == "AVRO" else json_columns(text)):
+        for name, kind in _columns_of(reader, fmt, schema_id, context, text):
             if name in columns and columns[name] != kind:
                 raise SchemaError(f"topic {topic!r}: field {name!r} is {columns[name]} in one context and {kind} "
                                   f"in context {context or '(default)'} (schema id {schema_id}); one column "
                                   "cannot hold both")
             columns.setdefault(name, kind)
     return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt)
+
+
+def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
+                text: str) -> list[tuple[str, pa.DataType]]:
+    if fmt == "AVRO":
+        return record_columns(text)
+    if fmt == "JSON":
+        return json_columns(text)
+    try:
+        schema = fetch_protobuf(reader._get, schema_id, context)
+        if schema is None:
+            raise SchemaError(f"schema id {schema_id} vanished from context {context or '(default)'} at {reader.url}")
+        return schema.columns()
+    except ProtobufSchemaError as exc:
+        raise SchemaError(f"Protobuf schema id {schema_id} in context {context or '(default)'}: {exc}") from None
 
 
 def _reader_of(table: TypedTable, context: str) -> Any:
@@ -380,7 +401,17 @@ def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, cont
         if kind != table.format:
             raise TypedLoadError(f"{where}: schema id {schema_id} is a {kind} schema and the table's are "
                                  f"{table.format}; nothing was committed")
-        table._cache[key] = parse_avro(text) if kind == "AVRO" else JSON_WRITER
+        if kind == "PROTOBUF":
+            try:
+                schema = fetch_protobuf(registry._get, schema_id, context)
+                if schema is None:
+                    raise TypedLoadError(f"{where}: schema id {schema_id} is unknown in registry context "
+                                         f"{context or '(default)'} at {table.registry_url}; nothing was committed")
+                table._cache[key] = schema
+            except ProtobufSchemaError as exc:
+                raise TypedLoadError(f"{where}: Protobuf schema id {schema_id}: {exc}; nothing was committed") from None
+        else:
+            table._cache[key] = parse_avro(text) if kind == "AVRO" else JSON_WRITER
     return table._cache[key]
 
 
@@ -434,9 +465,26 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
                 where = f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}"
                 writer = _writer_of(table, registry, schema_id, context, where)
                 # Written with the latest version: no schema resolution needed.
-                reader = None if latest.get(context) == schema_id else _reader_of(table, context)
+                reader = (None if latest.get(context) == schema_id or table.format != "AVRO"
+                          else _reader_of(table, context))
                 schemas = resolved[(context, schema_id)] = (writer, reader)
             writer, reader = schemas
+            if isinstance(writer, ProtobufFile):
+                try:
+                    records.append(writer.decode(memoryview(value)[WIRE_HEADER_BYTES:]))
+                except PoisonPayload as exc:
+                    reason = f"payload does not decode with schema id {schema_id}: {exc}"
+                except ProtobufSchemaError as exc:
+                    raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}: "
+                                         f"schema id {schema_id} cannot be read into the table: {exc}; nothing "
+                                         "was committed") from None
+                if reason is not None and table.poison == "fail":
+                    raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
+                                         f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
+                good.append(reason is None)
+                reasons.append(reason)
+                ids.append(schema_id)
+                continue
             if writer is JSON_WRITER:
                 try:
                     record = orjson.loads(memoryview(value)[WIRE_HEADER_BYTES:])
@@ -517,7 +565,7 @@ def _json_struct(table: TypedTable) -> pa.DataType:
 def _typed_columns(table: TypedTable, records: list[dict[str, Any]]) -> list[pa.Array]:
     if not table.columns:
         return []
-    if table.format == "AVRO":
+    if table.format in ("AVRO", "PROTOBUF"):
         return pa.array(records, table.struct).flatten()  # type: ignore[no-any-return]
     columns = pa.array(records, _json_struct(table)).flatten()
     return [pc.cast(c, t) if c.type != t else c for c, (_, t) in zip(columns, table.columns, strict=True)]

@@ -325,7 +325,7 @@ class RegistryApp:
 
     async def schema_by_id(self, request: Request) -> Response:
         sv = self.state.schema_by_id(_schema_id(request), subject=_context_subject(request))
-        return _answer(sv.body(with_subject=False))
+        return _answer(self._formatted(request, sv, sv.body(with_subject=False)))
 
     async def schema_text_by_id(self, request: Request) -> Response:
         sv = self.state.schema_by_id(_schema_id(request), subject=_context_subject(request))
@@ -355,7 +355,14 @@ class RegistryApp:
 
     async def version(self, request: Request) -> Response:
         sv = self.state.version(_subject(request), request.path_params["version"], deleted=_flag(request, "deleted"))
-        return _answer(sv.body())
+        return _answer(self._formatted(request, sv, sv.body()))
+
+    def _formatted(self, request: Request, sv: SchemaVersion, body: dict[str, Any]) -> dict[str, Any]:
+        """`?format=serialized`: a Protobuf schema as its base64 FileDescriptorProto (what
+        confluent-kafka's Protobuf deserializer asks for); other formats are answered as registered."""
+        if request.query_params.get("format") == "serialized":
+            body["schema"] = self.state.serialized_text(sv)
+        return body
 
     async def version_text(self, request: Request) -> Response:
         sv = self.state.version(_subject(request), request.path_params["version"], deleted=_flag(request, "deleted"))

@@ -539,6 +539,14 @@ class RegistryState:
             self._parsed[key] = parsed
         return parsed
 
+    def serialized_text(self, sv: SchemaVersion) -> str:
+        """The schema as `?format=serialized` asks for it: a Protobuf schema as the base64
+        FileDescriptorProto (whichever form it was registered in), the others as registered."""
+        if sv.schema_type != formats.PROTOBUF:
+            return sv.text
+        parsed = self._parsed_version(sv)
+        return sv.text if parsed is None else str(parsed.parsed.serialized)
+
     def _same(self, a: ParsedSchema, b: ParsedSchema) -> bool:
         return (a.schema_type == b.schema_type and a.canonical == b.canonical
                 and tuple(a.references) == tuple(b.references))

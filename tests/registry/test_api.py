@@ -204,3 +204,23 @@ def test_limits(http: httpx.Client) -> None:
     r = http.post("/subjects/api-big-value/versions", content=b" " * (5 * 1024 * 1024))
     error(r, 413, 413)
 
+
+
+def test_protobuf_text_is_served_serialized_on_request(http: httpx.Client) -> None:
+    """`?format=serialized` (what confluent-kafka's Protobuf deserializer and the typed loads ask
+    for): a schema registered as .proto text comes back as a base64 FileDescriptorProto, on
+    /schemas/ids/{id} and on /subjects/{s}/versions/{v}; other formats are answered as registered."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    text = 'syntax = "proto3";\npackage fmt;\nmessage Ping {\n  int64 id = 1;\n  Pong pong = 2;\n}\nmessage Pong {\n  string s = 1;\n}\n'
+    schema_id = register(http, "fmt-proto-value", text, schemaType="PROTOBUF").json()["id"]
+    assert http.get(f"/schemas/ids/{schema_id}").json()["schema"] == text
+    for path in (f"/schemas/ids/{schema_id}", "/subjects/fmt-proto-value/versions/1"):
+        body = http.get(path, params={"format": "serialized"}).json()
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(body["schema"], validate=True))
+        assert fdp.package == "fmt" and [m.name for m in fdp.message_type] == ["Ping", "Pong"]
+        assert [f.name for f in fdp.message_type[0].field] == ["id", "pong"] and body["schemaType"] == "PROTOBUF"
+    avro_id = register(http, "fmt-avro-value", V1).json()["id"]
+    assert http.get(f"/schemas/ids/{avro_id}", params={"format": "serialized"}).json()["schema"] == V1
