@@ -90,7 +90,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             f.write(f'\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:{registry.port}"\n\n'
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
                     '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
-                    '"east[.]events" = { value = true }\n')
+                    '"east[.]events" = { value = true }\n'
+                    '"east[.]clicks" = { value = true }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -230,6 +231,68 @@ def test_json_schema_values_load_into_the_declared_columns(env: Env) -> None:
                      f"c{first + i}", None if (first + i) % 2 else (first + i) / 4) for i in range(3)]
     dead = typed_rows(env, "east_events_dead_letters", "kafka_offset, reason")
     assert [r[0] for r in dead] == [3] and dead[0][1].startswith("payload is not JSON"), dead
+
+
+CLICK_PROTO = """
+syntax = "proto3";
+package web;
+import "google/protobuf/timestamp.proto";
+message Click {
+  int64 id = 1;
+  string page = 2;
+  google.protobuf.Timestamp at = 3;
+  Kind kind = 4;
+  repeated string tags = 5;
+  map<string, int64> counts = 6;
+  Where where = 7;
+  optional double score = 8;
+  uint64 big = 9;
+  message Where { string city = 1; }
+  enum Kind { VIEW = 0; BUY = 1; }
+}
+"""
+
+
+def test_protobuf_values_load_into_typed_columns(env: Env) -> None:
+    """confluent-kafka's ProtobufSerializer (message indexes, the schema registered as a
+    serialized FileDescriptorProto, google/protobuf/timestamp.proto as a known type)."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import message_factory
+
+    from cluster.registry import formats
+
+    topic = "east.clicks"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    pool = formats.parse("PROTOBUF", CLICK_PROTO).parsed.pool
+    click = message_factory.GetMessageClass(pool.FindMessageTypeByName("web.Click"))
+    ser = ProtobufSerializer(click, env.client, {"auto.register.schemas": True, "use.deprecated.format": False,
+                                                 "subject.name.strategy": lambda ctx, name: ":.east:clicks-value"})
+
+    def value(n: int) -> bytes:
+        msg = click(id=n, page=f"/p{n}", kind=n % 2, tags=[f"t{n}"] * (n % 3), big=2**63 + n)
+        msg.at.seconds = 1_790_000_000 + n
+        msg.counts["n"] = n
+        if n % 2:
+            msg.where.city = f"c{n}"
+            msg.score = n / 4
+        out: bytes = ser(msg, SerializationContext(topic, MessageField.VALUE))
+        return out
+
+    sent = env.feed.produce(topic, 1, 4, source="east", value=value)
+    env.feed.produce(topic, 1, 1, source="east", value=lambda n: sent[0].value[:6] + b"\x0a\x09cut")
+    out = env.load("east[.]clicks")
+    assert "1 poison records into dcmirror.east_clicks_dead_letters" in out, out
+    schema_of = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_clicks").schema.fields}
+    assert {k: schema_of[k] for k in ("id", "page", "at", "kind", "tags", "counts", "where", "score", "big")} == {
+        "id": "bigint", "page": "string", "at": "timestamp", "kind": "string", "tags": "array<string>",
+        "counts": "map<string,bigint>", "where": "struct<city:string>", "score": "double", "big": "decimal(20,0)"}
+    ids = [click.FromString(s.value[6:]).id for s in sent]
+    rows = typed_rows(env, "east_clicks", "id, page, at, kind, tags, counts['n'], `where`.city, score, big")
+    assert rows == [(n, f"/p{n}", datetime.datetime.fromtimestamp(1_790_000_000 + n, datetime.UTC).replace(tzinfo=None), "BUY" if n % 2 else "VIEW",
+                     [f"t{n}"] * (n % 3), n, f"c{n}" if n % 2 else None, n / 4 if n % 2 else None,
+                     decimal.Decimal(2**63 + n)) for n in ids]
+    dead = typed_rows(env, "east_clicks_dead_letters", "kafka_offset, reason")
+    assert [r[0] for r in dead] == [4] and "does not decode as web.Click" in dead[0][1], dead
 
 
 def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:
