@@ -506,7 +506,8 @@ class Loader:
                                       f"{self.settings.source!r} has no [clusters.{self.settings.source}.registry]")
             try:
                 self._typed[topic] = plan_typed_table(topic, self.settings.registry_url, self.settings.source,
-                                                      spec.subject, spec.poison)
+                                                      spec.subject, spec.poison,
+                                                      access=self.settings.registry_access)
             except SchemaError as exc:
                 raise LoadConfigError(str(exc)) from None
         return self._typed[topic]

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.client.registry import RegistryAccess
 from mirror.checkpoints import CHECKPOINTS_TOPIC
 from mirror.worker import HEARTBEATS_TOPIC
 from spark_aggregate.load_metrics import textfile_path
@@ -61,6 +62,8 @@ class WarehouseSettings:
     """Topics whose tables take their columns from the schema registry (typed.py)."""
     registry_url: str | None = None
     """The source cluster's schema registry."""
+    registry_access: RegistryAccess = RegistryAccess()
+    """How the loader authenticates to it and trusts its certificate (references only)."""
 
     @property
     def embedded_metastore(self) -> bool:
@@ -123,4 +126,6 @@ class WarehouseSettings:
             metrics_textfile=textfile_path(path, config),
             registry_schemas=spec.registry_schemas,
             registry_url=None if registry is None else registry.url,
+            registry_access=RegistryAccess() if registry is None else RegistryAccess(
+                registry.auth_token, config.get("registry.basic.auth.user.info", ""), registry.keystore),
         )

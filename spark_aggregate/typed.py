@@ -37,6 +37,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cluster.client.registry import RegistryAccess
 from spark_aggregate.columns import TIMESTAMP_TYPE
 from spark_aggregate.typed_protobuf import (
     PoisonPayload,
@@ -49,6 +50,7 @@ MAGIC_BYTE = 0
 WIRE_HEADER_BYTES = 5
 DEFAULT_CONTEXT = ""
 REGISTRY_TIMEOUT_S = 10.0
+NO_ACCESS = RegistryAccess()  # a registry without authentication, over HTTP or a CA the system trusts
 _DROPPED_LOGICAL_TYPES = frozenset({"time-millis", "time-micros", "uuid"})
 
 # The dead-letter tables' data columns (partitioned like the topic tables).
@@ -99,15 +101,17 @@ def qualified(subject: str, context: str) -> str:
 class RegistryReader:
     """Schemas by id and latest versions over Confluent's REST API (cached per process)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, access: RegistryAccess = NO_ACCESS) -> None:
         self.url = url.rstrip("/")
+        self.access = access
         self._client: Any = None
 
     def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
         import httpx
 
         if self._client is None:
-            self._client = httpx.Client(base_url=self.url, timeout=REGISTRY_TIMEOUT_S)
+            self._client = httpx.Client(base_url=self.url, timeout=REGISTRY_TIMEOUT_S, verify=self.access.verify(),
+                                        headers=self.access.auth().headers())
         try:
             response = self._client.get(path, params=params)
         except httpx.HTTPError as exc:
@@ -308,6 +312,7 @@ class TypedTable:
     poison: str = "dead-letter"
     format: str = "AVRO"
     """AVRO, JSON or PROTOBUF (every context's latest version has this type)."""
+    access: RegistryAccess = NO_ACCESS
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -332,9 +337,10 @@ def subject_candidates(topic: str, context: str, subject: str) -> list[str]:
 
 
 def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject: str, poison: str,
-                     reader: RegistryReader | None = None) -> TypedTable:
+                     reader: RegistryReader | None = None, *,
+                     access: RegistryAccess = NO_ACCESS) -> TypedTable:
     """The table's reader schemas and columns, from the registry now (driver side)."""
-    reader = reader or RegistryReader(registry_url)
+    reader = reader or RegistryReader(registry_url, access)
     readers: list[tuple[str, int, str]] = []
     kinds: list[str] = []
     for context in reader.contexts():
@@ -363,7 +369,8 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                                   f"in context {context or '(default)'} (schema id {schema_id}); one column "
                                   "cannot hold both")
             columns.setdefault(name, kind)
-    return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt)
+    return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt,
+                      access)
 
 
 def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
@@ -420,7 +427,7 @@ JSON_WRITER = "JSON"  # JSON payloads are read as they are: the table's columns 
 
 def _registry(table: TypedTable) -> RegistryReader:
     if "registry" not in table._cache:
-        table._cache["registry"] = RegistryReader(table.registry_url)
+        table._cache["registry"] = RegistryReader(table.registry_url, table.access)
     reg: RegistryReader = table._cache["registry"]
     return reg
 

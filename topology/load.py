@@ -859,6 +859,12 @@ class _Loader:
                 if value not in _WAREHOUSE_CHOICES[key]:
                     self.fail(kpath, f"warehouse config {key!r} takes one of " + ", ".join(_WAREHOUSE_CHOICES[key])
                               + f", not {value!r}")
+            elif key == "registry.basic.auth.user.info":
+                if not is_reference(value):
+                    self.fail(kpath, "must be a reference to `user:password`, never the secret itself: "
+                                     '"${file:...}", "${dir:...}" or "${env:...}"')
+                else:
+                    config[key] = absolute_references(value, self.base_dir)
             elif key in ("metastore.uri", "warehouse.uri"):
                 if not _URI.fullmatch(value):
                     example = "thrift://metastore:9083" if key == "metastore.uri" else "hdfs://namenode:8020/warehouse"

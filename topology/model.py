@@ -33,7 +33,7 @@ RENAME_PLACEHOLDERS = ("source", "target", "topic", "source_dc")
 # defaults); spark.* and kafka.* pass through to Spark and to the cluster client.
 WAREHOUSE_CONFIG_KEYS = ("metastore.uri", "warehouse.uri", "failOnDataLoss", "minPartitions",
                          "maxOffsetsPerLoad", "pollTimeoutMs", "load.interval.ms", "load.writer",
-                         "load.metrics.textfile.dir", "load.service")
+                         "load.metrics.textfile.dir", "load.service", "registry.basic.auth.user.info")
 WAREHOUSE_CONFIG_PREFIXES = ("spark.", "kafka.")
 # Columns every warehouse table has; a topic's schema cannot declare them again.
 WAREHOUSE_COLUMNS = ("key", "value", "headers", "timestamp", "timestamp_type", "kafka_partition",

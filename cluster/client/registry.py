@@ -111,6 +111,28 @@ class RegistryAuth:
         return {}
 
 
+@dataclass(frozen=True)
+class RegistryAccess:
+    """How a client that travels reaches a registry (the warehouse loads' Spark tasks): the
+    topology's bearer-token reference, a `user:password` reference (which wins), and the PEM
+    file whose certificate it trusts for HTTPS. References only, resolved by RegistryAuth
+    where the client runs, so no secret is pickled into a task. A RegistrySpec without a url."""
+
+    auth_token: str = ""
+    basic_user_info: str = ""
+    cafile: str = ""
+
+    @property
+    def url(self) -> str:
+        return ""
+
+    def auth(self) -> RegistryAuth:
+        return RegistryAuth.from_spec(self, self.basic_user_info or None)
+
+    def verify(self) -> bool | ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.cafile) if self.cafile else True
+
+
 def _q(segment: str | int) -> str:
     return quote(str(segment), safe="")
 

@@ -22,7 +22,8 @@ PASSWORD = "pw-81d0b6c4"
 
 
 
-def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path: Path) -> None:
+def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     users = tmp_path / "registry-users.properties"
     users.write_text(f"# registry users\nalice: {PASSWORD},admin\n")
     port = free_port()
@@ -54,10 +55,35 @@ def test_token_and_basic_auth_from_the_topology(broker: BrokerProcess, tmp_path:
         with pytest.raises(SchemaRegistryError) as info:
             SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:bad"}).get_subjects()
         assert info.value.http_status_code == 401
+        _the_warehouse_loader_authenticates(topology, schema_id, monkeypatch)
     finally:
         reg.stop()
     log = reg.log_text()
     assert TOKEN not in log and PASSWORD not in log
+
+
+def _the_warehouse_loader_authenticates(topology: Path, schema_id: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed loads' registry reader (spark_aggregate/typed.py) with the topology's token,
+    then with the warehouse's `registry.basic.auth.user.info` reference, and refused without."""
+    from spark_aggregate.settings import WarehouseSettings
+    from spark_aggregate.typed import NO_ACCESS, RegistryReader, SchemaError
+    from topology import load
+
+    base = topology.read_text()
+    monkeypatch.setenv("REGISTRY_TOKEN", TOKEN)
+    monkeypatch.setenv("WAREHOUSE_REGISTRY_USER", f"alice:{PASSWORD}")
+    for config in ("", '\n[warehouse.config]\n"registry.basic.auth.user.info" = "${env:WAREHOUSE_REGISTRY_USER}"\n'):
+        topology.write_text(base + '\n[warehouse]\nsource = "east"\n' + config)
+        settings = WarehouseSettings.from_topology(load(topology))
+        assert settings.registry_url is not None
+        assert PASSWORD not in repr(settings) and TOKEN not in repr(settings)
+        reader = RegistryReader(settings.registry_url, settings.registry_access)
+        assert reader.schema_by_id(schema_id, "") == ("AVRO", '{"type": "string"}')
+        assert reader.latest("sec-value", "") == (schema_id, "AVRO", '{"type": "string"}')
+    with pytest.raises(SchemaError, match="HTTP 401") as refused:
+        RegistryReader(settings.registry_url, NO_ACCESS).schema_by_id(schema_id, "")
+    assert PASSWORD not in str(refused.value) and TOKEN not in str(refused.value)
+    topology.write_text(base)
 
 
 def test_https_from_the_topology_keystore(broker: BrokerProcess, tmp_path: Path) -> None:

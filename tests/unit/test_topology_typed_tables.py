@@ -46,3 +46,14 @@ def test_the_default_topology_documents_registry_schemas() -> None:
     from topology import default_topology_text
 
     assert "registry_schemas  optional table of topic regex -> typed table" in default_topology_text()
+
+
+def test_the_loaders_registry_credentials_are_references_only() -> None:
+    config = '\n[warehouse.config]\n"registry.basic.auth.user.info" = '
+    text = TWO_CLUSTERS + REGISTRY + '\n[warehouse]\nsource = "aggregate"\n' + config + '"alice:hunter2"\n'
+    exc = err(text)
+    assert exc.key_path == 'warehouse.config."registry.basic.auth.user.info"', str(exc)
+    assert "never the secret itself" in exc.problem and "hunter2" not in str(exc)
+    topo = ok(TWO_CLUSTERS + REGISTRY + '\n[warehouse]\nsource = "aggregate"\n' + config + '"${env:REG_USER}"\n')
+    assert topo.warehouse is not None
+    assert topo.warehouse.config["registry.basic.auth.user.info"] == "${env:REG_USER}"
