@@ -468,7 +468,7 @@ class Loader:
         ddl = self.settings.schema_of(topic)
         typed = self.typed_table(topic)
         if typed is not None:
-            ddl = ", ".join(f"`{c}` {spark_type(t)}" for c, t in typed.columns)
+            ddl = ", ".join(f"`{c}` {spark_type(t)}" for c, t in typed.output_columns)
             self.ensure_dead_letter_table(dead_letter_table(name))
         declared = self.declared_columns(topic, ddl)
         known = self.catalog_table(name)
@@ -507,7 +507,8 @@ class Loader:
             try:
                 self._typed[topic] = plan_typed_table(topic, self.settings.registry_url, self.settings.source,
                                                       spec.subject, spec.poison,
-                                                      access=self.settings.registry_access)
+                                                      access=self.settings.registry_access,
+                                                      key_subject=spec.key_subject if spec.key else None)
             except SchemaError as exc:
                 raise LoadConfigError(str(exc)) from None
         return self._typed[topic]

@@ -36,7 +36,7 @@ from spark_aggregate.columns import HEADER_TYPE, TIMESTAMP_TYPE, repeated_string
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange
 from spark_aggregate.settings import UNKNOWN_DATACENTER
-from spark_aggregate.typed import DEAD_LETTER_SCHEMA, TypedTable, decode_rows
+from spark_aggregate.typed import DEAD_LETTER_SCHEMA, TypedTable, decode_keys, decode_rows
 
 # The tables' columns: name, Spark DDL type, Arrow type (the Parquet files' schema). A table
 # created before a column was added here gains it when a load next ensures the table
@@ -273,7 +273,7 @@ def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesyste
     result = TaskResult()
     attempt = secrets.token_hex(4)
     typed = task.typed
-    schema = DATA_SCHEMA if typed is None else pa.schema([*DATA_SCHEMA, *typed.schema])
+    schema = DATA_SCHEMA if typed is None else pa.schema([*DATA_SCHEMA, *typed.output_schema])
     tables = PartitionWriters(filesystem, task.table_dir, task.file_name, schema, attempt, task.range, max_open_files)
     dead = PartitionWriters(filesystem, task.dead_letter_dir, task.file_name, DEAD_LETTER_SCHEMA, attempt,
                             task.range, max_open_files)
@@ -284,6 +284,11 @@ def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesyste
                 if poison.num_rows:
                     result.dead_letters += poison.num_rows
                     dead.write(poison)
+                if typed.key is not None:
+                    rows, poison = decode_keys(typed, rows, ctx.load_id, [c for c, *_ in PARTITION_COLUMNS])
+                    if poison.num_rows:
+                        result.dead_letters += poison.num_rows
+                        dead.write(poison)
             result.rows += rows.num_rows
             result.size_bytes += payload_bytes(rows)
             tables.write(rows)

@@ -50,6 +50,8 @@ MAGIC_BYTE = 0
 WIRE_HEADER_BYTES = 5
 DEFAULT_CONTEXT = ""
 REGISTRY_TIMEOUT_S = 10.0
+KEY_COLUMN = "record_key"
+"""The struct column a typed key decodes into (the table's `key` column keeps the bytes)."""
 NO_ACCESS = RegistryAccess()  # a registry without authentication, over HTTP or a CA the system trusts
 _DROPPED_LOGICAL_TYPES = frozenset({"time-millis", "time-micros", "uuid"})
 
@@ -313,7 +315,19 @@ class TypedTable:
     format: str = "AVRO"
     """AVRO, JSON or PROTOBUF (every context's latest version has this type)."""
     access: RegistryAccess = NO_ACCESS
+    key: TypedTable | None = None
+    """The key side (keys decoded into the struct column `record_key`), or None: keys stay bytes."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The typed columns the table has: the value's, then `record_key` for a typed key."""
+        extra = [] if self.key is None else [pa.field(KEY_COLUMN, self.key.struct)]
+        return pa.schema([*self.schema, *extra])
+
+    @property
+    def output_columns(self) -> list[tuple[str, pa.DataType]]:
+        return [(f.name, f.type) for f in self.output_schema]
 
     @property
     def schema(self) -> pa.Schema:
@@ -324,27 +338,29 @@ class TypedTable:
         return pa.struct(list(self.schema))
 
 
-def subject_candidates(topic: str, context: str, subject: str) -> list[str]:
+def subject_candidates(topic: str, context: str, subject: str, role: str = "value") -> list[str]:
     """Subjects to look up (TopicNameStrategy): the topic's, and in a source's context also
-    the source topic's (the aggregate's `east.orders` was `orders` in east)."""
+    the source topic's (the aggregate's `east.orders` was `orders` in east). `role`: value or key."""
     if subject:
         return [subject]
-    names = [f"{topic}-value"]
+    names = [f"{topic}-{role}"]
     prefix = context[1:] + "."
     if context and topic.startswith(prefix):
-        names.append(f"{topic[len(prefix):]}-value")
+        names.append(f"{topic[len(prefix):]}-{role}")
     return names
 
 
 def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject: str, poison: str,
                      reader: RegistryReader | None = None, *,
-                     access: RegistryAccess = NO_ACCESS) -> TypedTable:
-    """The table's reader schemas and columns, from the registry now (driver side)."""
+                     access: RegistryAccess = NO_ACCESS, role: str = "value",
+                     key_subject: str | None = None) -> TypedTable:
+    """The table's reader schemas and columns, from the registry now (driver side). `role`
+    "key" plans the key side; `key_subject` (not None) plans the key too, as `TypedTable.key`."""
     reader = reader or RegistryReader(registry_url, access)
     readers: list[tuple[str, int, str]] = []
     kinds: list[str] = []
     for context in reader.contexts():
-        for name in subject_candidates(topic, context, subject):
+        for name in subject_candidates(topic, context, subject, role):
             got = reader.latest(name, context)
             if got is not None:
                 schema_id, kind, text = got
@@ -359,7 +375,7 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                 break
     if not readers:
         raise SchemaError(f"no subject for topic {topic!r} in the registry at {registry_url} "
-                          f"(looked for {subject or topic + '-value'} in every context)")
+                          f"(looked for {subject or topic + '-' + role} in every context)")
     columns: dict[str, pa.DataType] = {}
     fmt = kinds[0]
     for context, schema_id, text in readers:
@@ -369,8 +385,18 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                                   f"in context {context or '(default)'} (schema id {schema_id}); one column "
                                   "cannot hold both")
             columns.setdefault(name, kind)
+    key = None
+    if key_subject is not None:
+        if KEY_COLUMN in columns:
+            raise SchemaError(f"topic {topic!r}: the value has a field {KEY_COLUMN!r}, the column a typed key "
+                              "decodes into; a table cannot take both")
+        try:
+            key = plan_typed_table(topic, registry_url, loaded_cluster, key_subject, poison, reader, access=access,
+                                   role="key")
+        except SchemaError as exc:
+            raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take record schemas)") from None
     return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt,
-                      access)
+                      access, key)
 
 
 def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
@@ -600,3 +626,47 @@ def _json_conformant(table: TypedTable, records: list[dict[str, Any]], rows: lis
         else:
             kept.append(record)
     return kept
+
+
+def decode_keys(table: TypedTable, rows: pa.RecordBatch, load_id: str,
+                partition_columns: list[str]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """A typed key's half of decoding: decode_rows' output (value columns typed) -> (rows with
+    the struct column `record_key` before the partition columns, key dead letters). The key
+    side is decoded by decode_rows itself with key and value swapped, so keys follow every rule
+    values do (contexts, evolution, poison); a null key reads as a NULL `record_key`, and a
+    poison key sends its record to the dead letters with a reason that starts "key: "."""
+    key = table.key
+    assert key is not None
+    names = rows.schema.names
+    k_at, v_at = names.index("key"), names.index("value")
+    data = len(names) - len(partition_columns)
+    struct = key.struct
+    present = rows.column(k_at).is_valid()
+    keyed = rows.filter(present)
+    swapped = keyed.set_column(k_at, "key", keyed.column(v_at)).set_column(v_at, "value", keyed.column(k_at))
+    try:
+        good, dead = decode_rows(key, swapped, load_id, partition_columns)
+    except TypedLoadError as exc:
+        raise TypedLoadError(f"key: {exc}") from None
+    width = len(key.columns)
+    record_key = pa.StructArray.from_arrays(good.columns[data:data + width], fields=list(key.schema))
+    good = good.set_column(k_at, "key", good.column(v_at)).set_column(v_at, "value", good.column(k_at))
+    arrays = [*good.columns[:data], record_key, *good.columns[data + width:]]
+    out_schema = pa.schema([*(rows.schema.field(i) for i in range(data)), pa.field(KEY_COLUMN, struct),
+                            *(rows.schema.field(i) for i in range(data, len(names)))])
+    result = pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+    if not pc.all(present).as_py():
+        unkeyed = rows.filter(pc.invert(present))
+        nulls = pa.nulls(unkeyed.num_rows, struct)
+        unkeyed = pa.RecordBatch.from_arrays([*unkeyed.columns[:data], nulls, *unkeyed.columns[data:]],
+                                             schema=out_schema)
+        both = pa.Table.from_batches([result, unkeyed])
+        order = pc.sort_indices(both, [("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+        result = both.take(order).combine_chunks().to_batches()[0] if both.num_rows else result
+    if dead.num_rows:
+        d_names = dead.schema.names
+        dk, dv = d_names.index("key"), d_names.index("value")
+        dead = dead.set_column(dk, "key", dead.column(dv)).set_column(dv, "value", dead.column(dk))
+        r_at = d_names.index("reason")
+        dead = dead.set_column(r_at, "reason", pc.binary_join_element_wise("key: ", dead.column(r_at), ""))
+    return result, dead

@@ -86,7 +86,7 @@ MIRROR_KEYS = ("name", "source", "target", "topics", "exclude", "rename", "worke
                "workers_http", "mirror_topics", "mirror_groups", "acl_principal_map", "schemas",
                "schema_context")
 WAREHOUSE_KEYS = ("source", "path", "topics", "config", "schemas", "registry_schemas")
-REGISTRY_SCHEMA_KEYS = ("value", "key", "subject_name_strategy", "subject", "poison")
+REGISTRY_SCHEMA_KEYS = ("value", "key", "subject_name_strategy", "subject", "poison", "key_subject")
 # The warehouse config keys' value types (names: topology.model.WAREHOUSE_CONFIG_KEYS).
 _WAREHOUSE_WHOLE_NUMBERS = {"minPartitions": 1, "maxOffsetsPerLoad": 1, "pollTimeoutMs": 1, "load.interval.ms": 0}
 _WAREHOUSE_BOOLEANS = ("failOnDataLoss",)
@@ -886,7 +886,7 @@ class _Loader:
     def warehouse_registry_schemas(self, table: dict[str, Any], path: KeyPath,
                                    source: ClusterSpec) -> tuple[RegistryTableSpec, ...]:
         """[warehouse.registry_schemas]: topic regex -> { value, subject_name_strategy,
-        subject, poison }; the source cluster must run a registry."""
+        subject, poison, key, key_subject }; the source cluster must run a registry."""
         if "registry_schemas" not in table:
             return ()
         spath = path + ("registry_schemas",)
@@ -907,9 +907,6 @@ class _Loader:
             for flag in ("value", "key"):
                 if flag in entry and not isinstance(entry[flag], bool):
                     self.fail(kpath + (flag,), f"takes true or false, not {_type_name(entry[flag])}")
-            if entry.get("key", False):
-                self.fail(kpath + ("key",), "typed keys are not supported yet: keys load as bytes "
-                                            "(leave key out or set it to false)")
             if not entry.get("value", True):
                 self.fail(kpath + ("value",), "a typed table decodes the value: set value = true or "
                                               "drop the entry")
@@ -929,8 +926,14 @@ class _Loader:
             poison = entry.get("poison", "dead-letter")
             if poison not in POISON_ACTIONS:
                 self.fail(kpath + ("poison",), f"takes one of {', '.join(POISON_ACTIONS)}, not {poison!r}")
+            key_subject = entry.get("key_subject", "")
+            if not isinstance(key_subject, str):
+                self.fail(kpath + ("key_subject",), f"takes a subject name, not {_type_name(key_subject)}")
+            if key_subject and not entry.get("key", False):
+                self.fail(kpath + ("key_subject",), "names the key's subject, but key is not true")
             out.append(RegistryTableSpec(topics=pattern, value=True, subject_name_strategy=strategy,
-                                         subject=subject, poison=poison))
+                                         subject=subject, poison=poison, key=bool(entry.get("key", False)),
+                                         key_subject=key_subject))
         return tuple(out)
 
     def warehouse_schemas(self, table: dict[str, Any], path: KeyPath) -> tuple[tuple[str, str], ...]:

@@ -288,6 +288,10 @@ class RegistryTableSpec:
     """Explicit subject whose latest version is the table's schema (overrides the strategy)."""
     poison: str = "dead-letter"
     """A record that is not in the wire format: "dead-letter" (its own table) or "fail"."""
+    key: bool = False
+    """Keys are decoded too, into the struct column `record_key` (their schema a record)."""
+    key_subject: str = ""
+    """Explicit subject of the key schema (default TopicNameStrategy: `<topic>-key`)."""
 
 
 @dataclass(frozen=True)

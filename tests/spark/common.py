@@ -99,6 +99,7 @@ class Feed:
 
     def produce(self, topic: str, partitions: int, count: int, *, source: str | None = "east",
                 value: Callable[[int], bytes] | None = None, timestamp_ms: int | None = None,
+                key: Callable[[int], bytes | None] | None = None,
                 fence_every: int = 0, leader_epoch: int = 0, incarnation: bool = True) -> list[Sent]:
         """`count` records spread round-robin over the partitions; a fence record after every
         `fence_every` (not data: the load must skip it)."""
@@ -118,16 +119,16 @@ class Feed:
                 self._next_source[key_id] = source_offset + 1
             n = len(self.sent) + len(made)
             payload = value(n) if value is not None else f"v-{topic}-{n}".encode()
-            key = f"k{n % 17}".encode()
+            record_key = f"k{n % 17}".encode() if key is None else key(n)
             ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
             topic_id = source_topic_id(source, topic) if source and incarnation else None
             epoch = leader_epoch if source and incarnation else None
             headers = mirrored_headers((), source, partition, source_offset, topic_id,
                                        -1 if epoch is None else epoch) if source else ()
             offset = self._next_offset.get((topic, partition), 0)
-            producer.produce(topic, payload, key, partition=partition, timestamp=ts, headers=list(headers),
+            producer.produce(topic, payload, record_key, partition=partition, timestamp=ts, headers=list(headers),
                              on_delivery=delivered)
-            made.append(Sent(topic, partition, offset, key, payload, source,
+            made.append(Sent(topic, partition, offset, record_key, payload, source,
                              source_partition=partition if source else partition,
                              source_offset=source_offset if source else offset, timestamp_ms=ts,
                              source_topic_id=topic_id, source_leader_epoch=epoch))

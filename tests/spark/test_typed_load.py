@@ -91,7 +91,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
                     '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
                     '"east[.]events" = { value = true }\n'
-                    '"east[.]clicks" = { value = true }\n')
+                    '"east[.]clicks" = { value = true }\n'
+                    '"east[.]carts" = { value = true, key = true }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -293,6 +294,43 @@ def test_protobuf_values_load_into_typed_columns(env: Env) -> None:
                      decimal.Decimal(2**63 + n)) for n in ids]
     dead = typed_rows(env, "east_clicks_dead_letters", "kafka_offset, reason")
     assert [r[0] for r in dead] == [4] and "does not decode as web.Click" in dead[0][1], dead
+
+
+CART_KEY = {"type": "record", "name": "CartKey", "namespace": "shop",
+            "fields": [{"name": "cart", "type": "long"}, {"name": "shard", "type": "string"}]}
+
+
+def test_typed_keys_load_into_record_key(env: Env) -> None:
+    """key = true: AvroSerializer on the key (subject carts-key in the source's context) ->
+    the struct column record_key; a null key is NULL, a poison key a dead letter."""
+    topic = "east.carts"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    key_ser = AvroSerializer(env.client, json.dumps(CART_KEY),
+                             conf={"auto.register.schemas": True,
+                                   "subject.name.strategy": lambda ctx, name: ":.east:carts-key"})
+    value_ser = env.serializer(V1, ":.east:carts-value")
+
+    def key(n: int) -> bytes | None:
+        if n % 4 == 1:
+            return None
+        out: bytes = key_ser({"cart": n, "shard": f"s{n % 3}"}, SerializationContext(topic, MessageField.KEY))
+        return out
+
+    sent = env.feed.produce(topic, 1, 4, source="east", value=lambda n: value_ser(order(n)), key=key)
+    env.feed.produce(topic, 1, 1, source="east", value=lambda n: value_ser(order(n)), key=lambda n: b"\x00\x01")
+    out = env.load("east[.]carts")
+    assert "1 poison records into dcmirror.east_carts_dead_letters" in out, out
+    schema_of = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_carts").schema.fields}
+    assert schema_of["record_key"] == "struct<cart:bigint,shard:string>" and schema_of["key"] == "binary"
+    import fastavro
+
+    ids = [fastavro.schemaless_reader(io.BytesIO(s.value[5:]), fastavro.parse_schema(V1))["id"] for s in sent]
+    rows = typed_rows(env, "east_carts", "kafka_offset, id, record_key.cart, record_key.shard")
+    assert rows == [(i, ids[i], None if sent[i].key is None else ids[i],
+                     None if sent[i].key is None else f"s{ids[i] % 3}") for i in range(4)]
+    assert sum(1 for s in sent if s.key is None) == 1
+    dead = typed_rows(env, "east_carts_dead_letters", "kafka_offset, reason")
+    assert dead == [(4, "key: 2 bytes, shorter than the wire format's 5-byte header")], dead
 
 
 def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:

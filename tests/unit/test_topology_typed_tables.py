@@ -15,17 +15,20 @@ def test_entries_with_defaults_strategy_subject_and_poison() -> None:
     topo = ok(TWO_CLUSTERS + REGISTRY + WAREHOUSE
               + '"east[.]orders" = { value = true }\n'
               + '"east[.]refunds" = { subject_name_strategy = "RecordNameStrategy", subject = "shop.Refund", '
-                'poison = "fail" }\n')
+                'poison = "fail" }\n'
+              + '"east[.]carts" = { key = true, key_subject = "cart-key" }\n')
     assert topo.warehouse is not None
     assert topo.warehouse.registry_schemas == (
         RegistryTableSpec("east[.]orders"),
         RegistryTableSpec("east[.]refunds", subject_name_strategy="RecordNameStrategy", subject="shop.Refund",
-                          poison="fail"))
+                          poison="fail"),
+        RegistryTableSpec("east[.]carts", key=True, key_subject="cart-key"))
 
 
 @pytest.mark.parametrize(("entry", "key", "problem"), [
     ('{ value = true }', "", "has none: add [clusters.aggregate.registry]"),
-    ('{ key = true }', '."east[.]orders".' "key", "typed keys are not supported yet"),
+    ('{ key_subject = "k" }', '."east[.]orders".' "key_subject", "but key is not true"),
+    ('{ key = true, key_subject = 3 }', '."east[.]orders".' "key_subject", "takes a subject name"),
     ('{ value = "yes" }', '."east[.]orders".' "value", "takes true or false"),
     ('{ subject_name_strategy = "TopicNameStrateg" }', '."east[.]orders".' "subject_name_strategy",
      "(did you mean 'TopicNameStrategy'?)"),
