@@ -90,6 +90,9 @@ class PrimaryElection:
         self.generation = -1
         self.member_id = ""
         self.decided = trio.Event()     # set once a primary is known (replaced when one is lost)
+        self.heartbeats_ok = 0          # heartbeats the coordinator accepted in this generation
+        self._heartbeat_seen = trio.Event()
+        self._heartbeat_now = trio.Event()  # confirm() wants a heartbeat sent at once
 
     @property
     def is_primary(self) -> bool:
@@ -99,6 +102,21 @@ class PrimaryElection:
         with trio.move_on_after(timeout_s):
             await self.decided.wait()
         return self.decided.is_set()
+
+    async def confirm(self, timeout_s: float) -> bool:
+        """Whether this instance is still primary in the group's current generation: true once
+        a heartbeat sent after this call was accepted in the same generation (two accepted
+        heartbeats from now: the first may have been sent before)."""
+        generation, start = self.generation, self.heartbeats_ok
+        with trio.move_on_after(timeout_s):
+            while self.generation == generation and self.is_primary and self.heartbeats_ok < start + 2:
+                self._heartbeat_now.set()
+                await self._heartbeat_seen.wait()
+        return self.generation == generation and self.is_primary and self.heartbeats_ok >= start + 2
+
+    def _heartbeat_done(self) -> None:
+        self._heartbeat_seen.set()
+        self._heartbeat_seen = trio.Event()
 
     def _set_primary(self, url: str | None) -> None:
         if url != self.primary_url:
@@ -153,6 +171,8 @@ class PrimaryElection:
                 raise KafkaError(f"joining group {self.group_id!r}", resp.error_code)
             break
         self.member_id, self.generation = resp.member_id, resp.generation_id
+        self.heartbeats_ok = 0
+        self._heartbeat_done()
         assignments: list[dict[str, Any]] = []
         if resp.leader == resp.member_id:
             candidates = [c for m in resp.members if (c := parse_member(m.member_id, bytes(m.metadata))) is not None]
@@ -178,16 +198,21 @@ class PrimaryElection:
 
     async def _heartbeat(self, channel: GroupCoordinatorChannel) -> None:
         while self.member_id:
-            await trio.sleep(HEARTBEAT_S)
+            with trio.move_on_after(HEARTBEAT_S):
+                await self._heartbeat_now.wait()
+            self._heartbeat_now = trio.Event()
             resp = await channel.request(ApiKey.HEARTBEAT, {
                 "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
                 "group_instance_id": None})
             if resp.error_code in _REJOIN:
                 if resp.error_code == ErrorCode.unknown_member_id:
                     self.member_id = ""
+                self._heartbeat_done()
                 return
             if resp.error_code != 0:
                 raise KafkaError(f"heartbeat in group {self.group_id!r}", resp.error_code)
+            self.heartbeats_ok += 1
+            self._heartbeat_done()
 
     async def _leave(self, channel: GroupCoordinatorChannel) -> None:
         if not self.member_id:

@@ -15,6 +15,7 @@ lives in the default context `.`. Schema ids are per context (id 7 in `.east` an
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +40,8 @@ SCHEMA_BYTES_MAX = 1024 * 1024
 """Largest schema text accepted (Confluent Cloud's default limit is 1 MB)."""
 SUBJECT_BYTES_MAX = 4096
 REFERENCES_MAX = 1000
+FENCED_OFFSETS_KEPT = 4096
+"""Offsets of fenced records a state remembers (a stale primary asks about its own writes)."""
 """References of one schema, transitively."""
 
 Record = tuple[bytes, bytes | None]
@@ -191,6 +194,33 @@ def max_id_key(context: str) -> bytes:
     return _dumps({"keytype": "NOOP", "context": context, "magic": 0})
 
 
+PRIMARY_HEADER = "dcmirror.registry.generation"
+"""The header that carries, on every record a primary writes, the election generation it
+was elected in (Confluent's readers ignore headers)."""
+
+
+def primary_key(generation: int) -> bytes:
+    """A NOOP record (skipped by Confluent's readers) a newly elected primary writes before its
+    first write: records of older generations after it are fenced. One key per generation, so
+    compaction never removes a marker that fences records after it."""
+    return _dumps({"keytype": "NOOP", "primary_generation": generation, "magic": 0})
+
+
+def primary_record(generation: int, url: str) -> Record:
+    return primary_key(generation), _dumps({"primary_generation": generation, "url": url})
+
+
+def generation_of(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
+    """The PRIMARY_HEADER generation of a record, None if it has none (or not a number)."""
+    for name, value in headers:
+        if name == PRIMARY_HEADER and value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
 def schema_record(v: SchemaVersion) -> Record:
     value: dict[str, Any] = {"subject": v.subject, "version": v.version, "id": v.schema_id}
     if v.schema_type != formats.AVRO:
@@ -227,15 +257,28 @@ class RegistryState:
         self._parsed: dict[tuple[str, int, bool], ParsedSchema] = {}
         self.records_applied = 0
         self.records_skipped = 0
+        self.records_fenced = 0
         self.applied_offset = -1
+        self.primary_generation = -1
+        """The newest primary's generation the log has announced (primary_record)."""
+        self._fenced_offsets: collections.deque[int] = collections.deque(maxlen=FENCED_OFFSETS_KEPT)
 
     # -- applying records ------------------------------------------------------------------
 
-    def apply(self, key: bytes | None, value: bytes | None, offset: int | None = None) -> None:
+    def apply(self, key: bytes | None, value: bytes | None, offset: int | None = None,
+              generation: int | None = None) -> None:
         """Apply one `_schemas` record. Records this registry does not understand (other
-        key types, bad JSON) are counted and skipped, as Confluent skips them."""
+        key types, bad JSON) are counted and skipped, as Confluent skips them. A record written
+        by a primary of an older `generation` than the newest the log has announced before it
+        is fenced: skipped, by every instance alike (the log's order decides, so a replay
+        decides the same)."""
         if offset is not None:
             self.applied_offset = max(self.applied_offset, offset)
+        if generation is not None and generation < self.primary_generation:
+            self.records_fenced += 1
+            if offset is not None:
+                self._fenced_offsets.append(offset)
+            return
         try:
             k = json.loads(key) if key else None
             v = json.loads(value) if value is not None else None
@@ -266,7 +309,9 @@ class RegistryState:
                 if v is not None:
                     self._apply_delete_subject(str(v.get("subject", k["subject"])), int(v["version"]))
             elif keytype == "NOOP":
-                if isinstance(v, dict) and "max_id" in v:
+                if isinstance(v, dict) and "primary_generation" in v:
+                    self.primary_generation = max(self.primary_generation, int(v["primary_generation"]))
+                elif isinstance(v, dict) and "max_id" in v:
                     context = str(k.get("context", DEFAULT_CONTEXT))
                     self._max_id[context] = max(self._max_id.get(context, 0), int(v["max_id"]))
             elif keytype == "CLEAR_SUBJECT":
@@ -538,6 +583,10 @@ class RegistryState:
                 return None
             self._parsed[key] = parsed
         return parsed
+
+    def fenced(self, offset: int) -> bool:
+        """Whether the record at `offset` (one of the last FENCED_OFFSETS_KEPT fenced) was fenced."""
+        return offset in self._fenced_offsets
 
     def serialized_text(self, sv: SchemaVersion) -> str:
         """The schema as `?format=serialized` asks for it: a Protobuf schema as the base64

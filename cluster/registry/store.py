@@ -28,7 +28,14 @@ from cluster.client.producer import DeliveryFuture, Producer
 from cluster.client.topic_partition import TopicPartition
 from cluster.protocol.errors import ErrorCode
 from cluster.registry.election import PrimaryElection
-from cluster.registry.state import Record, RegistryError, RegistryState
+from cluster.registry.state import (
+    PRIMARY_HEADER,
+    Record,
+    RegistryError,
+    RegistryState,
+    generation_of,
+    primary_record,
+)
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 
 log = logging.getLogger(__name__)
@@ -64,8 +71,9 @@ class RegistryStore:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self.election = election
-        self._primary_generation: int | None = None
-        self.metrics = {"writes": 0, "records_written": 0, "write_errors": 0}
+        self._primary_generation: int | None = None   # the generation this primary's records carry
+        self._elected_in: int | None = None           # the election generation it was announced for
+        self.metrics = {"writes": 0, "records_written": 0, "write_errors": 0, "writes_fenced": 0}
 
     # -- the topic ------------------------------------------------------------------------
 
@@ -117,7 +125,7 @@ class RegistryStore:
         batches = await consumer.getmany(timeout_s=timeout_s)
         applied = False
         for record in batches.get(tp, ()):
-            self.state.apply(record.key, record.value, record.offset)
+            self.state.apply(record.key, record.value, record.offset, generation_of(record.headers))
             applied = True
         if applied:
             self._applied.set()
@@ -134,32 +142,50 @@ class RegistryStore:
             records, answer = plan(self.state)
             if not records:
                 return answer
-            producer = self._producer
-            if producer is None:
-                raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
-                                                "the registry is not ready")
-            self.metrics["writes"] += 1
-            last = -1
-            with trio.move_on_after(self.write_timeout_s) as scope:
-                try:
-                    futures = []
-                    for key, value in records:
-                        fut = DeliveryFuture()
-                        producer.produce(self.topic, value, key, partition=0, on_delivery=fut)
-                        futures.append(fut)
-                    for fut in futures:
-                        last = max(last, (await fut.wait()).offset)
-                except KafkaError as exc:
-                    self.metrics["write_errors"] += 1
-                    log.warning("writing to %s failed: %s", self.topic, exc)
-                    raise RegistryError(500, 50001, "Error in the backend data store") from exc
-                while self.state.applied_offset < last:
-                    await self._applied.wait()
-            if scope.cancelled_caught:
-                self.metrics["write_errors"] += 1
-                raise RegistryError(500, 50002, "Register operation timed out")
-            self.metrics["records_written"] += len(records)
+            await self._append(records)
             return answer
+
+    async def _append(self, records: list[Record]) -> None:
+        """Produce `records` (tagged with this primary's generation), wait until the tail has
+        applied them; a record the log fenced (a newer primary announced itself first) is 50004."""
+        producer = self._producer
+        if producer is None:
+            raise RegistryError(500, 50003, "Error while forwarding the request to the primary: "
+                                            "the registry is not ready")
+        self.metrics["writes"] += 1
+        last = -1
+        offsets: list[int] = []
+        headers = () if self._primary_generation is None else (
+            (PRIMARY_HEADER, str(self._primary_generation).encode()),)
+        with trio.move_on_after(self.write_timeout_s) as scope:
+            try:
+                futures = []
+                for key, value in records:
+                    fut = DeliveryFuture()
+                    producer.produce(self.topic, value, key, partition=0, headers=headers, on_delivery=fut)
+                    futures.append(fut)
+                for fut in futures:
+                    offsets.append((await fut.wait()).offset)
+                    last = max(last, offsets[-1])
+            except KafkaError as exc:
+                self.metrics["write_errors"] += 1
+                log.warning("writing to %s failed: %s", self.topic, exc)
+                raise RegistryError(500, 50001, "Error in the backend data store") from exc
+            while self.state.applied_offset < last:
+                await self._applied.wait()
+        if scope.cancelled_caught:
+            self.metrics["write_errors"] += 1
+            raise RegistryError(500, 50002, "Register operation timed out")
+        if any(self.state.fenced(offset) for offset in offsets):
+            self.metrics["write_errors"] += 1
+            self.metrics["writes_fenced"] += 1
+            self._elected_in = None  # the next write asks the election again
+            log.warning("a write of primary generation %s was fenced: a newer primary (generation %d) "
+                        "announced itself first; this instance no longer writes", self._primary_generation,
+                        self.state.primary_generation)
+            raise RegistryError(500, 50004, "Unknown leader: this instance is no longer the primary; "
+                                            "the request was not applied, retry it")
+        self.metrics["records_written"] += len(records)
 
     async def catch_up(self, timeout_s: float) -> bool:
         """Wait until everything in the topic now is applied (after a write another
@@ -180,11 +206,24 @@ class RegistryStore:
         if not election.is_primary:
             assert election.primary_url is not None
             raise NotPrimary(election.primary_url)
-        if self._primary_generation != election.generation:
-            # Newly primary: everything the previous primary wrote is applied first.
+        if self._elected_in != election.generation:
+            # Newly primary: the coordinator confirms the election is current (a heartbeat sent
+            # now is accepted in its generation), everything the previous primary wrote is
+            # applied, then the log is told a newer primary writes now: a generation above every
+            # one announced before (the election's own, unless the group was forgotten and its
+            # generations started again), which fences a stale primary's later writes.
+            generation = election.generation
+            if not await election.confirm(self.write_timeout_s):
+                raise RegistryError(500, 50004, "Unknown leader: the primary election is changing; retry")
             if not await self.catch_up(self.write_timeout_s):
                 raise RegistryError(500, 50002, "Timed out reading the schemas topic to its end")
-            self._primary_generation = election.generation
+            self._primary_generation = max(generation, self.state.primary_generation + 1)
+            try:
+                await self._append([primary_record(self._primary_generation, election.url)])
+            except RegistryError:
+                self._primary_generation = None
+                raise
+            self._elected_in = generation
 
     async def wait_applied(self, offset: int, timeout_s: float = math.inf) -> bool:
         with trio.move_on_after(timeout_s):

@@ -265,3 +265,36 @@ def test_ids_are_not_reused_after_compaction() -> None:
     r.write(s.plan_delete_subject("s5"))
     records, _ = s.plan_delete_subject("s5", permanent=True)
     assert all(b'"NOOP"' not in key for key, _ in records)
+
+
+def test_a_stale_primarys_records_after_a_newer_primarys_marker_are_fenced_alike_on_replay() -> None:
+    """Fencing between primaries: a record tagged with an older generation than the newest
+    primary_record before it in the log is skipped, on every instance and on every replay."""
+    from cluster.registry.state import PRIMARY_HEADER, generation_of, primary_record
+
+    assert generation_of(((PRIMARY_HEADER, b"7"),)) == 7
+    assert generation_of((("x", b"1"),)) is None and generation_of(((PRIMARY_HEADER, b"?"),)) is None
+    old = RegistryState(parse=fake_parse, check=fake_check)
+    log: list[tuple[bytes | None, bytes | None, int | None]] = []
+    for key, value in [primary_record(3, "http://a")]:
+        log.append((key, value, 3))
+    planned, _ = old.plan_register("s", "AVRO", schema(1), ())  # planned by A, generation 3
+    for key, value in planned:
+        log.append((key, value, 3))
+        old.apply(key, value)
+    log.append((*primary_record(5, "http://b"), 5))                 # B is elected and announces itself
+    stale, _ = old.plan_register("s", "AVRO", schema(2), ())      # A, not knowing, writes again
+    for key, value in stale:
+        log.append((key, value, 3))
+    for replay in range(2):
+        state = RegistryState(parse=fake_parse, check=fake_check)
+        for offset, (key, value, generation) in enumerate(log):
+            state.apply(key, value, offset, generation)
+        assert state.primary_generation == 5, replay
+        assert state.versions("s") == [1], replay
+        assert state.records_fenced == len(stale)
+        assert [state.fenced(o) for o in range(len(log))] == [False] * (len(log) - len(stale)) + [True] * len(stale)
+    untagged = RegistryState(parse=fake_parse, check=fake_check)
+    for offset, (key, value, _) in enumerate(log):
+        untagged.apply(key, value, offset)                           # records without the header: not fenced
+    assert untagged.versions("s") == [1, 2]
