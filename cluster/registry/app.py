@@ -126,9 +126,21 @@ def _flag(request: Request, name: str, default: bool = False) -> bool:
     return default if value is None else value.lower() == "true"
 
 
+def _encoded_slashes_kept(scope: Scope) -> Scope:
+    """A subject may hold "/" (Confluent's clients send it as %2F): routing sees the path with
+    %2F still encoded, so the slash stays inside its segment; `_subject` decodes it."""
+    raw = scope.get("raw_path") if scope["type"] == "http" else None
+    if not raw or b"%2f" not in raw.lower():
+        return scope
+    from urllib.parse import unquote
+
+    path = raw.split(b"?", 1)[0].decode("latin-1")
+    return {**scope, "path": unquote(path.replace("%2F", "%252F").replace("%2f", "%252F"))}
+
+
 def _subject(request: Request, name: str = "subject") -> str:
     """A subject from the path, qualified with the /contexts/{context} prefix if any."""
-    raw = request.path_params[name]
+    raw = request.path_params[name].replace("%2F", "/")
     context = request.path_params.get("context")
     if context and context != DEFAULT_CONTEXT and not raw.startswith(":."):
         return qualify(context if context.startswith(".") else f".{context}", raw)
@@ -198,7 +210,7 @@ class RegistryApp:
                                  headers={"WWW-Authenticate": 'Basic realm="SchemaRegistry"'})
                 await response(scope, receive, send)
                 return
-        await self.starlette(scope, receive, send)
+        await self.starlette(_encoded_slashes_kept(scope), receive, send)
 
     # -- plumbing -----------------------------------------------------------------------
 

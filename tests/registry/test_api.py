@@ -224,3 +224,21 @@ def test_protobuf_text_is_served_serialized_on_request(http: httpx.Client) -> No
         assert [f.name for f in fdp.message_type[0].field] == ["id", "pong"] and body["schemaType"] == "PROTOBUF"
     avro_id = register(http, "fmt-avro-value", V1).json()["id"]
     assert http.get(f"/schemas/ids/{avro_id}", params={"format": "serialized"}).json()["schema"] == V1
+
+
+def test_subjects_with_slashes_travel_as_percent_2f(http: httpx.Client) -> None:
+    """Confluent's clients quote a subject's "/" as %2F (a RecordNameStrategy over a
+    namespaced record does not, but file-like subjects do): it stays one path segment."""
+    subject = "team/a/orders-value"
+    r = http.post("/subjects/team%2Fa%2Forders-value/versions", json={"schema": avro_record(("slash", "int"))})
+    assert r.status_code == 200, r.text
+    schema_id = r.json()["id"]
+    assert subject in http.get("/subjects").json()
+    got = http.get("/subjects/team%2Fa%2Forders-value/versions/latest").json()
+    assert (got["subject"], got["id"], got["version"]) == (subject, schema_id, 1)
+    assert http.get(f"/schemas/ids/{schema_id}/subjects").json() == [subject]
+    assert http.get("/contexts/.team/subjects/team%2Fa%2Forders-value/versions").status_code == 404
+    error(http.get("/subjects/team/a/orders-value/versions"), 404, 404)
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    assert SchemaRegistryClient({"url": str(http.base_url)}).get_latest_version(subject).schema_id == schema_id
