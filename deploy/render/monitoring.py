@@ -212,6 +212,12 @@ def alert_rules(o: MonitoringOptions) -> dict[str, Any]:
                "critical", "Flow {{ $labels.flow }}: records the target cannot take",
                "{{ $value }} source records could not be written into the target (too large for it even "
                "compressed); their coordinates are in the target's dcmirror.deadletter topic."),
+        _alert("DcmirrorMirrorSchemaSyncFailing", "increase(dcmirror_mirror_schema_sync_errors_total[5m]) > 0",
+               "10m", "warning",
+               "Flow {{ $labels.flow }}: schema sync into context {{ $labels.context }} keeps failing",
+               "Requests to a schema registry have failed in every 5 minutes for 10 minutes ({{ $value }} in the "
+               "last 5): records whose schema is not in the target registry yet are held back. `dcmirror mirror "
+               "status` shows the last errors."),
     ]
     loads = [
         _alert("DcmirrorLoadFailed", "dcmirror_load_last_run_success == 0", "", "critical",

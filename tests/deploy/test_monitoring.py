@@ -97,7 +97,7 @@ def test_rendered_monitoring_passes_promtool(tmp_path: Path, fmt: str) -> None:
     out = _render(tmp_path, REPO / "topology" / "default.toml", fmt, "--load-metrics-target", "warehouse:9100")
     proc = _promtool("check", "config", "prometheus.yml", cwd=out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 17 rules found" in proc.stdout, proc.stdout
+    assert "SUCCESS: 18 rules found" in proc.stdout, proc.stdout
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert set(jobs) == {monitoring.BROKER_JOB, monitoring.MIRROR_JOB, monitoring.LOAD_JOB}
@@ -159,6 +159,10 @@ tests:
     values: '_ _ 1x20'
   - series: 'dcmirror_mirror_topic_partition_state{flow="east-to-dr", worker="w0", topic="orders", partition="0", state="ACTIVE"}'
     values: '1x22'
+  - series: 'dcmirror_mirror_schema_sync_errors_total{flow="east-to-aggregate", worker="w0", context=".east"}'
+    values: '0+1x100'
+  - series: 'dcmirror_mirror_schema_sync_errors_total{flow="west-to-aggregate", worker="w0", context=".west"}'
+    values: '0 0 0 1x100'
   - series: 'dcmirror_load_last_run_success{source="aggregate", job="dcmirror-load"}'
     values: '1 1 0x40'
   - series: 'dcmirror_load_last_success_timestamp_seconds{source="aggregate", job="dcmirror-load"}'
@@ -228,6 +232,16 @@ tests:
   - eval_time: 30s
     alertname: DcmirrorMirrorTopicFailed
     exp_alerts: []
+  - eval_time: 16m
+    alertname: DcmirrorMirrorSchemaSyncFailing
+    exp_alerts:
+    - exp_labels: {severity: warning, flow: east-to-aggregate, worker: w0, context: .east}
+      exp_annotations:
+        summary: "Flow east-to-aggregate: schema sync into context .east keeps failing"
+        description: "Requests to a schema registry have failed in every 5 minutes for 10 minutes (20 in the last 5): records whose schema is not in the target registry yet are held back. `dcmirror mirror status` shows the last errors."
+  - eval_time: 9m
+    alertname: DcmirrorMirrorSchemaSyncFailing
+    exp_alerts: []
   - eval_time: 1m
     alertname: DcmirrorLoadFailed
     exp_alerts:
@@ -250,7 +264,8 @@ def test_alert_rules_fire_on_what_they_are_meant_for(tmp_path: Path) -> None:
     """`promtool test rules`: broker down (one of two), offline partitions, under-min-ISR summed
     over brokers, a flow lagging past 60 s for 2 minutes (its twin at 30 s stays quiet), data
     lost at the source, mirrored records the source no longer holds (a flow without dead
-    letters stays quiet), a mirror topic partition FAILED (an ACTIVE one stays quiet), a failed load, a late scheduled load (an unscheduled one stays quiet)."""
+    letters stays quiet), a mirror topic partition FAILED (an ACTIVE one stays quiet), a failed load, a late scheduled load (an unscheduled one stays quiet), schema sync failing
+    for 10 minutes (a single failed request stays quiet)."""
     out = _render(tmp_path, REPO / "topology" / "default.toml", "systemd")
     (out / "tests.yml").write_text(RULE_TESTS)
     proc = _promtool("test", "rules", "tests.yml", cwd=out)
@@ -262,6 +277,20 @@ def _metrics_text(address: str) -> str:
     answer = httpx.get(f"http://{address}/metrics", timeout=5)
     answer.raise_for_status()
     return answer.text
+
+
+def _schema_sync_text() -> str:
+    """A worker's schema sync exposition (mirror/schema_sync.py), from a SchemaSync that has
+    synced once and failed once (no registry needed to render it)."""
+    from cluster.client.registry import AsyncRegistryClient
+    from cluster.common.admin_http import prometheus_text
+    from mirror.schema_sync import SchemaSync
+
+    sync = SchemaSync(AsyncRegistryClient("http://127.0.0.1:9"), AsyncRegistryClient("http://127.0.0.1:9"), ".east",
+                      flow_name="east-to-aggregate")
+    sync.stats.last_sync_ms = 1_790_000_000_000
+    sync.stats.errors = 1
+    return prometheus_text(sync.prometheus({"flow": "east-to-aggregate", "worker": "w0"})).decode()
 
 
 def _mirror_topics_text(config: Path) -> str:
@@ -340,9 +369,12 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
     # A mirror-topics worker's exposition, from its exporter holding a partition in each state.
     topics_text = _mirror_topics_text(config)
     exported |= _exposed(topics_text)
+    schemas_text = _schema_sync_text()
+    exported |= _exposed(schemas_text)
     used = set().union(*(metric_names(e) for e in _all_exprs(out)))
     assert used - exported == set(), f"expressions name metrics nobody exports: {sorted(used - exported)}"
-    for address, text in [*texts.items(), ("load textfile", load_text), ("mirror topics worker", topics_text)]:
+    for address, text in [*texts.items(), ("load textfile", load_text), ("mirror topics worker", topics_text),
+                          ("schema sync", schemas_text)]:
         proc = subprocess.run([PROMTOOL or "promtool", "check", "metrics"], input=text, capture_output=True,
                               text=True, timeout=30)
         assert proc.returncode == 0, f"{address}: {proc.stdout}{proc.stderr}"
@@ -370,7 +402,7 @@ def test_every_metric_used_exists_and_prometheus_sees_the_topology(
         assert wait_for(targets_up, 60, "Prometheus scrapes 2 brokers and 2 workers") == sorted(
             [*admin.values(), *workers])
         rules = _prometheus_api(port, "rules")["groups"]
-        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 17, rules
+        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 18, rules
         dashboard = json.loads((out / "grafana-dashboard.json").read_text())
         live = [e for e in monitoring.dashboard_exprs(dashboard) if "dcmirror_load_" not in e]
 
