@@ -70,7 +70,8 @@ FAULT_SCHEDULES := \
 	tests/kafka/test_java_clients.py::test_kafka_streams_exactly_once_v2_through_broker_kills \
 	tests/mirror/test_mirror_topics_faults.py::test_mirror_topics_byte_for_byte_through_leader_kills_retention_and_compaction \
 	tests/mirror/test_exactly_once.py::test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9 \
-	tests/mirror/test_transactions.py::test_aborted_source_transactions_never_reach_the_aggregate
+	tests/mirror/test_transactions.py::test_aborted_source_transactions_never_reach_the_aggregate \
+	tests/interop/test_groups.py::test_member_killed_partitions_move_to_survivors
 
 # The replication simulation, every seed below 944 (make test runs a fixed 270 of them) and many
 # more, longer (DCMIRROR_SOAK_SEEDS); loads killed at every step under new seeds, each printed

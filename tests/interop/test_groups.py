@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import random
 import signal
 import socket
 import struct
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader, entity_writer
 
+from tests.fault_workload import fault_rng
 from tests.harness import REPO, BrokerProcess
 
 DELAY_MS = 300  # group.initial.rebalance.delay.ms for every broker here
@@ -627,9 +627,7 @@ def test_member_killed_partitions_move_to_survivors(gbroker: BrokerProcess, tmp_
     end every produced record was consumed at least once and the only duplicates are the
     killed member's records after its last successful commit.
     """
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+    rng = fault_rng("interop member killed, partitions move to survivors")
     topic, group = "failover", "failover-group"
     bootstrap = gbroker.bootstrap
     create_topic(bootstrap, topic, 6)
