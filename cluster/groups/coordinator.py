@@ -146,7 +146,9 @@ class GroupCoordinator:
     def _complete_join(self, group: Group, now_ms: int) -> None:
         for member_id in [mid for mid, m in group.members.items() if m.join_waiter is None]:
             self._remove_member(group, member_id)
-        group.pending_member_ids.clear()
+        # Member ids handed out with MEMBER_ID_REQUIRED stay pending until their session
+        # timeout (as Kafka's pendingMembers): a client that joins with one after this round
+        # completes is taken as a new member at once, not sent back for another id.
         group.join_deadline_ms = None
         group.in_initial_delay = False
         group.generation += 1

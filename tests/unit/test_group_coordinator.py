@@ -188,6 +188,23 @@ def test_pre_v4_join_gets_member_id_at_once() -> None:
     assert p.result["generation_id"] == 1 and p.result["leader"] == p.result["member_id"]
 
 
+def test_a_pending_member_id_outlives_the_round_it_was_handed_out_in() -> None:
+    """As Kafka's pendingMembers: a round that completes (at its rebalance timeout) without a
+    member that got MEMBER_ID_REQUIRED keeps that id pending until its own session timeout,
+    so the client's join with it is taken, not sent back for a new id."""
+    c = GroupCoordinator(config())
+    a, a_join = join_new(c, 0)
+    b = join(c, 100, session=60_000)
+    assert b.result["error_code"] == MEMBER_ID_REQUIRED
+    b_id = b.result["member_id"]
+    c.tick(REBALANCE)                       # the round waits for b until the rebalance timeout
+    assert a_join.done and a_join.result["error_code"] == NONE and a_join.result["members"]
+    assert b_id in c.groups[G].pending_member_ids
+    late = join(c, REBALANCE + 1, b_id, session=60_000)
+    assert not late.done                    # a new member: a rebalance starts for it
+    assert b_id in c.groups[G].members and state(c) is GroupState.PREPARING_REBALANCE
+
+
 def test_pending_member_expires_after_session_timeout() -> None:
     c = GroupCoordinator(config())
     mid = join(c, 0).result["member_id"]
