@@ -161,6 +161,13 @@ class ReplicaManager:
         self._hw_checkpoint: dict[str, int] = {}  # read at startup, consumed as replicas open
         self._reconciled_once = False
         self._nursery: trio.Nursery | None = None
+        # partition.metadata files still to write: partition directory -> topic id. They are
+        # written and fsynced in a worker thread (Kafka schedules its "flush-metadata-file"
+        # too), not in `reconcile`: two fsyncs per new replica in the event loop held up the
+        # quorum, heartbeats and requests alike, seconds for a 50-partition internal topic on
+        # a busy disk, until the controller fenced the broker and the quorum lost its leader.
+        self._unwritten_topic_ids: dict[Path, str] = {}
+        self._topic_id_writer_running = False
 
     @property
     def image(self) -> MetadataImage:
@@ -243,21 +250,24 @@ class ReplicaManager:
                 part.log.config = config
             self._apply_role(part, p, now)
         self._reconciled_once = True
+        self._write_topic_ids()
         for listener in self.on_partitions_changed:
             listener()
         self.fetchers.update()
 
     def _open_replica(self, t: TopicImage, p: PartitionState, config: LogConfig, now_ms: int) -> Partition:
         lg = self.logs.get(t.name, p.partition)
+        on_disk = None
         if lg is not None:
             on_disk = read_partition_topic_id(lg.dir)
             if on_disk is not None and on_disk != t.topic_id:
                 log.info("%s belongs to an earlier topic of that name (id %s)", lg.dir.name, on_disk)
                 self.logs.delete_log(t.name, p.partition, keep_as_stray=not self._reconciled_once)
-                lg = None
+                lg, on_disk = None, None
         if lg is None:
             lg = self.logs.create_log(t.name, p.partition, config, now_ms)
-        write_partition_topic_id(lg.dir, t.topic_id)
+        if on_disk != t.topic_id:
+            self._unwritten_topic_ids[lg.dir] = t.topic_id
         part = Partition(t.name, p.partition, lg, t.topic_id, local_id=self.node_id)
         part.hw = min(self._hw_checkpoint.pop(lg.name, 0), lg.log_end_offset)
         self.partitions[(t.name, p.partition)] = part
@@ -276,8 +286,32 @@ class ReplicaManager:
 
     def _drop_replica(self, key: Key) -> None:
         self.partitions.pop(key, None)
+        lg = self.logs.get(*key)
+        if lg is not None:
+            self._unwritten_topic_ids.pop(lg.dir, None)
         self.logs.delete_log(*key)
         self.waiters.notify(key)
+
+    def _write_topic_ids(self) -> None:
+        """The partition.metadata files new replicas need: in a worker thread once the
+        replica manager runs (in order: a directory's latest id is written last), at once
+        before (and in the sans-IO simulation, whose disk model wants them written)."""
+        if not self._unwritten_topic_ids:
+            return
+        if self._nursery is None:
+            batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
+            write_topic_ids(batch)
+        elif not self._topic_id_writer_running:
+            self._topic_id_writer_running = True
+            self._nursery.start_soon(self._topic_id_writer)
+
+    async def _topic_id_writer(self) -> None:
+        try:
+            while self._unwritten_topic_ids:
+                batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
+                await trio.to_thread.run_sync(write_topic_ids, batch)
+        finally:
+            self._topic_id_writer_running = False
 
     # ---- produce ---------------------------------------------------------------------
 
@@ -695,7 +729,22 @@ class ReplicaManager:
         return part, ErrorCode.none
 
     def close(self) -> None:
+        batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
+        write_topic_ids(batch)
         self.checkpoint_high_watermarks()()
+
+
+def write_topic_ids(topic_ids: dict[Path, str]) -> None:
+    """Write (fsynced) each partition directory's partition.metadata. A directory deleted
+    meanwhile (its replica dropped) is skipped; other failures are logged, as a failed
+    checkpoint is: the log itself is fine, and the next start writes the file again."""
+    for directory, topic_id in topic_ids.items():
+        try:
+            write_partition_topic_id(directory, topic_id)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.error("writing %s/partition.metadata failed: %s", directory, exc)
 
 
 def mirror_topic_refusal(topic: str, source: str, index: int) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""The replica manager's disk work when metadata creates replicas (cluster/replication/replica_manager.py).
+
+Every metadata change is applied in the broker's one event loop, beside the quorum,
+heartbeats and requests: nothing there may wait for the disk to sync.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from cluster.broker.config import BrokerConfig
+from cluster.controller.controller import ControllerConfig, QuorumController
+from cluster.controller.image import MetadataImage
+from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
+from cluster.storage.log_manager import LogManager
+from cluster.storage.meta_properties import read_partition_topic_id
+
+PARTITIONS = 50  # as __consumer_offsets and __transaction_state
+NOW_MS = 1_700_000_000_000
+
+
+class FixedClock:
+    def now_ms(self) -> int:
+        return NOW_MS
+
+
+def one_broker_topic(partitions: int) -> tuple[MetadataImage, str]:
+    """Broker 1, registered and unfenced, leads every partition of topic `t`."""
+    ctrl = QuorumController(MetadataImage(), ControllerConfig(), lambda configs: None, random.Random(1), 0)
+    image = MetadataImage()
+
+    def commit() -> None:
+        image.apply_entry(image.offset, orjson.dumps(ctrl.take_records()))
+
+    result = ctrl.register_broker({"broker_id": 1, "incarnation_id": "a", "host": "127.0.0.1", "port": 9092}, 0)
+    commit()
+    ctrl.broker_heartbeat({"broker_id": 1, "broker_epoch": result["broker_epoch"], "caught_up": True}, 0)
+    commit()
+    created = ctrl.create_topics({"topics": [{"name": "t", "num_partitions": partitions, "replication_factor": 1}]})
+    commit()
+    (topic,) = created["topics"]
+    assert topic["error_code"] == 0, topic
+    return image, topic["topic_id"]
+
+
+def replica_manager(data_dir: Path, image: MetadataImage) -> ReplicaManager:
+    return ReplicaManager(1, data_dir, LogManager(data_dir), ReplicaSettings(), clock=FixedClock(),
+                          image=lambda: image, log_config=BrokerConfig.from_overrides({}).log_config,
+                          isr_channel=None)  # type: ignore[arg-type]  # no ISR change is sent here
+
+
+def test_new_replicas_get_their_partition_metadata_synced_outside_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 50-partition topic appears: `reconcile` opens the 50 replicas without one fsync in
+    the event loop's thread (it did two per replica: on a busy disk the loop stood still for
+    seconds, the quorum lost its leader and the controller fenced the broker); each
+    partition.metadata is then written, fsynced, in a worker thread."""
+    image, topic_id = one_broker_topic(PARTITIONS)
+    loop_thread = threading.get_ident()
+    synced_in: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: Any) -> None:
+        synced_in.append(threading.get_ident())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    rm = replica_manager(tmp_path, image)
+    dirs = [tmp_path / f"t-{i}" for i in range(PARTITIONS)]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            rm._nursery = nursery  # as ReplicaManager.run sets it; the nursery's end awaits the writer
+            rm.reconcile()
+            assert sorted(rm.partitions) == [("t", i) for i in range(PARTITIONS)]
+            assert all(rm.partitions[("t", i)].is_leader for i in range(PARTITIONS))
+            assert synced_in == []
+            assert [d for d in dirs if read_partition_topic_id(d) is not None] == []
+
+    trio.run(main)
+    assert [read_partition_topic_id(d) for d in dirs] == [topic_id] * PARTITIONS
+    assert len(synced_in) == 2 * PARTITIONS  # the file, then its directory
+    assert loop_thread not in synced_in
+
+
+def test_partition_metadata_not_yet_written_is_written_at_close(tmp_path: Path) -> None:
+    image, topic_id = one_broker_topic(3)
+    rm = replica_manager(tmp_path, image)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            rm._nursery = nursery
+            rm.reconcile()
+            rm.close()  # a shutdown before the writer ran
+
+    trio.run(main)
+    assert [read_partition_topic_id(tmp_path / f"t-{i}") for i in range(3)] == [topic_id] * 3
