@@ -713,6 +713,15 @@ class QuorumController:
         self._maybe_complete_reassignment(t, p)
         return _ok(**self.partition_state(p))
 
+    def alter_partitions(self, args: dict[str, Any]) -> Result:
+        """Every ISR change a leader has pending, in one call (Kafka's AlterPartition request
+        carries them all): each is decided as `alter_partition` decides it, and they commit
+        together. One by one, each waiting for its commit, a broker that led a hundred
+        partitions took tens of seconds to restore their ISRs after a fence, and its
+        partitions refused acks=all writes below min.insync.replicas all that while."""
+        common = {"broker_id": args["broker_id"], "broker_epoch": args["broker_epoch"]}
+        return _ok(partitions=[self.alter_partition({**change, **common}) for change in args["partitions"]])
+
     @staticmethod
     def partition_state(p: PartitionState) -> dict[str, Any]:
         return {"leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,

@@ -48,6 +48,7 @@ OPERATIONS: dict[str, bool] = {
     "alter_broker_configs": False,
     "elect_leaders": False,
     "alter_partition": False,
+    "alter_partitions": False,
     "alter_reassignments": False,
     "list_reassignments": False,
     "alter_scram": False,

@@ -1224,6 +1224,34 @@ def test_alter_partition_rejects_a_duplicated_isr_member() -> None:
     assert records == [] and c.p("t").isr == [1, 2]
 
 
+def test_alter_partitions_decides_each_change_as_alter_partition_and_commits_them_together() -> None:
+    """A leader's pending ISR changes in one call (Kafka's AlterPartition carries them all):
+    each gets the answer `alter_partition` would give it, and the accepted ones are one
+    commit's records."""
+    c = Cluster()
+    c.start(1, 2, 3)
+    c.create("t", assignments=[[1, 2, 3]] * 3)
+    c.expire(2)
+    c.revive(2)
+    assert [c.p("t", i).isr for i in range(3)] == [[1, 3]] * 3
+
+    def change(index: int, **override: Any) -> dict[str, Any]:
+        p = c.p("t", index)
+        return {"topic_id": c.tid("t"), "partition": index, "leader_epoch": p.leader_epoch,
+                "partition_epoch": p.partition_epoch, "isr": [1, 3, 2], **override}
+
+    changes = [change(0), change(1, partition_epoch=0), change(2)]
+    result, records = c.do("alter_partitions", {"broker_id": 1, "broker_epoch": 99, "partitions": changes})
+    assert result["error_code"] == NONE and records == []
+    assert [r["error_code"] for r in result["partitions"]] == [STALE_BROKER_EPOCH] * 3
+    result, records = c.do("alter_partitions", {"broker_id": 1, "broker_epoch": c.epochs[1], "partitions": changes})
+    assert result["error_code"] == NONE
+    assert [r["error_code"] for r in result["partitions"]] == [NONE, INVALID_UPDATE_VERSION, NONE]
+    assert [r["isr"] for r in result["partitions"] if r["error_code"] == NONE] == [[1, 3, 2], [1, 3, 2]]
+    assert records == [c.change("t", 0, isr=[1, 3, 2]), c.change("t", 2, isr=[1, 3, 2])]
+    assert [c.p("t", i).isr for i in range(3)] == [[1, 3, 2], [1, 3], [1, 3, 2]]
+
+
 def test_create_partitions_rejects_a_different_replication_factor() -> None:
     c = Cluster()
     c.start(1, 2, 3)
