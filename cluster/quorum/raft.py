@@ -173,6 +173,7 @@ class RaftNode:
         self.dirty = False
         self._outbox: list[tuple[int, Message]] = []
         self._votes: set[int] = set()
+        self._rejections: set[int] = set()  # candidate: the voters that refused it this epoch
         # A single voter has nobody to wait for: it elects itself at the first tick.
         self._election_deadline = (now_ms if self.voters == [node_id] or not self.is_voter
                                    else now_ms + self._election_timeout())
@@ -296,9 +297,15 @@ class RaftNode:
         self.state.voted_for = self.node_id
         self.dirty = True
         self._votes = {self.node_id}
-        # A split vote is retried after a short random backoff, not a whole election timeout
-        # (Kafka's election.backoff.max.ms): the pre-vote already showed a majority is there.
-        self._election_deadline = now_ms + self._retry_backoff()
+        self._rejections = set()
+        # The votes are waited for a whole election timeout, as Kafka's CandidateState does:
+        # each vote is made durable (fsynced) on the candidate and on the voter before it
+        # goes out, and on a busy disk that round trip took longer than the short backoff
+        # a candidacy used to last; every candidate then gave up just before its votes
+        # came, the next one raised the epoch again, and the quorum had no leader for 40 s.
+        # A candidacy a majority refused (a split vote) is retried after the short backoff
+        # (Kafka's election.backoff.max.ms), see _on_vote_response.
+        self._election_deadline = now_ms + self._election_timeout()
         if len(self._votes) >= self._majority():
             self._become_leader(now_ms)
             return
@@ -478,6 +485,11 @@ class RaftNode:
             self._votes.add(msg.voter_id)
             if len(self._votes) >= self._majority():
                 self._become_leader(now_ms)
+        elif self.role is Role.CANDIDATE and msg.epoch == self.epoch:
+            self._rejections.add(msg.voter_id)
+            if len(self._rejections) > len(self.voters) - self._majority():
+                # This candidacy cannot win: pre-vote again soon, not after a whole timeout.
+                self._election_deadline = min(self._election_deadline, now_ms + self._retry_backoff())
 
     # ---- replication -----------------------------------------------------------------
 
