@@ -310,6 +310,8 @@ class TopicMirrorWorker(FlowWorker):
             pm.state, pm.last_error = CLAIMING, f"claim: {exc}"
             self._reclaim.set()
             return
+        if self.partitions.get(pm.source) is not pm:
+            return  # revoked (a rebalance) while its offsets were read: the consumer no longer has it
         if target_end > source_hw and await _mirror_source_of(self._source_admin, pm.source[0]) == \
                 mirror_source_value(self.target_name, pm.target[0]):
             # Both sides are mirror topics of each other: a promotion is under way and the
