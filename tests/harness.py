@@ -45,7 +45,53 @@ def free_port() -> int:
     raise RuntimeError("no new free loopback port in 100 tries")
 
 
-class BrokerProcess:
+class ChildProcess:
+    """What every test-started server process shares: its Popen, its log file, and the
+    signals tests send it (SIGKILL, SIGTERM and wait, SIGSTOP/SIGCONT)."""
+
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL and reap (nothing if it is not running)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown (SIGKILL, and TimeoutExpired, past `timeout_s`)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise
+
+    def pause(self) -> None:
+        """SIGSTOP: a node that is alive but does nothing (a GC pause, a hung VM)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+
+
+class BrokerProcess(ChildProcess):
     """`dcmirror broker --data-dir DIR --listen 127.0.0.1:PORT [--set k=v ...]` as a child process.
 
     Its stderr/stdout go to `<data_dir>.log` (appended across restarts) so tests can assert
@@ -123,44 +169,9 @@ class BrokerProcess:
             time.sleep(0.02)
         raise TimeoutError(f"broker was not ready within {timeout_s}s:\n{self.log_text()[-4000:]}")
 
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM and wait: a clean shutdown."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-
     def restart(self) -> BrokerProcess:
         self.stop()
         return self.start()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def pause(self) -> None:
-        """SIGSTOP: a node that is alive but does nothing (a GC pause, a hung VM)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
 
 
 class ClusterProcesses:

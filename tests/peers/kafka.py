@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.harness import free_port
+from tests.harness import ChildProcess, free_port
 from tests.peers.fetch import classpath, load_sets, version_of
 
 KAFKA_VERSION = version_of(load_sets()["kafka"], "org.apache.kafka:kafka_2.13")
@@ -112,8 +112,8 @@ def run_tool(name_or_class: str, *args: str, cwd: Path | None = None, timeout_s:
                           env={**os.environ, **(env or {})})
 
 
-class KafkaNode:
-    """One combined broker + controller process."""
+class KafkaNode(ChildProcess):
+    """One combined broker + controller process (its log: logs-N/server.log)."""
 
     def __init__(self, root: Path, node_id: int, port: int, controller_port: int) -> None:
         self.root = root
@@ -123,18 +123,12 @@ class KafkaNode:
         self.data_dir = root / f"node-{node_id}"
         self.log_dir = root / f"logs-{node_id}"
         self.config_path = root / f"server-{node_id}.properties"
+        self.log_path = self.log_dir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_text(self) -> str:
-        path = self.log_dir / "server.log"
-        return path.read_text(errors="replace") if path.exists() else ""
 
     def start(self, jvm: tuple[str, ...] = BROKER_JVM) -> KafkaNode:
         assert not self.alive(), f"Kafka node {self.node_id} runs already"
@@ -166,30 +160,12 @@ class KafkaNode:
         raise TimeoutError(f"Kafka node {self.node_id} did not listen within {timeout_s:.0f} s:\n"
                            + self.log_text()[-3000:])
 
-    def kill9(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-
-    def pause(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGCONT)
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait; SIGKILL past `timeout_s` (a JVM that hangs in shutdown is not a test failure)."""
+        try:
+            return super().stop(timeout_s)
+        except subprocess.TimeoutExpired:
+            return -9
 
 
 class KafkaCluster:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.harness import REPO, free_port
+from tests.harness import REPO, ChildProcess, free_port
 
 
-class RegistryProcess:
+class RegistryProcess(ChildProcess):
     """`dcmirror registry --bootstrap ... --listen ...` (or `--config FILE --cluster NAME`)
     as a child process; start() returns once it printed its ready line (state replayed,
     port open)."""
@@ -81,24 +80,5 @@ class RegistryProcess:
         lines = [line for line in self.log_text().splitlines() if "schema registry primary:" in line]
         return bool(lines) and lines[-1].endswith("(this instance)")
 
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
     def stop(self, timeout_s: float = 15.0) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            raise
+        return super().stop(timeout_s)
