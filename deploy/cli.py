@@ -40,11 +40,17 @@ from deploy.demo import DEFAULT_RECORDS as DEMO_RECORDS
 
 
 def _setup_logging(level: str) -> None:
+    root = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=root,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if root > logging.DEBUG:
+        # httpx (and confluent-kafka's httpx2) log every request at INFO: a typed load's
+        # registry lookups, the schema sync's rounds. Their warnings still show.
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, str]:
@@ -177,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     registry_cmd.add_parser(sub)  # registry (schema registry of a cluster)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
-    demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,})")
+    demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,}; "
+                      "plus one Avro or JSON Schema order per 20 events)")
     demo.add_argument("--keep", action="store_true", help="keep the data directory (logs, data, warehouse) afterwards")
     demo.add_argument("--json", action="store_true", help="end with the summary as one JSON line")
     demo.set_defaults(func=cmd_demo)

@@ -6,16 +6,27 @@
    operator's commands, plaintext on loopback for local producers) with a CA, certificates
    and passwords `dcmirror dev-secrets` makes up on the fly, run by `dcmirror up` (brokers,
    topics, mirror workers);
+   The demo adds a schema registry to each cluster, an `orders` topic to east and west
+   (mirrored with the others; the flows copy its schemas into the aggregate's registry under
+   contexts .east and .west, ids kept) and a typed warehouse table for it
+   ([warehouse.registry_schemas]; see `with_schemas`);
 2. a traffic generator (the project's own producer) writing pageview and click events —
-   JSON with user, url and ts, keyed by user — into east and west;
-3. waits until the mirror has copied every source partition (lag 0 everywhere);
-4. `dcmirror load`: the aggregate's topics into the warehouse tables;
-5. one Spark SQL query over the tables (records, distinct source records, users, top url
-   per datacenter and topic); then a summary of the records per datacenter and topic in the
-   sources, the aggregate (read back, each source offset exactly once) and the warehouse,
-   and everything is stopped.
+   JSON with user, url and ts, keyed by user — into east and west; and orders written with
+   confluent-kafka's serializers against each datacenter's own registry: Avro
+   (AvroSerializer) in east, JSON Schema (JSONSerializer) in west;
+3. waits until the mirror has copied every source partition (lag 0 everywhere) and checks
+   that the aggregate's registry holds both datacenters' order schemas with their ids;
+4. `dcmirror load`: the aggregate's topics into the warehouse tables, the orders into typed
+   tables whose columns come from the registry (east_orders from Avro, west_orders from
+   JSON Schema);
+5. two Spark SQL queries over the tables: records, distinct source records, users and top
+   url per datacenter and topic; and orders, quantity and amount per datacenter and product,
+   read from the typed columns of both datacenters' tables. Then a summary of the records per
+   datacenter and topic in the sources, the aggregate (read back, each source offset exactly
+   once) and the warehouse, and everything is stopped.
 
-Exit 0 only if the counts match everywhere (no record lost or doubled on the way).
+Exit 0 only if the counts match everywhere (no record lost or doubled on the way), the
+typed columns included (orders, quantity and amount per datacenter and product as produced).
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +66,59 @@ LOAD_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 90.0
 PROGRESS_INTERVAL_S = 2.0
 ADDRESS = re.compile(r'"127\.0\.0\.1:(\d+)"')
+ORDERS_TOPIC = "orders"
+ORDERS_PER_EVENT = 0.05  # orders produced per pageview/click event (at least one per datacenter)
+PRODUCTS = ("book", "lamp", "mug", "pen")
+ORDER_FORMATS = ("Avro", "JSON Schema")  # the first source datacenter's, the second's, ... (alternating)
+REGISTRY_TIMEOUT_S = 120.0
+REGISTRY_POLL_S = 0.2
+
+# The order's schema in both formats: the same fields, so the two typed tables line up.
+ORDER_AVRO = json.dumps({
+    "type": "record", "name": "Order", "namespace": "dcmirror.demo", "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "user", "type": "string"},
+        {"name": "product", "type": {"type": "enum", "name": "Product", "symbols": list(PRODUCTS)}},
+        {"name": "quantity", "type": "int"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}}]})
+ORDER_JSON_SCHEMA = json.dumps({
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+    "properties": {"order_id": {"type": "string"}, "user": {"type": "string"},
+                   "product": {"type": "string", "enum": list(PRODUCTS)}, "quantity": {"type": "integer"},
+                   "amount": {"type": "number"}, "ts": {"type": "string", "format": "date-time"}},
+    "required": ["order_id", "user", "product", "quantity", "amount", "ts"]})
+
+# What the demo adds to the default topology (TOML allows these tables after the others).
+SCHEMA_ADDITIONS = """
+
+# ---- added by `dcmirror demo`: a schema registry per cluster, orders, a typed table ----------
+[clusters.east.registry]
+listen = "127.0.0.1:18081"
+
+[clusters.west.registry]
+listen = "127.0.0.1:28081"
+
+[clusters.aggregate.registry]        # east's and west's schemas in contexts .east and .west
+listen = "127.0.0.1:38081"
+
+[[topics]]
+cluster = "east"
+name = "orders"                      # Avro (AvroSerializer against east's registry)
+partitions = 3
+replication_factor = 3
+config = { "min.insync.replicas" = 2 }
+
+[[topics]]
+cluster = "west"
+name = "orders"                      # JSON Schema (JSONSerializer against west's registry)
+partitions = 3
+replication_factor = 3
+config = { "min.insync.replicas" = 2 }
+
+[warehouse.registry_schemas]         # typed tables east_orders and west_orders
+"(east|west)[.]orders" = { value = true, poison = "fail" }
+"""
 
 
 class DemoFailed(Exception):
@@ -79,6 +144,18 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def with_schemas(text: str) -> str:
+    """The default topology with a schema registry per cluster, an `orders` topic in east and
+    west that the flows mirror (both ends have a registry, so the flows also copy the schemas
+    it uses) and typed warehouse tables for it. The embedded default topology itself has no
+    registries yet: `dcmirror deploy render` (systemd, Kubernetes) does not run them."""
+    flows = '\ntopics = "pageviews|clicks"\n'
+    if re.search(r"^\[clusters\.[^]]*\.registry\]", text, re.MULTILINE) or text.count(flows) != 2:
+        raise DemoFailed("the default topology is not the one the demo knows (two flows of pageviews|clicks "
+                         "and no registries): see deploy/demo.py, with_schemas")
+    return text.replace(flows, '\ntopics = "pageviews|clicks|orders"\n') + SCHEMA_ADDITIONS
 
 
 def demo_topology_text(text: str) -> str:
@@ -262,6 +339,207 @@ async def produce_traffic(topology: Topology, records: int, seed: int,
     return traffic
 
 
+# ---- orders: Avro and JSON Schema through each datacenter's registry ---------------------------
+
+
+@dataclass
+class Orders:
+    """What the orders' producers had acknowledged, per (cluster, product): [orders, quantity,
+    amount in cents]; the format each cluster wrote; the schema id each registered."""
+
+    acked: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)
+    schema_ids: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    first_error: str | None = None
+    elapsed_s: float = 0.0
+
+    def count(self, cluster: str) -> int:
+        return sum(v[0] for (c, _), v in self.acked.items() if c == cluster)
+
+
+def order(rng: random.Random, cluster: str, n: int, ts_ms: int) -> dict[str, Any]:
+    """One order (Avro's types: amount a Decimal, ts milliseconds)."""
+    cents = rng.randrange(199, 20_000)
+    return {"order_id": f"{cluster}-{n}", "user": f"user-{rng.randrange(USERS)}", "product": rng.choice(PRODUCTS),
+            "quantity": rng.randint(1, 5), "amount": Decimal(cents).scaleb(-2), "ts": ts_ms}
+
+
+def as_json_order(record: dict[str, Any]) -> dict[str, Any]:
+    """The same order as the JSON Schema declares it: amount a number, ts RFC 3339 text."""
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record["ts"] / 1000)) + f".{record['ts'] % 1000:03d}Z"
+    return {**record, "amount": float(record["amount"]), "ts": ts}
+
+
+def wait_registry(url: str, log_path: Path, timeout_s: float) -> None:
+    """Until the registry at `url` answers GET /subjects (`dcmirror up` starts the registries
+    with the mirror workers and does not wait for them)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/subjects", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(REGISTRY_POLL_S)
+    raise DemoFailed(f"the schema registry at {url} did not answer within {timeout_s:g} s ({last}); its log: {log_path}")
+
+
+def produce_orders(topology: Topology, streams: list[Stream], count: int, seed: int) -> Orders:
+    """`count` orders split evenly over the datacenters with an orders topic, each written by
+    confluent-kafka's Producer (librdkafka, idempotent, acks=all) with the value serialized
+    against that datacenter's own registry: Avro in the first, JSON Schema in the second, ...
+    The datacenters at once, a thread each (their registries start at the same time)."""
+    clusters = sorted({s.cluster for s in streams if s.topic == ORDERS_TOPIC})
+    started = time.monotonic()
+    parts: dict[str, Orders | BaseException] = {}
+
+    def write(i: int, cluster: str) -> None:
+        try:
+            n = count // len(clusters) + (1 if i < count % len(clusters) else 0)
+            parts[cluster] = _produce_orders(topology, cluster, ORDER_FORMATS[i % len(ORDER_FORMATS)], n,
+                                             random.Random(f"{seed}-{cluster}-orders"))
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
+            parts[cluster] = exc
+
+    threads = [threading.Thread(target=write, args=(i, c), name=f"dcmirror-demo-orders-{c}", daemon=True)
+               for i, c in enumerate(clusters)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REGISTRY_TIMEOUT_S + 180)
+    orders = Orders()
+    for cluster in clusters:
+        part = parts.get(cluster)
+        if isinstance(part, BaseException):
+            raise part
+        if part is None:
+            raise DemoFailed(f"{cluster}'s orders producer did not finish")
+        orders.acked.update(part.acked)
+        orders.formats.update(part.formats)
+        orders.schema_ids.update(part.schema_ids)
+        orders.failed += part.failed
+        orders.first_error = orders.first_error or part.first_error
+    orders.elapsed_s = time.monotonic() - started
+    return orders
+
+
+class OrdersRun:
+    """produce_orders in a thread of its own (librdkafka and the serializers block), started with
+    `dcmirror up`: each datacenter's orders go out as soon as its registry answers, while the
+    mirror workers are still starting (a registry's first write waits for its election: the
+    group's initial rebalance delay, 3 s)."""
+
+    def __init__(self, topology: Topology, records: int, seed: int) -> None:
+        self.streams = [s for s in streams_of(topology) if s.topic == ORDERS_TOPIC]
+        self.count = max(len(self.streams), int(records * ORDERS_PER_EVENT))
+        self._result: Orders | BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(topology, seed), name="dcmirror-demo-orders",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, topology: Topology, seed: int) -> None:
+        try:
+            self._result = produce_orders(topology, self.streams, self.count, seed)
+        except BaseException as exc:  # noqa: BLE001 - raised again by result(), in the demo's thread
+            self._result = exc
+
+    def result(self) -> Orders:
+        self._thread.join(UP_READY_TIMEOUT_S + REGISTRY_TIMEOUT_S + 180)
+        got = self._result
+        if isinstance(got, DemoFailed):
+            raise DemoFailed(f"orders: {got}")
+        if isinstance(got, BaseException):
+            raise DemoFailed(f"orders: {type(got).__name__}: {got}") from got
+        if got is None:
+            raise DemoFailed("orders: the producer thread did not finish")
+        return got
+
+
+def _produce_orders(topology: Topology, cluster: str, fmt: str, count: int, rng: random.Random) -> Orders:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    spec = topology.cluster(cluster)
+    if spec.registry is None:
+        raise DemoFailed(f"cluster {cluster} has an {ORDERS_TOPIC} topic and no schema registry")
+    orders = Orders(formats={cluster: fmt})
+    # dcmirror up starts the registries once the clusters are ready and the topics made
+    wait_registry(spec.registry.url, Path(spec.data_dir) / "registry.log", UP_READY_TIMEOUT_S + REGISTRY_TIMEOUT_S)
+    registry = SchemaRegistryClient({"url": spec.registry.url})
+    conf = {"auto.register.schemas": True}  # subject orders-value (TopicNameStrategy)
+    if fmt == "Avro":
+        serializer = AvroSerializer(registry, ORDER_AVRO, conf=conf)
+        to_value: Callable[[dict[str, Any]], dict[str, Any]] = dict
+    else:
+        serializer = JSONSerializer(ORDER_JSON_SCHEMA, registry, conf=conf)
+        to_value = as_json_order
+
+    def delivered(record: dict[str, Any]) -> Callable[[Any, Any], None]:
+        def report(error: Any, _message: Any) -> None:
+            if error is None:
+                tally = orders.acked.setdefault((cluster, record["product"]), [0, 0, 0])
+                tally[0] += 1
+                tally[1] += record["quantity"]
+                tally[2] += int(record["amount"] * 100)
+            else:
+                orders.failed += 1
+                orders.first_error = orders.first_error or f"{cluster}/{ORDERS_TOPIC}: {error}"
+        return report
+
+    ctx = SerializationContext(ORDERS_TOPIC, MessageField.VALUE)
+    producer = Producer({**local_client(spec), "acks": "all", "enable.idempotence": True, "linger.ms": 10,
+                         "client.id": f"dcmirror-demo-orders-{cluster}"})
+    for k in range(count):
+        record = order(rng, cluster, k, int(time.time() * 1000))
+        value = serializer(to_value(record), ctx)
+        while True:
+            try:
+                producer.produce(ORDERS_TOPIC, key=record["user"].encode(), value=value,
+                                 on_delivery=delivered(record))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    left = producer.flush(120)
+    if left:
+        orders.failed += left
+        orders.first_error = orders.first_error or f"{cluster}/{ORDERS_TOPIC}: {left} not delivered in 120 s"
+    orders.schema_ids[cluster] = int(registry.get_latest_version(f"{ORDERS_TOPIC}-value").schema_id or 0)
+    return orders
+
+
+def check_schemas_synced(topology: Topology, orders: Orders, target: str) -> list[str]:
+    """The aggregate registry's copies of each datacenter's orders-value: (lines to print);
+    DemoFailed when one is missing or has another id than its source's."""
+    import httpx
+
+    spec = topology.cluster(target).registry
+    if spec is None:
+        raise DemoFailed(f"cluster {target} has no schema registry to hold the datacenters' schemas")
+    out = []
+    for cluster, schema_id in sorted(orders.schema_ids.items()):
+        subject = f":.{cluster}:{ORDERS_TOPIC}-value"
+        answer = httpx.get(f"{spec.url}/subjects/{subject}/versions/latest", timeout=10.0)
+        if answer.status_code != 200:
+            raise DemoFailed(f"schema sync: the aggregate registry {spec.url} has no subject {subject} "
+                             f"(HTTP {answer.status_code}: {answer.text[:200]})")
+        got = answer.json()
+        if got["id"] != schema_id:
+            raise DemoFailed(f"schema sync: {subject} in the aggregate registry has id {got['id']}, {cluster}'s "
+                             f"{ORDERS_TOPIC}-value has id {schema_id}")
+        out.append(f"{subject} ({got.get('schemaType', 'AVRO')}, id {got['id']} as in {cluster}'s registry)")
+    return out
+
+
 # ---- counting ----------------------------------------------------------------------------------
 
 
@@ -415,6 +693,60 @@ def warehouse_query(streams: list[Stream]) -> str:
             f"FROM (\n{union}\n)\nGROUP BY source_dc, topic ORDER BY topic")
 
 
+def orders_query(streams: list[Stream], formats: dict[str, str]) -> str:
+    """One Spark SQL query over the typed orders tables of every datacenter: per datacenter
+    (source_cluster provenance) and product the orders, the distinct source records, the
+    quantity and amount summed and the latest order time, all read from typed columns."""
+    union = "\n  UNION ALL\n".join(
+        f"  SELECT '{formats.get(s.cluster, '?')}' AS format, source_cluster, source_partition, source_offset,\n"
+        f"         product, quantity, amount, ts\n"
+        f"  FROM {table_name(s.target_topic)}" for s in streams)
+    return ("SELECT source_cluster, format, product, count(*) AS orders,\n"
+            "       count(DISTINCT source_partition, source_offset) AS distinct_orders,\n"
+            "       sum(quantity) AS quantity, CAST(sum(amount) AS DECIMAL(12, 2)) AS amount, max(ts) AS last_order\n"
+            f"FROM (\n{union}\n)\nGROUP BY source_cluster, format, product ORDER BY product, source_cluster")
+
+
+def query_answers(lines: list[str]) -> list[tuple[float, Any]]:
+    """(seconds, rows) of each `--query` of a `dcmirror load`: its `query: N row(s)` line and the
+    JSON array on the line after it."""
+    out = []
+    for i, line in enumerate(lines):
+        asked = QUERY_LINE.search(line)
+        if asked:
+            try:
+                rows = json.loads(lines[i + 1]) if i + 1 < len(lines) else None
+            except json.JSONDecodeError:
+                rows = None
+            out.append((float(asked.group(1)), rows))
+    return out
+
+
+def check_orders(rows: list[dict[str, Any]], orders: Orders) -> list[str]:
+    """Problems of the typed query's rows against what the orders' producers had acknowledged:
+    every (datacenter, product) exactly once, with exactly the orders, quantity and amount."""
+    problems = []
+    got = {(r["source_cluster"], r["product"]): r for r in rows}
+    if len(got) != len(rows):
+        problems.append(f"typed query: {len(rows)} rows for {len(got)} (datacenter, product) pairs")
+    for key in sorted(set(got) | set(orders.acked)):
+        r = got.get(key)
+        want = orders.acked.get(key, [0, 0, 0])
+        if r is None:
+            problems.append(f"typed query: no row for {key[0]}/{key[1]}; {want[0]} orders were produced")
+            continue
+        amount = Decimal(str(r["amount"])) if r["amount"] is not None else None
+        if (r["orders"], r["distinct_orders"], r["quantity"], amount) != (want[0], want[0], want[1],
+                                                                           Decimal(want[2]).scaleb(-2)):
+            problems.append(f"typed query: {key[0]}/{key[1]} has {r['orders']} orders ({r['distinct_orders']} "
+                            f"distinct), quantity {r['quantity']}, amount {r['amount']}; produced {want[0]} orders, "
+                            f"quantity {want[1]}, amount {Decimal(want[2]).scaleb(-2)}")
+        if r["format"] != orders.formats.get(key[0]) or r["last_order"] is None:
+            problems.append(f"typed query: {key[0]}/{key[1]} says format {r['format']}, last order "
+                            f"{r['last_order']}; {key[0]} wrote {orders.formats.get(key[0])}")
+    return problems
+
+
 # ---- the demo --------------------------------------------------------------------------------
 
 
@@ -432,10 +764,18 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
         print("dcmirror demo: the warehouse load runs Spark, which needs a Java runtime (17): install one "
               "(`make sysdeps` does: apt-get install openjdk-17-jre-headless) or set JAVA_HOME", file=sys.stderr)
         return 2
+    try:
+        import confluent_kafka.schema_registry.avro  # noqa: F401 - the orders' serializers
+        import confluent_kafka.schema_registry.json_schema  # noqa: F401
+    except ImportError as exc:
+        print(f"dcmirror demo: the orders are written with confluent-kafka's Avro and JSON Schema serializers "
+              f"({exc}): pip install 'confluent-kafka[avro,json,schemaregistry]' (`make demo` installs it)",
+              file=sys.stderr)
+        return 2
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
     config = workdir / "topology.toml"
-    config.write_text(demo_topology_text(default_topology_text()))
+    config.write_text(demo_topology_text(with_schemas(default_topology_text())))
     made = dev_secrets(config)  # a CA, the brokers' certificate and passwords, made up on the fly
     topology = load(config)
     say(f"dcmirror demo: the default topology with free ports, everything under {workdir}")
@@ -446,13 +786,16 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     summary: dict[str, Any] = {"ok": False, "records": records, "workdir": str(workdir)}
     up: UpProcess | None = None
     try:
-        step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, topics, mirror workers")
+        step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, a schema registry each, topics, "
+                "mirror workers")
         up_started = time.monotonic()
         up = UpProcess(config, workdir / "up.log")
+        orders = OrdersRun(topology, records, seed)
+        orders.start()
         up.wait_ready(UP_READY_TIMEOUT_S + 30)
         summary["phases_s"] = {"clusters up": round(time.monotonic() - up_started, 1)}
         up.echo = False  # from here on its lines go to up.log only (restarts are still printed below)
-        summary.update(_demo_steps(topology, config, records, seed, up, summary["phases_s"]))
+        summary.update(_demo_steps(topology, config, records, seed, up, orders, summary["phases_s"]))
     except DemoFailed as exc:
         say(f"\ndcmirror demo FAILED: {exc}")
         summary["error"] = str(exc)
@@ -481,16 +824,25 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     return 0 if summary["ok"] else 1
 
 
-def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: UpProcess,
+def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: UpProcess, orders_run: OrdersRun,
                 phases: dict[str, float]) -> dict[str, Any]:
     """Steps 2 to 5; each one's seconds go into `phases` as it ends (so a failed demo still
     shows where the time went)."""
     started = time.monotonic()
     streams = streams_of(topology)
+    events = [s for s in streams if s.topic in TOPICS]
+    order_streams = orders_run.streams
     sources = sorted({s.cluster for s in streams})
     step(2, f"traffic: {records:,} pageview and click events (JSON user/url/ts, keyed by user) into "
-            f"{' and '.join(sources)}, with the project's idempotent producer (acks=all)")
+            f"{' and '.join(sources)}, with the project's idempotent producer (acks=all); and "
+            f"{orders_run.count:,} orders with confluent-kafka's serializers against each datacenter's registry ("
+            + ", ".join(f"{s.cluster} {ORDER_FORMATS[i % len(ORDER_FORMATS)]}" for i, s in
+                        enumerate(sorted(order_streams, key=lambda s: s.cluster)))
+            + "), started with step 1 as soon as each registry answered")
     say(f"   e.g. {event(random.Random(seed), 'pageviews', 1_700_000_000_000)[1].decode()}")
+    example = order(random.Random(seed), "east", 0, 1_700_000_000_000)
+    say(f"   and an order: {json.dumps(as_json_order(example), separators=(',', ':'))} (in Avro: amount a "
+        "decimal(9, 2), product an enum, ts a timestamp-millis)")
 
     def progress(sent: int, elapsed_s: float) -> None:
         say(f"   produced {sent:,} of {records:,} ({sent / max(elapsed_s, 1e-9):,.0f} records/s)")
@@ -501,6 +853,14 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
         f"({acked / max(traffic.elapsed_s, 1e-9):,.0f} records/s), {traffic.failed} failed")
     if traffic.failed:
         raise DemoFailed(f"{traffic.failed} records were not acknowledged; first: {traffic.first_error}")
+    orders = orders_run.result()
+    if orders.failed:
+        raise DemoFailed(f"orders: {orders.failed} were not acknowledged; first: {orders.first_error}")
+    for cluster, fmt in sorted(orders.formats.items()):
+        traffic.acked[(cluster, ORDERS_TOPIC)] = orders.count(cluster)
+        say(f"   {orders.count(cluster):,} orders acknowledged in {cluster} ({fmt}, schema id "
+            f"{orders.schema_ids[cluster]} of {cluster}'s {ORDERS_TOPIC}-value)")
+    say(f"   orders took {orders.elapsed_s:.1f} s from `dcmirror up`'s start (waiting for the registries included)")
     offsets = trio.run(source_offsets, topology)
     phases["traffic"] = round(time.monotonic() - started, 1)
     started = time.monotonic()
@@ -512,51 +872,70 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
     fences = sum(a.fences for a in aggregate.values())
     say(f"   read back from the aggregate: {sum(a.records for a in aggregate.values()):,} records "
         f"(+{fences} fence records the workers wrote when they took their partitions)")
+    targets = sorted({s.target_cluster for s in order_streams})
+    for target in targets:
+        say(f"   schemas copied by the flows into {target}'s registry: "
+            + "; ".join(check_schemas_synced(topology, orders, target)))
     phases["mirror caught up"] = round(time.monotonic() - started, 1)
 
-    step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables, then the "
-            "query of step 5 in the same Spark session")
-    query = warehouse_query(streams)
-    code, output, total_s = run_dcmirror(["load", "--config", str(config), "--query", query], config.parent,
-                                         LOAD_TIMEOUT_S, echo=False)
+    step(4, "warehouse load: dcmirror load (Spark, local mode) from the aggregate into Parquet tables (the orders "
+            "into typed tables, columns from the aggregate's registry), then the queries of step 5 in the same "
+            "Spark session")
+    query = warehouse_query(events)
+    typed_query = orders_query(order_streams, orders.formats)
+    code, output, total_s = run_dcmirror(["load", "--config", str(config), "--query", query, "--query", typed_query],
+                                         config.parent, LOAD_TIMEOUT_S, echo=False)
     lines = output.splitlines()
-    for line in lines[:-1]:
-        say(f"   load | {line}")
+    for line in lines:
+        if not line.startswith("["):
+            say(f"   load | {line}")
     if code != 0:
         raise DemoFailed(f"dcmirror load exited {code}" + (
             " (this build has no `dcmirror load` command)" if "invalid choice: 'load'" in output else ""))
-    asked = next((m for m in map(QUERY_LINE.search, lines) if m), None)
-    sql_s = float(asked.group(1)) if asked else 0.0
+    answers = query_answers(lines)
+    sql_s = sum(seconds for seconds, _ in answers)
     load_s = total_s - sql_s
     say(f"   load took {load_s:.1f} s (Spark's start included)")
     phases["load"] = round(load_s, 1)
-    try:
-        rows = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        rows = None
-    if not isinstance(rows, list):
-        raise DemoFailed(f"dcmirror load --query: the last line is not a JSON array: {(lines or [''])[-1][:200]!r}")
+    if len(answers) != 2 or not all(isinstance(found, list) for _, found in answers):
+        raise DemoFailed(f"dcmirror load --query --query: not two JSON arrays after `query:` lines; the last line: "
+                         f"{(lines or [''])[-1][:200]!r}")
+    rows: list[dict[str, Any]] = answers[0][1]
+    typed_rows: list[dict[str, Any]] = answers[1][1]
 
-    step(5, "the warehouse: one Spark SQL query over the four tables (`dcmirror warehouse sql` runs the same "
-            "on its own)")
+    step(5, "the warehouse: two Spark SQL queries (`dcmirror warehouse sql` runs them on its own), the second "
+            "over the typed columns of east's Avro and west's JSON Schema orders")
     for line in query.splitlines():
         say(f"   | {line}")
-    say(f"   ({sql_s:.1f} s in the load's Spark session: no second JVM or metastore start)")
-    phases["query"] = round(sql_s, 1)
     if rows:
         cols = list(rows[0])
         for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
                                      for r in rows], right=2):
             say(f" {line}")
+    say("")
+    for line in typed_query.splitlines():
+        say(f"   | {line}")
+    if typed_rows:
+        cols = list(typed_rows[0])
+        for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
+                                     for r in typed_rows], right=3):
+            say(f" {line}")
+    say(f"   ({sql_s:.1f} s in the load's Spark session: no second JVM or metastore start)")
+    phases["query"] = round(sql_s, 1)
     warehouse: dict[str, dict[str, int]] = {}
     problems: list[str] = []
     for r in rows:
         w = warehouse.setdefault(r["topic"], {"records": 0, "distinct_records": 0})
         w["records"] += int(r["records"])
         w["distinct_records"] += int(r["distinct_records"])
+    for s in order_streams:
+        mine = [r for r in typed_rows if r["source_cluster"] == s.cluster]
+        warehouse[s.target_topic] = {"records": sum(int(r["orders"]) for r in mine),
+                                     "distinct_records": sum(int(r["distinct_orders"]) for r in mine)}
+    problems += check_orders(typed_rows, orders)
     source_count = {s: sum(e - b for (c, t, _), (b, e) in offsets.items() if c == s.cluster and t == s.topic)
                     for s in streams}
-    for s in streams:
+    for s in events:
         stray = [r["dc"] for r in rows if r["topic"] == s.target_topic and r["dc"] != s.datacenter]
         if stray:
             problems.append(f"{table_name(s.target_topic)} holds rows of datacenter(s) {', '.join(stray)}, "
@@ -574,7 +953,8 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
         counts[s.target_topic] = row
         values = [row["produced"], row["source"], row["aggregate"], row["warehouse"]]
         totals = [a + b for a, b in zip(totals, values, strict=True)]
-        table.append([s.datacenter, s.topic, *(f"{v:,}" for v in values), table_name(s.target_topic)])
+        typed = f" (typed, {orders.formats.get(s.cluster)})" if s in order_streams else ""
+        table.append([s.datacenter, s.topic, *(f"{v:,}" for v in values), table_name(s.target_topic) + typed])
         if len(set(values)) != 1 or row["warehouse_distinct"] != row["warehouse"]:
             problems.append(f"{s.label}: produced {values[0]}, source {values[1]}, aggregate {values[2]}, "
                             f"warehouse {values[3]} ({row['warehouse_distinct']} distinct)")
@@ -590,7 +970,7 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
     say(f"\n   mirror: lag 0 records on every one of the {len(offsets)} source partitions; the aggregate caught up "
         f"{caught_up_s:.1f} s after the last record was acknowledged (largest backlog seen then: {max_lag:,} records)")
     say(f"   traffic: {acked:,} records in {traffic.elapsed_s:.1f} s; warehouse load: {load_s:.1f} s; "
-        f"warehouse query: {sql_s:.1f} s")
+        f"warehouse queries: {sql_s:.1f} s")
     if restarts:
         say(f"   dcmirror up restarted processes {len(restarts)} time(s): " + "; ".join(restarts[:3]))
     if problems:
@@ -599,7 +979,12 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
             say(f"   - {p}")
     else:
         say(f"\n   every record produced is in the sources, the aggregate and the warehouse exactly once "
-            f"({totals[0]:,} records)")
+            f"({totals[0]:,} records), and the typed orders columns of "
+            + " and ".join(f"{c} ({f})" for c, f in sorted(orders.formats.items()))
+            + " sum to what was produced")
     return {"ok": not problems, "problems": problems, "counts": counts,
             "traffic_s": round(traffic.elapsed_s, 2), "mirror_catch_up_s": round(caught_up_s, 2),
-            "mirror_lag_records": 0, "load_s": round(load_s, 2), "sql_s": round(sql_s, 2), "query": query, "example": rows}
+            "mirror_lag_records": 0, "load_s": round(load_s, 2), "sql_s": round(sql_s, 2), "query": query,
+            "example": rows, "typed_query": typed_query, "typed": typed_rows,
+            "orders": {f"{c}/{p}": v for (c, p), v in sorted(orders.acked.items())},
+            "order_formats": orders.formats, "order_schema_ids": orders.schema_ids}

@@ -14,9 +14,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "Parquet tables (database dcmirror, one table per topic; ledger dcmirror.loads). "
                     "Exit 0: done (a summary table is printed), 1: failed (e.g. data loss), 2: bad config.")
     load.add_argument("--config", required=True, help="topology file with a [warehouse] section")
-    load.add_argument("--query", metavar="SQL",
+    load.add_argument("--query", metavar="SQL", action="append",
                       help="after the load, run this Spark SQL query in the same Spark session (no second JVM and "
-                           "metastore start) and print its rows as one JSON array on the last line")
+                           "metastore start) and print its rows as one JSON array on the line after its "
+                           "`query: N row(s)` line (the last line); may be given more than once (run in order)")
     load.set_defaults(func=cmd_load)
 
     warehouse = sub.add_parser("warehouse", help="query the warehouse tables")

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import date, datetime
 from decimal import Decimal
@@ -91,14 +91,16 @@ def own_session(settings: WarehouseSettings, app: str, *, submitted: bool = Fals
 
 
 def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-             submitted: bool = False, query: str | None = None,
+             submitted: bool = False, query: str | Sequence[str] | None = None,
              session: AbstractContextManager[Any] | None = None) -> int:
-    """One load (exactly once through the ledger); with `query`, then that Spark SQL query in
-    the same session, its rows printed as one JSON array on the last line. The load runs in
+    """One load (exactly once through the ledger); with `query` (one or several), then those
+    Spark SQL queries in the same session, in order, each one's rows printed as one JSON array
+    on the line after its `query: N row(s)` line (one query: the last line). The load runs in
     `session` (the warehouse service's), else in a running `dcmirror warehouse serve`, else in
     a session of its own."""
     prog = "dcmirror load"
-    answer: tuple[list[str], list[Any], bool, float] | None = None
+    queries = [] if query is None else [query] if isinstance(query, str) else list(query)
+    answers: list[tuple[list[str], list[Any], bool, float]] = []
     query_error: str | None = None
     settings = config if isinstance(config, WarehouseSettings) else settings_or_report(config, prog, err)
     if settings is None:
@@ -106,7 +108,8 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
     started = time.time()
     last: dict[str, Any] = {"started_at": datetime.fromtimestamp(started).isoformat(timespec="seconds")}
     if session is None:
-        served = ask_service(settings, "/v1/load", {"query": query}, err)
+        served = ask_service(settings, "/v1/load", {"query": queries[0] if len(queries) == 1 else queries or None},
+                             err)
         if served is not None and "output" not in served:
             print(f"{prog}: {served.get('error', 'the warehouse service failed')}", file=err)
             return 1
@@ -119,12 +122,13 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
             print(f"loading {settings.source} ({settings.bootstrap}) into {settings.warehouse_uri}",
                   file=out, flush=True)
             outcomes = Loader(spark, settings, out, _crash_hook()).run()
-            if query is not None:
+            for sql in queries:
                 asked = time.monotonic()
                 try:
-                    answer = (*query_rows(spark, settings, query, QUERY_MAX_ROWS), time.monotonic() - asked)
+                    answers.append((*query_rows(spark, settings, sql, QUERY_MAX_ROWS), time.monotonic() - asked))
                 except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
                     query_error = query_error_text(exc, settings)
+                    break
     except (LoadConfigError, OptionError) as exc:
         print(f"{prog}: {exc}", file=err)
         return 2
@@ -150,8 +154,7 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
     else:
         print("nothing new to load", file=out)
     print(f"loaded {rows:,} rows in {len(outcomes)} load(s), {time.time() - started:.1f} s", file=out, flush=True)
-    if answer is not None:
-        columns, found, truncated, query_s = answer
+    for columns, found, truncated, query_s in answers:
         print(f"query: {len(found)} row(s){' (truncated)' if truncated else ''} in {query_s:.1f} s, "
               "in the load's Spark session", file=out)
         out.write(orjson.dumps(_row_docs(columns, found)).decode() + "\n")

@@ -8,7 +8,7 @@ mode 0600: only the user running it (and root) can ask, nothing listens on the n
 
     GET  /healthz     ok
     POST /v1/sql      {"query": "...", "max_rows": N} -> {"columns", "rows", "truncated", "seconds"}
-    POST /v1/load     {"query": null | "..."} -> {"exit_code", "output", "errors"}
+    POST /v1/load     {"query": null | "..." | ["...", ...]} -> {"exit_code", "output", "errors"}
 
 Requests run one at a time (a load and a query never share the session at once); at most
 MAX_PENDING_REQUESTS wait (more are answered 503), and a request body over MAX_REQUEST_BYTES
@@ -73,8 +73,9 @@ class WarehouseService:
         from spark_aggregate.commands import run_load
 
         query = doc.get("query")
-        if query is not None and not isinstance(query, str):
-            return 400, {"error": "query must be a string"}
+        if query is not None and not isinstance(query, str) and not (
+                isinstance(query, list) and all(isinstance(q, str) for q in query)):
+            return 400, {"error": "query must be a string or a list of strings"}
         out, err = io.StringIO(), io.StringIO()
         with self._busy:
             code = run_load(self.settings, out=out, err=err, query=query, session=nullcontext(self.spark))

@@ -20,6 +20,7 @@ UNKNOWN_DATACENTER = "unknown"
 DEFAULT_MASTER = "local[2]"
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 MIRROR_TOPICS = frozenset({HEARTBEATS_TOPIC, CHECKPOINTS_TOPIC})
+REGISTRY_TOPIC = "_schemas"  # the schema registry's state (cluster/registry/store.py SCHEMAS_TOPIC)
 
 
 def table_name(topic: str) -> str:
@@ -29,8 +30,8 @@ def table_name(topic: str) -> str:
 
 
 def is_loadable(topic: str) -> bool:
-    """Kafka's internal topics and the mirror's own are never warehouse data."""
-    return not topic.startswith("__") and topic not in MIRROR_TOPICS
+    """Kafka's internal topics, the mirror's own and the schema registry's are never warehouse data."""
+    return not topic.startswith("__") and topic not in MIRROR_TOPICS and topic != REGISTRY_TOPIC
 
 
 @dataclass(frozen=True)

@@ -300,8 +300,12 @@ def test_large_random_chunk_columns_match() -> None:
 def test_table_names_and_internal_topics() -> None:
     assert table_name("east.pageviews") == "east_pageviews"
     assert table_name("West-Clicks.v2") == "west_clicks_v2"
-    assert not any(map(is_loadable, ["__consumer_offsets", "__x", "dcmirror.heartbeats", "dcmirror.checkpoints"]))
-    assert is_loadable("east.pageviews") and is_loadable("dcmirror.other")
+    assert not any(map(is_loadable, ["__consumer_offsets", "__x", "dcmirror.heartbeats", "dcmirror.checkpoints",
+                                     "_schemas"]))
+    assert is_loadable("east.pageviews") and is_loadable("dcmirror.other") and is_loadable("east._schemas")
+    from cluster.registry.store import SCHEMAS_TOPIC
+    from spark_aggregate.settings import REGISTRY_TOPIC
+    assert REGISTRY_TOPIC == SCHEMAS_TOPIC
 
 
 BASE = """
