@@ -8,7 +8,8 @@ APT_PACKAGES := kcat redis-server openjdk-17-jre-headless openjdk-17-jdk-headles
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py cluster/protocol/_speedups.c cluster/protocol/varint.h spark_aggregate/_columns.c
+$(STAMP): pyproject.toml setup.py cluster/protocol/_speedups.c cluster/protocol/varint.h spark_aggregate/_columns.c \
+          spark_aggregate/_avro.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -9,7 +9,8 @@ of 6 partitions. One Spark session (local[2]): a small warm-up load, then
   1. the raw load: `dcmirror load` of one topic as bytes (today's tables);
   2. the typed load: the same records into a [warehouse.registry_schemas] table.
 Also the decoder alone (spark_aggregate.typed.decode_rows, one process, no Spark) on 65,536
-rows, for what the hot path costs per record. Prints rates and the typed/raw ratio.
+rows, for what the hot path costs per record: with the C loop (spark_aggregate/avro_batch.py)
+and with fastavro per record (the path before it, and the fallback). Prints rates and the typed/raw ratio.
 Knob: DCMIRROR_BENCH_TYPED_RECORDS (default 500,000).
 """
 
@@ -129,6 +130,7 @@ def test_typed_avro_load_beside_the_raw_load(tmp_path: Path) -> None:
         typed = plan_typed_table("east.orders", registry.url, "aggregate", "", "dead-letter")
         rows = decoder_input(values, 65_536)
         decode_rows_rate = decoder_rate(typed, rows)
+        fastavro_rate = decoder_rate(dataclasses.replace(typed, _cache={}), rows, c_loop=False)
 
         with warehouse_lock(settings, "tests/perf/test_typed_load.py"):
             spark = start_session(settings, "tests/perf/test_typed_load.py")
@@ -158,7 +160,8 @@ def test_typed_avro_load_beside_the_raw_load(tmp_path: Path) -> None:
          f"  raw load    {rates['raw']:>10,.0f} records/s\n"
          f"  typed load  {rates['typed']:>10,.0f} records/s\n"
          f"  ratio typed/raw {ratio:.2f} (issue 33 asks >= 0.5)\n"
-         f"  decoder alone (decode_rows, one core) {decode_rows_rate:,.0f} records/s")
+         f"  decoder alone (decode_rows, one core) {decode_rows_rate:,.0f} records/s\n"
+         f"  decoder alone with fastavro per record (the path before the C loop) {fastavro_rate:,.0f} records/s")
 
 
 def decoder_input(values: list[bytes], n: int) -> pa.RecordBatch:
@@ -177,12 +180,19 @@ def decoder_input(values: list[bytes], n: int) -> pa.RecordBatch:
     return table_batch(batch, RowContext("aggregate", (("east", "dc-east"),), "bench"))
 
 
-def decoder_rate(typed: Any, rows: pa.RecordBatch) -> float:
+def decoder_rate(typed: Any, rows: pa.RecordBatch, c_loop: bool = True) -> float:
+    from spark_aggregate import avro_batch
     from spark_aggregate.typed import decode_rows
 
-    decode_rows(typed, rows.slice(0, 100), "bench", [c for c, *_ in PARTITION_COLUMNS])  # schemas fetched
-    started = time.perf_counter()
-    good, dead = decode_rows(typed, rows, "bench", [c for c, *_ in PARTITION_COLUMNS])
-    seconds = time.perf_counter() - started
+    saved = avro_batch._avro
+    if not c_loop:
+        avro_batch._avro = None
+    try:
+        decode_rows(typed, rows.slice(0, 100), "bench", [c for c, *_ in PARTITION_COLUMNS])  # schemas fetched
+        started = time.perf_counter()
+        good, dead = decode_rows(typed, rows, "bench", [c for c, *_ in PARTITION_COLUMNS])
+        seconds = time.perf_counter() - started
+    finally:
+        avro_batch._avro = saved
     assert good.num_rows == rows.num_rows and dead.num_rows == 0
     return rows.num_rows / seconds
