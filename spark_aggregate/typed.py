@@ -551,14 +551,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                     raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}: "
                                          f"schema id {schema_id} cannot be read into the table: {exc}; nothing "
                                          "was committed") from None
-                if reason is not None and table.poison == "fail":
-                    raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
-                                         f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
-                good.append(reason is None)
-                reasons.append(reason)
-                ids.append(schema_id)
-                continue
-            if writer is JSON_WRITER:
+            elif writer is JSON_WRITER:
                 try:
                     record = orjson.loads(memoryview(value)[WIRE_HEADER_BYTES:])
                 except orjson.JSONDecodeError as exc:
@@ -569,33 +562,27 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                         record_rows.append(i)
                     else:
                         reason = f"payload of schema id {schema_id} is JSON but not an object"
-                if reason is not None and table.poison == "fail":
-                    raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
-                                         f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
-                good.append(reason is None)
-                reasons.append(reason)
-                ids.append(schema_id)
-                continue
-            stream = io.BytesIO(value)
-            stream.seek(WIRE_HEADER_BYTES)
-            try:
-                record = schemaless_reader(stream, writer, reader)
-            except SchemaResolutionError as exc:
-                where = f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}"
-                raise TypedLoadError(f"{where}: schema id {schema_id} cannot be read as the table's schema "
-                                     f"(id {next(s for c, s, _ in table.readers if c == context)}, the latest "
-                                     f"version in context {context or '(default)'}): {exc}; nothing was "
-                                     "committed") from None
-            except Exception as exc:  # noqa: BLE001 - any payload its own schema cannot read is poison
-                reason = f"payload does not decode with schema id {schema_id}: {type(exc).__name__}: {exc}"
             else:
-                if stream.tell() != len(value):
-                    reason = (f"{len(value) - stream.tell()} bytes left after the record of schema id "
-                              f"{schema_id}")
-                elif not isinstance(record, dict):
-                    reason = f"schema id {schema_id} is not a record schema"
+                stream = io.BytesIO(value)
+                stream.seek(WIRE_HEADER_BYTES)
+                try:
+                    record = schemaless_reader(stream, writer, reader)
+                except SchemaResolutionError as exc:
+                    where = f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}"
+                    raise TypedLoadError(f"{where}: schema id {schema_id} cannot be read as the table's schema "
+                                         f"(id {next(s for c, s, _ in table.readers if c == context)}, the latest "
+                                         f"version in context {context or '(default)'}): {exc}; nothing was "
+                                         "committed") from None
+                except Exception as exc:  # noqa: BLE001 - any payload its own schema cannot read is poison
+                    reason = f"payload does not decode with schema id {schema_id}: {type(exc).__name__}: {exc}"
                 else:
-                    records.append(record)
+                    if stream.tell() != len(value):
+                        reason = (f"{len(value) - stream.tell()} bytes left after the record of schema id "
+                                  f"{schema_id}")
+                    elif not isinstance(record, dict):
+                        reason = f"schema id {schema_id} is not a record schema"
+                    else:
+                        records.append(record)
         if reason is not None and table.poison == "fail":
             raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
                                  f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
