@@ -79,6 +79,20 @@ class GroupCoordinator:
         """Adopt state rebuilt from `__consumer_offsets` (records.replay)."""
         self.groups.update(groups)
 
+    def unload(self, group_id: str) -> None:
+        """Stop coordinating `group_id` (its offsets partition moved away): members waiting in
+        JoinGroup or SyncGroup are answered NOT_COORDINATOR at once, as Kafka's onGroupUnloaded
+        does, so they find the new coordinator instead of waiting out their rebalance timeout."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        for member in group.members.values():
+            for waiter in (member.join_waiter, member.sync_waiter):
+                if waiter is not None and not waiter.done:
+                    waiter.complete(_err(ErrorCode.not_coordinator, member_id=member.member_id, generation_id=-1,
+                                         protocol_name="", leader="", members=[], assignment=b""))
+            member.join_waiter = member.sync_waiter = None
+
     # ---- helpers ---------------------------------------------------------------------
 
     def _group(self, group_id: str, *, create: bool, now_ms: int) -> Group | None:

@@ -112,7 +112,7 @@ class GroupService:
         for index in sorted(self._owned - led):
             dropped = [g for g in self.coordinator.groups if partition_for(g, self.num_partitions) == index]
             for g in dropped:
-                del self.coordinator.groups[g]
+                self.coordinator.unload(g)
             self.coordinator.drop_pending(functools.partial(self._in_offsets_partition, index))
             log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
         for index in sorted(led - self._owned):

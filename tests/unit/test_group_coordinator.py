@@ -1013,3 +1013,27 @@ def test_generation_increments_per_rebalance(n: int) -> None:
         gen += 1
         sync(c, now, s.leader, gen, {m: b"x" for m in s.members})
         assert state(c) is GroupState.STABLE and c.groups[G].generation == gen
+
+
+def test_unloading_a_group_answers_its_waiting_joins_and_syncs_not_coordinator() -> None:
+    """The offsets partition moved away: members parked in JoinGroup (a rebalance waiting for
+    another member) or in SyncGroup (waiting for the leader's assignment) are answered
+    NOT_COORDINATOR (16) at once, as Kafka's onGroupUnloaded does, not left to time out."""
+    st = stable_group(1)
+    _, b_join = join_new(st.coord, st.now + 1)    # b's join starts a rebalance that waits for a
+    assert not b_join.done
+    st.coord.unload(G)
+    assert b_join.done and b_join.result["error_code"] == 16
+    assert G not in st.coord.groups
+    c2 = GroupCoordinator(config())
+    x, x_join = join_new(c2, 0)
+    y, y_join = join_new(c2, 1)
+    for now in (DELAY, 2 * DELAY, 3 * DELAY):
+        c2.tick(now)
+    assert x_join.done and y_join.done
+    follower = y if x_join.result["leader"] == x else x
+    waiting = sync(c2, 3 * DELAY + 1, follower, x_join.result["generation_id"])
+    assert not waiting.done                   # the leader has not sent the assignment yet
+    c2.unload(G)
+    assert waiting.done and waiting.result["error_code"] == 16
+    c2.unload("no-such-group")
