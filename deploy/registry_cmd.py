@@ -27,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--cluster", help="cluster name in the topology file (its [clusters.NAME.registry])")
     p.add_argument("--bootstrap", help="HOST:PORT of a cluster without a topology (plaintext)")
     p.add_argument("--listen", help="HOST:PORT to serve on (overrides the topology's registry.listen)")
+    p.add_argument("--advertised-url", help="the URL other instances forward writes to when this one is the "
+                                            "primary (default: the listen address; 127.0.0.1 for 0.0.0.0)")
     p.set_defaults(func=cmd_registry)
 
 
@@ -80,7 +82,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
     failed: list[BaseException] = []
     try:
-        trio.run(_serve, client, host, port, security)
+        trio.run(_serve, client, host, port, security, getattr(args, "advertised_url", None))
     except* (KafkaConnectionError, KafkaError, OSError) as group:
         failed.extend(_leaves(group))
     if failed:
@@ -95,12 +97,14 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-async def _serve(client: dict[str, str], host: str, port: int, security: Any) -> None:
+async def _serve(client: dict[str, str], host: str, port: int, security: Any,
+                 advertised_url: str | None = None) -> None:
     from cluster.registry.app import run_registry
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(lambda task_status: run_registry(client, host, port, security=security,
+                                                                 advertised_url=advertised_url,
                                                                  task_status=task_status))
             print(f"schema registry ready on {'https' if security.tls else 'http'}://{host}:{port}", flush=True)
             async for signum in signals:

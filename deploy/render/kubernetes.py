@@ -2,7 +2,8 @@
 
 Per cluster: a headless Service `NAME-svc` and a StatefulSet `NAME` (replicas = brokers;
 pod `NAME-i` is node i+1), plus `NAME-controller` for dedicated controllers and a
-PodDisruptionBudget; per mirror flow a StatefulSet `mirror-FLOW` (replicas = workers) and
+PodDisruptionBudget; per cluster with a [clusters.NAME.registry] a StatefulSet `NAME-registry`
+(REGISTRY_REPLICAS instances, no volumes) and its headless Service; per mirror flow a StatefulSet `mirror-FLOW` (replicas = workers) and
 its headless Service; for
 the warehouse a CronJob `dcmirror-load` running spark-submit and a PersistentVolumeClaim;
 and the ConfigMap `dcmirror-topology` every pod mounts at /etc/dcmirror.
@@ -22,6 +23,14 @@ Java with pyspark for the load. Pod mirror-FLOW-i runs worker i of its flow (`--
 hostname`): a stable identity in heartbeats and status, and admin HTTP on 0.0.0.0:9644 at
 the pod's DNS name, which the ConfigMap's topology lists as the flow's `workers_http`, so
 `dcmirror status` works from any pod; the flow's consumer group splits the partitions.
+
+Schema registries keep their state in the cluster's `_schemas` topic; their instances elect a
+primary through the cluster (a consumer group) and forward writes to it. The ConfigMap's
+topology gives each registry the address `NAME-registry.NAMESPACE.svc.CLUSTER_DOMAIN:8081`
+(the headless Service: its ready pods), which the mirror flows and the load reach it by; pod
+NAME-registry-i serves on 0.0.0.0:8081 and advertises its own DNS name to the election. A
+registry with a keystore needs a certificate for both names
+(`NAME-registry.NAMESPACE.svc...` and `*.NAME-registry.NAMESPACE.svc...`).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +46,7 @@ from typing import Any
 from cluster.broker.config import BrokerConfig
 from deploy.render.secrets import SecretFiles, relocate_secrets
 from deploy.render.toml_out import dump_topology
-from topology.model import ClusterSpec, NodeAddress, Topology
+from topology.model import ClusterSpec, NodeAddress, RegistrySpec, Topology
 
 CONFIG_MAP = "dcmirror-topology"
 CONFIG_DIR = "/etc/dcmirror"
@@ -52,6 +62,8 @@ LOAD_JOB = "dcmirror-load"
 MAX_STATEFULSET_NAME = 52
 MAX_NAME = 63
 MIRROR_STOP_S = 100
+REGISTRY_STOP_S = 30
+REGISTRY_REPLICAS = 2  # one primary, one standby that forwards writes and takes over in about 6 s
 STOP_MARGIN_S = 20
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -69,6 +81,7 @@ class KubernetesOptions:
     warehouse_storage: str = "50Gi"
     kafka_port: int = 9092
     http_port: int = 9644
+    registry_port: int = 8081
     # The warehouse load as a spark-submit application (spark_aggregate's entry script in
     # the image); `dcmirror load --config FILE` runs the same job without spark-submit.
     load_app: str = "/opt/dcmirror/spark_aggregate/job.py"
@@ -89,6 +102,11 @@ class ClusterNames:
     statefulset: str
     controllers: str
     service: str
+
+    @property
+    def registry(self) -> str:
+        """The StatefulSet and headless Service of the cluster's schema registry."""
+        return f"{self.statefulset}-registry"
 
 
 def cluster_names(topology: Topology) -> dict[str, ClusterNames]:
@@ -147,8 +165,13 @@ def cluster_topology(topology: Topology, o: KubernetesOptions) -> Topology:
                                                  ports[listener]) for a in addresses)
                      if spec.is_host_local(listener) else moved(addresses, port=ports[listener])
                      for listener, addresses in spec.listeners.items()}
+        registry = spec.registry
+        if registry is not None:  # clients reach the registry's ready pods through its headless Service
+            registry = dataclasses.replace(registry, listen=NodeAddress(
+                0, f"{names[name].registry}.{o.namespace}.svc.{o.cluster_domain}", o.registry_port))
         clusters[name] = dataclasses.replace(spec, brokers=moved(spec.brokers), controllers=moved(spec.controllers),
-                                             listeners=listeners, data_dir=Path(DATA_DIR) / name, config=config)
+                                             listeners=listeners, data_dir=Path(DATA_DIR) / name, config=config,
+                                             registry=registry)
     # Mirror worker i of a flow is pod mirror-FLOW-i of its StatefulSet: its admin HTTP at the
     # pod's DNS name (what `dcmirror status` asks), bound to every interface of the pod.
     mirrors = []
@@ -309,6 +332,13 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
             # One node of a cluster down at a time keeps a 3-voter quorum and min.insync.replicas=2.
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
         }
+        if spec.registry is not None:
+            taken = {m.statefulset: c for c, m in names.items()} | {m.controllers: c for c, m in names.items()} | {
+                mirror_name(f.name): f"flow {f.name!r}" for f in topology.mirrors}
+            if n.registry in taken:
+                raise RenderError(f"the schema registry of cluster {cluster!r} and {taken[n.registry]!r} both "
+                                  f"become {n.registry!r} in Kubernetes; rename one")
+            objects |= _registry_objects(cluster, n, spec.registry, checksum, o)
     seen: dict[str, str] = {}
     for flow in topology.mirrors:
         name = mirror_name(flow.name)
@@ -399,6 +429,59 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
         for obj in objects.values():
             _with_secrets(obj, secrets)
     return objects
+
+
+def _registry_objects(cluster: str, n: ClusterNames, spec: RegistrySpec, checksum: str,
+                      o: KubernetesOptions) -> dict[str, dict[str, Any]]:
+    """A cluster's schema registry: a StatefulSet without volumes (the schemas are in the
+    cluster's `_schemas` topic) for its pods' stable DNS names, which the instances advertise to
+    the primary election, and the headless Service that names them and their ready set."""
+    name = n.registry
+    labels = _labels("registry", name)  # not dcmirror/cluster: the brokers' Service and budget select by it
+    scheme = "https" if spec.keystore else "http"
+    command = (f"exec dcmirror registry --config {TOPOLOGY_FILE} --cluster {shlex.quote(cluster)} "
+               f"--listen 0.0.0.0:{o.registry_port} "
+               f"--advertised-url {scheme}://${{HOSTNAME}}.{name}.{o.namespace}.svc.{o.cluster_domain}:{o.registry_port}")
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(name, o, labels),
+        # Headless: the registry's address resolves to its ready pods; each pod has its own name.
+        "spec": {"clusterIP": "None", "selector": labels,
+                 "ports": [{"name": "registry", "port": o.registry_port, "targetPort": "registry"}]},
+    }
+    statefulset = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(name, o, labels),
+        "spec": {
+            "serviceName": name,
+            "replicas": REGISTRY_REPLICAS,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"dcmirror/topology-sha256": checksum}},
+                "spec": {
+                    # SIGTERM leaves the election; a standby becomes primary.
+                    "terminationGracePeriodSeconds": REGISTRY_STOP_S,
+                    "securityContext": _security(),
+                    "containers": [{
+                        "name": "registry",
+                        "image": o.image,
+                        "command": ["sh", "-c", command],
+                        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                        "ports": [{"name": "registry", "containerPort": o.registry_port}],
+                        # The port opens once `_schemas` is replayed.
+                        "readinessProbe": {"tcpSocket": {"port": "registry"}, "periodSeconds": 5},
+                        "livenessProbe": {"tcpSocket": {"port": "registry"}, "initialDelaySeconds": 60,
+                                          "periodSeconds": 10, "failureThreshold": 6},
+                        "volumeMounts": [_topology_mount()],
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                    }],
+                    "volumes": [_topology_volume()],
+                },
+            },
+        },
+    }
+    return {f"service-{name}.yaml": service, f"statefulset-{name}.yaml": statefulset}
 
 
 def secret_object(secrets: SecretFiles, o: KubernetesOptions) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The secret files and variables a topology references, moved to where rendered hosts and
 pods find them: every certificate, key and password file (``*.location`` settings,
-``${file:PATH:KEY}`` and ``${dir:DIR:FILE}`` references) gets a name in one directory, and
+``${file:PATH:KEY}`` and ``${dir:DIR:FILE}`` references, a schema registry's users file
+and keystore) gets a name in one directory, and
 the rendered topology points there. Only names and paths are rendered, never contents: the
 operator installs the files (systemd) or fills the Secret (Kubernetes).
 """
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topology.model import Topology
+from topology.model import RegistrySpec, Topology
 
 _REF = re.compile(r"\$\{(file|dir|env):([^}]*)\}")
 
@@ -61,7 +62,18 @@ def relocate_secrets(topology: Topology, directory: str) -> tuple[Topology, Secr
     def table(settings: dict[str, str]) -> dict[str, str]:
         return {k: value(k, v) for k, v in settings.items()}
 
-    clusters = {name: dataclasses.replace(c, config=table(c.config), client=table(c.client), users=table(c.users))
+    def registry(spec: RegistrySpec | None) -> RegistrySpec | None:
+        """The registry's token reference points into `directory`; its users file and keystore move there."""
+        if spec is None:
+            return None
+        def moved(path: str) -> str:
+            return f"{directory}/{found.name_for(Path(path))}" if path else ""
+
+        return dataclasses.replace(spec, auth_token=value("auth_token", spec.auth_token),
+                                   basic_auth_users=moved(spec.basic_auth_users), keystore=moved(spec.keystore))
+
+    clusters = {name: dataclasses.replace(c, config=table(c.config), client=table(c.client), users=table(c.users),
+                                          registry=registry(c.registry))
                 for name, c in topology.clusters.items()}
     mirrors = tuple(dataclasses.replace(m, config=table(m.config)) for m in topology.mirrors)
     warehouse = topology.warehouse

@@ -2,14 +2,18 @@
 
     systemd/dcmirror-broker@.service   one broker (or dedicated controller) per instance
     systemd/dcmirror-mirror@.service   one mirror worker per instance
+    systemd/dcmirror-registry@.service one cluster's schema registry per instance
+    systemd/dcmirror-registry@CLUSTER.service.d/brokers.conf   after that cluster's brokers
     systemd/dcmirror-load.service      one warehouse load (oneshot)
     systemd/dcmirror-load.timer        runs it every load.interval.ms (default hourly)
     systemd/dcmirror.target            stops or restarts everything of this host at once
     etc/dcmirror/topology.toml         the topology, data paths under --data-root
-    etc/dcmirror/broker/CLUSTER-NODE.env, etc/dcmirror/mirror/FLOW-WORKER.env
+    etc/dcmirror/broker/CLUSTER-NODE.env, etc/dcmirror/mirror/FLOW-WORKER.env,
+    etc/dcmirror/registry/CLUSTER.env
 
-Instance names are `CLUSTER-NODE` (`dcmirror-broker@east-1`) and `FLOW-WORKER`
-(`dcmirror-mirror@east-to-aggregate-0`); the instance's environment file says which cluster
+Instance names are `CLUSTER-NODE` (`dcmirror-broker@east-1`), `FLOW-WORKER`
+(`dcmirror-mirror@east-to-aggregate-0`) and `CLUSTER` (`dcmirror-registry@east`, for a
+cluster with a [clusters.NAME.registry]); the instance's environment file says which cluster
 and node (flow and worker) it is, as cluster and flow names may hold '-' themselves.
 """
 
@@ -25,11 +29,14 @@ from topology.model import Topology
 
 BROKER_UNIT = "dcmirror-broker@.service"
 MIRROR_UNIT = "dcmirror-mirror@.service"
+REGISTRY_UNIT = "dcmirror-registry@.service"
 LOAD_SERVICE = "dcmirror-load.service"
 LOAD_TIMER = "dcmirror-load.timer"
 TARGET = "dcmirror.target"
 # A mirror worker hands its partitions over for up to 90 s on SIGTERM (deploy/mirror_cmd.py).
 MIRROR_STOP_S = 100
+# A registry holds no state of its own (it is in the cluster's _schemas topic): it only leaves its group.
+REGISTRY_STOP_S = 30
 STOP_MARGIN_S = 20
 
 
@@ -80,6 +87,11 @@ def broker_instances(topology: Topology) -> list[tuple[str, str, int, str]]:
 def mirror_instances(topology: Topology) -> list[tuple[str, str, int]]:
     """(instance, flow, worker index) of every mirror worker."""
     return [(f"{flow.name}-{i}", flow.name, i) for flow in topology.mirrors for i in range(flow.workers)]
+
+
+def registry_instances(topology: Topology) -> list[tuple[str, str]]:
+    """(instance, listen address) of every cluster's schema registry; the instance is the cluster."""
+    return [(name, str(c.registry.listen)) for name, c in topology.clusters.items() if c.registry is not None]
 
 
 def load_interval_ms(topology: Topology) -> int | None:
@@ -146,8 +158,26 @@ def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | N
                      ("Restart", "always"), ("RestartSec", "5"), *service_common]),
         ("Install", [("WantedBy", TARGET)]),
     ])
+    registries = registry_instances(topology)
+    if registries:
+        files[f"systemd/{REGISTRY_UNIT}"] = _unit([
+            ("Unit", [("Description", "dcmirror schema registry of cluster %i"),
+                      ("Documentation", f"file:{o.etc_dir}/registry/%i.env"),
+                      ("After", "network-online.target"), ("Wants", "network-online.target"), ("PartOf", TARGET)]),
+            ("Service", [("Type", "simple"), ("EnvironmentFile", f"{o.etc_dir}/registry/%i.env"),
+                         ("ExecStart", f"{o.bin} registry --config {o.topology_path} --cluster ${{DCMIRROR_CLUSTER}}"),
+                         # SIGTERM leaves the primary election; the schemas are in the cluster's _schemas topic.
+                         ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(REGISTRY_STOP_S)),
+                         ("Restart", "always"), ("RestartSec", "5"), *service_common]),
+            ("Install", [("WantedBy", TARGET)]),
+        ])
+    for instance, _listen in registries:
+        # Started after (and stopped before) the cluster's brokers that run on the same host.
+        brokers = " ".join(f"dcmirror-broker@{b}.service" for b, cluster, _, _ in broker_instances(topology)
+                           if cluster == instance)
+        files[f"systemd/dcmirror-registry@{instance}.service.d/brokers.conf"] = _unit([("Unit", [("After", brokers)])])
     files[f"systemd/{TARGET}"] = _unit([
-        ("Unit", [("Description", "dcmirror: the brokers, mirror workers and loads of this host"),
+        ("Unit", [("Description", "dcmirror: the brokers, mirror workers, schema registries and loads of this host"),
                   ("Wants", "network-online.target"), ("After", "network-online.target")]),
         ("Install", [("WantedBy", "multi-user.target")]),
     ])
@@ -181,6 +211,10 @@ def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | N
         files[f"etc/dcmirror/mirror/{instance}.env"] = (
             f"# dcmirror-mirror@{instance}: worker {worker} of flow {flow}\n"
             f"DCMIRROR_FLOW={flow}\nDCMIRROR_WORKER={worker}\n")
+    for instance, listen in registries:
+        files[f"etc/dcmirror/registry/{instance}.env"] = (
+            f"# dcmirror-registry@{instance}: the schema registry of cluster {instance} ({listen})\n"
+            f"DCMIRROR_CLUSTER={instance}\n")
     files["README.txt"] = _readme(topology, o, interval, secrets)
     return files
 
@@ -201,6 +235,9 @@ def _readme(topology: Topology, o: SystemdOptions, interval: int | None, secrets
         lines.append(f"  systemctl enable --now dcmirror-broker@{instance}   # {cluster} node {node}, {address}")
     for instance, flow, worker in mirror_instances(topology):
         lines.append(f"  systemctl enable --now dcmirror-mirror@{instance}   # flow {flow}, worker {worker}")
+    for instance, listen in registry_instances(topology):
+        lines.append(f"  systemctl enable --now dcmirror-registry@{instance}   # schema registry of {instance}, "
+                     f"{listen} (on the host of that address)")
     if topology.warehouse is not None:
         if interval == 0:
             lines.append("  (load.interval.ms = 0: no timer; run `systemctl start dcmirror-load` by hand)")

@@ -67,7 +67,9 @@ def dump_topology(topology: Topology, header: str = "") -> str:
     if out:
         out.append("")
     for name, cluster in topology.clusters.items():
-        out += [f"[clusters.{key(name)}]", *_fields(cluster, skip=("name",)), ""]
+        out += [f"[clusters.{key(name)}]", *_fields(cluster, skip=("name", "registry")), ""]
+        if cluster.registry is not None:  # auth_token stays the reference the topology gave
+            out += [f"[clusters.{key(name)}.registry]", *_fields(cluster.registry), ""]
     defaults = _fields(topology.defaults)
     if defaults:
         out += ["[defaults]", *defaults, ""]
@@ -76,5 +78,11 @@ def dump_topology(topology: Topology, header: str = "") -> str:
     for flow in topology.mirrors:
         out += ["[[mirrors]]", f"name = {string(flow.name)}", *_fields(flow, skip=("name",)), ""]
     if topology.warehouse is not None:
-        out += ["[warehouse]", *_fields(topology.warehouse), ""]
+        out += ["[warehouse]", *_fields(topology.warehouse, skip=("registry_schemas",)), ""]
+        if topology.warehouse.registry_schemas:
+            out += ["[warehouse.registry_schemas]"]
+            out += [f"{key(t.topics)} = {{ {', '.join(_fields(t, skip=('topics',)))} }}"
+                    if _fields(t, skip=("topics",)) else f"{key(t.topics)} = {{}}"
+                    for t in topology.warehouse.registry_schemas]
+            out.append("")
     return "\n".join(out)

@@ -297,6 +297,125 @@ def test_kubernetes_controllers_and_names(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "must start with a letter" in proc.stderr
 
 
+# ---- schema registries -------------------------------------------------------------------
+
+REGISTRIES = """
+[clusters.aggregate.registry]
+listen = "127.0.0.1:18083"
+auth_token = "${file:secrets/passwords.properties:admin}"
+basic_auth_users = "secrets/registry-users.properties"
+keystore = "secrets/broker.pem"
+
+[clusters.east.registry]
+listen = "127.0.0.1:18081"
+auth_token = "${env:EAST_REGISTRY_TOKEN}"
+"""
+
+
+def registry_file(tmp_path: Path) -> Path:
+    path = default_file(tmp_path, REGISTRIES)
+    (tmp_path / "secrets" / "registry-users.properties").write_text("reader: users-file-secret\n")
+    return path
+
+
+def not_rendered(tmp_path: Path, out: Path) -> None:
+    """No secret value (passwords, the users file's) appears in any rendered file."""
+    values = [line.split("=", 1)[1] for line in (tmp_path / "secrets" / "passwords.properties").read_text().splitlines()]
+    rendered = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert values and all(v not in rendered for v in values)
+    assert "users-file-secret" not in rendered
+
+
+def test_systemd_units_of_schema_registries(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = render(registry_file(tmp_path), "systemd", out, "--bin", DCMIRROR_BIN)
+    assert proc.returncode == 0, proc.stderr
+    # Two EnvironmentFile= lines (the instance's, then secrets.env for ${env:...}), which systemd
+    # reads both of and a strict configparser refuses: checked as lines.
+    text = (out / "systemd/dcmirror-registry@.service").read_text()
+    assert [line for line in text.splitlines() if line.startswith("EnvironmentFile=")] == [
+        "EnvironmentFile=/etc/dcmirror/registry/%i.env", "EnvironmentFile=/etc/dcmirror/secrets.env"]
+    registry = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    registry.optionxform = str  # type: ignore[assignment,method-assign]
+    registry.read_string(text)
+    assert registry["Service"]["ExecStart"] == (
+        f"{DCMIRROR_BIN} registry --config /etc/dcmirror/topology.toml --cluster ${{DCMIRROR_CLUSTER}}")
+    assert registry["Unit"]["PartOf"] == "dcmirror.target" and registry["Install"]["WantedBy"] == "dcmirror.target"
+    assert env_file(out / "etc/dcmirror/registry/east.env") == {"DCMIRROR_CLUSTER": "east"}
+    assert env_file(out / "etc/dcmirror/registry/aggregate.env") == {"DCMIRROR_CLUSTER": "aggregate"}
+    assert not (out / "etc/dcmirror/registry/west.env").exists()
+    # After the cluster's own brokers (those on the same host), so also stopped before them.
+    after = unit(out / "systemd/dcmirror-registry@east.service.d/brokers.conf")
+    assert after["Unit"]["After"] == " ".join(f"dcmirror-broker@east-{n}.service" for n in (1, 2, 3))
+    readme = (out / "README.txt").read_text()
+    assert "systemctl enable --now dcmirror-registry@east " in readme and "127.0.0.1:18081" in readme
+    assert "EAST_REGISTRY_TOKEN=" in (out / "etc/dcmirror/secrets.env.example").read_text()
+    # The hosts' topology: the registries with their references and files under the secrets directory.
+    hosts = load(out / "etc/dcmirror/topology.toml", check_files=False)
+    east, aggregate = hosts.cluster("east").registry, hosts.cluster("aggregate").registry
+    assert east is not None and aggregate is not None and hosts.cluster("west").registry is None
+    assert (str(east.listen), east.auth_token) == ("127.0.0.1:18081", "${env:EAST_REGISTRY_TOKEN}")
+    assert aggregate.auth_token == "${file:/etc/dcmirror/secrets/passwords.properties:admin}"
+    assert aggregate.basic_auth_users == "/etc/dcmirror/secrets/registry-users.properties"
+    assert aggregate.keystore == "/etc/dcmirror/secrets/broker.pem"
+    assert (f"install -m 0640 -o root -g dcmirror {tmp_path}/secrets/registry-users.properties "
+            "/etc/dcmirror/secrets/registry-users.properties") in readme
+    not_rendered(tmp_path, out)
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed: the units were parsed, not verified by systemd")
+    units = [str(out / "systemd/dcmirror-registry@.service")]
+    check = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and not check.stderr.strip(), check.stderr
+
+
+def test_kubernetes_manifests_of_schema_registries(tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    proc = render(registry_file(tmp_path), "kubernetes", out, "--namespace", "dcm")
+    assert proc.returncode == 0, proc.stderr
+    docs = objects_in(out)
+    for cluster in ("east", "aggregate"):
+        sts, svc = docs[f"statefulset-{cluster}-registry.yaml"], docs[f"service-{cluster}-registry.yaml"]
+        assert (sts["spec"]["serviceName"], sts["spec"]["replicas"]) == (f"{cluster}-registry", 2)
+        assert "volumeClaimTemplates" not in sts["spec"]  # the schemas are in the cluster's _schemas topic
+        pod = sts["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        scheme = "https" if cluster == "aggregate" else "http"
+        assert container["command"] == ["sh", "-c", (
+            f"exec dcmirror registry --config /etc/dcmirror/topology.toml --cluster {cluster} "
+            f"--listen 0.0.0.0:8081 --advertised-url {scheme}://${{HOSTNAME}}.{cluster}-registry.dcm.svc.cluster.local:8081")]
+        assert container["ports"] == [{"name": "registry", "containerPort": 8081}]
+        assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["ports"] == [{"name": "registry", "port": 8081, "targetPort": "registry"}]
+        assert svc["spec"]["selector"] == sts["spec"]["template"]["metadata"]["labels"]
+        # not selected by the brokers' Service or disruption budget
+        broker_selector = docs[f"service-{cluster}-svc.yaml"]["spec"]["selector"].items()
+        assert not broker_selector <= sts["spec"]["template"]["metadata"]["labels"].items()
+        assert {"name": "secrets", "mountPath": "/etc/dcmirror-secrets", "readOnly": True} in container["volumeMounts"]
+        if cluster == "east":
+            assert {"name": "EAST_REGISTRY_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": "dcmirror-secrets", "key": "env.EAST_REGISTRY_TOKEN"}}} in container["env"]
+    assert "statefulset-west-registry.yaml" not in docs
+    secret = docs["secret-dcmirror-secrets.yaml"]
+    assert secret["stringData"]["registry-users.properties"] == "" and secret["stringData"]["env.EAST_REGISTRY_TOKEN"] == ""
+    inside = loads(docs["configmap-dcmirror-topology.yaml"]["data"]["topology.toml"], check_files=False)
+    east, aggregate = inside.cluster("east").registry, inside.cluster("aggregate").registry
+    assert east is not None and aggregate is not None
+    assert east.url == "http://east-registry.dcm.svc.cluster.local:8081"  # what flows and the load reach
+    assert aggregate.url == "https://aggregate-registry.dcm.svc.cluster.local:8081"
+    assert aggregate.auth_token == "${file:/etc/dcmirror-secrets/passwords.properties:admin}"
+    assert aggregate.basic_auth_users == "/etc/dcmirror-secrets/registry-users.properties"
+    not_rendered(tmp_path, out)
+
+    clash = tmp_path / "clash.toml"
+    clash.write_text('[clusters.a]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9001"]\n'
+                     '[clusters.a.registry]\nlisten = "127.0.0.1:8081"\n'
+                     '[clusters.a-registry]\ndatacenter = "d"\nbrokers = ["127.0.0.1:9002"]\n')
+    proc = render(clash, "kubernetes", tmp_path / "clash-out")
+    assert proc.returncode == 2 and "both become 'a-registry'" in proc.stderr
+
+
 # ---- writers -----------------------------------------------------------------------------
 
 
@@ -312,6 +431,11 @@ config = { "log.retention.ms" = 1000, "auto.create.topics.enable" = false, "x.y"
 [clusters.two]
 datacenter = "west"
 brokers = ["127.0.0.1:9003"]
+
+[clusters.two.registry]
+listen = "127.0.0.1:18081"
+auth_token = "${file:/etc/s/registry.properties:token}"
+keystore = "/etc/s/registry.pem"
 
 [defaults]
 partitions = 2
@@ -338,8 +462,14 @@ config = { "producer.linger.ms" = "10" }
 source = "two"
 path = "wh"
 config = { "spark.master" = "local[1]" }
+
+[warehouse.registry_schemas]
+"t[.]1" = { poison = "fail", key = true }
+"x" = {}
 '''
     original = loads(text, base_dir=tmp_path)
+    assert original.warehouse is not None and original.cluster("two").registry is not None
+    assert len(original.warehouse.registry_schemas) == 2
     again = loads(dump_topology(original, "a header"))
     assert dataclasses.replace(again, path=None) == dataclasses.replace(original, path=None)
     default = load_default(tmp_path)
