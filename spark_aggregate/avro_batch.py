@@ -444,10 +444,12 @@ def available() -> bool:
     return _avro is not None
 
 
-def decode_values(table: Any, rows: pa.RecordBatch, writer_of: Any, reader_of: Any) -> Decoded | None:
+def decode_values(table: Any, rows: pa.RecordBatch, writer_of: Any, reader_of: Any,
+                  context_of: Any) -> Decoded | None:
     """The typed columns of the rows whose values decode, in C; None when fastavro must decode
     this batch (see the module docstring). `writer_of(context, schema id, row)` and
-    `reader_of(context, schema id)` answer fastavro's parsed schemas (typed.py's caches)."""
+    `reader_of(context, schema id)` answer fastavro's parsed schemas (typed.py's caches);
+    `context_of(source cluster or None)` is the registry context of a row's schema id."""
     if _avro is None:
         return None
     values = rows.column("value")
@@ -463,10 +465,7 @@ def decode_values(table: Any, rows: pa.RecordBatch, writer_of: Any, reader_of: A
         return None
     # The context of each row, then (context, id) pairs: one program each.
     clusters = pc.dictionary_encode(rows.column("source_cluster"))
-    from spark_aggregate.typed import context_of
-
-    contexts = [context_of(c, table.loaded_cluster) for c in clusters.dictionary.to_pylist()] + [
-        context_of(None, table.loaded_cluster)]
+    contexts = [context_of(c) for c in clusters.dictionary.to_pylist()] + [context_of(None)]
     cluster_index = np.asarray(clusters.indices.fill_null(len(contexts) - 1), dtype=np.int64)
     keys = np.where(header_bad, -1, (cluster_index << 33) | np.where(header_bad, 0, ids))
     unique, inverse = np.unique(keys, return_inverse=True)

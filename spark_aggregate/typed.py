@@ -480,7 +480,8 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
         def reader_of(context: str, schema_id: int) -> Any:
             return None if latest.get(context) == schema_id else _reader_of(table, context)
 
-        fast = avro_batch.decode_values(table, rows, writer_of, reader_of)
+        fast = avro_batch.decode_values(table, rows, writer_of, reader_of,
+                                        lambda cluster: context_of(cluster, table.loaded_cluster))
         if fast is not None:
             dead = _decode_rows_per_record(table, rows.take(pa.array(fast.bad_rows, pa.int64())), load_id,
                                            partition_columns)
