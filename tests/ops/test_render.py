@@ -507,3 +507,21 @@ def test_mirror_worker_cluster_view() -> None:
         "target": {"cluster": "aggregate", "datacenter": "central",
                    "bootstrap": topology.cluster("aggregate").bootstrap()},
         "partitions": 0, "lag_records": 0}
+
+
+def test_registry_advertised_url_reaches_the_election(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered registry pods' --advertised-url is what `dcmirror registry` serves with."""
+    import argparse
+
+    from deploy import registry_cmd
+
+    parser = argparse.ArgumentParser()
+    registry_cmd.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["registry", "--bootstrap", "127.0.0.1:9092", "--listen", "0.0.0.0:8081",
+                              "--advertised-url", "http://pod-0.r.ns.svc.cluster.local:8081"])
+    runs: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(registry_cmd.trio, "run", lambda *a: runs.append(a))
+    assert args.func(args) == 0
+    [(serve, _client, host, port, _security, advertised)] = runs
+    assert serve is registry_cmd._serve and (host, port) == ("0.0.0.0", 8081)
+    assert advertised == "http://pod-0.r.ns.svc.cluster.local:8081"
