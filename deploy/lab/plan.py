@@ -351,7 +351,8 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
     its own namespace), its more listeners too (a secured cluster's plaintext loopback
     listener stays on loopback: the host's own), every cluster's data under
     ``work_dir/data/<cluster>``, the warehouse under ``work_dir/warehouse``, mirror workers'
-    admin HTTP on their mirror host's address."""
+    admin HTTP on their mirror host's address, a schema registry on its cluster's first
+    broker's host."""
     clusters = {}
     for name, c in topology.clusters.items():
         def moved(addresses: Sequence[NodeAddress], cluster: str = name) -> tuple[NodeAddress, ...]:
@@ -360,8 +361,13 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
 
         listeners = {listener: addresses if c.is_host_local(listener) else moved(addresses)
                      for listener, addresses in c.listeners.items()}
+        # The schema registry runs on the host of the cluster's first broker (deploy/lab/run.py,
+        # node_netns), on its port: mirror workers and the root namespace reach it there.
+        registry = c.registry and dataclasses.replace(c.registry, listen=NodeAddress(
+            0, str(plan.node_host(name, c.brokers[0].node_id).address), c.registry.listen.port))
         clusters[name] = dataclasses.replace(c, brokers=moved(c.brokers), controllers=moved(c.controllers),
-                                             listeners=listeners, data_dir=work_dir / "data" / name)
+                                             listeners=listeners, data_dir=work_dir / "data" / name,
+                                             registry=registry)
     # Mirror workers run on their target datacenter's mirror host: their admin HTTP too, so
     # `dcmirror status` from the root namespace asks them across the lab's network.
     mirrors = []

@@ -134,7 +134,8 @@ def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: flo
 
 def node_netns(plan: LabPlan, topology: Topology, spec: ChildSpec) -> str | None:
     """The namespace a child of `up` runs in: a node in its host's, a mirror worker in the
-    mirror host of its flow's target datacenter, anything else (the load) in the root's."""
+    mirror host of its flow's target datacenter, a schema registry in its cluster's first
+    broker's host (lab_topology), anything else (the load) in the root's."""
     argv = list(spec.argv)
 
     def arg(flag: str) -> str | None:
@@ -145,6 +146,9 @@ def node_netns(plan: LabPlan, topology: Topology, spec: ChildSpec) -> str | None
     if "mirror" in argv and arg("--flow"):
         flow = next(f for f in topology.mirrors if f.name == arg("--flow"))
         return plan.mirror_host(topology.cluster(flow.target).datacenter).netns
+    if "registry" in argv and arg("--cluster"):
+        cluster = topology.cluster(str(arg("--cluster")))
+        return plan.node_host(cluster.name, cluster.brokers[0].node_id).netns
     return None
 
 

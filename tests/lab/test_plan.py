@@ -17,6 +17,8 @@ from deploy.lab.plan import (
     pick_base,
     plan_lab,
 )
+from deploy.lab.run import node_netns
+from deploy.processes import ChildSpec
 from deploy.render.toml_out import dump_topology
 from topology import load_default, loads
 
@@ -104,6 +106,13 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
         assert [(a.node_id, a.host) for a in cluster.brokers] == [
             (a.node_id, str(plan.node_host(name, a.node_id).address)) for a in before.brokers]
         assert (cluster.datacenter, cluster.config) == (before.datacenter, before.config)
+        # the schema registry: on the host of the cluster's first broker, same port
+        assert cluster.registry is not None and before.registry is not None
+        assert (cluster.registry.listen.host, cluster.registry.listen.port) == (
+            str(plan.node_host(name, 1).address), before.registry.listen.port)
+        registry = ChildSpec(f"registry {name}", ["dcmirror", "registry", "--config", "t.toml", "--cluster", name],
+                             tmp_path / "registry.log")
+        assert node_netns(plan, lab, registry) == plan.node_host(name, 1).netns
     assert lab.topics == original.topics and lab.defaults == original.defaults
     # mirror workers (and their admin HTTP) live on the target datacenter's mirror host
     mirror_host = str(plan.mirror_host("central").address)
