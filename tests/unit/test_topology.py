@@ -112,14 +112,10 @@ def test_default_topology_loads_with_expected_nodes(tmp_path: Path) -> None:
         ("sasl.username", "mirror"), ("sasl.password", f"${{file:{tmp_path}/secrets/passwords.properties:mirror}}"))}
     assert topo.mirrors == (
         MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login, (NodeAddress(0, "127.0.0.1", 19500), NodeAddress(1, "127.0.0.1", 19501)),
-                   schemas=True, schema_context=".east"),
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 19500), NodeAddress(1, "127.0.0.1", 19501))),
         MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login, (NodeAddress(0, "127.0.0.1", 29500), NodeAddress(1, "127.0.0.1", 29501)),
-                   schemas=True, schema_context=".west"),
-    )  # every cluster runs a schema registry, so the flows copy the schemas their topics use
-    assert {name: str(c.registry.listen) if c.registry else None for name, c in topo.clusters.items()} == {
-        "east": "127.0.0.1:18081", "west": "127.0.0.1:28081", "aggregate": "127.0.0.1:38081"}
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 29500), NodeAddress(1, "127.0.0.1", 29501))),
+    )
     assert topo.mirrors[0].http_address(1) == ("127.0.0.1", 19501)
     assert topo.warehouse == WarehouseSpec("aggregate", tmp_path / "warehouse", ".*", {})
     assert topo.defaults == Defaults(6, 3, {})
