@@ -95,6 +95,8 @@ topics = ".*"
 
 
 def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_path: Path) -> None:
+    from topology.model import NodeAddress, RegistrySpec
+
     original = load_default()
     plan = default_plan()
     lab = lab_topology(original, plan, tmp_path)
@@ -106,13 +108,21 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
         assert [(a.node_id, a.host) for a in cluster.brokers] == [
             (a.node_id, str(plan.node_host(name, a.node_id).address)) for a in before.brokers]
         assert (cluster.datacenter, cluster.config) == (before.datacenter, before.config)
-        # the schema registry: on the host of the cluster's first broker, same port
-        assert cluster.registry is not None and before.registry is not None
+        assert cluster.registry is None
+    # A registry per cluster (the default topology declares none): on the host of the
+    # cluster's first broker, same port, and `up` starts it in that host's namespace.
+    with_registries = dataclasses.replace(original, clusters={
+        name: dataclasses.replace(c, registry=RegistrySpec(NodeAddress(0, "127.0.0.1", 18081 + i * 10000)))
+        for i, (name, c) in enumerate(original.clusters.items())})
+    lab_r = lab_topology(with_registries, plan, tmp_path / "with-registries")
+    for name, cluster in lab_r.clusters.items():
+        before_r = with_registries.clusters[name].registry
+        assert cluster.registry is not None and before_r is not None
         assert (cluster.registry.listen.host, cluster.registry.listen.port) == (
-            str(plan.node_host(name, 1).address), before.registry.listen.port)
+            str(plan.node_host(name, 1).address), before_r.listen.port)
         registry = ChildSpec(f"registry {name}", ["dcmirror", "registry", "--config", "t.toml", "--cluster", name],
                              tmp_path / "registry.log")
-        assert node_netns(plan, lab, registry) == plan.node_host(name, 1).netns
+        assert node_netns(plan, lab_r, registry) == plan.node_host(name, 1).netns
     assert lab.topics == original.topics and lab.defaults == original.defaults
     # mirror workers (and their admin HTTP) live on the target datacenter's mirror host
     mirror_host = str(plan.mirror_host("central").address)
