@@ -905,21 +905,18 @@ def _demo_steps(topology: Topology, config: Path, records: int, seed: int, up: U
 
     step(5, "the warehouse: two Spark SQL queries (`dcmirror warehouse sql` runs them on its own), the second "
             "over the typed columns of east's Avro and west's JSON Schema orders")
-    for line in query.splitlines():
-        say(f"   | {line}")
-    if rows:
-        cols = list(rows[0])
-        for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
-                                     for r in rows], right=2):
-            say(f" {line}")
+    def show(sql: str, result: list[dict[str, Any]], right: int) -> None:
+        for line in sql.splitlines():
+            say(f"   | {line}")
+        if result:
+            cols = list(result[0])
+            for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
+                                         for r in result], right=right):
+                say(f" {line}")
+
+    show(query, rows, 2)
     say("")
-    for line in typed_query.splitlines():
-        say(f"   | {line}")
-    if typed_rows:
-        cols = list(typed_rows[0])
-        for line in _table([cols] + [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols]
-                                     for r in typed_rows], right=3):
-            say(f" {line}")
+    show(typed_query, typed_rows, 3)
     say(f"   ({sql_s:.1f} s in the load's Spark session: no second JVM or metastore start)")
     phases["query"] = round(sql_s, 1)
     warehouse: dict[str, dict[str, int]] = {}

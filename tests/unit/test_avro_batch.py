@@ -20,8 +20,7 @@ import pyarrow as pa
 import pytest
 
 from spark_aggregate import avro_batch
-from spark_aggregate.columns import arrow_schema
-from spark_aggregate.stage import PARTITION_COLUMNS, RowContext, table_batch
+from spark_aggregate.stage import PARTITION_COLUMNS
 from spark_aggregate.typed import (
     TypedLoadError,
     TypedTable,
@@ -30,6 +29,7 @@ from spark_aggregate.typed import (
     parse_avro,
     record_columns,
 )
+from tests.unit.test_typed_decode import rows_of
 
 pytestmark = pytest.mark.skipif(not avro_batch.available(), reason="spark_aggregate._avro is not built")
 
@@ -441,19 +441,6 @@ def test_corrupted_payloads_are_poison_exactly_when_fastavro_says_so(name: str) 
 
 
 # ---- decode_rows: the fast path against the fastavro path, poison and errors included ------------------
-
-def rows_of(values: list[bytes | None], clusters: list[str | None]) -> pa.RecordBatch:
-    n = len(values)
-    schema = arrow_schema(True, True)
-    batch = pa.RecordBatch.from_arrays([
-        pa.array([None] * n, pa.binary()), pa.array(values, pa.binary()), pa.array(["t"] * n),
-        pa.array([3] * n, pa.int32()), pa.array(range(100, 100 + n), pa.int64()),
-        pa.array([1_790_000_000_000_000] * n, schema.field("timestamp").type), pa.array([0] * n, pa.int32()),
-        pa.array([[]] * n, schema.field("headers").type), pa.array(clusters, pa.string()),
-        pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()), pa.array([None] * n, pa.string()),
-        pa.array([None] * n, pa.int32()), pa.array([False] * n)], schema=schema)
-    return table_batch(batch, RowContext("aggregate", (("east", "dc-east"), ("west", "dc-west")), "L"))
-
 
 class NoRegistry:
     def schema_by_id(self, schema_id: int, context: str) -> None:
