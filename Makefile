@@ -2,9 +2,10 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := kcat redis-server openjdk-17-jre-headless openjdk-17-jdk-headless maven iproute2 openssl prometheus
+APT_PACKAGES := kcat redis-server openjdk-17-jre-headless openjdk-17-jdk-headless maven iproute2 openssl prometheus \
+                chromium chromium-driver npm
 
-.PHONY: test demo bench soak lint sysdeps venv clean peers
+.PHONY: test demo bench soak lint sysdeps venv clean peers console-assets
 
 venv: $(STAMP)
 
@@ -17,6 +18,8 @@ $(STAMP): pyproject.toml setup.py cluster/protocol/_speedups.c cluster/protocol/
 
 # Debian packages the tests (and the demo's Spark load: Java) use; skipped when already present.
 # prometheus: its promtool and server check the monitoring files `deploy render` writes.
+# chromium, chromium-driver: the console's tests drive Debian's Chromium headless through its
+# chromedriver (tests/console/browser.py); npm installs their front-end packages (console-assets).
 sysdeps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
@@ -26,6 +29,9 @@ sysdeps:
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	bare=""; command -v promtool >/dev/null 2>&1 || bare="prometheus"; \
 	if [ -n "$$missing$$bare" ]; then \
 	  echo "installing Debian packages:$$missing $$bare"; \
@@ -40,13 +46,28 @@ sysdeps:
 peers: venv sysdeps
 	$(PY) -m tests.peers.fetch
 
+# The npm packages the console's browser tests use (axe-core), pinned by
+# tests/console/package-lock.json, installed with `npm ci` into ~/.cache/dcmirror/npm
+# ($$DCMIRROR_NPM_DIR), never into the repository; tests/console/browser.py reads them there.
+# A warm cache (its .installed holds the package.json and lock it was installed from) does nothing.
+DCMIRROR_NPM_DIR ?= $(HOME)/.cache/dcmirror/npm
+console-assets: sysdeps
+	@dir="$(DCMIRROR_NPM_DIR)"; \
+	if cat tests/console/package.json tests/console/package-lock.json | cmp -s - "$$dir/.installed" \
+	   && [ -f "$$dir/node_modules/axe-core/axe.min.js" ]; then exit 0; fi; \
+	echo "installing the console tests' npm packages into $$dir"; \
+	mkdir -p "$$dir" && rm -f "$$dir/.installed" && \
+	cp tests/console/package.json tests/console/package-lock.json "$$dir"/ && \
+	(cd "$$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) && \
+	cat tests/console/package.json tests/console/package-lock.json > "$$dir/.installed"
+
 # Test runs keep compiled bytecode, pytest's rewritten test modules too, under .venv/pycache
 # even where PYTHONDONTWRITEBYTECODE is set (CI sets it: its clone ends without a __pycache__):
 # else every broker, mirror worker and CLI process a test starts compiles what it imports
 # again (~0.6 CPU-s a broker) and each xdist worker rewrites every test module (~11 CPU-s).
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
 
-test: venv sysdeps peers
+test: venv sysdeps peers console-assets
 	$(VENV)/bin/ruff check cluster mirror topology spark_aggregate deploy tests
 	$(VENV)/bin/mypy
 	$(TEST_ENV) $(PY) -m pytest -m "not perf and not spark_session and not soak" -q --tb=short --durations=40 -n 2 --dist loadfile --no-loadscope-reorder
