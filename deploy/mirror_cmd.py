@@ -4,6 +4,8 @@
                                                              supervised child process
     dcmirror mirror --config FILE --flow NAME --worker N     one worker in this process
     dcmirror mirror status --config FILE [--json]            what the workers last reported
+    dcmirror mirror pause --config FILE --flow NAME [--reason TEXT]
+    dcmirror mirror resume --config FILE --flow NAME         stop / go on copying (mirror/flow_control.py)
 
 Each worker serves its status (per partition lag, throughput, claims, data loss, last
 problem) on its admin HTTP (`workers_http`, or config http.port.base) at /v1/status, which
@@ -37,11 +39,13 @@ WORKER_STOP_TIMEOUT_S = 30.0  # then SIGKILL (a worker hands its partitions over
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status | translate | promote | failover "
-                                           "| failback)")
+    mirror = sub.add_parser("mirror", help="run mirror workers (or: mirror status | pause | resume | translate | "
+                                           "promote | failover | failback)")
     mirror.add_argument("action", nargs="?", default="run",
-                        choices=["run", "status", "translate", "promote", "failover", "failback"],
-                        help="promote (planned: the copy side of a mirror-topics flow becomes the primary, nothing "
+                        choices=["run", "status", "pause", "resume", "translate", "promote", "failover", "failback"],
+                        help="pause / resume (a flow's workers stop fetching and writing, and go on where they "
+                             "stopped: a record in the target's dcmirror.flow-control, which needs WRITE on that "
+                             "topic there), promote (planned: the copy side of a mirror-topics flow becomes the primary, nothing "
                              "lost), failover (the source is gone: the target's mirror topics become writable; "
                              "prints the RPO), failback (the old source is back: its topics become mirror topics "
                              "of the target's, records it took after the failover go to a side topic)")
@@ -58,6 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                                             "JSON document")
     mirror.add_argument("--wait", type=float, default=300.0,
                         help="promote, failover, failback: seconds to wait for each step (default 300)")
+    mirror.add_argument("--reason", default="",
+                        help="pause: why, shown in the workers' status (one line, at most 200 characters)")
     mirror.add_argument("--group", help="translate: the source consumer group to move to the target")
     mirror.add_argument("--live", action="store_true",
                         help="translate: compute from the source's committed offsets now (the source must be up) "
@@ -103,6 +109,11 @@ def cmd_mirror(args: argparse.Namespace) -> int:
             print("dcmirror mirror translate: --group is required", file=sys.stderr)
             return 1
         return trio.run(translate_group, topology, flows, args.group, args.live, args.apply, args.json)
+    if args.action in ("pause", "resume"):
+        if args.flow is None:
+            print(f"dcmirror mirror {args.action}: --flow is required", file=sys.stderr)
+            return 1
+        return pause_or_resume(topology, flows[0], args.action == "pause", args.reason, args.json)
     if args.action in ("promote", "failover", "failback"):
         if args.flow is None:
             print(f"dcmirror mirror {args.action}: --flow is required", file=sys.stderr)
@@ -169,6 +180,40 @@ def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_j
         print(orjson.dumps(outcome.as_json(), option=orjson.OPT_INDENT_2).decode())
     else:
         print("\n".join(outcome.lines()))
+    return 0
+
+
+def pause_or_resume(topology: Any, flow: Any, paused: bool, reason: str, as_json: bool) -> int:
+    """`mirror pause | resume`: the flow's control record in its target cluster, written with
+    the client settings the topology gives that cluster (and the flow's target.* principal,
+    as promote connects); the target's brokers check the principal's WRITE on the topic."""
+    from mirror.flow_control import (
+        FLOW_CONTROL_TOPIC,
+        FlowControlDenied,
+        FlowControlError,
+        set_flow_paused,
+    )
+    from mirror.worker import RETRIABLE, WorkerConfig
+
+    action = "pause" if paused else "resume"
+    if reason and not paused:
+        print("dcmirror mirror resume: --reason is for pause", file=sys.stderr)
+        return 1
+    client = topology.cluster(flow.target).client_config(WorkerConfig.from_flow(flow).target)
+    try:
+        control = trio.run(functools.partial(set_flow_paused, client, flow.name, paused, reason,
+                                             now_ms=int(time.time() * 1000), cluster_name=flow.target,
+                                             client_id=f"dcmirror-mirror-{action}"))
+    except (FlowControlDenied, FlowControlError, *RETRIABLE) as exc:
+        print(f"dcmirror mirror {action}: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(orjson.dumps({"flow": flow.name, "target": flow.target, "topic": FLOW_CONTROL_TOPIC,
+                            "paused": control.paused, "at_ms": control.at_ms, "reason": control.reason}).decode())
+    else:
+        print(f"flow {flow.name}: {'PAUSED' if paused else 'RESUMED'} ({FLOW_CONTROL_TOPIC} in {flow.target}"
+              + (f", reason: {control.reason}" if control.reason else "") + "); its workers follow within "
+              "flow.control.poll.ms, `dcmirror mirror status` shows when they did")
     return 0
 
 
@@ -281,6 +326,12 @@ def _event_text(e: dict[str, Any]) -> str:
     return f"{when} UTC {where}: {what}"
 
 
+def _paused_text(f: dict[str, Any]) -> str:
+    since = f.get("paused_since_ms")
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since / 1000)) if since else "?"
+    return f", PAUSED since {when}" + (f" ({f['pause_reason']})" if f.get("pause_reason") else "")
+
+
 def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: float = STATUS_TIMEOUT_S) -> int:
     report = flow_reports(topology, flows, timeout_s)
     # Unhealthy: a declared worker did not answer. A stale status file is a worker that was
@@ -298,6 +349,7 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
               + (f", {f['source_recreations']} source topic re-creation(s)" if f.get("source_recreations") else "")
               + (f", {f['target_refills']} target refill(s)" if f.get("target_refills") else "")
               + (f", {f['dead_letter_records']} DEAD LETTER(S)" if f.get("dead_letter_records") else "")
+              + (_paused_text(f) if f.get("paused") else "")
               + ("" if f["via"] == "http" else " (from this host's status files: the flow declares no worker "
                                                "admin HTTP addresses)"))
         sync = f.get("schema_sync")
@@ -322,7 +374,8 @@ def show_status(topology: Any, flows: list[Any], *, as_json: bool, timeout_s: fl
             rate = w.get("records_per_s_recent")
             rate_text = f"{rate:.0f}/s now" if rate is not None else f"{w.get('records_per_s', 0):.0f}/s"
             problem = w.get("last_problem")
-            print(f"  {w['worker']}{where}: {w.get('records', 0)} records, {rate_text}, claims {w.get('claims', 0)}; "
+            print(f"  {w['worker']}{where}: {'PAUSED, ' if w.get('paused') else ''}{w.get('records', 0)} records, "
+                  f"{rate_text}, claims {w.get('claims', 0)}; "
                   f"{parts or 'no partitions'}"
                   + (f"; last problem {problem['level']}: {problem['message']}" if problem else ""))
             for e in w.get("events", [])[-EVENTS_SHOWN:]:

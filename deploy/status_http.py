@@ -139,6 +139,17 @@ def schema_sync_summary(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
             "last_errors": [e for d in docs for e in d.get("last_errors", [])][-5:]}
 
 
+def pause_summary(live: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the flow is paused as its live workers report it (mirror/flow_control.py): paused
+    when any of them is, since the earliest of them, with the reason the newest gives."""
+    paused = [w for w in live if w.get("paused")]
+    newest = max(paused, key=lambda w: (w.get("flow_control") or {}).get("at_ms") or 0, default=None)
+    return {"paused": bool(paused),
+            "paused_since_ms": min((w["paused_since_ms"] for w in paused if w.get("paused_since_ms")), default=None),
+            "pause_reason": newest.get("pause_reason") if newest else None,
+            "paused_workers": len(paused)}
+
+
 async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: float,
                        state_dir: Any) -> list[dict[str, Any]]:
     """Per flow: its workers' state (over HTTP where they have addresses, else from this
@@ -166,5 +177,6 @@ async def flow_reports(topology: Topology, flows: list[MirrorSpec], timeout_s: f
                        "records": sum(w.get("records", 0) for w in live),
                        "data_loss_records": sum(w.get("data_loss_records", 0) for w in found),
                        "schema_sync": schema_sync_summary(found),
+                       **pause_summary(live),
                        **{key: sum(w.get(key, 0) for w in found) for key in HISTORY_COUNTERS}})
     return report

@@ -36,7 +36,7 @@ from cluster.client.mirror_append import mirror_append
 from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
-from mirror import tail
+from mirror import flow_control, tail
 from mirror.topic_sync import TopicSync
 from mirror.worker import (
     INTERNAL_PREFIXES,
@@ -65,6 +65,7 @@ ROUND_MAX_BYTES = 16 << 20  # raw batches taken from the consumer per round of a
 # Partition states (status, metrics): copying; waiting to be claimed again after an error;
 # stopped for an operator (a divergence the mirror must not repair on its own).
 ACTIVE, CLAIMING, FAILED = "ACTIVE", "CLAIMING", "FAILED"
+PAUSED = "PAUSED"  # shown for an ACTIVE partition while its flow is paused (status and metrics only)
 # A topic's state when its target is no mirror topic any more (refused_topics in the status).
 FAILED_OVER = "FAILED_OVER"
 
@@ -146,6 +147,9 @@ class TopicMirrorWorker(FlowWorker):
         # Group offsets and ACLs of the mirrored topics follow the side copied from
         # (mirror/topic_sync.py; in reverse the principal map is read backwards).
         self.topic_sync = TopicSync.from_flow(flow, reverse=reverse, clock=clock)
+        # The flow's pause state lives in the flow's target: copied into in this direction, copied
+        # from in reverse. Both directions pause with the flow.
+        self.flow_pause = flow_control.FlowPause(flow.name)
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -168,6 +172,13 @@ class TopicMirrorWorker(FlowWorker):
                 Consumer(consumer_config, raw_batches=True) as consumer:
             self._source_admin, self._target_admin, self._consumer = sadmin, tadmin, consumer
             await self._sync_topics()
+            control = sadmin if self.reverse else tadmin  # the flow's target
+            if not self.reverse:
+                try:
+                    await flow_control.ensure_topic(tadmin, cluster_name=self.flow.target)
+                except (*RETRIABLE, flow_control.FlowControlDenied) as exc:
+                    log.warning("creating %s: %s", flow_control.FLOW_CONTROL_TOPIC, exc)
+            await self._read_flow_control(control.cluster, self.flow.target)
             consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             task_status.started()
             async with trio.open_nursery() as nursery:
@@ -175,6 +186,7 @@ class TopicMirrorWorker(FlowWorker):
                 nursery.start_soon(self._watch_topics)
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._reclaim_loop)
+                nursery.start_soon(self._follow_flow_control, control.cluster, self.flow.target)
                 nursery.start_soon(self.topic_sync.run, sadmin, tadmin, lambda: self.topics, self.partitions.__contains__)
                 await self._copy_loop()
 
@@ -345,8 +357,12 @@ class TopicMirrorWorker(FlowWorker):
         pm.position = pm.target_log_end = position
         pm.state, pm.last_error = ACTIVE, ""
         self._consumer.seek(pm.source, position)
-        self._consumer.resume(pm.source)
-        log.info("%s took %s-%d -> %s-%d at offset %d", self.name, *pm.source, *pm.target, position)
+        self._resume_fetching(pm.source)
+        log.info("%s took %s-%d -> %s-%d at offset %d%s", self.name, *pm.source, *pm.target, position,
+                 " (the flow is paused: copying once it is resumed)" if self.flow_pause.paused else "")
+
+    def _claimed(self) -> list[TopicPartition]:
+        return [tp for tp, pm in self.partitions.items() if pm.state == ACTIVE]
 
     async def _reclaim_loop(self) -> None:
         while True:
@@ -383,7 +399,7 @@ class TopicMirrorWorker(FlowWorker):
                 continue
             if chunks:
                 await self._append_round(chunks)
-            else:
+            elif not self.flow_pause.paused:  # paused: nothing at all is written into the target
                 await self._follow_log_starts()
 
     async def _append_round(self, chunks: list[RawChunk]) -> None:
@@ -537,7 +553,7 @@ class TopicMirrorWorker(FlowWorker):
             lag_s = (0.0 if lag == 0 else max(0.0, (now_ms - pm.last_timestamp_ms) / 1000)
                      if lag is not None and pm.last_timestamp_ms >= 0 else None)
             partitions.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0],
-                               "state": pm.state, "position": pm.position, "source_high_watermark": hw,
+                               "state": self._state_of(pm), "position": pm.position, "source_high_watermark": hw,
                                "lag_records": lag, "lag_s": lag_s,
                                "records": pm.records, "batches": pm.batches, "bytes": pm.bytes,
                                "last_error": pm.last_error})
@@ -552,14 +568,18 @@ class TopicMirrorWorker(FlowWorker):
                 "events": list(self.events), "last_problem": self.last_problem,
                 "source_known_ends": [{"topic": t, "partition": p, "high_watermark": hw}
                                       for (t, p), hw in sorted(self.source_known_ends.items())],
-                "topic_sync": self.topic_sync.status()}
+                "topic_sync": self.topic_sync.status(), **self.pause_status()}
+
+    def _state_of(self, pm: TopicPartitionMirror) -> str:
+        return PAUSED if pm.state == ACTIVE and self.flow_pause.paused else pm.state
 
     def prometheus(self) -> bytes:
         return prometheus_text(self.metric_families())
 
     def metric_families(self) -> dict[str, tuple[str, str, list[tuple[dict[str, str], float]]]]:
         labels = {"flow": self.flow.name, "worker": self.name, "direction": "reverse" if self.reverse else "forward"}
-        per_partition = [({**labels, "topic": pm.source[0], "partition": str(pm.source[1]), "state": pm.state}, 1.0)
+        per_partition = [({**labels, "topic": pm.source[0], "partition": str(pm.source[1]),
+                           "state": self._state_of(pm)}, 1.0)
                          for pm in self.partitions.values()]
         parts = self.status()["partitions"]
 
@@ -576,6 +596,8 @@ class TopicMirrorWorker(FlowWorker):
                                                   [(labels, self.lag_records())]),
             "dcmirror_mirror_topic_partition_state": ("gauge", "1 per partition in the state labelled",
                                                       per_partition),
+            "dcmirror_mirror_flow_paused": ("gauge", "1 while the flow is paused (dcmirror mirror pause)",
+                                            [(labels, 1.0 if self.flow_pause.paused else 0.0)]),
             # The record-copying flows' names: their alerts and dashboard panels cover both.
             "dcmirror_mirror_lag_records": ("gauge", "Source records not yet in the mirror topic",
                                             by_partition("lag_records")),
@@ -621,7 +643,8 @@ class MirrorTopicsFlowWorker:
         out["partitions"] = [{**p, "direction": "forward"} for p in forward["partitions"]] + \
             [{**p, "direction": "reverse"} for p in backward["partitions"]]
         out["events"] = sorted(forward["events"] + backward["events"], key=lambda e: e["at_ms"])
-        out["reverse"] = {k: backward[k] for k in ("source", "target", "topics", "refused_topics", "topic_sync")}
+        out["reverse"] = {k: backward[k] for k in ("source", "target", "topics", "refused_topics", "topic_sync",
+                                                   "paused", "flow_control")}
         out["last_problem"] = self.last_problem
         return out
 

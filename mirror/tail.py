@@ -48,9 +48,22 @@ async def offsets(cluster: ClientCluster, topic: str, partition: int) -> tuple[i
     return out[0], out[1]
 
 
+@dataclass(frozen=True)
+class Fetched:
+    batches: list[Batch]
+    high_watermark: int
+    log_start_offset: int
+
+
 async def fetch_batches(cluster: ClientCluster, topic: str, partition: int, offset: int, *,
                         to_log_end: bool = False, max_bytes: int = TAIL_FETCH_BYTES) -> list[Batch]:
     """Whole batches from `offset` (to the high watermark, or with `to_log_end` to the log end)."""
+    return (await fetch(cluster, topic, partition, offset, to_log_end=to_log_end, max_bytes=max_bytes)).batches
+
+
+async def fetch(cluster: ClientCluster, topic: str, partition: int, offset: int, *,
+                to_log_end: bool = False, max_bytes: int = TAIL_FETCH_BYTES) -> Fetched:
+    """As fetch_batches, with the partition's high watermark and log start as the leader answered."""
     resp = await cluster.leader_request(topic, partition, ApiKey.FETCH, {
         "replica_id": DEBUGGING_REPLICA_ID if to_log_end else CONSUMER_REPLICA_ID, "max_wait": 0, "min_bytes": 0,
         "max_bytes": max_bytes, "isolation_level": READ_UNCOMMITTED, "session_id": 0, "session_epoch": -1,
@@ -69,7 +82,7 @@ async def fetch_batches(cluster: ClientCluster, topic: str, partition: int, offs
             body = decompress(header.compression, data[pos + BATCH_HEADER_SIZE:pos + header.size_bytes])
             records = decode_records(body, header.records_count, header.base_offset, header.base_timestamp)
         batches.append(Batch(header, records))
-    return batches
+    return Fetched(batches, p.high_watermark, p.log_start_offset)
 
 
 async def last_writer(cluster: ClientCluster, topic: str, partition: int) -> tuple[int, int] | None:

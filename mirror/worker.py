@@ -20,6 +20,7 @@ import collections
 import logging
 import re
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from cluster.protocol.errors import ErrorCode
 from cluster.protocol.records import CODEC_IDS, compress
 from cluster.protocol.sentinels import RESOURCE_BROKER
 from cluster.security.connector import CLIENT_SECURITY_KEYS
-from mirror import checkpoints, deadletter, history, provenance, tail
+from mirror import checkpoints, deadletter, flow_control, history, provenance, tail
 from mirror.schema_sync import SchemaSync, open_schema_sync
 from mirror.topic_sync import sync_owner
 from topology.model import MIRROR_CHOICE_KEYS, MIRROR_CONFIG_KEYS, MirrorSpec, Topology
@@ -135,6 +136,7 @@ class WorkerConfig:
     commit_interval_s: float = 1.0
     heartbeat_interval_s: float = 1.0
     checkpoint_interval_s: float = 5.0
+    flow_control_poll_s: float = flow_control.POLL_INTERVAL_MS / 1000  # re-reading dcmirror.flow-control
     http_port_base: int = 0  # worker N serves /metrics and /v1/status on base + N (0: off)
     http_host: str = "127.0.0.1"  # where the admin HTTP binds (loopback unless told otherwise)
     http_auth_token: str = ""  # a reference to the bearer token every page but /healthz needs
@@ -162,6 +164,8 @@ class WorkerConfig:
                 c.heartbeat_interval_s = int(value) / 1000
             elif key == "checkpoint.interval.ms":
                 c.checkpoint_interval_s = int(value) / 1000
+            elif key == "flow.control.poll.ms":
+                c.flow_control_poll_s = max(FLOW_CONTROL_POLL_MIN_MS, int(value)) / 1000
             elif key == "http.port.base":
                 c.http_port_base = int(value)
             elif key == "on.topic.recreated":
@@ -212,24 +216,120 @@ class ProblemRecorder(logging.Handler):
 
 
 PROBLEM_MAX_CHARS = 500
+FLOW_CONTROL_POLL_MIN_MS = 50  # flow.control.poll.ms below this is taken as this
+FLOW_CONTROL_FIRST_READ_S = 30.0  # a worker waits this long for its flow's pause state before it joins
 RATE_WINDOW_MS = 10_000  # records_per_s_recent: over about the last 10 s of status calls
+
+
+def _utc(at_ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at_ms / 1000))
 
 
 class FlowWorker:
     """What both kinds of flow worker (records with provenance: MirrorWorker; mirror topics:
-    mirror/mirror_topics.py) do the same way: follow the flow's topics, and stop by leaving
-    the source group. Subclasses set config, flow, topics, _consumer, _stopping, _stopped and
-    define _sync_topics (whether the mapping of source to target topics changed)."""
+    mirror/mirror_topics.py) do the same way: follow the flow's topics, follow the flow's
+    pause state (mirror/flow_control.py), and stop by leaving the source group. Subclasses set
+    config, flow, name, topics, _consumer, _stopping, _stopped and define _sync_topics (whether
+    the mapping of source to target topics changed) and _claimed (the partitions the consumer
+    fetches unless the flow is paused).
+
+    Pausing: every assigned partition of the consumer is paused (its prefetched records are
+    dropped; its position stays after the last record handed to the worker), records handed
+    out already are written and acknowledged as usual, group membership and heartbeats go on.
+    A claim made while paused leaves its partition paused. Resuming resumes the claimed
+    partitions at their positions: nothing is skipped or read twice."""
 
     config: WorkerConfig
     flow: MirrorSpec
+    name: str
     topics: dict[str, str]
     _consumer: Consumer | None
     _stopping: trio.Event
     _stopped: trio.Event
+    flow_pause: flow_control.FlowPause
+    flow_control_error: str | None = None  # why the pause state cannot be read now (status)
 
     async def _sync_topics(self) -> bool:
         raise NotImplementedError
+
+    def _claimed(self) -> list[TopicPartition]:
+        raise NotImplementedError
+
+    def _resume_fetching(self, tp: TopicPartition) -> None:
+        """A claim is done: fetch the partition, unless the flow is paused."""
+        assert self._consumer is not None
+        if not self.flow_pause.paused:
+            self._consumer.resume(tp)
+
+    async def _read_flow_control(self, cluster: Any, cluster_name: str) -> None:
+        """The flow's pause state before the worker joins the source group, so that a restarted
+        worker of a paused flow copies nothing. A state that cannot be read within
+        FLOW_CONTROL_FIRST_READ_S (target unreachable) or may not be (no Read ACL) counts as
+        running, said in a warning; the follower keeps reading it."""
+        with trio.move_on_after(FLOW_CONTROL_FIRST_READ_S):
+            while True:
+                try:
+                    await flow_control.poll(cluster, self.flow_pause, cluster_name=cluster_name)
+                except flow_control.FlowControlDenied as exc:
+                    self._flow_control_failed(str(exc), logging.WARNING)
+                    return
+                except RETRIABLE as exc:
+                    self.flow_control_error = str(exc)
+                    await trio.sleep(1)
+                    continue
+                self.flow_control_error = None
+                if self.flow_pause.paused:
+                    self._log_pause()
+                return
+        log.warning("%s: the pause state of flow %s (%s in %s) could not be read within %g s (%s): mirroring "
+                    "until it can be", self.name, self.flow.name, flow_control.FLOW_CONTROL_TOPIC, cluster_name,
+                    FLOW_CONTROL_FIRST_READ_S, self.flow_control_error)
+
+    async def _follow_flow_control(self, cluster: Any, cluster_name: str) -> None:
+        while True:
+            await trio.sleep(self.config.flow_control_poll_s)
+            try:
+                changed = await flow_control.poll(cluster, self.flow_pause, cluster_name=cluster_name)
+            except flow_control.FlowControlDenied as exc:
+                self._flow_control_failed(str(exc), logging.WARNING)
+                continue
+            except RETRIABLE as exc:
+                self._flow_control_failed(f"reading {flow_control.FLOW_CONTROL_TOPIC}: {exc}", logging.INFO)
+                continue
+            self.flow_control_error = None
+            if changed:
+                self._apply_pause()
+
+    def _flow_control_failed(self, why: str, level: int) -> None:
+        if why != self.flow_control_error:  # said once per distinct reason
+            log.log(level, "%s: %s", self.name, why)
+        self.flow_control_error = why
+
+    def _log_pause(self) -> None:
+        c = self.flow_pause.control
+        if c.paused:
+            log.info("flow %s PAUSED (at %s%s): %s fetches nothing more from %s and writes nothing more into %s",
+                     self.flow.name, _utc(c.at_ms), f", reason: {c.reason}" if c.reason else "", self.name,
+                     self.flow.source, self.flow.target)
+        else:
+            log.info("flow %s RESUMED (at %s): %s goes on where it stopped", self.flow.name, _utc(c.at_ms), self.name)
+
+    def _apply_pause(self) -> None:
+        self._log_pause()
+        consumer = self._consumer
+        if consumer is None:
+            return
+        if self.flow_pause.paused:
+            consumer.pause(*consumer.assignment())
+        else:
+            assigned = consumer.assignment()
+            consumer.resume(*[tp for tp in self._claimed() if tp in assigned])
+
+    def pause_status(self) -> dict[str, Any]:
+        """For /v1/status: paused, since when, why, and whether the state could be read."""
+        fp = self.flow_pause.status()
+        return {"paused": fp["paused"], "paused_since_ms": fp["since_ms"], "pause_reason": fp["reason"],
+                "flow_control": {**fp, "error": self.flow_control_error}}
 
     async def stop(self) -> None:
         """Hand the partitions over cleanly: leave the group (flush, commit) while the
@@ -300,6 +400,7 @@ class MirrorWorker(FlowWorker):
         self._totals: dict[TopicPartition, tuple[int, int]] = {}  # records, bytes of partitions given up
         self._fence_records_warned = False
         self.schema_sync: SchemaSync | None = None  # flows with `schemas` (mirror/schema_sync.py)
+        self.flow_pause = flow_control.FlowPause(flow.name)
 
     # ---- setup ----------------------------------------------------------------------
 
@@ -330,6 +431,11 @@ class MirrorWorker(FlowWorker):
             self.schema_sync = schema_sync
             await self._read_target_request_limit()
             await self._sync_topics()
+            try:
+                await flow_control.ensure_topic(tadmin, cluster_name=self.flow.target)
+            except (*RETRIABLE, flow_control.FlowControlDenied) as exc:
+                log.warning("creating %s: %s", flow_control.FLOW_CONTROL_TOPIC, exc)
+            await self._read_flow_control(tadmin.cluster, self.flow.target)
             consumer.subscribe(sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             task_status.started()
             async with trio.open_nursery() as nursery:
@@ -342,6 +448,7 @@ class MirrorWorker(FlowWorker):
                 nursery.start_soon(self._commit_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._checkpoint_loop)
+                nursery.start_soon(self._follow_flow_control, tadmin.cluster, self.flow.target)
                 await self._mirror_loop()
 
     async def _sync_topics(self) -> bool:
@@ -624,11 +731,15 @@ class MirrorWorker(FlowWorker):
         pm.history.reset(source_id, decision.leader_epoch if fill is None else history.NO_EPOCH,
                          epoch_starts if same and fill is None else None)
         consumer.seek(pm.source, resume, topic_id=source_id)
-        consumer.resume(pm.source)
+        self._resume_fetching(pm.source)
         self.metrics["claims"] += 1
-        log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d", self.name,
+        log.info("%s took %s-%d -> %s-%d (fence at offset %d%s); resuming at source offset %d%s", self.name,
                  pm.source[0], pm.source[1], topic, p, fence_at,
-                 f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume)
+                 f", previous writer {writer[0]} epoch {writer[1]} fenced" if writer else "", resume,
+                 " once the flow is resumed (paused)" if self.flow_pause.paused else "")
+
+    def _claimed(self) -> list[TopicPartition]:
+        return [tp for tp, pm in self.partitions.items() if not pm.broken and not pm.stopped and pm.next_offset >= 0]
 
     async def _source_topic_id(self, topic: str) -> uuid.UUID | None:
         assert self._source_admin is not None
@@ -1135,7 +1246,7 @@ class MirrorWorker(FlowWorker):
             if silent_s is not None and silent_s > SOURCE_SILENT_S:
                 lag_s = max(lag_s or 0.0, silent_s)
             state = ("STOPPED" if pm.stopped else "CLAIMING" if pm.broken or pm.next_offset < 0
-                     else "FILLING" if pm.fill_until else "MIRRORING")
+                     else "PAUSED" if self.flow_pause.paused else "FILLING" if pm.fill_until else "MIRRORING")
             parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0], "state": state,
                           "reason": pm.stopped or pm.broken,
                           "source_topic_id": str(pm.history.topic_id) if pm.history.topic_id else None,
@@ -1156,6 +1267,7 @@ class MirrorWorker(FlowWorker):
                 "records_per_s": self.metrics["records"] / uptime, "records_per_s_recent": recent,
                 "lag_records": sum(p["lag_records"] or 0 for p in parts), "uptime_s": uptime,
                 "last_problem": self.last_problem, "events": list(self.events), "partitions": parts,
+                **self.pause_status(),
                 "schema_sync": self.schema_sync.status() if self.schema_sync is not None else None}
 
 
@@ -1173,6 +1285,8 @@ class MirrorWorker(FlowWorker):
         return prometheus_text({
             **schemas,
             "dcmirror_mirror_records_total": ("counter", "Records mirrored", [(base, st["records"])]),
+            "dcmirror_mirror_flow_paused": ("gauge", "1 while the flow is paused (dcmirror mirror pause)",
+                                            [(base, 1.0 if st["paused"] else 0.0)]),
             "dcmirror_mirror_partition_records_total": ("counter", "Records mirrored per source partition",
                                                         per_partition("records")),
             "dcmirror_mirror_partition_bytes_total": ("counter", "Value bytes mirrored per source partition",

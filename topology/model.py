@@ -14,7 +14,7 @@ DEFAULT_RENAME = "{source}.{topic}"
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base", "group.offset.sync.ms", "acl.sync.ms",
-                      "schema.sync.ms")
+                      "schema.sync.ms", "flow.control.poll.ms")
 # Keys that take one of a few words: what a flow does when its source topic was deleted and
 # created again (mirror the new incarnation after the old one, or stop that partition).
 MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop"),
