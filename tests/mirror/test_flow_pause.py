@@ -33,6 +33,7 @@ from tests.mirror.lab import (
     end_offsets,
     mirrored_count,
     new_topic,
+    read_topic,
     wait_for,
     write,
 )
@@ -65,10 +66,10 @@ def cli(lab: MirrorLab, *args: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-def live_status(lab: MirrorLab) -> dict[str, dict[str, Any]]:
+def live_status(lab: MirrorLab, flow: str = FLOW) -> dict[str, dict[str, Any]]:
     """The workers' status files written within the last 3 s, by worker name."""
     now_ms = time.time() * 1000
-    return {name: doc for name, doc in lab.worker_status(FLOW).items() if now_ms - doc.get("reported_ms", 0) < 3000}
+    return {name: doc for name, doc in lab.worker_status(flow).items() if now_ms - doc.get("reported_ms", 0) < 3000}
 
 
 def paused_metric(base: int, index: int) -> float:
@@ -78,25 +79,27 @@ def paused_metric(base: int, index: int) -> float:
     return float(line.rsplit(" ", 1)[1])
 
 
-def all_paused(lab: MirrorLab, pids: dict[str, int] | None = None) -> dict[str, dict[str, Any]] | None:
-    """Every worker reports the flow paused and all 4 partitions claimed and PAUSED (by the
+def all_paused(lab: MirrorLab, pids: dict[str, int] | None = None, *, flow: str = FLOW,
+               workers: tuple[str, ...] = WORKERS, partitions: int = PARTITIONS) -> dict[str, dict[str, Any]] | None:
+    """Every worker reports the flow paused and all `partitions` claimed and PAUSED (by the
     processes `pids` names, when given): their status documents; else None."""
-    status = live_status(lab)
-    if set(status) != set(WORKERS) or (pids and any(status[w].get("pid") != pids[w] for w in WORKERS)):
+    status = live_status(lab, flow)
+    if set(status) != set(workers) or (pids and any(status[w].get("pid") != pids[w] for w in workers)):
         return None
     parts = [p for doc in status.values() for p in doc["partitions"]]
-    if not all(doc.get("paused") for doc in status.values()) or len(parts) != PARTITIONS \
+    if not all(doc.get("paused") for doc in status.values()) or len(parts) != partitions \
             or any(p["state"] != "PAUSED" for p in parts):
         return None
     return status
 
 
-def reports_after(lab: MirrorLab, after_ms: float, count: int) -> None:
+def reports_after(lab: MirrorLab, after_ms: float, count: int, *, flow: str = FLOW,
+                  workers: tuple[str, ...] = WORKERS) -> None:
     """Until each worker has written `count` status reports stamped after `after_ms`."""
-    seen: dict[str, set[int]] = {w: set() for w in WORKERS}
+    seen: dict[str, set[int]] = {w: set() for w in workers}
 
     def enough() -> bool:
-        for name, doc in lab.worker_status(FLOW).items():
+        for name, doc in lab.worker_status(flow).items():
             if name in seen and doc.get("reported_ms", 0) > after_ms:
                 seen[name].add(doc["reported_ms"])
         return all(len(s) >= count for s in seen.values())
@@ -104,7 +107,9 @@ def reports_after(lab: MirrorLab, after_ms: float, count: int) -> None:
     wait_for(enough, 30, f"{count} status reports of each worker", interval_s=0.2, on_timeout=lab.mirror_log_tail)
 
 
-def assert_target_still(lab: MirrorLab, ends: dict[int, int], after_ms: float) -> None:
+def assert_target_still(lab: MirrorLab, ends: dict[int, int], after_ms: float, *, flow: str = FLOW,
+                        workers: tuple[str, ...] = WORKERS, cluster: str = "aggregate",
+                        topic: str = TARGET_TOPIC) -> None:
     """The target's end offsets stay `ends` across two status reports of every worker after
     `after_ms` (the pause in force, the records acknowledged by the source). A fair bound: a
     worker writes its report every second from the same trio loop that mirrors, so two reports
@@ -112,17 +117,17 @@ def assert_target_still(lab: MirrorLab, ends: dict[int, int], after_ms: float) -
     the source's leader; running, the same workers copy the first BEFORE records, caught up,
     within a fetch round trip (fetch.max.wait.ms 500) plus a produce — and the check runs again
     at every report in between, not once at the end."""
-    seen: dict[str, set[int]] = {w: set() for w in WORKERS}
+    seen: dict[str, set[int]] = {w: set() for w in workers}
     deadline = time.monotonic() + 30
     while not all(len(s) >= 2 for s in seen.values()):
         assert time.monotonic() < deadline, f"no two status reports of each worker within 30 s: {seen}"
-        now = end_offsets(lab.bootstrap("aggregate"), TARGET_TOPIC)
+        now = end_offsets(lab.bootstrap(cluster), topic)
         assert now == ends, f"the target moved while the flow was paused: {ends} -> {now}\n{lab.mirror_log_tail()}"
-        for name, doc in lab.worker_status(FLOW).items():
+        for name, doc in lab.worker_status(flow).items():
             if name in seen and doc.get("reported_ms", 0) > after_ms:
                 seen[name].add(doc["reported_ms"])
         time.sleep(0.2)
-    assert end_offsets(lab.bootstrap("aggregate"), TARGET_TOPIC) == ends
+    assert end_offsets(lab.bootstrap(cluster), topic) == ends
 
 
 @pytest.mark.heavy
@@ -193,4 +198,50 @@ def test_pause_stops_the_flow_through_a_worker_restart_and_resume_goes_on_exactl
     assert [paused_metric(base, i) for i in (0, 1)] == [0.0, 0.0]
     assert lab.mirror_log().count(f"flow {FLOW} RESUMED") >= 2, lab.mirror_log_tail()
     assert mirrored_count(lab.bootstrap("aggregate"), TARGET_TOPIC) == BEFORE + DURING
+    print(f"resumed and checked at {time.monotonic() - started:.1f} s", flush=True)
+
+
+MT_FLOW = "east-to-dr"
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(300)
+def test_a_mirror_topics_flow_pauses_and_resumes_at_the_same_offsets(mirror_lab: Callable[..., MirrorLab]) -> None:
+    """The same for a flow of mirror topics (one worker, both directions in it): paused, the
+    copy stays where it was; resumed, it holds the source's records at the source's offsets."""
+    started = time.monotonic()
+    lab = mirror_lab({"east": 1, "dr": 1})
+    east, dr = lab.bootstrap("east"), lab.bootstrap("dr")
+    new_topic(east, "orders", 2)
+    write(east, "orders", 2, 1000, "a")
+    lab.write_topology([Flow("east", "dr", "orders", rename="{topic}", mirror_topics=True, config={
+        "topic.refresh.ms": "1000", "flow.control.poll.ms": "250"})])
+    lab.start_worker(MT_FLOW, 0)
+    ends = end_offsets(east, "orders")
+    wait_for(lambda: end_offsets(dr, "orders") == ends, 120, f"the copy at the source's ends {ends}",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
+    print(f"copied at {time.monotonic() - started:.1f} s", flush=True)
+
+    paused = cli(lab, "pause", "--flow", MT_FLOW, "--reason", REASON)
+    assert paused.returncode == 0, paused.stderr
+    worker = (f"{MT_FLOW}-w0",)
+    status = wait_for(lambda: all_paused(lab, flow=MT_FLOW, workers=worker, partitions=2), 30,
+                      "the worker reports the flow paused, both partitions PAUSED", interval_s=0.2,
+                      on_timeout=lab.mirror_log_tail)
+    took_effect_ms = time.time() * 1000
+    (doc,) = status.values()
+    assert doc["mode"] == "mirror_topics" and doc["pause_reason"] == REASON and doc["reverse"]["paused"], doc
+    write(east, "orders", 2, 1500, "b", start=1000)
+    assert_target_still(lab, ends, max(took_effect_ms, time.time() * 1000), flow=MT_FLOW, workers=worker,
+                        cluster="dr", topic="orders")
+    print(f"copy still at {time.monotonic() - started:.1f} s", flush=True)
+
+    resumed = cli(lab, "resume", "--flow", MT_FLOW)
+    assert resumed.returncode == 0, resumed.stderr
+    ends = end_offsets(east, "orders")
+    assert sum(ends.values()) == 2500
+    wait_for(lambda: end_offsets(dr, "orders") == ends, 120, f"the copy at the source's ends {ends}",
+             interval_s=0.3, on_timeout=lab.mirror_log_tail)
+    assert read_topic(dr, "orders") == read_topic(east, "orders"), "the copy differs from the source"
+    assert not live_status(lab, MT_FLOW)[worker[0]]["paused"]
     print(f"resumed and checked at {time.monotonic() - started:.1f} s", flush=True)
