@@ -1242,7 +1242,9 @@ class MirrorWorker(FlowWorker):
             # The high watermark is only as fresh as the leader's last answer: a source that
             # stopped answering (cut off, down) may hold anything since, so the lag is at least
             # that long, and keeps growing, rather than the 0 of the last answer.
-            silent_s = consumer.since_last_answer_s(tp) if consumer and tp in consumer.assignment() else None
+            # Paused, nothing asks the source's leader: its silence says nothing about the source.
+            silent_s = (consumer.since_last_answer_s(tp) if consumer and tp in consumer.assignment()
+                        and not self.flow_pause.paused else None)
             if silent_s is not None and silent_s > SOURCE_SILENT_S:
                 lag_s = max(lag_s or 0.0, silent_s)
             state = ("STOPPED" if pm.stopped else "CLAIMING" if pm.broken or pm.next_offset < 0

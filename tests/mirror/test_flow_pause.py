@@ -173,6 +173,8 @@ def test_pause_stops_the_flow_through_a_worker_restart_and_resume_goes_on_exactl
     assert sum(end_offsets(east, TOPIC).values()) == BEFORE + DURING
     assert_target_still(lab, ends, max(took_effect_ms, written_ms))
     print(f"target still at {time.monotonic() - started:.1f} s", flush=True)
+    parts = [p for doc in live_status(lab).values() for p in doc["partitions"]]
+    assert parts and all(p["source_silent_s"] is None for p in parts), "paused: the source is not asked, not silent"
 
     # A worker killed while paused comes back paused; the claims fence (an invisible marker
     # each) but copy nothing.
