@@ -36,6 +36,7 @@ from deploy import (
     txn_cmds,
     up_cmd,
 )
+from deploy.console import server as console_server
 from deploy.demo import DEFAULT_RECORDS as DEMO_RECORDS
 
 
@@ -181,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     txn_cmds.add_parser(sub)      # transactions list|describe|abort
     quotas_cmd.add_parser(sub)    # quotas describe|alter
     registry_cmd.add_parser(sub)  # registry (schema registry of a cluster)
+    console_server.add_parser(sub)  # console (the web console)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,}; "

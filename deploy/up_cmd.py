@@ -129,6 +129,15 @@ def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[
     return nodes, workers, job
 
 
+def console_spec(topology: Topology, config: str) -> ChildSpec | None:
+    """`dcmirror console` when the topology has a [console]; its log beside the first
+    cluster's data directory."""
+    if topology.console is None:
+        return None
+    first = next(iter(topology.clusters.values()))
+    return ChildSpec("console", dcmirror_argv("console", "--config", config), Path(first.data_dir).parent / "console.log")
+
+
 def registry_specs(topology: Topology, config: str) -> list[ChildSpec]:
     """`dcmirror registry` for every cluster with a [clusters.NAME.registry]; its log beside
     the cluster's broker logs."""
@@ -192,6 +201,7 @@ class Up:
         self.nodes, self.workers, self.job = child_specs(topology, config)
         self.service = service_spec(topology, config)
         self.registries = registry_specs(topology, config)
+        self.console = console_spec(topology, config)
         self.phase = "starting"
         self.started_ms = int(time.time() * 1000)
 
@@ -249,6 +259,10 @@ class Up:
                 self.sup.start(spec)
             if not await self.wait_workers():
                 return False
+        if self.console is not None:
+            assert self.topology.console is not None
+            self.sup.start(self.console)
+            self.say(f"web console on {self.topology.console.url}/; log {self.console.log_path}")
         if self.service is not None:
             self.sup.start(self.service)
             self.say(f"warehouse service (one Spark session for loads and `warehouse sql`); log "

@@ -42,6 +42,7 @@ from topology.model import (
     WAREHOUSE_CONFIG_KEYS,
     WAREHOUSE_CONFIG_PREFIXES,
     ClusterSpec,
+    ConsoleSpec,
     Defaults,
     MirrorSpec,
     NodeAddress,
@@ -75,7 +76,8 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:.+")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 
-TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults")
+TOP_KEYS = ("clusters", "topics", "mirrors", "warehouse", "defaults", "console")
+CONSOLE_KEYS = ("listen", "auth_token", "keystore", "refresh_ms")
 CLUSTER_KEYS = ("datacenter", "brokers", "controllers", "data_dir", "config", "client", "listeners",
                 "client_listener", "users", "racks", "registry")
 REGISTRY_KEYS = ("listen", "auth_token", "basic_auth_users", "keystore")
@@ -395,7 +397,7 @@ class _Loader:
         mirrors = self.mirrors(doc, clusters, topics)
         warehouse = self.warehouse(doc, clusters)
         return Topology(path=path, clusters=clusters, topics=topics, mirrors=mirrors,
-                        warehouse=warehouse, defaults=defaults)
+                        warehouse=warehouse, defaults=defaults, console=self.console(doc))
 
     def defaults(self, doc: dict[str, Any]) -> Defaults:
         if "defaults" not in doc:
@@ -501,6 +503,32 @@ class _Loader:
             out[listener] = addresses
         return out
 
+    def secret_reference(self, raw: dict[str, Any], path: KeyPath, key: str) -> str:
+        """A secret reference at `key` (absolute), "" when absent; the secret itself is refused."""
+        if key not in raw:
+            return ""
+        value = raw[key]
+        if not isinstance(value, str) or not is_reference(value):
+            self.fail(path + (key,), "must be a reference to the secret, never the secret: "
+                                     '"${file:...}", "${dir:...}" or "${env:...}"')
+        return absolute_references(value, self.base_dir)
+
+    def console(self, doc: dict[str, Any]) -> ConsoleSpec | None:
+        """[console]: listen = "host:port" (required), auth_token = a secret reference,
+        keystore = a PEM keystore (HTTPS), refresh_ms."""
+        if "console" not in doc:
+            return None
+        path: KeyPath = ("console",)
+        raw = self.table(doc["console"], path, hint=' ([console] with listen = "host:port")')
+        self.keys(raw, path, CONSOLE_KEYS, required=("listen",))
+        keystore = ""
+        if "keystore" in raw:
+            value = self.string(raw, path, "keystore")
+            keystore = str((self.base_dir / value) if not Path(value).is_absolute() else Path(value))
+        return ConsoleSpec(listen=self.address(raw["listen"], path + ("listen",), 0),
+                           auth_token=self.secret_reference(raw, path, "auth_token"), keystore=keystore,
+                           refresh_ms=self.integer(raw, path, "refresh_ms", 2000, 250, 60_000))
+
     def registry(self, table: dict[str, Any], path: KeyPath) -> RegistrySpec | None:
         """[clusters.NAME.registry]: listen = "host:port" (required), auth_token = a secret
         reference, basic_auth_users = a users file, keystore = a PEM keystore (HTTPS)."""
@@ -510,13 +538,7 @@ class _Loader:
         raw = self.table(table["registry"], rpath, hint=' ([clusters.NAME.registry] with listen = "host:port")')
         self.keys(raw, rpath, REGISTRY_KEYS, required=("listen",))
         listen = self.address(raw["listen"], rpath + ("listen",), 0)
-        token = ""
-        if "auth_token" in raw:
-            token = raw["auth_token"]
-            if not isinstance(token, str) or not is_reference(token):
-                self.fail(rpath + ("auth_token",), "must be a reference to the token, never the token: "
-                                                   '"${file:...}", "${dir:...}" or "${env:...}"')
-            token = absolute_references(token, self.base_dir)
+        token = self.secret_reference(raw, rpath, "auth_token")
         files = {}
         for key in ("basic_auth_users", "keystore"):
             if key in raw:

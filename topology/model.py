@@ -81,6 +81,26 @@ class RegistrySpec:
 
 
 @dataclass(frozen=True)
+class ConsoleSpec:
+    """The web console (`[console]`, `dcmirror console --config FILE`): one application for
+    the whole topology on `listen`."""
+
+    listen: NodeAddress
+    auth_token: str = ""
+    """Bearer token reference: who presents it logs in as the console's admin (acting with
+    the topology's client credentials); empty = no token login."""
+    keystore: str = ""
+    """PEM keystore for HTTPS, empty = plain HTTP."""
+    refresh_ms: int = 2000
+    """How often the console asks the clusters and workers (one poll however many
+    browsers are open) and how often pages refresh."""
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.keystore else 'http'}://{self.listen}"
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     datacenter: str
@@ -327,6 +347,7 @@ class Topology:
     mirrors: tuple[MirrorSpec, ...]
     warehouse: WarehouseSpec | None
     defaults: Defaults
+    console: ConsoleSpec | None = None
 
     def cluster(self, name: str) -> ClusterSpec:
         try:

@@ -108,6 +108,11 @@ class ClientConfig:
                 close = difflib.get_close_matches(key, defs, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise InvalidConfig(f"unknown {kind} config {key!r}{hint}")
+            if key in SECRET_KEYS and isinstance(raw, Secret):
+                # Already the secret (e.g. a password typed into the console's login form):
+                # never read as a reference, so "${file:...}" typed there opens no file.
+                self._values[key] = raw
+                continue
             self._values[key] = parse_value(defs[key], raw.reveal() if isinstance(raw, Secret) else raw)
             if key in SECRET_KEYS and self._values[key]:
                 self._values[key] = secret(self._values[key], key)  # ${file:...}/${dir:...}/${env:...} resolved

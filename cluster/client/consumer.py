@@ -340,7 +340,12 @@ class Consumer:
         for _attempt in range(10):
             meta = self.cluster.metadata
             if any(meta.leader(*tp) < 0 for tp in todo):
-                await self.cluster.refresh({t for t, _ in todo})
+                meta = await self.cluster.refresh({t for t, _ in todo})
+            for t in sorted({t for t, _ in todo}):
+                info = meta.topics.get(t)
+                if info is not None and info.error_code in (ErrorCode.topic_authorization_failed,
+                                                            ErrorCode.invalid_topic_exception):
+                    raise KafkaError(f"listing offsets of {t}", info.error_code)  # no retry will change it
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in todo:
                 by_leader.setdefault(self.cluster.metadata.leader(*tp), []).append(tp)

@@ -278,7 +278,7 @@ def test_unknown_top_level_key_suggests_closest() -> None:
     text = TWO_CLUSTERS + '\n[warehous]\nsource = "aggregate"\n'
     assert_error(err(text), "warehous", line(text, "[warehous]"),
                  "unknown key 'warehous' (did you mean 'warehouse'?); "
-                 "known keys: clusters, topics, mirrors, warehouse, defaults")
+                 "known keys: clusters, topics, mirrors, warehouse, defaults, console")
 
 
 def test_unknown_key_in_cluster_table_has_line() -> None:

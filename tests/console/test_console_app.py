@@ -1,0 +1,192 @@
+"""The console's routes against a real secured broker (SCRAM on SASL_PLAINTEXT, the
+StandardAuthorizer), called in-process over ASGI with httpx: logins checked by the cluster,
+pages that show what the cluster holds, records read as the logged-in user (the broker's
+ACLs decide), CSRF and origin checks, bounded inputs, and no secret in any page or log."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.security.secured import (
+    PASSWORDS,
+    SecuredBroker,
+    add_users,
+    create_acls,
+    start_secured_broker,
+)
+
+TOKEN = "console-token-8c1f"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    broker = start_secured_broker(tmp_path_factory.mktemp("console-broker"))
+    try:
+        add_users(broker.internal)
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": broker.internal})
+        for f in admin.create_topics([NewTopic("orders", 3, 1)]).values():
+            f.result(15)
+        producer = Producer({"bootstrap.servers": broker.internal})
+        for i in range(5):
+            producer.produce("orders", key=f"k{i}".encode(), value=f'{{"n": {i}}}'.encode(), partition=1,
+                             timestamp=1_700_000_000_000 + i * 1000, headers=[("h", b"v")])
+        assert producer.flush(15) == 0
+        create_acls({"bootstrap.servers": broker.internal},
+                    [("TOPIC", "orders", "LITERAL", "User:bob", "READ", "ALLOW"),
+                     ("TOPIC", "orders", "LITERAL", "User:bob", "DESCRIBE", "ALLOW")])
+        yield broker
+    finally:
+        broker.proc.stop()
+
+
+def topology_file(root: Path, broker: SecuredBroker, *, token: bool) -> Path:
+    (root / "pw.properties").write_text(f"admin={PASSWORDS['admin']}\n")
+    (root / "token").write_text(TOKEN + "\n")
+    console = f'\n[console]\nlisten = "127.0.0.1:1"\nauth_token = "${{dir:{root}:token}}"\n' if token else ""
+    path = root / "topology.toml"
+    path.write_text(f"""
+[clusters.sec]
+datacenter = "east"
+brokers = ["{broker.internal}"]
+client_listener = "SASL"
+
+[clusters.sec.listeners]
+SASL = ["{broker.proc.bootstrap.split(':')[0]}:{broker.sasl_plaintext_port}"]
+
+[clusters.sec.config]
+"listener.security.protocol.map" = "BROKER:PLAINTEXT,SASL:SASL_PLAINTEXT"
+
+[clusters.sec.client]
+"security.protocol" = "SASL_PLAINTEXT"
+"sasl.mechanism" = "SCRAM-SHA-256"
+"sasl.username" = "admin"
+"sasl.password" = "${{file:{root}/pw.properties:admin}}"
+{console}""")
+    return path
+
+
+def run_console(path: Path, body: Callable[[httpx.AsyncClient, Any], Awaitable[None]]) -> None:
+    from deploy.console.app import build_app
+    from deploy.console.server import make_console
+    from topology import load
+
+    console = make_console(load(path), refresh_s=1.0)
+
+    async def main() -> None:
+        await console.poller.poll_once()
+        transport = httpx.ASGITransport(app=build_app(console))
+        async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as client:
+            await body(client, console)
+        for c in console.poller.clusters.values():
+            await c.close()
+
+    trio.run(main)
+
+
+async def login(client: httpx.AsyncClient, user: str, password: str) -> httpx.Response:
+    return await client.post("/login", data={"username": user, "password": password, "next": "/"})
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF token in the page"
+    return found.group(1)
+
+
+def test_login_is_checked_by_the_cluster_and_pages_show_it(secured: SecuredBroker, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = topology_file(tmp_path, secured, token=False)
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        r = await client.get("/")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+        assert (await client.get("/api/map")).status_code == 401
+        r = await login(client, "alice", "not-her-password")
+        assert r.status_code == 401 and "wrong name or password" in r.text
+        assert "not-her-password" not in r.text
+        # A password that looks like a secret reference is a password, never a file to read.
+        r = await login(client, "alice", "${file:/etc/hostname:x}")
+        assert r.status_code == 401 and "hostname" not in r.text
+        r = await login(client, "admin", PASSWORDS["admin"])
+        assert r.status_code == 303, r.text
+        home = await client.get("/")
+        assert home.status_code == 200 and "admin" in home.text and "sec" in home.text
+        assert "default-src 'none'" in home.headers["content-security-policy"]
+        page = await client.get("/clusters/sec")
+        assert page.status_code == 200
+        assert ">orders</a>" in page.text and "registered" in page.text
+        assert re.search(r">orders</a></th><td>3</td><td>1</td>\s*<td>5</td>", page.text), page.text[-3000:]
+        topic = await client.get("/clusters/sec/topics/orders")
+        assert topic.status_code == 200 and "min.insync.replicas" in topic.text
+        records = await client.get("/clusters/sec/topics/orders/records", params={"partition": 1, "offset": 2})
+        assert records.status_code == 200
+        offsets = [int(x) for x in re.findall(r'data-offset="(\d+)"', records.text)]
+        assert offsets == [2, 3, 4], records.text[-3000:]
+        assert "&#34;n&#34;: 2" in records.text or '"n": 2' in records.text
+        by_time = await client.get("/clusters/sec/topics/orders/records",
+                                   params={"partition": 1, "time": "2023-11-14T22:13:23"})
+        assert [int(x) for x in re.findall(r'data-offset="(\d+)"', by_time.text)] == [3, 4]  # 1700000003000 on
+        sec = await client.get("/security")
+        assert sec.status_code == 200 and "User:bob" in sec.text and "alice" in sec.text
+        # Bounded input: a clear 400, never a traceback.
+        for params in ({"partition": "x"}, {"partition": 10**9}, {"offset": -1}, {"limit": 10_000},
+                       {"time": "yesterday"}):
+            bad = await client.get("/clusters/sec/topics/orders/records", params=params)
+            assert bad.status_code == 400, (params, bad.status_code)
+        assert (await client.get("/clusters/" + "x" * 300)).status_code == 400
+        # Actions need the session's form token and the console's own origin.
+        assert (await client.post("/logout", data={})).status_code == 403
+        token = csrf_of(home.text)
+        assert (await client.post("/logout", data={"csrf": token},
+                                  headers={"origin": "http://evil.test"})).status_code == 403
+        out = await client.post("/logout", data={"csrf": token})
+        assert out.status_code == 303
+        assert (await client.get("/")).status_code == 303
+
+    run_console(path, body)
+    logged = caplog.text
+    for secret in (PASSWORDS["admin"], "not-her-password"):
+        assert secret not in logged
+
+
+def test_records_are_read_as_the_user_and_the_broker_decides(secured: SecuredBroker, tmp_path: Path) -> None:
+    path = topology_file(tmp_path, secured, token=False)
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        assert (await login(client, "alice", PASSWORDS["alice"])).status_code == 303
+        denied = await client.get("/clusters/sec/topics/orders/records", params={"partition": 1, "offset": 0})
+        assert denied.status_code == 200 and "not read" in denied.text and 'data-offset="' not in denied.text
+        assert re.search(r"(?i)authoriz", denied.text), denied.text[-2000:]
+        client.cookies.clear()
+        assert (await login(client, "bob", PASSWORDS["bob"])).status_code == 303
+        allowed = await client.get("/clusters/sec/topics/orders/records", params={"partition": 1, "offset": 0})
+        assert [int(x) for x in re.findall(r'data-offset="(\d+)"', allowed.text)] == [0, 1, 2, 3, 4]
+
+    run_console(path, body)
+
+
+def test_the_admin_token_logs_in_and_a_wrong_one_does_not(secured: SecuredBroker, tmp_path: Path) -> None:
+    path = topology_file(tmp_path, secured, token=True)
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        r = await client.post("/login", data={"token": "wrong"})
+        assert r.status_code == 401 and "wrong token" in r.text
+        r = await client.post("/login", data={"token": TOKEN, "next": "https://evil.test/"})
+        assert r.status_code == 303 and r.headers["location"] == "/"  # never redirected off the console
+        assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
+        home = await client.get("/")
+        assert home.status_code == 200 and "(admin)" in home.text and TOKEN not in home.text
+
+    run_console(path, body)
