@@ -24,6 +24,7 @@ logged in is the one the brokers check.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +145,7 @@ class FlowPause:
         self._latest_since: int | None = None  # when the run of pausing records ending at it began
         self.invalid_records = 0
         self.last_invalid: str | None = None
+        self.topic_id: uuid.UUID | None = None  # the incarnation of the topic read (None: not known)
 
     @property
     def paused(self) -> bool:
@@ -182,9 +184,10 @@ class FlowPause:
         self.control = latest
         return latest.paused != was
 
-    def restart(self, offset: int) -> None:
-        """The log was replaced: read it again from `offset` (its start)."""
+    def restart(self, offset: int, topic_id: uuid.UUID | None = None) -> None:
+        """The log was replaced: read it again from `offset` (its start; of incarnation `topic_id`)."""
         self.next_offset = offset
+        self.topic_id = topic_id
         self._latest, self._latest_since = RUNNING, None
 
     def status(self) -> dict[str, Any]:
@@ -205,7 +208,8 @@ def _absent(cluster: ClientCluster) -> bool:
 async def poll(cluster: ClientCluster, pause: FlowPause, *, cluster_name: str = "") -> bool:
     """Read the control topic from where `pause` is up to its high watermark (at most
     READS_PER_POLL_MAX Fetches) and settle; returns whether paused flipped. A topic that does not
-    exist holds no control record: the flow runs. Raises FlowControlDenied (no READ) and the
+    exist holds no control record: a running flow runs, a paused one stays paused (its record
+    may be missing only from the broker asked). Raises FlowControlDenied (no READ) and the
     client's errors (the caller polls again later)."""
     if cluster.metadata.partition_count(FLOW_CONTROL_TOPIC) is None:
         await cluster.refresh({FLOW_CONTROL_TOPIC})
@@ -213,13 +217,22 @@ async def poll(cluster: ClientCluster, pause: FlowPause, *, cluster_name: str = 
         if info is not None and info.error_code in DENIED_CODES:
             raise FlowControlDenied(cluster_name, "Read", info.error_code, "reading the flow's pause state")
         if _absent(cluster):
+            if pause.paused:
+                # Deleted, or a broker that does not know it yet: a paused flow stays paused
+                # (resume writes the topic and the record again).
+                raise KafkaError(f"{FLOW_CONTROL_TOPIC} is gone from {cluster_name or 'the target'}; the flow "
+                                 "stays paused until `dcmirror mirror resume`", ErrorCode.unknown_topic_or_partition)
             pause.restart(0)
             return pause.settle(0)
         if cluster.metadata.partition_count(FLOW_CONTROL_TOPIC) is None:
             raise KafkaError(f"{FLOW_CONTROL_TOPIC} in {cluster_name or 'the target'}",
                              info.error_code if info else ErrorCode.leader_not_available)
-    topic_id = cluster.metadata.topic_id(FLOW_CONTROL_TOPIC)
     for _ in range(READS_PER_POLL_MAX):
+        topic_id = cluster.metadata.topic_id(FLOW_CONTROL_TOPIC)
+        if topic_id is not None and pause.topic_id != topic_id:
+            if pause.topic_id is not None:
+                pause.restart(0, topic_id)  # another incarnation of the topic: from its start
+            pause.topic_id = topic_id
         try:
             fetched = await tail.fetch(cluster, FLOW_CONTROL_TOPIC, 0, pause.next_offset, max_bytes=READ_MAX_BYTES)
         except KafkaError as exc:
@@ -230,13 +243,10 @@ async def poll(cluster: ClientCluster, pause: FlowPause, *, cluster_name: str = 
             # Deleted and created again, or its start moved past us: read what it holds now.
             await cluster.refresh({FLOW_CONTROL_TOPIC})
             start, _ = await tail.offsets(cluster, FLOW_CONTROL_TOPIC, 0)
-            pause.restart(start)
+            pause.restart(start, cluster.metadata.topic_id(FLOW_CONTROL_TOPIC))
             continue
-        now_id = cluster.metadata.topic_id(FLOW_CONTROL_TOPIC)
-        if topic_id is not None and now_id is not None and now_id != topic_id:
-            pause.restart(0)  # another incarnation of the topic: from its start
-            topic_id = now_id
-            continue
+        if cluster.metadata.topic_id(FLOW_CONTROL_TOPIC) != topic_id:
+            continue  # the fetch refreshed the metadata and found another incarnation: read it
         end = pause.next_offset
         records: list[tuple[int, bytes | None, bytes | None]] = []
         for b in fetched.batches:

@@ -251,6 +251,21 @@ def test_the_reader_follows_the_topic_through_absence_and_re_creation(monkeypatc
     assert poll(target, pause) is True and not pause.paused
 
 
+def test_a_paused_flow_stays_paused_while_the_topic_seems_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = FakeTarget()
+    install(monkeypatch, target)
+    target.log = [rec(0, FlowControl(True, 1, "held"))]
+    pause = FlowPause(FLOW)
+    assert poll(target, pause) and pause.paused
+    target.log = None  # deleted, or a broker that does not know it yet
+    target.metadata.topics.clear()
+    with pytest.raises(KafkaError, match="stays paused"):
+        poll(target, pause)
+    assert pause.paused
+    target.recreate([rec(0, FlowControl(False, 2, ""))])  # what `mirror resume` writes
+    assert poll(target, pause) and not pause.paused
+
+
 def test_the_reader_says_which_acl_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     target = FakeTarget()
     install(monkeypatch, target)
