@@ -1,7 +1,9 @@
 """What the source says about a mirrored topic follows the mirror topic within 30 s
-(issue 31; mirror/topic_sync.py): the committed offsets of the flow's `mirror_groups`,
-copied 1:1 only while the group has no members in the target and never beyond what the
-mirror holds, and the topic's ACLs with the flow's principal mapping.
+(issue 31): its partition count and topic configs (Kafka's names minus
+mirror/mirror_topics.py CONFIG_EXCLUDES, every topic.refresh.ms), the committed offsets of
+the flow's `mirror_groups` (mirror/topic_sync.py), copied 1:1 only while the group has no
+members in the target and never beyond what the mirror holds, and the topic's ACLs with the
+flow's principal mapping.
 
 Real processes: a 1-broker source and a 1-broker target, one worker process of a flow with
 mirror_topics = true; librdkafka consumers commit on the source and resume on the target,
@@ -24,11 +26,27 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
     ResourcePatternType,
     ResourceType,
 )
 
-from tests.mirror.lab import Flow, MirrorLab, end_offsets, new_topic, wait_for
+from mirror.mirror_topics import CONFIG_EXCLUDES, MIRROR_SOURCE_CONFIG
+from tests.cluster_helpers import admin
+from tests.mirror.lab import (
+    Flow,
+    MirrorLab,
+    add_partitions,
+    end_offsets,
+    new_topic,
+    partition_count,
+    read_topic,
+    topic_config,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.heavy]
 
@@ -252,3 +270,93 @@ def test_topic_acls_follow_with_the_principal_mapping_and_an_operators_stay(
     status = wait_for(lambda: (s := sync_status(lab))["totals"]["acls_deleted"] == 1 and s, 10, "the status")
     assert status["totals"]["acls_created"] == 4, status
     assert status["acls"]["skipped"] == "" and status["runs_here"], status
+
+
+def _overrides(bootstrap: str, topic: str) -> dict[str, str | None]:
+    """The topic's own configs: DescribeConfigs entries whose source is DYNAMIC_TOPIC_CONFIG."""
+    return {name: e.value for name, e in topic_config(bootstrap, topic).items()
+            if ConfigSource(getattr(e.source, "value", e.source)) is ConfigSource.DYNAMIC_TOPIC_CONFIG}
+
+
+def _alter(bootstrap: str, topic: str, set_: dict[str, str], delete: tuple[str, ...] = ()) -> None:
+    """IncrementalAlterConfigs of a topic: `set_` set, `delete` back to the default."""
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in set_.items()] + \
+        [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    client = admin(bootstrap)  # kept alive until the answer (a dropped client fails its futures)
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def test_partitions_and_topic_configs_follow_the_mirror_topic_within_30_s(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    lab = mirror_lab({"east": 1, "dr": 1})
+    east, dr = lab.bootstrap("east"), lab.bootstrap("dr")
+    new_topic(east, "orders", 2, config={"retention.ms": "604800000", "cleanup.policy": "delete",
+                                         "segment.bytes": "8388608"})
+    for p in range(2):
+        produce(east, "orders", p, 0, 100)
+    # topic.refresh.ms is the flow's default (5 s): the 30 s must hold with it.
+    lab.write_topology([Flow("east", "dr", "orders", rename="{topic}", mirror_topics=True)])
+    lab.start_worker(FLOW, 0)
+    wait_for(lambda: end_offsets(dr, "orders") == {0: 100, 1: 100}, 60, "the mirror caught up",
+             interval_s=0.2, on_timeout=lab.mirror_log_tail)
+    marker = {MIRROR_SOURCE_CONFIG: "east:orders"}
+    assert _overrides(dr, "orders") == {**_overrides(east, "orders"), **marker}
+    # An excluded config is the target's own: an operator's value on the mirror topic stays.
+    _alter(dr, "orders", {"min.insync.replicas": "1"})
+
+    # The source changes: two partitions more; a config changed, one set, one set that is
+    # excluded, one override deleted.
+    excluded = "message.timestamp.before.max.ms"
+    assert excluded in CONFIG_EXCLUDES and "min.insync.replicas" in CONFIG_EXCLUDES
+    partitions_at = time.monotonic()
+    add_partitions(east, "orders", 4)
+    configs_at = time.monotonic()
+    _alter(east, "orders", {"retention.ms": "86400000", "max.message.bytes": "2097152", excluded: "3600000"},
+           delete=("segment.bytes",))
+    source = _overrides(east, "orders")
+    assert source == {"retention.ms": "86400000", "cleanup.policy": "delete", "max.message.bytes": "2097152",
+                      excluded: "3600000"}, source
+    want = {**{k: v for k, v in source.items() if k not in CONFIG_EXCLUDES}, **marker, "min.insync.replicas": "1"}
+
+    # Polled until the target says the same; the ceiling is the issue's 30 s from the first change.
+    delays: dict[str, float] = {}
+    last: dict[str, Any] = {}
+
+    def followed() -> bool:
+        now = time.monotonic()
+        count, target = partition_count(dr, "orders"), _overrides(dr, "orders")
+        last.update(partitions=count, overrides=target)
+        checks = {"partitions": (count == 4, partitions_at),
+                  "retention.ms": (target.get("retention.ms") == "86400000", configs_at),
+                  "max.message.bytes": (target.get("max.message.bytes") == "2097152", configs_at),
+                  "segment.bytes deleted": ("segment.bytes" not in target, configs_at),
+                  "every override": (target == want, configs_at)}
+        for what, (ok, since) in checks.items():
+            if ok and what not in delays:
+                delays[what] = now - since
+        return len(delays) == len(checks)
+
+    wait_for(followed, partitions_at + SYNC_BOUND_S - time.monotonic(),
+             "dr's orders with the source's partition count and configs", interval_s=0.25,
+             on_timeout=lambda: f"followed: {delays}; dr: {last}; want {want}\n{lab.mirror_log_tail()}")
+    print("followed the source in " + ", ".join(f"{what} {s:.1f} s" for what, s in delays.items()))
+    target = topic_config(dr, "orders")
+    assert target[excluded].value != "3600000", f"{excluded} is excluded, yet followed: {target[excluded]}"
+    assert target["min.insync.replicas"].value == "1"
+    assert target["segment.bytes"].value == topic_config(east, "orders")["segment.bytes"].value  # the default
+
+    # Records in the new partitions (and the old) land at the source's offsets.
+    for p, first in ((0, 100), (1, 100), (2, 0), (3, 0)):
+        produce(east, "orders", p, first, 50)
+    produced_at = time.monotonic()
+    ends = end_offsets(east, "orders")
+    assert ends == {0: 150, 1: 150, 2: 50, 3: 50}, ends
+    wait_for(lambda: end_offsets(dr, "orders") == ends, 60, f"dr's orders at the source's ends {ends}",
+             interval_s=0.25, on_timeout=lab.mirror_log_tail)
+    print(f"records in the new partitions mirrored {time.monotonic() - produced_at:.1f} s after they were written")
+    copy = read_topic(dr, "orders")
+    assert copy == read_topic(east, "orders")
+    for p in (2, 3):
+        assert [(r.offset, r.value) for r in copy[p]] == [(o, f"p{p}-{o}".encode()) for o in range(50)], copy[p][:3]
