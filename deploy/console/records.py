@@ -21,16 +21,20 @@ import trio
 from cluster.client.consumer import Consumer
 from cluster.common.secrets import Secret
 from cluster.protocol.records import Record
+from mirror.history import parse_topic_id, topic_id_text
+from mirror.provenance import (
+    SOURCE_CLUSTER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC_ID,
+    header,
+)
 from topology.model import ClusterSpec, MirrorSpec, Topology
 
 RECORDS_PER_PAGE_MAX = 200
 FETCH_BYTES_MAX = 4 << 20
 READ_TIMEOUT_S = 5.0
 SEARCH_STEPS_MAX = 64
-SOURCE_CLUSTER = "dcmirror.source.cluster"
-SOURCE_PARTITION = "dcmirror.source.partition"
-SOURCE_OFFSET = "dcmirror.source.offset"
-SOURCE_TOPIC_ID = "dcmirror.source.topic.id"
 
 
 def client_settings(spec: ClusterSpec, user: str | None, password: Secret | None) -> dict[str, Any]:
@@ -92,22 +96,18 @@ async def _read(consumer: Consumer, tp: tuple[str, int], *, offset: int | None =
     return Page(tuple(records[:limit]), start, end, at)
 
 
-def header(record: Record, name: str) -> bytes | None:
-    found = None
-    for k, v in record.headers:
-        if k == name:
-            found = v
-    return found
-
-
 def provenance(record: Record) -> dict[str, Any] | None:
-    """Where a mirrored record came from, None for a record produced here."""
-    cluster, partition, offset = (header(record, h) for h in (SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET))
+    """Where a mirrored record came from (the source topic id as a UUID's text), None for a
+    record produced here."""
+    cluster, partition, offset = (header(record.headers, h) for h in (SOURCE_CLUSTER, SOURCE_PARTITION, SOURCE_OFFSET))
     if cluster is None or partition is None or offset is None:
         return None
-    topic_id = header(record, SOURCE_TOPIC_ID)
-    return {"cluster": cluster.decode(errors="replace"), "partition": int(partition), "offset": int(offset),
-            "topic_id": topic_id.decode(errors="replace") if topic_id else None}
+    try:
+        where = {"cluster": cluster.decode(errors="replace"), "partition": int(partition), "offset": int(offset)}
+    except ValueError:
+        return None
+    topic_id = parse_topic_id(header(record.headers, SOURCE_TOPIC_ID))
+    return where | {"topic_id": str(topic_id) if topic_id else None}
 
 
 def flow_into_aggregate(topology: Topology, cluster: str, topic: str) -> MirrorSpec | None:
@@ -182,6 +182,7 @@ def warehouse_row_query(table: str, source_cluster: str, partition: int, offset:
 
     where = [f"source_cluster = {quoted(source_cluster)}", f"source_partition = {int(partition)}",
              f"source_offset = {int(offset)}"]
-    if source_topic_id:
-        where.append(f"(source_topic_id IS NULL OR source_topic_id = {quoted(source_topic_id)})")
+    if source_topic_id:  # the warehouse keeps the id as the provenance header has it (Kafka's text form)
+        text = topic_id_text(uuid.UUID(source_topic_id))
+        where.append(f"(source_topic_id IS NULL OR source_topic_id = {quoted(text)})")
     return f"SELECT * FROM {table} WHERE " + " AND ".join(where) + " LIMIT 10"

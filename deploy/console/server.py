@@ -56,22 +56,19 @@ def make_console(topology: Any, refresh_s: float) -> Any:
 
 
 def _flow_actions() -> dict[str, Any]:
-    """pause/resume through the mirror's flow control records, when this build has them."""
-    try:
-        from mirror import flow_control
-    except ImportError:
-        return {}
-    setter = getattr(flow_control, "set_flow_paused_with_settings", None)
-    if setter is None:
-        return {}
+    """pause/resume: the flow's control record in its target cluster (mirror/flow_control.py),
+    written as the logged-in principal, so the brokers' ACLs decide (WRITE on the topic)."""
+    import time
 
-    async def pause(topology: Any, flow: Any, settings: dict[str, Any], reason: str) -> None:
-        await setter(settings, flow.name, True, reason)
+    from mirror.flow_control import set_flow_paused
 
-    async def resume(topology: Any, flow: Any, settings: dict[str, Any], reason: str) -> None:
-        await setter(settings, flow.name, False, reason)
+    def action(paused: bool) -> Any:
+        async def act(topology: Any, flow: Any, settings: dict[str, Any], reason: str) -> None:
+            await set_flow_paused(settings, flow.name, paused, reason, now_ms=int(time.time() * 1000),
+                                  cluster_name=flow.target, client_id="dcmirror-console")
+        return act
 
-    return {"pause": pause, "resume": resume}
+    return {"pause": action(True), "resume": action(False)}
 
 
 def cmd_console(args: argparse.Namespace) -> int:
