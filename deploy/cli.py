@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,}; "
                       "plus one Avro or JSON Schema order per 20 events)")
-    demo.add_argument("--keep", action="store_true", help="keep the data directory (logs, data, warehouse) afterwards")
+    demo.add_argument("--keep", action="store_true", help="keep the deployment running with its web console until "
+                      "Ctrl-C, and its data directory (logs, data, warehouse) afterwards")
     demo.add_argument("--json", action="store_true", help="end with the summary as one JSON line")
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -118,6 +118,9 @@ config = { "min.insync.replicas" = 2 }
 
 [warehouse.registry_schemas]         # typed tables east_orders and west_orders
 "(east|west)[.]orders" = { value = true, poison = "fail" }
+
+[console]                            # the web console (log in as a SCRAM user: admin)
+listen = "127.0.0.1:18480"
 """
 
 
@@ -756,6 +759,24 @@ def _table(rows: list[list[str]], right: int = 1) -> list[str]:
             for r in rows]
 
 
+def keep_running(topology: Topology, workdir: Path, up: UpProcess) -> None:
+    """--keep: the deployment stays up, with its web console, until Ctrl-C (or SIGTERM)."""
+    console = topology.console
+    where = f"{console.url}/" if console is not None else "(no [console] in the topology)"
+    say(f"\n== the deployment keeps running: web console on {where}")
+    say(f"   log in as admin, password: the admin line of {workdir / 'secrets' / 'passwords.properties'}")
+    say("   Ctrl-C stops everything")
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.is_set() and up.proc.poll() is None:
+            stop.wait(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: bool = False, seed: int = 1) -> int:
     if records < 1:
         print("dcmirror demo: --records must be at least 1", file=sys.stderr)
@@ -807,6 +828,8 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
         say(f"\ndcmirror demo FAILED: {type(exc).__name__}: {exc}")
         summary["error"] = f"{type(exc).__name__}: {exc}"
     finally:
+        if up is not None and keep and summary.get("ok"):
+            keep_running(topology, workdir, up)
         if up is not None:
             say("\n== stopping (dcmirror up: mirror workers, then every cluster with controlled shutdowns)")
             code = up.stop()
