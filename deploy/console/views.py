@@ -295,7 +295,7 @@ def map_layout(topology: Topology) -> MapLayout:
     if topology.warehouse is not None:
         edges.append(_edge("warehouse", nodes[topology.warehouse.source], nodes["warehouse"], 0))
     width = MAP_MARGIN_PX * 2 + last_col * MAP_COLUMN_PX + MAP_NODE_W
-    height = MAP_MARGIN_PX * 2 + 20 + rows * MAP_ROW_PX
+    height = max(n.y for n in nodes.values()) + MAP_NODE_H + MAP_MARGIN_PX + 14
     return MapLayout(width, height, tuple(nodes.values()), datacenters, tuple(edges))
 
 

@@ -35,6 +35,11 @@
     });
     if (state.warehouse) {
       each(".node" + attr("data-node", "warehouse"), function (g) { setLevel(g, state.warehouse.level); });
+      each(".flow" + attr("data-flow", "warehouse"), function (g) {
+        setLevel(g, state.warehouse.level);
+        var path = g.querySelector("path");
+        if (path) { path.setAttribute("marker-end", "url(#arrow-" + state.warehouse.level + ")"); }
+      });
       each(attr("data-node-text", "warehouse"), function (el) { el.textContent = state.warehouse.text; });
     }
     Object.keys(state.datacenters).forEach(function (name) {
