@@ -100,6 +100,8 @@ class Console:
     https: bool = False
     monitoring: MonitoringOptions = field(default_factory=MonitoringOptions)
     sessions: Sessions = field(default_factory=Sessions)
+    decoders: dict[str, Any] = field(default_factory=dict)
+    """Per cluster with a schema registry, its SchemaDecoder (decode.py), made when first needed."""
     flow_actions: dict[str, Callable[..., Awaitable[None]]] = field(default_factory=dict)
     """'pause' / 'resume' -> async fn(topology, flow, client settings, reason): set by server.py
     when the mirror's flow control is available."""
@@ -291,10 +293,14 @@ def build_app(console: Console) -> Starlette:
         except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError) as exc:
             error = f"not read: {exc}" if not isinstance(exc, trio.TooSlowError) else "not read: no answer in time"
         flow = flow_into_aggregate(console.topology, name, topic)
+        decoded: dict[tuple[int, str], tuple[str, str]] = {}
+        registry = console.topology.clusters[name].registry
+        if result is not None and registry is not None and mode == "auto":
+            decoded = await trio.to_thread.run_sync(_decode_records, console, name, registry, result.records)
         if result is not None:
             for r in result.records:
-                key_kind, key_text = views.render_bytes(r.key, mode)
-                value_kind, value_text = views.render_bytes(r.value, mode)
+                key_kind, key_text = decoded.get((r.offset, "key")) or views.render_bytes(r.key, mode)
+                value_kind, value_text = decoded.get((r.offset, "value")) or views.render_bytes(r.value, mode)
                 rows.append({"offset": r.offset, "timestamp": r.timestamp, "time": _time_text(r.timestamp),
                              "key_kind": key_kind, "key": key_text, "value_kind": value_kind, "value": value_text,
                              "value_bytes": len(r.value or b""),
@@ -570,6 +576,24 @@ def map_state(console: Console) -> dict[str, Any]:
                               "no service running" if not wh.get("service") else "no load yet")}
     return {"at_s": snap.at_s, "poll_ms": snap.poll_ms, "clusters": clusters, "flows": flows,
             "datacenters": datacenters, "warehouse": warehouse}
+
+
+def _decode_records(console: Console, cluster: str, registry: Any, records: Any) -> dict[tuple[int, str], tuple[str, str]]:
+    """Wire-format keys and values decoded through the cluster's registry (in a thread)."""
+    from deploy.console.decode import SchemaDecoder, context_of
+
+    decoder = console.decoders.get(cluster)
+    if decoder is None:
+        decoder = console.decoders[cluster] = SchemaDecoder(registry)
+    out: dict[tuple[int, str], tuple[str, str]] = {}
+    for r in records:
+        where = provenance(r)
+        context = context_of(where["cluster"] if where else None, cluster)
+        for part, data in (("key", r.key), ("value", r.value)):
+            found = decoder.decode(data, context)
+            if found is not None:
+                out[(r.offset, part)] = found
+    return out
 
 
 def _parse_time(text: str) -> int:
