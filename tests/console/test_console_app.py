@@ -190,3 +190,41 @@ def test_the_admin_token_logs_in_and_a_wrong_one_does_not(secured: SecuredBroker
         assert home.status_code == 200 and "(admin)" in home.text and TOKEN not in home.text
 
     run_console(path, body)
+
+
+def test_group_pages_show_classic_and_kip848_groups(secured: SecuredBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer
+
+    consumers = []
+    for group, protocol in (("g-classic", "classic"), ("g-848", "consumer")):
+        c = Consumer({"bootstrap.servers": secured.internal, "group.id": group, "group.protocol": protocol,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe(["orders"])
+        got = 0
+        for _ in range(100):  # until it was assigned and read the 5 records (bounded by polls)
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+                if got == 5:
+                    c.commit(asynchronous=False)
+                    break
+        assert got == 5, f"{group} read {got} of 5"
+        consumers.append(c)
+    path = topology_file(tmp_path, secured, token=False)
+    try:
+        async def body(client: httpx.AsyncClient, console: Any) -> None:
+            assert (await login(client, "admin", PASSWORDS["admin"])).status_code == 303
+            cluster = await client.get("/clusters/sec")
+            assert ">g-classic</a>" in cluster.text and ">g-848</a>" in cluster.text
+            classic = await client.get("/clusters/sec/groups/g-classic")
+            assert classic.status_code == 200 and "orders-1" in classic.text and "KIP-848" not in classic.text
+            assert re.search(r"<th scope=\"row\">orders-1</th><td>5</td><td>5</td><td>0</td>", classic.text), \
+                classic.text[-2500:]
+            modern = await client.get("/clusters/sec/groups/g-848")
+            assert modern.status_code == 200 and "KIP-848 consumer group" in modern.text, modern.text[-2500:]
+            assert re.search(r"orders [0-9,]*1", modern.text)  # the member's assignment holds partition 1
+
+        run_console(path, body)
+    finally:
+        for c in consumers:
+            c.close()
