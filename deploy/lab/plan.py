@@ -352,7 +352,7 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
     listener stays on loopback: the host's own), every cluster's data under
     ``work_dir/data/<cluster>``, the warehouse under ``work_dir/warehouse``, mirror workers'
     admin HTTP on their mirror host's address, a schema registry on its cluster's first
-    broker's host."""
+    broker's host, the web console on console_host's."""
     clusters = {}
     for name, c in topology.clusters.items():
         def moved(addresses: Sequence[NodeAddress], cluster: str = name) -> tuple[NodeAddress, ...]:
@@ -382,5 +382,26 @@ def lab_topology(topology: Topology, plan: LabPlan, work_dir: Path) -> Topology:
     warehouse = topology.warehouse
     if warehouse is not None:
         warehouse = dataclasses.replace(warehouse, path=work_dir / "warehouse")
+    console = topology.console
+    if console is not None:  # on its host (console_host), on its port
+        console = dataclasses.replace(console, listen=NodeAddress(
+            0, str(console_host(plan, topology).address), console.listen.port))
     return dataclasses.replace(topology, path=work_dir / "topology.toml", clusters=clusters, warehouse=warehouse,
-                               mirrors=tuple(mirrors))
+                               mirrors=tuple(mirrors), console=console)
+
+
+def console_host(plan: LabPlan, topology: Topology) -> Host:
+    """Where the web console runs in the lab: in the datacenter the data flows to (the
+    warehouse's cluster's, else the first flow's target's, else the first cluster's), on its
+    mirror host when it has one, else on its first cluster's first broker's host. From there
+    it sees a datacenter cut off as an operator there would."""
+    if topology.warehouse is not None:
+        cluster = topology.cluster(topology.warehouse.source)
+    elif topology.mirrors:
+        cluster = topology.cluster(topology.mirrors[0].target)
+    else:
+        cluster = next(iter(topology.clusters.values()))
+    try:
+        return plan.mirror_host(cluster.datacenter)
+    except PlanError:
+        return plan.node_host(cluster.name, cluster.brokers[0].node_id)

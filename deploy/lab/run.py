@@ -30,6 +30,7 @@ from deploy.lab.plan import (
     LINK_TUN,
     LabPlan,
     PlanError,
+    console_host,
     lab_prefix,
     lab_topology,
     pick_base,
@@ -135,7 +136,8 @@ def prepare(topology: Topology, config: Path, work_dir: Path, *, latency_ms: flo
 def node_netns(plan: LabPlan, topology: Topology, spec: ChildSpec) -> str | None:
     """The namespace a child of `up` runs in: a node in its host's, a mirror worker in the
     mirror host of its flow's target datacenter, a schema registry in its cluster's first
-    broker's host (lab_topology), anything else (the load) in the root's."""
+    broker's host (lab_topology), the console on its host (plan.console_host), anything else
+    (the load) in the root's."""
     argv = list(spec.argv)
 
     def arg(flag: str) -> str | None:
@@ -149,6 +151,8 @@ def node_netns(plan: LabPlan, topology: Topology, spec: ChildSpec) -> str | None
     if "registry" in argv and arg("--cluster"):
         cluster = topology.cluster(str(arg("--cluster")))
         return plan.node_host(cluster.name, cluster.brokers[0].node_id).netns
+    if "console" in argv and topology.console is not None:
+        return console_host(plan, topology).netns
     return None
 
 
@@ -196,6 +200,9 @@ async def run_lab(plan: LabPlan, lab: Topology, work_dir: Path, *, timeout_s: fl
             runner = Up(lab, str(lab.path), sup, say, timeout_s)
             runner.nodes = [in_netns(s, node_netns(plan, lab, s)) for s in runner.nodes]
             runner.workers = [in_netns(s, node_netns(plan, lab, s)) for s in runner.workers]
+            runner.registries = [in_netns(s, node_netns(plan, lab, s)) for s in runner.registries]
+            if runner.console is not None:
+                runner.console = in_netns(runner.console, node_netns(plan, lab, runner.console))
             stop = trio.Event()
 
             async def watch_signals() -> None:

@@ -85,4 +85,6 @@ def dump_topology(topology: Topology, header: str = "") -> str:
                     if _fields(t, skip=("topics",)) else f"{key(t.topics)} = {{}}"
                     for t in topology.warehouse.registry_schemas]
             out.append("")
+    if topology.console is not None:  # auth_token stays the reference the topology gave
+        out += ["[console]", *_fields(topology.console), ""]
     return "\n".join(out)

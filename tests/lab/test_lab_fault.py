@@ -8,6 +8,8 @@ for 30 s and healed.
   and at 0 ms (alternating windows in the same lab) is printed.
 - While east is cut, its mirror lag grows with the cut; west's stays low.
 - Within 30 s of healing, east's lag is back to <= 1 s.
+- The web console, which the lab runs in the aggregate's datacenter, draws east cut off
+  during the cut (its polls of east go unanswered) and whole again after the heal.
 - Nothing is lost or duplicated: once the producers stop and the mirror is at lag 0, every
   aggregate partition holds its source partition's records exactly once, in order (values
   `<dc>-<seq>`, seq = i for the i-th record written, partition = seq % partitions).
@@ -90,7 +92,45 @@ source = "west"
 target = "aggregate"
 topics = "events"
 workers_http = ["127.0.0.1:9501"]
+
+[console]
+listen = "127.0.0.1:9600"
+auth_token = "${{file:{token}:token}}"
+refresh_ms = 1000
 """
+CONSOLE_TOKEN = "lab-console-token"
+
+
+class ConsoleMap:
+    """The web console (run by the lab in the aggregate's datacenter) asked from the root
+    namespace, logged in with its token: whether it draws a datacenter cut off."""
+
+    def __init__(self, lab: LabRun) -> None:
+        import httpx
+
+        console = load(lab.topology).console
+        assert console is not None
+        self.url = f"http://{console.listen}"
+        self.client = httpx.Client(base_url=self.url, timeout=5, trust_env=False)
+        wait_for(self._logged_in, 60, f"the console at {self.url} answering a login")
+
+    def _logged_in(self) -> bool:
+        import httpx
+
+        try:
+            r = self.client.post("/login", data={"token": CONSOLE_TOKEN})
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 303 and "dcmirror_console" in self.client.cookies
+
+    def cut(self, dc: str) -> bool:
+        import httpx
+
+        try:
+            r = self.client.get("/api/map")
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200 and bool(r.json()["datacenters"][dc]["cut"])
 
 
 def _status_over_the_lab_network(lab: LabRun) -> None:
@@ -168,7 +208,8 @@ def _wait_mirrored(lab: LabRun, ends: dict[str, dict[int, int]], timeout_s: floa
 def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> None:
     skip_unless_lab_possible()
     config = tmp_path / "topology.toml"
-    config.write_text(TOPOLOGY.format(partitions=PARTITIONS))
+    (tmp_path / "console.properties").write_text(f"token={CONSOLE_TOKEN}\n")
+    config.write_text(TOPOLOGY.format(partitions=PARTITIONS, token=tmp_path / "console.properties"))
     timings: dict[str, float] = {}
     began = time.monotonic()
     with lab_running(config, tmp_path / "lab", "--latency-ms", f"{LATENCY_MS:g}") as lab:
@@ -223,16 +264,24 @@ def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> Non
             time.sleep(2.0)
 
             # -- cut east off from the aggregate's datacenter (named by its cluster)
+            console = ConsoleMap(lab)
+            assert not console.cut("east") and not console.cut("west")
             acked_before = writers["east"].acked
             lab.cut("east", "aggregate")
             cut_at = time.monotonic()
             samples: list[tuple[float, float, float]] = []  # (since cut, east lag, west lag)
             status_during: dict[str, tuple[int, float]] = {}
+            console_cut_s: float | None = None
             while (since := time.monotonic() - cut_at) < CUT_S:
                 samples.append((since, tail.lag_s("east"), tail.lag_s("west")))
                 if not status_during and since > CUT_S / 2:
                     status_during = _status_lag(lab)
+                if console_cut_s is None and console.cut("east"):
+                    console_cut_s = since
+                    assert not console.cut("west")
                 time.sleep(0.5)
+            print(f"the console (in central) drew east cut off {console_cut_s} s after the cut")
+            assert console_cut_s is not None, "the console never drew east cut off during the 30 s cut"
             east_at_heal = tail.lag_s("east")
             assert writers["east"].acked > acked_before + RATE_PER_S * CUT_S / 2, \
                 "the producer in the root namespace lost east too"
@@ -260,6 +309,7 @@ def test_cut_datacenter_lags_then_catches_up_exactly_once(tmp_path: Path) -> Non
             wait_for(east_caught_up, HEAL_WITHIN_S, f"east's lag back to <= {HEAL_LAG_S:g} s after the heal",
                      interval_s=0.2, on_timeout=lambda: f"{recovery[-10:]}\n{lab.mirror_status()}"[:3000])
             timings["lag <= 1 s after heal"] = recovery[-1][0]
+            wait_for(lambda: not console.cut("east"), 30, "the console drawing east whole again after the heal")
             print(f"east lag <= {HEAL_LAG_S:g} s {recovery[-1][0]:.1f} s after the heal "
                   f"(then {recovery[-1][1]:.2f} s); status: {_status_lag(lab)}")
 

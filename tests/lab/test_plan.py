@@ -124,6 +124,17 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
                              tmp_path / "registry.log")
         assert node_netns(plan, lab_r, registry) == plan.node_host(name, 1).netns
     assert lab.topics == original.topics and lab.defaults == original.defaults
+    # A web console: in the datacenter the data flows to (the warehouse's), on its mirror host,
+    # same port, and `up` starts it in that host's namespace.
+    from topology.model import ConsoleSpec
+
+    with_console = dataclasses.replace(original, console=ConsoleSpec(NodeAddress(0, "127.0.0.1", 8480)))
+    lab_c = lab_topology(with_console, plan, tmp_path / "with-console")
+    assert lab_c.console is not None
+    assert (lab_c.console.listen.host, lab_c.console.listen.port) == (str(plan.mirror_host("central").address), 8480)
+    console = ChildSpec("console", ["dcmirror", "console", "--config", "t.toml"], tmp_path / "console.log")
+    assert node_netns(plan, lab_c, console) == plan.mirror_host("central").netns
+    assert node_netns(plan, lab, console) is None  # no [console]: nothing to place
     # mirror workers (and their admin HTTP) live on the target datacenter's mirror host
     mirror_host = str(plan.mirror_host("central").address)
     assert [[(a.host, a.port) for a in f.workers_http] for f in lab.mirrors] == [
