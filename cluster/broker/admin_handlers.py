@@ -276,14 +276,13 @@ class AdminHandlers:
             else:
                 kind = int(u.upgrade_type)
             updates.append({"feature": u.feature, "level": int(u.max_version_level), "upgrade_type": kind})
-        if not updates:
-            return {"throttle_time": 0, "error_code": ErrorCode.invalid_request,
-                    "error_message": "Features to update must be provided in request.", "results": []}
+        # (none at all: Kafka answers NONE and changes nothing)
         result = await self._call("update_features", {"updates": updates,
                                                       "validate_only": bool(getattr(req, "validate_only", False))},
                                   self._timeout_s(req))
-        results = result.get("results") or [{"feature": n, "error_code": result["error_code"],
-                                             "error_message": result.get("error_message")} for n in names]
+        # Kafka's ControllerApis: per-feature results only when every update was taken; a
+        # refusal (or no controller) is the top-level error alone.
+        results = (result.get("results") or []) if result["error_code"] == ErrorCode.none else []
         return {"throttle_time": 0, "error_code": result["error_code"], "error_message": result.get("error_message"),
                 "results": results}
 

@@ -239,6 +239,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.LIST_OFFSETS, 1, LIST_OFFSETS_MAX_VERSION, replicas.handle_list_offsets),
         Api(ApiKey.DELETE_RECORDS, 0, 2, replicas.handle_delete_records),
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, replicas.handle_describe_log_dirs),  # v0 is not in kio
+        Api(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2, replicas.handle_alter_replica_log_dirs),  # as Kafka 4
         Api(ApiKey.METADATA, 0, 12, meta.handle_metadata),
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, meta.handle_describe_topic_partitions),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),

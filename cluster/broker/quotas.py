@@ -194,8 +194,8 @@ def parse_filter(components: list[tuple[str, int, str | None]], strict: bool) ->
                 raise QuotaRequestError(INVALID_REQUEST,
                                         "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
             specified.add(entity_type)
-        else:
-            raise QuotaRequestError(UNSUPPORTED_VERSION, f"Unknown match type {match_type}")
+        else:  # (Kafka answers INVALID_REQUEST, as for any malformed filter)
+            raise QuotaRequestError(INVALID_REQUEST, f"Unknown match type {match_type}")
     if (ENTITY_IP in exact or ENTITY_IP in specified) and (set(exact) | specified) - {ENTITY_IP}:
         raise QuotaRequestError(INVALID_REQUEST, "Invalid entity filter component combination. IP filter component "
                                                  "should not be used with user or clientId filter component.")

@@ -342,6 +342,36 @@ class ReplicaHandlers:
             {"error_code": code, "log_dir": str(data_dir.resolve()), "total_bytes": total, "usable_bytes": usable,
              "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}]}
 
+    async def handle_alter_replica_log_dirs(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """AlterReplicaLogDirs v1–2, answered as Kafka's ReplicaManager.alterReplicaLogDirs
+        with one log directory, this broker's data directory (as DescribeLogDirs names it):
+        a replica there stays there (NONE); another directory is LOG_DIR_NOT_FOUND; a partition
+        this broker holds no replica of is REPLICA_NOT_AVAILABLE, one that does not exist
+        UNKNOWN_TOPIC_OR_PARTITION. ALTER on the cluster."""
+        allowed = ctx.allowed_on_cluster(AclOperation.ALTER)
+        home = str(self.replicas.logs.data_dir.resolve())
+        results: dict[str, dict[int, int]] = {}
+        for d in req.dirs:
+            for t in d.topics:
+                info = self.replicas.image.topic(t.name)
+                for index in t.partitions:
+                    if not allowed:
+                        code = ErrorCode.cluster_authorization_failed
+                    elif len(f"{t.name}-{index}.{uuid.UUID(int=0).hex}-future") > 255:
+                        code = ErrorCode.invalid_topic_exception  # Kafka's future log's directory name
+                    elif d.path != home:
+                        code = ErrorCode.log_dir_not_found
+                    elif (t.name, index) in self.replicas.partitions:
+                        code = ErrorCode.none
+                    elif info is not None and index in info.partitions:
+                        code = ErrorCode.replica_not_available
+                    else:
+                        code = ErrorCode.unknown_topic_or_partition
+                    results.setdefault(t.name, {})[index] = code
+        return {"throttle_time": 0, "results": [
+            {"topic_name": name, "partitions": [{"partition_index": i, "error_code": c} for i, c in parts.items()]}
+            for name, parts in results.items()]}
+
     # ---- OffsetForLeaderEpoch --------------------------------------------------------
 
     async def handle_offset_for_leader_epoch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:

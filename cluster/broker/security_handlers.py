@@ -8,6 +8,7 @@ controller; a broker answers reads from its own image.
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
@@ -93,14 +94,15 @@ class ScramUserHandlers:
                     "error_message": "DESCRIBE on the cluster is needed", "results": []}
         store = self.security.scram_store()
         names = sorted({n for n, _ in store}) if not req.users else [u.name for u in req.users]  # null or []: all
+        # As Kafka's ScramImage.describe: one result per user named, DUPLICATE_RESOURCE for one
+        # named more than once.
+        counts = collections.Counter(names)
         results: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
+        for name in dict.fromkeys(names):
+            if counts[name] > 1:
                 results.append({"user": name, "error_code": ErrorCode.duplicate_resource,
                                 "error_message": f"user {name} is asked for twice", "credential_infos": []})
                 continue
-            seen.add(name)
             infos = [{"mechanism": MECHANISM_TYPES[m], "iterations": int(c["iterations"])}
                      for (n, m), c in sorted(store.items()) if n == name]
             if not infos:

@@ -23,6 +23,7 @@ from cluster.controller.features import (
     SAFE_DOWNGRADE,
     SUPPORTED_FEATURES,
     UNSAFE_DOWNGRADE,
+    UPGRADE,
     finalized_levels,
 )
 from cluster.controller.image import (
@@ -576,19 +577,22 @@ class QuorumController:
     def update_features(self, args: dict[str, Any]) -> Result:
         """UpdateFeatures: `updates` [{feature, level, upgrade_type}] (upgrade_type 1 upgrade,
         2 safe downgrade, 3 unsafe downgrade), `validate_only`. All or nothing, as Kafka's
-        FeatureControlManager: the first refused update is the answer's error (and every
-        feature's), with Kafka's messages."""
-        results: list[tuple[str, int]] = []
+        QuorumController and FeatureControlManager: a feature named twice takes its last update;
+        the first refused update is the answer's error, with Kafka's messages and no results
+        (as Kafka's); else one result per update given."""
         current = finalized_levels(self.image)
-        seen: set[str] = set()
-        for u in args.get("updates", []):
-            name, level, kind = str(u["feature"]), int(u["level"]), int(u.get("upgrade_type", 1))
+        given = args.get("updates", [])
+        wanted: dict[str, tuple[int, int]] = {}
+        for u in given:
+            wanted[str(u["feature"])] = (int(u["level"]), int(u.get("upgrade_type", 1)))
+        for name, (level, kind) in wanted.items():
             problem = None
-            if name in seen:
-                problem = f"Feature {name} appears more than once in the request."
-            elif name not in SUPPORTED_FEATURES:
+            if name not in SUPPORTED_FEATURES:
                 problem = f"Invalid update version {level} for feature {name}. The controller does not support " \
                           f"the given feature."
+            elif kind not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+                problem = f"Invalid update version {level} for feature {name}. The controller does not support " \
+                          f"the given upgrade type."
             else:
                 low, high = SUPPORTED_FEATURES[name]
                 if level != 0 and not low <= level <= high or level < 0:
@@ -601,18 +605,14 @@ class QuorumController:
                 elif level != current[name] and name in FIXED_LEVELS:
                     problem = f"Invalid update version {level} for feature {name}. This cluster keeps it at " \
                               f"{current[name]}."
-            seen.add(name)
             if problem is not None:
-                return _err(ErrorCode.invalid_update_version, problem, results=[
-                    {"feature": str(v["feature"]), "error_code": ErrorCode.invalid_update_version,
-                     "error_message": problem} for v in args.get("updates", [])])
-            results.append((name, level))
+                return _err(ErrorCode.invalid_update_version, problem, results=[])
         if not args.get("validate_only"):
-            for name, level in results:
+            for name, (level, _) in wanted.items():
                 if level != current[name]:
                     self._set_feature(name, level)
-        return _ok(results=[{"feature": name, "error_code": ErrorCode.none, "error_message": None}
-                            for name, _ in results])
+        return _ok(results=[{"feature": str(u["feature"]), "error_code": ErrorCode.none, "error_message": None}
+                            for u in given])
 
     def _set_feature(self, name: str, level: int) -> None:
         was_on = self.image.elr_enabled

@@ -159,7 +159,8 @@ def plain(value: Any, aliases: Aliases, key: str = "") -> Any:
 
 # Lists of these are compared in this order: Kafka builds several answers from hash maps.
 ORDER_KEYS = ("name", "topic", "resource_name", "group_id", "partition_index", "partition", "index",
-              "partition_id", "resource_type", "pattern_type", "principal", "host", "operation", "permission_type")
+              "partition_id", "resource_type", "pattern_type", "principal", "host", "operation", "permission_type",
+              "user", "entity_type")
 
 
 def _order(value: Any) -> tuple[Any, ...] | None:

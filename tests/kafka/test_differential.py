@@ -11,8 +11,10 @@ ids become aliases numbered by first appearance, so the same id in two places mu
 the same id. Error codes are always compared.
 
 Behaviours: produce and fetch edge cases, ListOffsets by time, the admin APIs' refusals of
-bad input, DescribeConfigs of a topic and of the broker, classic group errors, KIP-848
-heartbeat errors, transactions and fencing per API version. ACL answers for denied
+bad input (topics, partitions, configs, DeleteRecords, ElectLeaders, partition
+reassignments, log directories, client quotas, SCRAM credentials, UpdateFeatures,
+OffsetDelete; DescribeCluster), DescribeConfigs of a topic and of the broker, classic group
+errors, KIP-848 heartbeat errors, transactions and fencing per API version. ACL answers for denied
 principals are in test_differential_acls.py (a SASL listener and an authorizer on both).
 
 Known differences (KNOWN_DIFFERENCES below; each entry is asserted to still differ, so a
@@ -65,6 +67,16 @@ fixed one must leave the table):
   when it is empty:
     groups.kinds:classic join into a consumer group.*
     groups.kinds:consumer heartbeat into a classic group.*
+- IP connection-rate quotas (KIP-612): dcmirror limits no connection rates and refuses an
+  ip entity with INVALID_REQUEST (docs/quotas.md), where Kafka takes it:
+    admin.client_quotas:alter, an ip's connection rate.*
+- Kafka alters a user's SCRAM credentials at most once per request (a second upsertion or
+  deletion of the user, whatever the mechanism, is DUPLICATE_RESOURCE; a refused deletion
+  answers its own error first); dcmirror refuses a (user, mechanism) given twice but takes
+  a user's credentials for several mechanisms in one request, as `dcmirror users add` and
+  the security tests' helper (confluent-kafka's admin client) send them:
+    admin.user_scram_credentials:alter, one user twice.*
+    admin.user_scram_credentials:alter, upsert and delete the same.*
 """
 
 from __future__ import annotations
@@ -150,6 +162,10 @@ _EPOCHS = ("epochs count differently: Kafka 4.3 gives a new group's first member
            "the member, one for its subscription); clients only compare them")
 _MIGRATION = ("Kafka 4 converts a classic group with members to a consumer group and back (KIP-848's online "
               "migration, group.consumer.migration.policy); dcmirror changes a group's kind only when it is empty")
+_SCRAM_PER_MECHANISM = ("Kafka alters a user's SCRAM credentials at most once per request (DUPLICATE_RESOURCE, or a "
+                        "refused deletion's own error first); dcmirror refuses a (user, mechanism) given twice but "
+                        "takes a user's credentials for several mechanisms in one request, as `dcmirror users add` "
+                        "and the security tests' helper (confluent-kafka's admin client) send them")
 KNOWN_DIFFERENCES: dict[str, str] = {
     "describe_configs.topic:defaults.message.timestamp.after.max.ms.*":
         "Kafka 4.0 lowered the default to one hour; dcmirror keeps Kafka 3's (none), so a mirror never refuses "
@@ -188,6 +204,11 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "groups.kinds:consumer member.member_epoch": _EPOCHS,
     "groups.kinds:classic join into a consumer group.*": _MIGRATION,
     "groups.kinds:consumer heartbeat into a classic group.*": _MIGRATION,
+    "admin.client_quotas:alter, an ip's connection rate.*":
+        "IP connection-rate quotas (KIP-612): dcmirror limits no connection rates and refuses an ip entity with "
+        "INVALID_REQUEST (docs/quotas.md), where Kafka takes it",
+    "admin.user_scram_credentials:alter, one user twice.*": _SCRAM_PER_MECHANISM,
+    "admin.user_scram_credentials:alter, upsert and delete the same.*": _SCRAM_PER_MECHANISM,
 }
 
 
@@ -598,6 +619,231 @@ async def _elect_leaders(conn: BrokerConnection, a: Answers) -> None:
     # (only this behaviour's topic: which others exist depends on the behaviours run before)
     a["every partition"] = {"error_code": every.error_code,
                             "results": [r for r in every.replica_election_results if r.topic.startswith("el-")]}
+
+
+@behaviours("admin.partition_reassignments")
+async def _partition_reassignments(conn: BrokerConnection, a: Answers) -> None:
+    await create_topic(conn, "ar-topic", 2)
+
+    async def reassign(*partitions: tuple[str, int, list[int] | None]) -> Any:
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for t, p, replicas in partitions:
+            by_topic[t].append({"partition_index": p, "replicas": replicas})
+        return await conn.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout": 10000, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}, version=0)
+
+    async def listed(topics: dict[str, list[int]] | None) -> Any:
+        return await conn.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout": 10000, "topics": None if topics is None else [{"name": t, "partition_indexes": ps}
+                                                                     for t, ps in topics.items()]}, version=0)
+
+    a["unknown topic"] = await reassign(("ar-unknown", 0, [1]))
+    a["unknown partition"] = await reassign(("ar-topic", 5, [1]))
+    a["an unknown broker"] = await reassign(("ar-topic", 0, [7]))
+    a["twice the same broker"] = await reassign(("ar-topic", 0, [1, 1]))
+    a["no replicas"] = await reassign(("ar-topic", 0, []))
+    a["negative broker id"] = await reassign(("ar-topic", 0, [-1]))
+    a["cancel, none in progress"] = await reassign(("ar-topic", 0, None))
+    a["to the replicas it has"] = await reassign(("ar-topic", 1, [1]))
+    a["good and bad together"] = await reassign(("ar-topic", 0, [1]), ("ar-topic", 1, [7]), ("ar-unknown", 0, [1]))
+    a["list, unknown topic"] = await listed({"ar-unknown": [0]})
+    a["list, unknown partition"] = await listed({"ar-topic": [5]})
+    a["list, none in progress"] = await listed({"ar-topic": [0, 1]})
+    every = await listed(None)
+    a["list, every partition"] = {"error_code": every.error_code,
+                                  "topics": [t for t in every.topics if t.name.startswith("ar-")]}
+
+
+@behaviours("admin.log_dirs")
+async def _log_dirs(conn: BrokerConnection, a: Answers) -> None:
+    """DescribeLogDirs and AlterReplicaLogDirs: the directories' paths and sizes are each
+    broker's own; their number, errors and the partitions they hold are compared."""
+    await create_topic(conn, "ld-topic", 2)
+
+    async def describe(topics: dict[str, list[int]] | None) -> Any:
+        return await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {
+            "topics": None if topics is None else [{"topic": t, "partitions": ps} for t, ps in topics.items()]},
+            version=4)
+
+    def held(resp: Any) -> dict[str, Any]:
+        return {"error_code": resp.error_code, "results": [
+            {"error_code": r.error_code, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "offset_lag": p.offset_lag,
+                                                 "is_future_key": p.is_future_key} for p in t.partitions]}
+                for t in r.topics if t.name.startswith("ld-")]} for r in resp.results]}
+
+    every = await describe(None)
+    a["every partition"] = held(every)
+    a["unknown topic"] = held(await describe({"ld-unknown": [0]}))
+    a["unknown partition"] = held(await describe({"ld-topic": [0, 5]}))
+    a["no topics"] = held(await describe({}))
+    (home,) = [r.log_dir for r in every.results]
+
+    async def move(path: str, topics: dict[str, list[int]]) -> Any:
+        return await conn.request(ApiKey.ALTER_REPLICA_LOG_DIRS, {"dirs": [{
+            "path": path, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}, version=2)
+
+    a["move to an unknown dir"] = await move("/no/such/log/dir", {"ld-topic": [0]})
+    a["move an unknown topic"] = await move(home, {"ld-unknown": [0]})
+    a["move an unknown partition"] = await move(home, {"ld-topic": [5]})
+    a["move where it is"] = await move(home, {"ld-topic": [1]})
+    a["move, invalid topic name"] = await move(home, {"ld/bad": [0]})
+
+
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+EXACT, DEFAULT, ANY = 0, 1, 2
+
+
+@behaviours("admin.client_quotas")
+async def _client_quotas(conn: BrokerConnection, a: Answers) -> None:
+    async def describe(*components: tuple[str, int, str | None], strict: bool = False) -> Any:
+        return await conn.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+            "strict": strict}, version=1)
+
+    async def alter(entity: dict[str, str | None], ops: dict[str, float | None], validate_only: bool = False) -> Any:
+        return await conn.request(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [{
+            "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+            "ops": [{"key": k, "value": 0.0 if v is None else v, "remove": v is None} for k, v in ops.items()]}],
+            "validate_only": validate_only}, version=1)
+
+    a["describe, unknown entity type"] = await describe(("nobody", EXACT, "x"))
+    a["describe, unknown match type"] = await describe((USER, 7, "x"))
+    a["describe, exact without a name"] = await describe((USER, EXACT, None))
+    a["describe, default with a name"] = await describe((USER, DEFAULT, "x"))
+    a["describe, one entity type twice"] = await describe((USER, EXACT, "x"), (USER, ANY, None))
+    a["describe, ip with a user"] = await describe((IP, ANY, None), (USER, ANY, None))
+    a["describe, nothing set"] = await describe((USER, ANY, None))
+    a["alter, unknown entity type"] = await alter({"nobody": "x"}, {"producer_byte_rate": 1000.0})
+    a["alter, no entity"] = await alter({}, {"producer_byte_rate": 1000.0})
+    a["alter, unknown key"] = await alter({USER: "cq-alice"}, {"no.such.quota": 1.0})
+    a["alter, ip key on a user"] = await alter({USER: "cq-alice"}, {"connection_creation_rate": 5.0})
+    a["alter, user key on an ip"] = await alter({IP: "127.0.0.1"}, {"producer_byte_rate": 1000.0})
+    a["alter, not an ip"] = await alter({IP: "not-an-address"}, {"connection_creation_rate": 5.0})
+    a["alter, ip with a user"] = await alter({IP: "127.0.0.1", USER: "cq-alice"}, {"connection_creation_rate": 5.0})
+    a["alter, not a whole number"] = await alter({USER: "cq-alice"}, {"producer_byte_rate": 1000.5})
+    a["alter, negative"] = await alter({USER: "cq-alice"}, {"producer_byte_rate": -5.0})
+    a["alter, zero"] = await alter({USER: "cq-alice"}, {"request_percentage": 0.0})
+    a["alter, the same key twice"] = await conn.request(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [{
+        "entity": [{"entity_type": USER, "entity_name": "cq-alice"}],
+        "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False},
+                {"key": "producer_byte_rate", "value": 2.0, "remove": False}]}], "validate_only": False}, version=1)
+    a["alter, validate only"] = await alter({USER: "cq-bob"}, {"producer_byte_rate": 1000.0}, validate_only=True)
+    a["alter, an ip's connection rate"] = await alter({IP: "127.0.0.1"}, {"connection_creation_rate": 5.0},
+                                                       validate_only=True)
+    a["alter, remove an unset key"] = await alter({USER: "cq-carol"}, {"producer_byte_rate": None})
+    a["alter, default user and client"] = await alter({USER: None, CLIENT_ID: "cq-app"},
+                                                      {"consumer_byte_rate": 2048.0})
+    a["alter"] = await alter({USER: "cq-alice", CLIENT_ID: "cq-app"}, {"producer_byte_rate": 1024.0})
+
+    async def described() -> Any:
+        resp = await describe((USER, ANY, None), (CLIENT_ID, EXACT, "cq-app"))
+        return resp if resp.error_code or len(resp.entries or ()) >= 2 else None
+
+    def entries(resp: Any) -> dict[str, Any]:
+        """(Kafka lists the entries from a hash map: put in one order)"""
+        def key(entry: Any) -> list[tuple[str, str]]:
+            return sorted((e.entity_type, e.entity_name or "") for e in entry.entity)
+        return {"error_code": resp.error_code, "entries": sorted(resp.entries or [], key=key)}
+
+    with trio.fail_after(WAIT_S):  # Kafka's brokers apply quotas from the metadata log a little later
+        while (found := await described()) is None:
+            await trio.sleep(0.05)
+    a["described"] = entries(found)
+    a["described, strict"] = entries(await describe((USER, EXACT, "cq-alice"), strict=True))
+
+
+SCRAM_SHA_256, SCRAM_SHA_512 = 1, 2
+
+
+@behaviours("admin.user_scram_credentials")
+async def _user_scram_credentials(conn: BrokerConnection, a: Answers) -> None:
+    async def describe(*users: str) -> Any:
+        return await conn.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+            "users": [{"name": u} for u in users]}, version=0)
+
+    async def alter(upsert: list[tuple[str, int, int]], delete: list[tuple[str, int]] | None = None) -> Any:
+        return await conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+            "deletions": [{"name": n, "mechanism": m} for n, m in delete or []],
+            "upsertions": [{"name": n, "mechanism": m, "iterations": i, "salt": b"salt" * 4,
+                            "salted_password": b"p" * (32 if m == SCRAM_SHA_256 else 64)} for n, m, i in upsert]},
+            version=0)
+
+    a["describe, unknown user"] = await describe("us-nobody")
+    a["describe, one user twice"] = await describe("us-nobody", "us-nobody")
+    a["describe, empty name"] = await describe("")
+    a["alter, unknown mechanism"] = await alter([("us-alice", 9, 8192)])
+    a["alter, mechanism 0"] = await alter([("us-alice", 0, 8192)])
+    a["alter, too few iterations"] = await alter([("us-alice", SCRAM_SHA_256, 100)])
+    a["alter, too many iterations"] = await alter([("us-alice", SCRAM_SHA_256, 100_000)])
+    a["alter, empty name"] = await alter([("", SCRAM_SHA_256, 8192)])
+    a["alter, upsert and delete the same"] = await alter([("us-bob", SCRAM_SHA_256, 8192)],
+                                                         [("us-bob", SCRAM_SHA_256)])
+    a["alter, one user twice"] = await alter([("us-carol", SCRAM_SHA_256, 8192), ("us-carol", SCRAM_SHA_512, 8192)])
+    a["delete, not there"] = await alter([], [("us-nobody", SCRAM_SHA_256)])
+    a["delete, unknown mechanism"] = await alter([], [("us-nobody", 9)])
+    a["alter"] = await alter([("us-dave", SCRAM_SHA_512, 8192)])
+    with trio.fail_after(WAIT_S):  # Kafka's brokers learn credentials from the metadata log a little later
+        while (found := await describe("us-dave", "us-nobody")).results[0].error_code:
+            await trio.sleep(0.05)
+    a["described"] = found
+    a["delete, another mechanism"] = await alter([], [("us-dave", SCRAM_SHA_256)])
+
+
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+
+
+@behaviours("admin.update_features")
+async def _update_features(conn: BrokerConnection, a: Answers) -> None:
+    async def update(*features: tuple[str, int, int], validate_only: bool = True) -> Any:
+        return await conn.request(ApiKey.UPDATE_FEATURES, {
+            "timeout": 10000, "validate_only": validate_only,
+            "feature_updates": [{"feature": f, "max_version_level": level, "upgrade_type": kind}
+                                for f, level, kind in features]}, version=1)
+
+    a["unknown feature"] = await update(("no.such.feature", 1, UPGRADE), validate_only=False)
+    a["unknown feature to 0"] = await update(("no.such.feature", 0, UNSAFE_DOWNGRADE), validate_only=False)
+    a["empty name"] = await update(("", 1, UPGRADE))
+    a["no updates"] = await update()
+    a["metadata.version above the latest"] = await update(("metadata.version", 999, UPGRADE))
+    a["metadata.version 0"] = await update(("metadata.version", 0, UNSAFE_DOWNGRADE))
+    a["metadata.version negative"] = await update(("metadata.version", -1, UPGRADE))
+    a["unknown upgrade type"] = await update(("group.version", 1, 9))
+    a["one feature twice"] = await update(("group.version", 1, UPGRADE), ("group.version", 1, UPGRADE))
+    a["group.version above the latest"] = await update(("group.version", 99, UPGRADE))
+
+
+@behaviours("admin.offset_delete")
+async def _offset_delete(conn: BrokerConnection, a: Answers) -> None:
+    await create_topic(conn, "od-group-topic")
+    await create_topic(conn, "od-other")
+
+    async def delete(group: str, topics: dict[str, list[int]]) -> Any:
+        return await conn.request(ApiKey.OFFSET_DELETE, {"group_id": group, "topics": [
+            {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in topics.items()]}, version=0)
+
+    a["coordinator"] = await coordinator(conn, "od-group")
+    a["unknown group"] = await delete("od-no-such-group", {"od-group-topic": [0]})
+    member = await joined(conn, "od-group")
+    a["member"] = member
+    for topic in ("od-group-topic", "od-other"):
+        a[f"commit {topic}"] = await commit(conn, "od-group", member.generation_id, member.member_id, topic, 1)
+    a["subscribed topic"] = await delete("od-group", {"od-group-topic": [0]})
+    a["a topic it does not subscribe to"] = await delete("od-group", {"od-other": [0]})
+    a["unknown topic"] = await delete("od-group", {"od-no-such-topic": [0]})
+    a["unknown partition"] = await delete("od-group", {"od-group-topic": [5]})
+    a["leave"] = await conn.request(ApiKey.LEAVE_GROUP, {
+        "group_id": "od-group", "members": [{"member_id": member.member_id, "group_instance_id": None}]}, version=3)
+    a["empty group"] = await delete("od-group", {"od-group-topic": [0]})
+    a["offsets after"] = await conn.request(ApiKey.OFFSET_FETCH, {"group_id": "od-group", "topics": None}, version=5)
+
+
+@behaviours("admin.describe_cluster")
+async def _describe_cluster(conn: BrokerConnection, a: Answers) -> None:
+    a["describe"] = await conn.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
+                                       version=0)
+    a["with operations"] = await conn.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": True},
+                                              version=0)
 
 
 # ---- DescribeConfigs output --------------------------------------------------------------------
