@@ -11,7 +11,6 @@ reason; the others are not held up.
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Mapping
@@ -260,7 +259,9 @@ class Poller:
             c["partition_counts"] = counts
         self._polls += 1
         warehouse = self.snapshot.warehouse
-        if self.topology.warehouse is not None and (self._polls % LEDGER_EVERY_POLLS == 1 or not warehouse):
+        # Asking a service that is not there costs one stat: every poll until one runs.
+        if self.topology.warehouse is not None and (self._polls % LEDGER_EVERY_POLLS == 1
+                                                    or not warehouse.get("service")):
             warehouse = await trio.to_thread.run_sync(self._warehouse)
         self.snapshot = Snapshot(at_s=now, polls=self._polls, clusters=clusters, flows=flows,
                                  warehouse=warehouse, poll_ms=round((time.monotonic() - started) * 1000, 1))
@@ -269,28 +270,107 @@ class Poller:
         return self.snapshot
 
     def _warehouse(self) -> dict[str, Any]:
-        """The ledger's latest loads through the warehouse service (None: no service)."""
-        answer = warehouse_sql(self.topology, LEDGER_SQL, LEDGER_LOADS_SHOWN)
+        """The ledger's latest loads and the rows per table and Kafka partition, through the
+        warehouse service ({"service": False}: none runs on this host). Three bounded queries:
+        the loads, the topics loads wrote, and one count over their tables."""
+        answer = warehouse_sql(self.topology, LEDGER_SQL, LEDGER_LOADS_SHOWN, timeout_s=LEDGER_TIMEOUT_S)
         if answer is None:
             return {"service": False}
         if answer.get("error"):
             return {"service": True, "error": answer["error"]}
-        return {"service": True, "loads": [dict(zip(answer["columns"], row, strict=False)) for row in answer["rows"]]}
+        loads = _docs(answer)
+        for load in loads:
+            load["ranges_cut"] = (load.get("partitions") or 0) > RANGES_SHOWN
+        found: dict[str, Any] = {"service": True, "loads": loads}
+        topics = warehouse_sql(self.topology, LEDGER_TOPICS_SQL, TABLES_SHOWN + 1, timeout_s=LEDGER_TIMEOUT_S)
+        if topics is None or topics.get("error"):
+            found["partitions_error"] = (topics or {}).get("error", "the warehouse service went away")
+            return found
+        names = [str(row[0]) for row in topics["rows"]]
+        found["tables_cut"] = len(names) > TABLES_SHOWN
+        if names:
+            counts = warehouse_sql(self.topology, partition_rows_sql(names[:TABLES_SHOWN]), PARTITION_ROWS_SHOWN,
+                                   timeout_s=LEDGER_TIMEOUT_S)
+            if counts is None or counts.get("error"):
+                found["partitions_error"] = (counts or {}).get("error", "the warehouse service went away")
+            else:
+                found["partitions"] = _docs(counts)
+                found["partitions_cut"] = bool(counts.get("truncated"))
+        return found
 
 
-LEDGER_SQL = (
-    "SELECT load_id, min(planned_at) AS planned_at, max(finished_at) AS finished_at, "
-    "count(DISTINCT topic) AS topics, count(*) AS partitions, sum(end_offset - start_offset) AS offsets, "
-    "sum(rows) AS rows, "
-    "CAST(unix_timestamp(max(finished_at)) - unix_timestamp(min(planned_at)) AS DOUBLE) AS seconds "
-    "FROM dcmirror.loads WHERE status = 'committed' GROUP BY load_id ORDER BY min(planned_at) DESC")
+def _docs(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(zip(answer["columns"], row, strict=False)) for row in answer["rows"]]
 
 
-def warehouse_sql(topology: Topology, query: str, max_rows: int) -> dict[str, Any] | None:
-    """A query through the warehouse service (blocking: call from a thread); None when no
-    service runs on this host."""
-    from spark_aggregate.service_client import ask_service
+LEDGER_TIMEOUT_S = 30.0
+"""The poller's wait for one ledger query (the service answers one request at a time)."""
+QUERY_TIMEOUT_S = 60.0
+"""The query box's wait for an answer (the service runs a query to its end regardless)."""
+TABLES_SHOWN = 50
+PARTITION_ROWS_SHOWN = 1000
+RANGES_SHOWN = 12
+
+# The ledger (spark_aggregate/ledger.py): one row per load, topic partition and step; a load
+# is done once its "committed" rows are written, with the rows loaded per partition and
+# finished_at. Its seconds run from its plan to its commit (a resumed load's from its plan);
+# times in UTC (the warehouse session's time zone, spark_aggregate/session.py).
+LEDGER_SQL = (  # aliases named apart from the ledger's columns: Spark finds "planned_at" ambiguous otherwise
+    "SELECT load_id, concat(date_format(planned, 'yyyy-MM-dd HH:mm:ss'), 'Z') AS planned_at, "
+    "concat(date_format(finished, 'yyyy-MM-dd HH:mm:ss'), 'Z') AS finished_at, topics, partitions, ranges, offsets, "
+    "`rows`, round((unix_micros(finished) - unix_micros(planned)) / 1000000.0, 1) AS seconds "
+    "FROM (SELECT load_id, min(planned_at) AS planned, max(finished_at) AS finished, "
+    "count(DISTINCT topic) AS topics, count(*) AS partitions, "
+    "concat_ws(', ', slice(sort_array(collect_list(concat(topic, '-', CAST(`partition` AS STRING), ' [', "
+    f"CAST(start_offset AS STRING), ', ', CAST(end_offset AS STRING), ')'))), 1, {RANGES_SHOWN})) AS ranges, "
+    "sum(end_offset - start_offset) AS offsets, sum(`rows`) AS `rows` "
+    "FROM dcmirror.loads WHERE status = 'committed' GROUP BY load_id) ORDER BY planned DESC, load_id")
+LEDGER_TOPICS_SQL = "SELECT DISTINCT topic FROM dcmirror.loads WHERE status = 'committed' ORDER BY topic"
+
+
+def partition_rows_sql(topics: list[str]) -> str:
+    """Rows, first and last offset per table and Kafka partition of the tables of `topics`:
+    one query (a UNION ALL of one GROUP BY per table), reading two columns of each."""
+    from spark_aggregate.settings import DATABASE, table_name
+
+    return " UNION ALL ".join(
+        f"SELECT '{table_name(t)}' AS `table`, kafka_partition AS `partition`, count(*) AS `rows`, "
+        f"min(kafka_offset) AS first_offset, max(kafka_offset) AS last_offset "
+        f"FROM {DATABASE}.`{table_name(t)}` GROUP BY kafka_partition" for t in topics
+    ) + " ORDER BY `table`, `partition`"
+
+
+def warehouse_sql(topology: Topology, query: str, max_rows: int,
+                  timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Any] | None:
+    """A query through the warehouse service (blocking: call from a thread): its answer
+    ({"columns", "rows", "truncated", "seconds"} or {"error"}), an error when it gives none
+    within `timeout_s`, None when no service runs on this host."""
+    import httpx
+    import orjson
+
+    from spark_aggregate.service_client import reachable, socket_path
     from spark_aggregate.settings import WarehouseSettings
 
-    settings = WarehouseSettings.from_topology(topology)
-    return ask_service(settings, "/v1/sql", {"query": query, "max_rows": max_rows}, io.StringIO())
+    sock = socket_path(WarehouseSettings.from_topology(topology))
+    if not sock.exists():
+        return None
+    try:
+        with reachable(sock) as name, httpx.Client(transport=httpx.HTTPTransport(uds=name),
+                                                   timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
+            answer = client.post("http://warehouse/v1/sql",
+                                 content=orjson.dumps({"query": query, "max_rows": max_rows}),
+                                 headers={"content-type": "application/json"})
+    except (httpx.ConnectError, FileNotFoundError):
+        return None  # a socket file left by a service that is gone
+    except httpx.TimeoutException:
+        return {"error": f"the warehouse service gave no answer within {timeout_s:g} s (it may still be running "
+                         "this query, or another request before it)"}
+    except httpx.HTTPError as exc:
+        return {"error": f"the warehouse service did not answer: {_reason(exc)}"}
+    try:
+        found = orjson.loads(answer.content)
+    except orjson.JSONDecodeError:
+        found = None
+    if not isinstance(found, dict):
+        return {"error": f"the warehouse service answered HTTP {answer.status_code} without a JSON object"}
+    return found
