@@ -24,7 +24,7 @@ from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.sentinels import RESOURCE_TOPIC
-from deploy.console.views import LagHistory, RateTracker
+from deploy.console.views import LagHistory, RateTracker, partition_state
 from topology.model import ClusterSpec, Topology
 
 log = logging.getLogger("dcmirror.console")
@@ -208,20 +208,33 @@ class Poller:
         self.lag_history = LagHistory()
         self.changed = trio.Event()
         self._polls = 0
+        self.warehouse: dict[str, Any] = {}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Poll forever; task_status.started() after the first round (pages have data)."""
+        """Poll forever; task_status.started() after the first round (pages have data). The
+        warehouse is asked in a task of its own, so a slow service never holds up the
+        clusters' and flows' polls."""
         try:
-            await self.poll_once()
+            await self.poll_once(with_warehouse=True)
             task_status.started()
-            while True:
-                await trio.sleep(self.refresh_s)
-                await self.poll_once()
+            async with trio.open_nursery() as nursery:
+                if self.topology.warehouse is not None:
+                    nursery.start_soon(self._warehouse_loop)
+                while True:
+                    await trio.sleep(self.refresh_s)
+                    await self.poll_once(with_warehouse=False)
         finally:
             for c in self.clusters.values():
                 await c.close()
 
-    async def poll_once(self) -> Snapshot:
+    async def _warehouse_loop(self) -> None:
+        while True:
+            # Asking a service that is not there costs one stat: every poll until one runs.
+            await trio.sleep(self.refresh_s * (LEDGER_EVERY_POLLS if self.warehouse.get("service") else 1))
+            self.warehouse = await trio.to_thread.run_sync(self._warehouse)
+
+    async def poll_once(self, *, with_warehouse: bool = True) -> Snapshot:
+        """One round over every cluster and flow (and the warehouse, when asked)."""
         started = time.monotonic()
         timeout_s = max(2.0, self.refresh_s * 2)
         clusters: dict[str, dict[str, Any]] = {}
@@ -252,19 +265,15 @@ class Poller:
             counts: dict[str, int] = {}
             for t in c.get("topics", {}).values():
                 for p in t["partitions"]:
-                    from deploy.console.views import partition_state
-
                     state = partition_state(p, p.get("min_isr", 1))
                     counts[state] = counts.get(state, 0) + 1
             c["partition_counts"] = counts
         self._polls += 1
-        warehouse = self.snapshot.warehouse
-        # Asking a service that is not there costs one stat: every poll until one runs.
-        if self.topology.warehouse is not None and (self._polls % LEDGER_EVERY_POLLS == 1
-                                                    or not warehouse.get("service")):
-            warehouse = await trio.to_thread.run_sync(self._warehouse)
+        poll_ms = round((time.monotonic() - started) * 1000, 1)
+        if with_warehouse and self.topology.warehouse is not None:
+            self.warehouse = await trio.to_thread.run_sync(self._warehouse)
         self.snapshot = Snapshot(at_s=now, polls=self._polls, clusters=clusters, flows=flows,
-                                 warehouse=warehouse, poll_ms=round((time.monotonic() - started) * 1000, 1))
+                                 warehouse=self.warehouse, poll_ms=poll_ms)
         self.changed.set()
         self.changed = trio.Event()
         return self.snapshot
