@@ -30,6 +30,14 @@ from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.common.secrets import Secret
 from deploy.console import views
+from deploy.console.actions import (
+    DR_ACTIONS,
+    LINES_MAX,
+    ActionRefused,
+    ActionRunner,
+    disaster_recovery,
+    known_source_ends,
+)
 from deploy.console.auth import (
     COOKIE,
     PASSWORD_MAX,
@@ -105,6 +113,9 @@ class Console:
     flow_actions: dict[str, Callable[..., Awaitable[None]]] = field(default_factory=dict)
     """'pause' / 'resume' -> async fn(topology, flow, client settings, reason): set by server.py
     when the mirror's flow control is available."""
+    actions: ActionRunner = field(default_factory=ActionRunner)
+    """promote / failover / failback of mirror-topics flows, in the background: served (its
+    `run`) by server.py beside the poller; without it the console offers none."""
 
     @property
     def sasl_clusters(self) -> list[str]:
@@ -121,6 +132,7 @@ def build_app(console: Console) -> Starlette:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["bytes"] = views.human_bytes
     env.filters["seconds"] = views.human_seconds
+    env.filters["utc"] = lambda s: time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s))
     env.globals["quote"] = lambda s: quote(str(s), safe="")
 
     def session_of(request: Request) -> Session | None:
@@ -349,16 +361,35 @@ def build_app(console: Console) -> Starlette:
                          "charts": {f"{t}-{p}": views.sparkline(points)
                                     for (t, p), points in console.poller.lag_history.of(m.name).items()}})
         return page(request, "flows.html", session, flows=rows, can_act=bool(console.flow_actions),
+                    can_recover=console.actions.serving, runs=console.actions.runs, lines_max=LINES_MAX,
                     message=request.query_params.get("message"))
 
     async def flow_action(request: Request, session: Session) -> Response:
+        """pause / resume (at once) and promote / failover / failback (in the background) of a
+        flow, each confirmed, as the session's principal."""
         flow_name = request.path_params["flow"]
         action = request.path_params["action"]
         flow = next((m for m in console.topology.mirrors if m.name == flow_name), None)
-        if flow is None or action not in ("pause", "resume"):
+        if flow is None or action not in ("pause", "resume", *DR_ACTIONS):
             raise BadInput("no such flow or action")
         if request.state.form.get("confirm") != "yes":
             raise BadInput(f"tick the box to confirm: {action} flow {flow_name}")
+        back = "/flows?{}#flow-" + quote(flow_name, safe="")
+        if action in DR_ACTIONS:
+            if not flow.mirror_topics:
+                raise BadInput(f"flow {flow_name} has no mirror topics (mirror_topics = true): no {action}")
+            sides = {"target": _flow_settings(console, session, flow, "target")}
+            if action != "failover":  # a failover never asks the source: it is gone
+                sides["source"] = _flow_settings(console, session, flow, "source")
+            work = disaster_recovery(console.topology, flow, action, sides.get("source"), sides["target"],
+                                     known_source_ends(console.poller.snapshot.flows.get(flow_name)))
+            try:
+                console.actions.start(flow_name, action, session.user, work)
+            except ActionRefused as exc:
+                return page(request, "error.html", session, status=409, message=str(exc))
+            log.info("console: %s of flow %s started by %s", action, flow_name, session.user)
+            message = f"flow {flow_name}: {action} started; its progress is below"
+            return RedirectResponse(back.format(urlencode({"message": message})), status_code=303)
         do = console.flow_actions.get(action)
         if do is None:
             raise BadInput("this console cannot pause or resume flows")
@@ -372,7 +403,16 @@ def build_app(console: Console) -> Starlette:
         else:
             log.info("console: flow %s %sd by %s", flow_name, action, session.user)
             message = f"flow {flow_name}: {action} requested; the workers follow within their next poll"
-        return RedirectResponse("/flows?" + urlencode({"message": message[:500]}), status_code=303)
+        return RedirectResponse(back.format(urlencode({"message": message[:500]})), status_code=303)
+
+    async def api_flow_action(request: Request, session: Session) -> Response:
+        """The flow's last (or running) background action: progress lines and outcome."""
+        flow_name = bounded_name(request.path_params["flow"], "flow")
+        if not any(m.name == flow_name for m in console.topology.mirrors):
+            return JSONResponse({"error": f"no flow {flow_name!r}"}, status_code=404)
+        run = console.actions.last(flow_name)
+        return JSONResponse(run.as_json() if run else {"flow": flow_name, "action": None},
+                            headers={"Cache-Control": "no-store"})
 
     async def warehouse_page(request: Request, session: Session) -> Response:
         return page(request, "warehouse.html", session, warehouse=console.topology.warehouse,
@@ -449,6 +489,7 @@ def build_app(console: Console) -> Starlette:
         Route("/follow", guarded(follow)),
         Route("/flows", guarded(flows_page)),
         Route("/flows/{flow}/{action}", guarded(flow_action, post=True), methods=["POST"]),
+        Route("/api/flows/{flow}/action", guarded(api_flow_action)),
         Route("/warehouse", guarded(warehouse_page)),
         Route("/warehouse/query", guarded(warehouse_query, post=True), methods=["POST"]),
         Route("/warehouse/row", guarded(warehouse_row)),
@@ -484,6 +525,18 @@ def _settings(console: Console, session: Session, cluster: str) -> dict[str, Any
             raise BadInput(f"{session.user} is not a user of cluster {cluster} (it refused the login)")
         return client_settings(spec, session.user, session.password)
     return client_settings(spec, None, None)
+
+
+def _flow_settings(console: Console, session: Session, flow: Any, side: str) -> dict[str, Any]:
+    """Client settings to act on one side of a flow: a SCRAM user as themself (the brokers'
+    ACLs decide); the topology's own identity (token, open console) with the flow's
+    `source.*` / `target.*` principal over it, as `dcmirror mirror promote` connects."""
+    from mirror.worker import WorkerConfig
+
+    config = _settings(console, session, flow.source if side == "source" else flow.target)
+    if session.role != ROLE_USER:
+        config.update(getattr(WorkerConfig.from_flow(flow), side))
+    return config
 
 
 def _admin(console: Console, session: Session, cluster: str) -> Admin:

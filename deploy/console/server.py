@@ -112,6 +112,7 @@ async def _serve(console: Any, host: str, port: int, tls: Any) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(console.poller.run)
+            await nursery.start(console.actions.run)  # promote / failover / failback in the background
             await nursery.start(lambda task_status: serve(app, host, port, tls=tls, task_status=task_status))
             shown = f"[{host}]" if ":" in host else host
             print(f"console ready on {'https' if tls else 'http'}://{shown}:{port}/", flush=True)

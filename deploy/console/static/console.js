@@ -1,5 +1,32 @@
 // dcmirror console: the map's live parts follow /api/map every refresh interval (no reload).
 // Everything else is server-rendered; this file only updates text and classes.
+// A flow's running disaster-recovery action follows /api/flows/<flow>/action until it ends.
+(function () {
+  "use strict";
+  var every = parseInt(document.body.getAttribute("data-refresh-ms"), 10) || 2000;
+  Array.prototype.forEach.call(document.querySelectorAll("[data-action-api][data-running=\"1\"]"), function (box) {
+    function show(run) {
+      var outcome = box.querySelector(".dr-outcome");
+      var lines = box.querySelector(".dr-lines");
+      var report = box.querySelector(".dr-report");
+      if (lines) { lines.textContent = (run.lines || []).join("\n"); }
+      if (report && run.report && run.report.length) { report.textContent = run.report.join("\n"); report.hidden = false; }
+      if (outcome && !run.running) {
+        outcome.textContent = run.outcome === "ok" ? "Done: ok" : "Failed: " + (run.error || "?");
+        box.setAttribute("data-running", "0");
+      }
+      return run.running;
+    }
+    function poll() {
+      fetch(box.getAttribute("data-action-api"), { credentials: "same-origin", cache: "no-store" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (run) { return run && run.action ? show(run) : false; })
+        .catch(function () { return true; /* the next poll tries again */ })
+        .then(function (again) { if (again) { window.setTimeout(poll, every); } });
+    }
+    window.setTimeout(poll, every);
+  });
+}());
 (function () {
   "use strict";
   var map = document.getElementById("map");
