@@ -396,7 +396,7 @@ def build_app(console: Console) -> Starlette:
         reason = str(request.state.form.get("reason") or f"{action}d from the console by {session.user}")[:200]
         try:
             with trio.fail_after(ACTION_TIMEOUT_S):
-                await do(console.topology, flow, _settings(console, session, flow.target), reason)
+                await do(console.topology, flow, _flow_settings(console, session, flow, "target"), reason)
         except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError) as exc:
             log.info("console: %s of flow %s by %s refused: %s", action, flow_name, session.user, exc)
             message = f"{action} of {flow_name} refused: {exc}"
