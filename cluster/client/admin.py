@@ -141,6 +141,11 @@ class Admin:
             self._by_address[(host, port)] = conn
         return conn
 
+    async def connection_to(self, host: str, port: int) -> BrokerConnection:
+        """An open connection to the broker at host:port (a tool that asks every broker, as
+        DescribeCluster lists them: the client's metadata knows only the brokers it met)."""
+        return await self._conn(host, port)
+
     async def _any(self) -> BrokerConnection:
         return await self.cluster.any_connection()
 

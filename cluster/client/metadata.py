@@ -307,6 +307,10 @@ class ClientCluster:
             if leader < 0 or attempt:
                 await self.refresh({topic})
                 leader = self.metadata.leader(topic, partition)
+                info = self.metadata.topics.get(topic)
+                if info is not None and info.error_code in (ErrorCode.topic_authorization_failed,
+                                                            ErrorCode.invalid_topic_exception):
+                    raise KafkaError(f"{topic}-{partition}", info.error_code)  # no retry will change it
                 if leader < 0:
                     if last:
                         raise KafkaError(f"{topic}-{partition} has no leader", ErrorCode.leader_not_available)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,50 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
 
+CLIENT_IDLE_S = 60.0
+
+
+class SessionClients:
+    """Admin clients kept open per (session id, cluster) while used within CLIENT_IDLE_S;
+    closed when idle, on logout, and after any error (the next request opens a new one)."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str], tuple[Admin, float]] = {}
+        self.locks: dict[tuple[str, str], trio.Lock] = {}
+
+    @asynccontextmanager
+    async def admin(self, key: tuple[str, str], make: Callable[[], Admin]) -> AsyncIterator[Admin]:
+        await self.close_idle()
+        async with self.locks.setdefault(key, trio.Lock()):  # one opening per key at a time
+            found = self.open.get(key)
+            if found is None:
+                admin = make()
+                await admin.__aenter__()
+            else:
+                admin = found[0]
+            self.open[key] = (admin, time.monotonic())
+        try:
+            yield admin
+        except BaseException:
+            await self.close(key)
+            raise
+
+    async def close(self, key: tuple[str, str]) -> None:
+        found = self.open.pop(key, None)
+        if found is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await found[0].__aexit__(None, None, None)
+
+    async def close_session(self, session_id: str) -> None:
+        for key in [k for k in self.open if k[0] == session_id]:
+            await self.close(key)
+
+    async def close_idle(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (_, used) in self.open.items() if now - used > CLIENT_IDLE_S]:
+            await self.close(key)
+
+
 class BadInput(ValueError):
     """A request the console refuses, with the reason shown to the user (400)."""
 
@@ -110,6 +155,9 @@ class Console:
     sessions: Sessions = field(default_factory=Sessions)
     decoders: dict[str, Any] = field(default_factory=dict)
     """Per cluster with a schema registry, its SchemaDecoder (decode.py), made when first needed."""
+    clients: SessionClients = field(default_factory=lambda: SessionClients())
+    """Open admin clients per (session, cluster), so a page acting as the user does not log
+    in (TLS handshake and SCRAM, 2 round trips and PBKDF2) on every request."""
     flow_actions: dict[str, Callable[..., Awaitable[None]]] = field(default_factory=dict)
     """'pause' / 'resume' -> async fn(topology, flow, client settings, reason): set by server.py
     when the mirror's flow control is available."""
@@ -216,6 +264,7 @@ def build_app(console: Console) -> Starlette:
 
     async def logout(request: Request, session: Session) -> Response:
         console.sessions.drop(session.id)
+        await console.clients.close_session(session.id)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -300,8 +349,9 @@ def build_app(console: Console) -> Starlette:
         assert partition is not None and limit is not None
         error, rows, result = None, [], None
         try:
-            config = _settings(console, session, name)
-            result = await read_page(config, topic, partition, offset=offset, timestamp_ms=timestamp_ms, limit=limit)
+            async with _admin(console, session, name) as admin:
+                result = await read_page(admin.cluster, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+                                         limit=limit)
         except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError) as exc:
             error = f"not read: {exc}" if not isinstance(exc, trio.TooSlowError) else "not read: no answer in time"
         flow = flow_into_aggregate(console.topology, name, topic)
@@ -339,8 +389,8 @@ def build_app(console: Console) -> Starlette:
             at: int | None = offset  # offset-keeping mirror topics: the copy is at the same offset
         else:
             try:
-                at = await find_copy(_settings(console, session, flow.target), target_topic, partition, name,
-                                     offset, topic_id)
+                async with _admin(console, session, flow.target) as admin:
+                    at = await find_copy(admin.cluster, target_topic, partition, name, offset, topic_id)
             except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError) as exc:
                 raise BadInput(f"the copy in {flow.target} could not be looked up: {exc}") from exc
         if at is None:
@@ -461,7 +511,8 @@ def build_app(console: Console) -> Starlette:
         from cluster.security.acl import AclFilter
 
         found: dict[str, dict[str, Any]] = {}
-        for name in console.topology.clusters:
+
+        async def one(name: str) -> None:  # the clusters side by side, not one after another
             entry: dict[str, Any] = {}
             try:
                 async with _admin(console, session, name) as admin:
@@ -470,6 +521,11 @@ def build_app(console: Console) -> Starlette:
             except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError) as exc:
                 entry["error"] = str(exc)[:300] or type(exc).__name__
             found[name] = entry
+
+        async with trio.open_nursery() as nursery:
+            for name in console.topology.clusters:
+                nursery.start_soon(one, name)
+        found = {name: found[name] for name in console.topology.clusters}
         return page(request, "security.html", session, found=found)
 
     async def healthz(request: Request) -> Response:
@@ -539,10 +595,13 @@ def _flow_settings(console: Console, session: Session, flow: Any, side: str) -> 
     return config
 
 
-def _admin(console: Console, session: Session, cluster: str) -> Admin:
+def _admin(console: Console, session: Session, cluster: str) -> Any:
+    """The session's open admin client of `cluster` (async with; kept open for the next page)."""
     config = _settings(console, session, cluster)
     config.setdefault("default.api.timeout.ms", 5000)
-    return Admin(config.pop("bootstrap.servers"), client_id="dcmirror-console", config=config)
+    bootstrap = config.pop("bootstrap.servers")
+    return console.clients.admin((session.id, cluster),
+                                 lambda: Admin(bootstrap, client_id="dcmirror-console", config=config))
 
 
 async def _scram_login(console: Console, user: str, password: Secret) -> list[str]:

@@ -23,7 +23,7 @@ from cluster.client.admin import Admin
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.protocol.api_keys import ApiKey
-from cluster.protocol.sentinels import RESOURCE_TOPIC
+from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, RESOURCE_TOPIC
 from deploy.console.views import LagHistory, RateTracker, partition_state
 from topology.model import ClusterSpec, Topology
 
@@ -36,6 +36,11 @@ LEDGER_EVERY_POLLS = 5
 LEDGER_LOADS_SHOWN = 50
 GROUPS_MAX = 1000
 """Groups described per cluster and poll (more are listed, not described)."""
+OFFSET_FETCHES_IN_FLIGHT = 8
+"""OffsetFetch requests out at once per cluster (v7: one group a request)."""
+MIN_ISR_EVERY_POLLS = 5
+"""Topic configs change rarely: min.insync.replicas of every topic every this many polls
+(new topics at once)."""
 
 
 def _reason(exc: BaseException) -> str:
@@ -52,6 +57,7 @@ class ClusterPoller:
     admin: Admin | None = None
     polls: int = 0
     sizes: dict[tuple[str, int], int] = field(default_factory=dict)
+    min_isr: dict[str, int] = field(default_factory=dict)
 
     async def _admin(self) -> Admin:
         if self.admin is None:
@@ -97,15 +103,15 @@ class ClusterPoller:
                        "offline": list(p.offline_replicas)}
                 topics[t.name]["partitions"].append(row)
                 parts.append(row)
-        led = [(p["topic"], p["partition"]) for p in parts if p["leader"] >= 0]
-        starts, ends = {}, {}
-        if led:
-            try:
-                ends = await admin.list_offsets(led, LATEST)
-                starts = await admin.list_offsets(led, EARLIEST)
-            except KafkaError as exc:  # a partition changing leader: offsets next time
-                log.debug("console: offsets of %s not listed: %s", self.name, exc)
-        min_isr = await self._min_isr(admin, [n for n in topics if not topics[n]["internal"]])
+        addresses = {b.node_id: (b.host, b.port) for b in meta.brokers}
+        ends = await self._offsets(admin, addresses, parts, LATEST)
+        starts = await self._offsets(admin, addresses, parts, EARLIEST)
+        names = [n for n in topics if not topics[n]["internal"]]
+        if self.polls % MIN_ISR_EVERY_POLLS == 1:
+            self.min_isr = await self._min_isr(admin, names)
+        elif new := [n for n in names if n not in self.min_isr]:
+            self.min_isr.update(await self._min_isr(admin, new))
+        min_isr = self.min_isr
         if self.polls % LOG_DIRS_EVERY_POLLS == 1:
             try:
                 dirs = await admin.describe_log_dirs()
@@ -121,11 +127,43 @@ class ClusterPoller:
             p["start_offset"], p["end_offset"] = starts.get(tp), ends.get(tp)
             p["size_bytes"] = self.sizes.get(tp)
             p["min_isr"] = min_isr.get(p["topic"], 1)
-        groups = await self._groups(admin, ends)
+        groups = await self._groups(admin, [(b.host, b.port) for b in described.brokers], ends)
         return {"cluster_id": described.cluster_id, "controller_id": described.controller_id,
                 "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
                             for b in sorted(described.brokers, key=lambda b: b.broker_id)],
                 "topics": topics, "groups": groups}
+
+    async def _offsets(self, admin: Admin, addresses: Mapping[int, tuple[str, int]], parts: list[dict[str, Any]],
+                       timestamp: int) -> dict[tuple[str, int], int]:
+        """One ListOffsets per leader the Metadata answer just named, all at once. A
+        partition that errs (a leader moving) has no offset this poll; the others keep
+        theirs (Admin.list_offsets asks Metadata again for every topic, and one error there
+        loses the whole cluster's offsets)."""
+        by_leader: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for p in parts:
+            if p["leader"] in addresses:
+                by_leader.setdefault(p["leader"], {}).setdefault(p["topic"], []).append(
+                    {"partition_index": p["partition"], "timestamp": timestamp, "current_leader_epoch": -1})
+        out: dict[tuple[str, int], int] = {}
+
+        async def ask(leader: int, topics: dict[str, list[dict[str, Any]]]) -> None:
+            try:
+                conn = await admin.connection_to(*addresses[leader])
+                resp = await conn.request(ApiKey.LIST_OFFSETS, {
+                    "replica_id": CONSUMER_REPLICA_ID, "isolation_level": 0,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            except (KafkaError, KafkaConnectionError, OSError) as exc:
+                log.debug("console: offsets of %s from broker %d not listed: %s", self.name, leader, exc)
+                return
+            for t in resp.topics:
+                for rp in t.partitions:
+                    if rp.error_code == 0:
+                        out[(t.name, rp.partition_index)] = rp.offset
+
+        async with trio.open_nursery() as nursery:
+            for leader, topics in by_leader.items():
+                nursery.start_soon(ask, leader, topics)
+        return out
 
     async def _min_isr(self, admin: Admin, names: list[str]) -> dict[str, int]:
         if not names:
@@ -141,32 +179,75 @@ class ClusterPoller:
                     out[r.resource_name] = int(c.value)
         return out
 
-    async def _groups(self, admin: Admin, ends: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
-        listed = (await admin.raw(ApiKey.LIST_GROUPS, {})).groups  # one broker's; below: every broker
-        ids: dict[str, str] = {}
-        meta_brokers = list(admin.cluster.metadata.brokers.items())
-        for node_id, _ in meta_brokers:
+    async def _groups(self, admin: Admin, brokers: list[tuple[str, int]],
+                      ends: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
+        """Every broker's groups (DescribeCluster's brokers: the client's own metadata knows
+        only the brokers it met), described by the broker that lists them (a group's
+        coordinator lists it): one DescribeGroups per broker, one OffsetFetch per group
+        (v7 takes one), no FindCoordinator."""
+        listed: dict[tuple[str, int], list[tuple[str, str]]] = {}
+
+        async def list_on(address: tuple[str, int]) -> None:
             try:
-                resp = await (await admin.cluster.connection(node_id)).request(ApiKey.LIST_GROUPS, {})
+                resp = await (await admin.connection_to(*address)).request(ApiKey.LIST_GROUPS, {})
             except (KafkaError, KafkaConnectionError, OSError):
-                continue
-            for g in resp.groups:
-                ids[g.group_id] = g.protocol_type
-        for g in listed:
-            ids.setdefault(g.group_id, g.protocol_type)
-        out: list[dict[str, Any]] = []
-        for group_id in sorted(ids)[:GROUPS_MAX]:
+                return
+            listed[address] = [(g.group_id, g.protocol_type) for g in resp.groups]
+
+        async with trio.open_nursery() as nursery:
+            for address in brokers:
+                nursery.start_soon(list_on, address)
+        wanted = set(sorted(g for gs in listed.values() for g, _ in gs)[:GROUPS_MAX])
+        described: dict[str, Any] = {}
+        committed: dict[str, dict[tuple[str, int], int] | str] = {}
+        fetches = trio.Semaphore(OFFSET_FETCHES_IN_FLIGHT)
+
+        async def describe_on(address: tuple[str, int], ids: list[str]) -> None:
             try:
-                (g,) = await admin.describe_groups([group_id])
-                committed = await admin.committed_offsets(group_id)
-            except (KafkaError, KafkaConnectionError, ValueError) as exc:
-                out.append({"group_id": group_id, "protocol_type": ids[group_id], "error": _reason(exc)})
+                resp = await (await admin.connection_to(*address)).request(
+                    ApiKey.DESCRIBE_GROUPS, {"groups": ids, "include_authorized_operations": False})
+            except (KafkaError, KafkaConnectionError, OSError) as exc:
+                for group_id in ids:
+                    committed[group_id] = _reason(exc)
+                return
+            for g in resp.groups:
+                described[g.group_id] = g
+
+        async def offsets_on(address: tuple[str, int], group_id: str) -> None:
+            async with fetches:
+                try:
+                    resp = await (await admin.connection_to(*address)).request(
+                        ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None})
+                except (KafkaError, KafkaConnectionError, OSError) as exc:
+                    committed[group_id] = _reason(exc)
+                    return
+            if resp.error_code != 0:
+                committed[group_id] = f"offsets not fetched: error {resp.error_code}"
+                return
+            committed[group_id] = {(t.name, p.partition_index): p.committed_offset
+                                   for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
+
+        kinds: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            for address, gs in listed.items():
+                ids = [g for g, _ in gs if g in wanted]
+                kinds.update((g, kind) for g, kind in gs if g in wanted)
+                if ids:
+                    nursery.start_soon(describe_on, address, ids)
+                for group_id in ids:
+                    nursery.start_soon(offsets_on, address, group_id)
+        out: list[dict[str, Any]] = []
+        for group_id in sorted(wanted):
+            g, offsets = described.get(group_id), committed.get(group_id)
+            if g is None or g.error_code != 0 or not isinstance(offsets, dict):
+                error = offsets if isinstance(offsets, str) else f"not described (error {getattr(g, 'error_code', '?')})"
+                out.append({"group_id": group_id, "protocol_type": kinds[group_id], "error": error})
                 continue
             rows = [{"topic": t, "partition": p, "committed": off,
                      "end_offset": ends.get((t, p)),
                      "lag": None if ends.get((t, p)) is None else max(0, ends[(t, p)] - off)}
-                    for (t, p), off in sorted(committed.items())]
-            out.append({"group_id": group_id, "protocol_type": ids[group_id] or g.protocol_type,
+                    for (t, p), off in sorted(offsets.items())]
+            out.append({"group_id": group_id, "protocol_type": kinds[group_id] or g.protocol_type,
                         "state": g.group_state, "protocol": g.protocol_data,
                         "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
                                      "assignment": _assignment(bytes(m.member_assignment))}
@@ -215,13 +296,17 @@ class Poller:
         warehouse is asked in a task of its own, so a slow service never holds up the
         clusters' and flows' polls."""
         try:
+            started = trio.current_time()
             await self.poll_once(with_warehouse=True)
             task_status.started()
             async with trio.open_nursery() as nursery:
                 if self.topology.warehouse is not None:
                     nursery.start_soon(self._warehouse_loop)
                 while True:
-                    await trio.sleep(self.refresh_s)
+                    # A poll every refresh_s from the start of the last (not after it ended), and
+                    # never back to back: a poll slower than the interval is followed by a pause.
+                    await trio.sleep_until(max(started + self.refresh_s, trio.current_time() + self.refresh_s / 4))
+                    started = trio.current_time()
                     await self.poll_once(with_warehouse=False)
         finally:
             for c in self.clusters.values():

@@ -12,15 +12,18 @@ new incarnation after the old), so at most ~2·log2(n) small reads.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from cluster.client.consumer import Consumer
+from cluster.client.errors import KafkaError
+from cluster.client.metadata import ClientCluster
 from cluster.common.secrets import Secret
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.records import Record
+from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, READ_UNCOMMITTED
+from mirror import tail
 from mirror.history import parse_topic_id, topic_id_text
 from mirror.provenance import (
     SOURCE_CLUSTER,
@@ -54,46 +57,44 @@ class Page:
     asked_offset: int
 
 
-def _consumer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {**config, "group.id": "", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.max.bytes": FETCH_BYTES_MAX, "max.partition.fetch.bytes": FETCH_BYTES_MAX,
-            "client.id": "dcmirror-console", "isolation.level": "read_uncommitted"}
+async def _offset_for_time(cluster: ClientCluster, topic: str, partition: int, timestamp_ms: int) -> int | None:
+    """The first offset whose record's timestamp is at or after `timestamp_ms` (None: none)."""
+    resp = await cluster.leader_request(topic, partition, ApiKey.LIST_OFFSETS, {
+        "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
+        "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp_ms,
+                                                    "current_leader_epoch": -1}]}]})
+    p = resp.topics[0].partitions[0]
+    if p.error_code:
+        raise KafkaError(f"listing offsets of {topic}-{partition} by time", p.error_code)
+    return None if p.offset < 0 else int(p.offset)
 
 
-async def read_page(config: Mapping[str, Any], topic: str, partition: int, *, offset: int | None = None,
+async def read_page(cluster: ClientCluster, topic: str, partition: int, *, offset: int | None = None,
                     timestamp_ms: int | None = None, limit: int = 20) -> Page:
     """Up to `limit` records of a partition from `offset` (clamped into the log), or from the
-    first record at or after `timestamp_ms`; the last `limit` records when neither."""
-    with trio.fail_after(READ_TIMEOUT_S * 2):
-        async with Consumer(_consumer_settings(config)) as consumer:
-            return await _read(consumer, (topic, partition), offset=offset, timestamp_ms=timestamp_ms, limit=limit)
-
-
-async def _read(consumer: Consumer, tp: tuple[str, int], *, offset: int | None = None,
-                timestamp_ms: int | None = None, limit: int = 20) -> Page:
+    first record at or after `timestamp_ms`; the last `limit` records when neither. Read over
+    `cluster` (an open client's: no login per page), Fetch by Fetch, below the high watermark."""
     limit = max(1, min(limit, RECORDS_PER_PAGE_MAX))
-    start = (await consumer.beginning_offsets([tp]))[tp]
-    end = (await consumer.end_offsets([tp]))[tp]
-    if timestamp_ms is not None:
-        found = (await consumer.offsets_for_times({tp: timestamp_ms}))[tp]
-        at = end if found is None else found
-    elif offset is None:
-        at = max(start, end - limit)
-    else:
-        at = offset
-    at = min(max(at, start), end)
-    records: list[Record] = []
-    if at < end:
-        if tp not in consumer.assignment():
-            consumer.assign([tp])
-        consumer.seek(tp, at)
-        with trio.move_on_after(READ_TIMEOUT_S):
-            while len(records) < limit:
-                got = await consumer.getmany(timeout_s=READ_TIMEOUT_S, max_records=limit - len(records))
-                records.extend(r for r in got.get(tp, []) if r.offset >= at)
-                if records and records[-1].offset + 1 >= end:
-                    break
-    return Page(tuple(records[:limit]), start, end, at)
+    with trio.fail_after(READ_TIMEOUT_S):
+        start, end = await tail.offsets(cluster, topic, partition)
+        if timestamp_ms is not None:
+            found = await _offset_for_time(cluster, topic, partition, timestamp_ms)
+            at = end if found is None else found
+        elif offset is None:
+            at = max(start, end - limit)
+        else:
+            at = offset
+        at = min(max(at, start), end)
+        records: list[Record] = []
+        position = at
+        while len(records) < limit and position < end:
+            fetched = await tail.fetch(cluster, topic, partition, position, max_bytes=FETCH_BYTES_MAX)
+            if not fetched.batches:
+                break
+            records.extend(r for b in fetched.batches for r in b.records if position <= r.offset < end)
+            last = fetched.batches[-1].header
+            position = max(position + 1, last.base_offset + last.last_offset_delta + 1)
+        return Page(tuple(records[:limit]), start, end, at)
 
 
 def provenance(record: Record) -> dict[str, Any] | None:
@@ -119,25 +120,24 @@ def flow_into_aggregate(topology: Topology, cluster: str, topic: str) -> MirrorS
     return None
 
 
-async def find_copy(config: Mapping[str, Any], target_topic: str, partition: int, source_cluster: str,
+async def find_copy(cluster: ClientCluster, target_topic: str, partition: int, source_cluster: str,
                     source_offset: int, source_topic_id: str | None) -> int | None:
     """The offset of the source record's copy in the target partition, or None. Binary search
     on (incarnation order, source offset) over records carrying provenance."""
     with trio.fail_after(READ_TIMEOUT_S * 6):
-        async with Consumer(_consumer_settings(config)) as consumer:
-            return await _search(consumer, (target_topic, partition), source_cluster, source_offset, source_topic_id)
+        return await _search(cluster, (target_topic, partition), source_cluster, source_offset, source_topic_id)
 
 
-async def _search(consumer: Consumer, tp: tuple[str, int], source_cluster: str, source_offset: int,
+async def _search(cluster: ClientCluster, tp: tuple[str, int], source_cluster: str, source_offset: int,
                   source_topic_id: str | None) -> int | None:
-    first = await _read(consumer, tp, offset=0, limit=1)
+    first = await read_page(cluster, *tp, offset=0, limit=1)
     lo, hi = first.start_offset, first.end_offset  # search [lo, hi)
     incarnation = uuid.UUID(source_topic_id) if source_topic_id else None
     for _ in range(SEARCH_STEPS_MAX):
         if lo >= hi:
             return None
         mid = (lo + hi) // 2
-        page = await _read(consumer, tp, offset=mid, limit=8)
+        page = await read_page(cluster, *tp, offset=mid, limit=8)
         probe = next(((r, p) for r in page.records if (p := provenance(r)) is not None
                       and p["cluster"] == source_cluster), None)
         if probe is None:
@@ -154,15 +154,15 @@ async def _search(consumer: Consumer, tp: tuple[str, int], source_cluster: str, 
         else:
             # Another incarnation: which side it is on is not known from offsets; scan linearly
             # from here is unbounded, so say not found rather than guess.
-            return await _scan(consumer, tp, lo, hi, source_cluster, source_offset, str(incarnation))
+            return await _scan(cluster, tp, lo, hi, source_cluster, source_offset, str(incarnation))
     return None
 
 
-async def _scan(consumer: Consumer, tp: tuple[str, int], lo: int, hi: int, cluster: str,
+async def _scan(client: ClientCluster, tp: tuple[str, int], lo: int, hi: int, cluster: str,
                 offset: int, topic_id: str, records_max: int = 5000) -> int | None:
     at = lo
     while at < min(hi, lo + records_max):
-        page = await _read(consumer, tp, offset=at, limit=RECORDS_PER_PAGE_MAX)
+        page = await read_page(client, *tp, offset=at, limit=RECORDS_PER_PAGE_MAX)
         if not page.records:
             return None
         for r in page.records:
