@@ -31,7 +31,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.console.browser import axe_violations, format_violations, screenshot, text_of, wait_for
-from tests.deploy.conftest import UpRun, pids_with
+from tests.deploy.conftest import UpRun
 from tests.harness import free_port
 
 pytestmark = [pytest.mark.heavy]
@@ -113,17 +113,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             assert producer.flush(30) == 0
         yield Deployment(up, f"http://127.0.0.1:{port}", brokers, config)
     finally:
-        if up.proc.poll() is None:
-            up.proc.send_signal(signal.SIGINT)
-            try:
-                up.proc.wait(60)
-            except Exception:
-                up.proc.kill()
-        for pid in pids_with(str(config)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        up.stop()
 
 
 def check_page(driver: WebDriver, name: str) -> None:

@@ -132,6 +132,24 @@ class UpRun:
         """up.json (written beside the first cluster's data directory)."""
         return json.loads((self.config.parent / "data" / "up.json").read_text())
 
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGINT (a clean stop), then kill -9 of `up` if it outlives `timeout_s`, and of
+        whatever child of this topology is left; timeout_s 0: kill -9 at once."""
+        if self.proc.poll() is None and timeout_s > 0:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in pids_with(str(self.config)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def child_pids(self) -> dict[str, int]:
         return {c["name"]: c["pid"] for c in self.state()["children"] if c["pid"] is not None}
 
@@ -147,11 +165,4 @@ def up_runs() -> Iterator[Callable[[Path], UpRun]]:
 
     yield start
     for run in made:  # kill -9 whatever is left of a failed test: up, then its children
-        if run.proc.poll() is None:
-            run.proc.kill()
-            run.proc.wait()
-        for pid in pids_with(str(run.config)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        run.stop(0)

@@ -49,7 +49,7 @@ import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.deploy.conftest import UpRun, pids_with
+from tests.deploy.conftest import UpRun
 from tests.harness import REPO, free_port
 from tests.perf.benchlib import emit, env_int, loadavg, percentile, progress
 
@@ -213,17 +213,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     finally:
         if members is not None:
             members.close()
-        if up.proc.poll() is None:
-            up.proc.send_signal(signal.SIGINT)
-            try:
-                up.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                up.proc.kill()
-        for pid in pids_with(str(config)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        up.stop(120)
 
 
 # --------------------------------------------------------------------------- HTTP

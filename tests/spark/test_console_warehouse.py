@@ -14,9 +14,7 @@ stays), the page says no service runs and a query says so too.
 from __future__ import annotations
 
 import html
-import os
 import re
-import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,7 +26,7 @@ import pytest
 import trio
 
 from mirror.history import topic_id_text
-from tests.deploy.conftest import UpRun, pids_with
+from tests.deploy.conftest import UpRun
 from tests.harness import free_port
 from tests.spark.common import run_cli
 from tests.spark.test_warehouse_service import ANSWERED, Service
@@ -243,14 +241,4 @@ def test_warehouse_page_loads_partitions_queries_and_a_followed_row(tmp_path: Pa
               f"load {load_s:.1f} s, all {time.monotonic() - started:.1f} s")
     finally:
         service.kill_group()
-        if up.proc.poll() is None:
-            up.proc.send_signal(signal.SIGINT)
-            try:
-                up.proc.wait(60)
-            except Exception:
-                up.proc.kill()
-        for pid in pids_with(str(config)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        up.stop()
