@@ -216,7 +216,12 @@ class RegistryApp:
 
     async def _registry_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RegistryError)
-        return _answer(exc.body(), exc.http_status)
+        response = _answer(exc.body(), exc.http_status)
+        if exc.http_status == 413:
+            # The body was not read: the connection cannot carry another request, so say so
+            # (a client that reused it would find it closed under its next request).
+            response.headers["connection"] = "close"
+        return response
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -203,6 +203,17 @@ def test_limits(http: httpx.Client) -> None:
     error(register(http, "api-big-value", huge), 422, 42209)
     r = http.post("/subjects/api-big-value/versions", content=b" " * (5 * 1024 * 1024))
     error(r, 413, 413)
+    assert r.headers.get("connection") == "close"  # the body was not read: the connection is not reused
+
+
+def test_a_refused_body_leaves_the_client_able_to_ask_again(http: httpx.Client) -> None:
+    """A body over the limit is answered 413 without being read, so the server must close that
+    connection and say so: a client that pooled it found it closed under its next request
+    ("Server disconnected without sending a response", once in CI)."""
+    for _ in range(5):
+        r = http.post("/subjects/api-big-value/versions", content=b" " * (5 * 1024 * 1024))
+        assert r.status_code == 413
+        assert http.get("/subjects").status_code == 200
 
 
 

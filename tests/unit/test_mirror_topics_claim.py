@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from mirror import mirror_topics
+from mirror.flow_control import FlowPause
 from mirror.mirror_topics import CLAIMING, TopicMirrorWorker, TopicPartitionMirror
 
 SOURCE = ("orders", 2)
@@ -40,6 +41,7 @@ def worker() -> TopicMirrorWorker:
     w._source_admin = SimpleNamespace(cluster="east")  # type: ignore[assignment]
     w._target_admin = SimpleNamespace(cluster="dr")  # type: ignore[assignment]
     w._reclaim = trio.Event()
+    w.flow_pause = FlowPause("east-to-dr")  # running: a claim resumes fetching its partition
     return w
 
 
