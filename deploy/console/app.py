@@ -78,6 +78,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 
 CLIENT_IDLE_S = 60.0
+CLIENTS_MAX = 64
+"""Admin clients kept open at most (the least recently used is closed first)."""
 
 
 class SessionClients:
@@ -94,6 +96,8 @@ class SessionClients:
         async with self.locks.setdefault(key, trio.Lock()):  # one opening per key at a time
             found = self.open.get(key)
             if found is None:
+                while len(self.open) >= CLIENTS_MAX:
+                    await self.close(min(self.open, key=lambda k: self.open[k][1]))
                 admin = make()
                 await admin.__aenter__()
             else:

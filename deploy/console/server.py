@@ -112,6 +112,7 @@ async def _serve(console: Any, host: str, port: int, tls: Any) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(console.poller.run)
+            nursery.start_soon(_close_idle_clients, console)
             await nursery.start(console.actions.run)  # promote / failover / failback in the background
             await nursery.start(lambda task_status: serve(app, host, port, tls=tls, task_status=task_status))
             shown = f"[{host}]" if ":" in host else host
@@ -120,3 +121,12 @@ async def _serve(console: Any, host: str, port: int, tls: Any) -> None:
                 log.info("signal %d: stopping the console", signum)
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def _close_idle_clients(console: Any) -> None:
+    """Users' connections to the clusters are closed once idle, even when no page asks again."""
+    from deploy.console.app import CLIENT_IDLE_S
+
+    while True:
+        await trio.sleep(CLIENT_IDLE_S / 2)
+        await console.clients.close_idle()

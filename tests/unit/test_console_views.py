@@ -122,3 +122,39 @@ def test_token(given: str, ok: bool) -> None:
 
     assert token_matches(given, Secret("tok")) is ok
     assert token_matches(given, None) is False
+
+
+def test_session_clients_are_reused_bounded_and_closed_when_idle() -> None:
+    import trio
+
+    from deploy.console import app
+
+    class FakeAdmin:  # what SessionClients does with a client: enter, hand out, exit
+        opened = 0
+        closed = 0
+
+        async def __aenter__(self) -> FakeAdmin:
+            FakeAdmin.opened += 1
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            FakeAdmin.closed += 1
+
+    async def main() -> None:
+        clients = app.SessionClients()
+        async with clients.admin(("s1", "east"), FakeAdmin) as a:  # type: ignore[arg-type]
+            pass
+        async with clients.admin(("s1", "east"), FakeAdmin) as b:  # type: ignore[arg-type]
+            assert b is a  # the same open client: no second login
+        for i in range(app.CLIENTS_MAX + 3):
+            async with clients.admin((f"s{i + 2}", "east"), FakeAdmin):  # type: ignore[arg-type]
+                pass
+        assert len(clients.open) == app.CLIENTS_MAX and FakeAdmin.closed == 4  # the least recently used
+        await clients.close_session("s5")
+        assert ("s5", "east") not in clients.open
+        for key in clients.open:
+            clients.open[key] = (clients.open[key][0], 0.0)  # long idle
+        await clients.close_idle()
+        assert clients.open == {} and FakeAdmin.opened == FakeAdmin.closed
+
+    trio.run(main)
