@@ -42,7 +42,8 @@ WAREHOUSE_COLUMNS = ("key", "value", "headers", "timestamp", "timestamp_type", "
                      "source_dc", "event_date")
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback."""
     if host == "localhost":
         return True
     try:
@@ -199,7 +200,7 @@ class ClusterSpec:
         host only, so it stays on loopback wherever the file is deployed (pods, lab hosts)."""
         return (self.listener_protocol(listener) == "PLAINTEXT"
                 and self.listener_protocol(self.inter_broker_listener) != "PLAINTEXT"
-                and all(_loopback(a.host) for a in self.listener_addresses(listener)))
+                and all(is_loopback(a.host) for a in self.listener_addresses(listener)))
 
     def node_listeners(self, node_id: int) -> str:
         """The node's Kafka `listeners` config: NAME://host:port,... (dedicated controllers

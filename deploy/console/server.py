@@ -9,7 +9,6 @@ first poll is in (pages have something to show), then serves until SIGINT/SIGTER
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
 import sys
@@ -30,15 +29,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 DEFAULT_LISTEN = ("127.0.0.1", 8480)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def make_console(topology: Any, refresh_s: float) -> Any:
@@ -75,6 +65,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     from cluster.broker.config import parse_listen
     from cluster.security.tls import https_context
     from topology import TopologyError, load
+    from topology.model import is_loopback
 
     try:
         topology = load(args.config)
@@ -89,7 +80,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         if not 250 <= refresh_ms <= 60_000:
             raise ValueError("--refresh-ms must be between 250 and 60000")
         console = make_console(topology, refresh_ms / 1000)
-        if console.open and not _loopback(host):
+        if console.open and not is_loopback(host):
             raise ValueError(f"refusing to serve a console without login on {host}: give [console] auth_token "
                              "or SASL clusters, or listen on a loopback address")
         tls = https_context(Path(spec.keystore), "console.keystore") if spec is not None and spec.keystore else None
