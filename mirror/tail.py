@@ -33,19 +33,23 @@ class Batch:
     records: list[Record]
 
 
+async def list_offset(cluster: ClientCluster, topic: str, partition: int, timestamp: int) -> int:
+    """ListOffsets of one partition at its leader: EARLIEST, LATEST or a time (ms; -1 when no
+    record is that late)."""
+    resp = await cluster.leader_request(topic, partition, ApiKey.LIST_OFFSETS, {
+        "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
+        "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
+                                                    "current_leader_epoch": -1}]}]})
+    p = resp.topics[0].partitions[0]
+    if p.error_code:
+        raise KafkaError(f"listing offsets of {topic}-{partition}", p.error_code)
+    return int(p.offset)
+
+
 async def offsets(cluster: ClientCluster, topic: str, partition: int) -> tuple[int, int]:
     """(log start offset, high watermark) at the partition's leader."""
-    out = []
-    for ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
-        resp = await cluster.leader_request(topic, partition, ApiKey.LIST_OFFSETS, {
-            "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": ts,
-                                                        "current_leader_epoch": -1}]}]})
-        p = resp.topics[0].partitions[0]
-        if p.error_code:
-            raise KafkaError(f"listing offsets of {topic}-{partition}", p.error_code)
-        out.append(p.offset)
-    return out[0], out[1]
+    return (await list_offset(cluster, topic, partition, EARLIEST_TIMESTAMP),
+            await list_offset(cluster, topic, partition, LATEST_TIMESTAMP))
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,9 @@ from typing import Any
 
 import trio
 
-from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster
 from cluster.common.secrets import Secret
-from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.records import Record
-from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, READ_UNCOMMITTED
 from mirror import tail
 from mirror.history import parse_topic_id, topic_id_text
 from mirror.provenance import (
@@ -57,18 +54,6 @@ class Page:
     asked_offset: int
 
 
-async def _offset_for_time(cluster: ClientCluster, topic: str, partition: int, timestamp_ms: int) -> int | None:
-    """The first offset whose record's timestamp is at or after `timestamp_ms` (None: none)."""
-    resp = await cluster.leader_request(topic, partition, ApiKey.LIST_OFFSETS, {
-        "replica_id": CONSUMER_REPLICA_ID, "isolation_level": READ_UNCOMMITTED,
-        "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp_ms,
-                                                    "current_leader_epoch": -1}]}]})
-    p = resp.topics[0].partitions[0]
-    if p.error_code:
-        raise KafkaError(f"listing offsets of {topic}-{partition} by time", p.error_code)
-    return None if p.offset < 0 else int(p.offset)
-
-
 async def read_page(cluster: ClientCluster, topic: str, partition: int, *, offset: int | None = None,
                     timestamp_ms: int | None = None, limit: int = 20) -> Page:
     """Up to `limit` records of a partition from `offset` (clamped into the log), or from the
@@ -78,8 +63,8 @@ async def read_page(cluster: ClientCluster, topic: str, partition: int, *, offse
     with trio.fail_after(READ_TIMEOUT_S):
         start, end = await tail.offsets(cluster, topic, partition)
         if timestamp_ms is not None:
-            found = await _offset_for_time(cluster, topic, partition, timestamp_ms)
-            at = end if found is None else found
+            found = await tail.list_offset(cluster, topic, partition, timestamp_ms)
+            at = end if found < 0 else found
         elif offset is None:
             at = max(start, end - limit)
         else:
