@@ -18,9 +18,8 @@ import trio
 from tests.security.secured import (
     PASSWORDS,
     SecuredBroker,
-    add_users,
     create_acls,
-    start_secured_broker,
+    secured_broker_with_users,
 )
 
 TOKEN = "console-token-8c1f"
@@ -28,12 +27,10 @@ TOKEN = "console-token-8c1f"
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    broker = start_secured_broker(tmp_path_factory.mktemp("console-broker"))
-    try:
-        add_users(broker.internal)
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
 
+    with secured_broker_with_users(tmp_path_factory.mktemp("console-broker")) as broker:
         admin = AdminClient({"bootstrap.servers": broker.internal})
         for f in admin.create_topics([NewTopic("orders", 3, 1)]).values():
             f.result(15)
@@ -46,8 +43,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]
                     [("TOPIC", "orders", "LITERAL", "User:bob", "READ", "ALLOW"),
                      ("TOPIC", "orders", "LITERAL", "User:bob", "DESCRIBE", "ALLOW")])
         yield broker
-    finally:
-        broker.proc.stop()
 
 
 def topology_file(root: Path, broker: SecuredBroker, *, token: bool) -> Path:

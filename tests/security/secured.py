@@ -13,6 +13,8 @@ client library come from `ClientSecurity`.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,18 @@ def start_secured_broker(root: Path, **extra: object) -> SecuredBroker:
     }
     proc = BrokerProcess(root / "broker", port, **config).start()
     return SecuredBroker(proc, pki, ssl_port, sasl_port, sasl_plain_port, admin_port)
+
+
+@contextmanager
+def secured_broker_with_users(root: Path, **extra: object) -> Iterator[SecuredBroker]:
+    """start_secured_broker with the SCRAM users of PASSWORDS added, stopped at the end (what
+    a module's fixture yields after creating its topics and ACLs)."""
+    broker = start_secured_broker(root, **extra)
+    try:
+        add_users(broker.internal)
+        yield broker
+    finally:
+        broker.proc.stop()
 
 
 def add_users(bootstrap: str, names: tuple[str, ...] = ("alice", "bob", "admin")) -> None:

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.security.secured import ClientSecurity, SecuredBroker, add_users, start_secured_broker
+from tests.security.secured import ClientSecurity, SecuredBroker, secured_broker_with_users
 
 LIT, PRE = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
@@ -29,9 +29,7 @@ ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    broker = start_secured_broker(tmp_path_factory.mktemp("acls"))
-    try:
-        add_users(broker.internal)
+    with secured_broker_with_users(tmp_path_factory.mktemp("acls")) as broker:
         admin = AdminClient({"bootstrap.servers": broker.internal})
         topics = ["pageviews", "orders", "east.clicks", "east.secret"]
         for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
@@ -51,8 +49,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]
         for f in admin.create_acls(acls).values():
             f.result(15)
         yield broker
-    finally:
-        broker.proc.stop()
 
 
 def _admin(sec: ClientSecurity) -> AdminClient:

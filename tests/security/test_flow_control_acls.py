@@ -21,9 +21,8 @@ from mirror.flow_control import (
 from tests.security.secured import (
     ClientSecurity,
     SecuredBroker,
-    add_users,
     create_acls,
-    start_secured_broker,
+    secured_broker_with_users,
 )
 
 FLOW = "east-to-aggregate"
@@ -31,16 +30,12 @@ FLOW = "east-to-aggregate"
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    broker = start_secured_broker(tmp_path_factory.mktemp("flow-control"))
-    try:
-        add_users(broker.internal)
+    with secured_broker_with_users(tmp_path_factory.mktemp("flow-control")) as broker:
         create_acls({"bootstrap.servers": broker.internal}, [
             ("TOPIC", FLOW_CONTROL_TOPIC, "LITERAL", "User:alice", "READ", "ALLOW"),
             ("TOPIC", FLOW_CONTROL_TOPIC, "LITERAL", "User:bob", "WRITE", "ALLOW"),
         ])
         yield broker
-    finally:
-        broker.proc.stop()
 
 
 def pause(client: dict[str, Any], paused: bool, reason: str = "", at_ms: int = 1_000) -> FlowControl:
