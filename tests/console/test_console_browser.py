@@ -111,9 +111,27 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
                                  value=f'{{"dc": "{name}", "n": {i}, "url": "/p/{i % 5}"}}'.encode(),
                                  timestamp=BASE_MS + i * 1000, headers=[("origin", name.encode())])
             assert producer.flush(30) == 0
-        yield Deployment(up, f"http://127.0.0.1:{port}", brokers, config)
+        url = f"http://127.0.0.1:{port}"
+        _wait_answering(url, up)
+        yield Deployment(up, url, brokers, config)
     finally:
         up.stop()
+
+
+def _wait_answering(url: str, up: UpRun, timeout_s: float = 90.0) -> None:
+    """Until the console answers: `up` starts it last and says ready before its first poll is
+    in (only then does it listen)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the console at {url} never answered:\n{up.output()[-3000:]}")
 
 
 def check_page(driver: WebDriver, name: str) -> None:
