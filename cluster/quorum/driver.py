@@ -108,6 +108,9 @@ class QuorumDriver:
         self.node: RaftNode | None = None
         self._inbound_send, self._inbound = trio.open_memory_channel[tuple[int, Message]](PEER_QUEUE_MESSAGES)
         self._peers: dict[int, trio.MemorySendChannel[bytes]] = {}
+        # Frames queued for each peer and not yet written (or dropped): resign waits for 0.
+        self._unsent: dict[int, int] = {}
+        self._sent = trio.Event()
         self._changed = trio.Event()
         self._step_lock = trio.Lock()  # one step at a time: the node is not thread- or task-safe
         self.serve = serve
@@ -196,8 +199,11 @@ class QuorumDriver:
         async with self._step_lock:
             node.resign(self.clock.now_ms())
             await self._after_step()
-        # Give the senders a moment to put EndQuorumEpoch on the wire.
-        await trio.sleep(0.05)
+        # Let the senders put EndQuorumEpoch on the wire before this node stops (on a loaded
+        # machine a fixed pause was not enough: the voters then waited out an election timeout).
+        with trio.move_on_after(catch_up_timeout_s):
+            while any(self._unsent.values()):
+                await self._sent.wait()
 
     async def wait_changed(self) -> None:
         await self._changed.wait()
@@ -270,13 +276,15 @@ class QuorumDriver:
                 continue
             try:
                 queue.send_nowait(encode_message(self.node_id, msg))
+                self._unsent[to] = self._unsent.get(to, 0) + 1
             except trio.WouldBlock:
                 pass  # a slow peer loses messages, as on a lossy network
         seen = (node.role, node.epoch, node.leader_id)
         if seen != self._last_seen:
             self._last_seen = seen
-            log.info("quorum node %d: %s in epoch %d (leader %s)", self.node_id, node.role.name.lower(),
-                     node.epoch, node.leader_id if node.leader_id >= 0 else "unknown")
+            log.info("quorum node %d: %s in epoch %d (leader %s)%s", self.node_id, node.role.name.lower(),
+                     node.epoch, node.leader_id if node.leader_id >= 0 else "unknown",
+                     f": {node.candidacy_cause}" if node.role is Role.PROSPECTIVE else "")
         self._changed.set()
         self._changed = trio.Event()
 
@@ -298,6 +306,11 @@ class QuorumDriver:
         except ProtocolError as exc:
             log.warning("dropping a quorum connection: %s", exc)
 
+    def _frame_done(self, peer_id: int) -> None:
+        self._unsent[peer_id] = max(0, self._unsent.get(peer_id, 0) - 1)
+        self._sent.set()
+        self._sent = trio.Event()
+
     async def _sender(self, peer_id: int, address: tuple[str, int], queue: trio.MemoryReceiveChannel[bytes]) -> None:
         backoff = Backoff(0.05, 1.0)
         while True:
@@ -312,13 +325,17 @@ class QuorumDriver:
                         queue.receive_nowait()
                     except trio.WouldBlock:
                         break
+                    self._frame_done(peer_id)
                 await backoff.sleep()
                 continue
             backoff.reset()
             try:
                 async with stream:
                     async for frame in queue:
-                        await stream.send_all(frame)
+                        try:
+                            await stream.send_all(frame)
+                        finally:
+                            self._frame_done(peer_id)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 continue
 

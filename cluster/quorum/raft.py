@@ -180,6 +180,9 @@ class RaftNode:
         # Follower: when the in-flight fetch is considered lost.
         self._fetch_due_ms: int | None = None
         self._abandoned_leader = NO_LEADER  # the leader whose silence started our pre-vote
+        self._resigned_leader = NO_LEADER  # the leader whose EndQuorumEpoch this epoch we heard
+        # Why the last pre-vote round began (the driver logs it): a resignation or a timeout.
+        self.candidacy_cause = ""
         # (leader id, when its last fetch answer came): a new leader tells its controller how
         # long the old one has been silent, so that node's session is not restarted in full.
         self.last_leader_contact: tuple[int, int] = (NO_LEADER, 0)
@@ -267,6 +270,7 @@ class RaftNode:
             self.state.voted_for = NO_LEADER
             self.dirty = True
             self._abandoned_leader = NO_LEADER
+            self._resigned_leader = NO_LEADER
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self._leader_heard_ms = now_ms
@@ -279,6 +283,9 @@ class RaftNode:
     def _start_pre_vote(self, now_ms: int) -> None:
         if self.leader_id != NO_LEADER:
             self._abandoned_leader = self.leader_id
+        if self.role is Role.FOLLOWER:
+            self.candidacy_cause = (f"leader {self._resigned_leader} resigned" if self._resigned_leader != NO_LEADER
+                                    else "no leader heard for an election timeout")
         self.role = Role.PROSPECTIVE
         self.leader_id = NO_LEADER
         self._fetch_due_ms = None
@@ -419,6 +426,7 @@ class RaftNode:
             if msg.epoch == self.epoch and self.leader_id == msg.leader_id and self.role is Role.FOLLOWER:
                 # The leader stepped down: campaign soon (randomized, so voters do not collide).
                 self._abandoned_leader = msg.leader_id
+                self._resigned_leader = msg.leader_id
                 self.leader_id = NO_LEADER
                 self._fetch_due_ms = None
                 if self.is_voter:

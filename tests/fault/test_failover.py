@@ -25,7 +25,6 @@ from confluent_kafka import (
 
 from tests.cluster_helpers import (
     ACTIVE,
-    ELECTION_TIMEOUT_S,
     SESSION_TIMEOUT_S,
     NotYet,
     PartitionView,
@@ -353,9 +352,17 @@ def test_sigterm_moves_leadership_away_before_the_broker_exits(clusters, role: s
         new = wait_until(lambda: agreed_controller(cluster, survivors), 10,
                          f"the survivors {survivors} agreeing on a new controller", cluster)
         assert new in survivors
-        elected = activation_wall_time(log_since(cluster, new, mark), new)
-        assert elected is not None and elected - exited_wall < ELECTION_TIMEOUT_S, (
-            f"node {new} took over {elected and elected - exited_wall:.3f}s after node {victim} exited")
+        # Proven by why the successor stood, not by a stopwatch (on a loaded machine the
+        # election after a resignation has taken 1.2 s, longer than one election timeout): it
+        # began its pre-vote because the leader resigned, and no survivor stood because it had
+        # heard nothing for an election timeout.
+        said_new = log_since(cluster, new, mark)
+        elected = activation_wall_time(said_new, new)
+        assert elected is not None, said_new
+        print(f"node {new} took over {elected - exited_wall:.3f}s after node {victim} exited")
+        assert f"quorum node {new}: prospective" in said_new and f": leader {victim} resigned" in said_new, said_new
+        for node in survivors:
+            assert "no leader heard for an election timeout" not in log_since(cluster, node, mark), node
 
     # It stopped heartbeating: its session expires and it leaves the broker list.
     wait_until(lambda: set(metadata(cluster.bootstrap_of(*survivors)).brokers) == set(survivors),
