@@ -169,7 +169,7 @@ class TopicMirrorWorker(FlowWorker):
                            "client.rack": self.target.datacenter, **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
                 Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
-                Consumer(consumer_config, raw_batches=True) as consumer:
+                Consumer(consumer_config, raw_batches=True, fetch_lanes=c.replica_fetchers) as consumer:
             self._source_admin, self._target_admin, self._consumer = sadmin, tadmin, consumer
             await self._sync_topics()
             control = sadmin if self.reverse else tadmin  # the flow's target

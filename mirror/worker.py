@@ -31,7 +31,12 @@ import trio
 
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
-from cluster.client.consumer import Consumer, FetchedChunk, PartitionError, TopicIdChanged
+from cluster.client.consumer import (
+    Consumer,
+    FetchedChunk,
+    PartitionError,
+    TopicIdChanged,
+)
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.common.admin_http import prometheus_text
@@ -142,6 +147,10 @@ class WorkerConfig:
     http_auth_token: str = ""  # a reference to the bearer token every page but /healthz needs
     http_keystore: str = ""  # PEM key + certificate: HTTPS only
     batch_records: int = 5000
+    # As Kafka's num.replica.fetchers: fetch sessions (connections) per source broker, the
+    # partitions spread over them, each with a Fetch in flight (more bytes on the way over a
+    # long round trip than one answer carries).
+    replica_fetchers: int = 1
     on_topic_recreated: str = "mirror"  # or "stop": a re-created source topic stops its partitions
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
@@ -168,6 +177,8 @@ class WorkerConfig:
                 c.flow_control_poll_s = max(FLOW_CONTROL_POLL_MIN_MS, int(value)) / 1000
             elif key == "http.port.base":
                 c.http_port_base = int(value)
+            elif key == "num.replica.fetchers":
+                c.replica_fetchers = int(value)  # 1..REPLICA_FETCHERS_MAX, checked by topology/load.py
             elif key == "on.topic.recreated":
                 if value not in MIRROR_CHOICE_KEYS[key]:
                     raise ValueError(f"mirror flow {flow.name!r}: {key} takes one of "
@@ -424,7 +435,7 @@ class MirrorWorker(FlowWorker):
                            **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
                 Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
-                Producer(producer_config) as producer, Consumer(consumer_config) as consumer, \
+                Producer(producer_config) as producer, Consumer(consumer_config, fetch_lanes=c.replica_fetchers) as consumer, \
                 open_schema_sync(self.flow, self.source, self.target, clock=self.clock) as schema_sync:
             self._source_admin, self._target_admin = sadmin, tadmin
             self._producer, self._consumer = producer, consumer

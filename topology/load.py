@@ -37,6 +37,7 @@ from topology.model import (
     MIRROR_REGISTRY_SECRET_KEYS,
     POISON_ACTIONS,
     RENAME_PLACEHOLDERS,
+    REPLICA_FETCHERS_MAX,
     SUBJECT_NAME_STRATEGIES,
     WAREHOUSE_COLUMNS,
     WAREHOUSE_CONFIG_KEYS,
@@ -707,6 +708,9 @@ class _Loader:
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():
                         self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
+                    if key == "num.replica.fetchers" and not 1 <= int(value) <= REPLICA_FETCHERS_MAX:
+                        self.fail(path + ("config", key), f"num.replica.fetchers takes 1..{REPLICA_FETCHERS_MAX}, "
+                                                          f"not {value}")
                 elif key in MIRROR_CHOICE_KEYS:
                     if value not in MIRROR_CHOICE_KEYS[key]:
                         self.fail(path + ("config", key), f"mirror config {key!r} takes one of "

@@ -14,13 +14,14 @@ DEFAULT_RENAME = "{source}.{topic}"
 # the producer. and consumer. prefixes with the Kafka client names.
 MIRROR_CONFIG_KEYS = ("topic.refresh.ms", "offset.commit.interval.ms", "heartbeat.interval.ms",
                       "checkpoint.interval.ms", "http.port.base", "group.offset.sync.ms", "acl.sync.ms",
-                      "schema.sync.ms", "flow.control.poll.ms")
+                      "schema.sync.ms", "flow.control.poll.ms", "num.replica.fetchers")
 # Keys that take one of a few words: what a flow does when its source topic was deleted and
 # created again (mirror the new incarnation after the old one, or stop that partition).
 MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop"),
                       # Which source subjects a flow's topics use (Confluent's subject name strategies).
                       "schema.subject.name.strategy": ("TopicNameStrategy", "RecordNameStrategy",
                                                        "TopicRecordNameStrategy")}
+REPLICA_FETCHERS_MAX = 16  # a flow's num.replica.fetchers: fetch connections per source broker
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
 # Basic-auth credentials (`user:password`, a secret reference) a flow's schema sync logs in to
 # the source's / the target's registry with (without them: the registry's auth_token, if any).

@@ -26,6 +26,7 @@ import math
 import random
 import re
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -59,6 +60,7 @@ log = logging.getLogger("dcmirror.client.consumer")
 
 EARLIEST = EARLIEST_TIMESTAMP
 LATEST = LATEST_TIMESTAMP
+FETCH_LANES_MAX = 16  # connections per broker one consumer may fetch over (a flow's num.replica.fetchers)
 RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
 
 
@@ -151,11 +153,17 @@ class PartitionPosition:
 
 
 class Consumer:
-    def __init__(self, config: Mapping[str, Any], *, raw_batches: bool = False) -> None:
+    def __init__(self, config: Mapping[str, Any], *, raw_batches: bool = False, fetch_lanes: int = 1) -> None:
         """`raw_batches`: fetched data is handed out as it came (getmany_raw), never decoded
-        (a copier of whole batches: the mirror's offset-keeping flows)."""
+        (a copier of whole batches: the mirror's offset-keeping flows). `fetch_lanes`: the
+        partitions a broker leads are split over this many connections, each with its own
+        Fetch in flight, so more bytes are on the way than one fetch answer carries (a
+        copier over a long round trip); 1 is what every Kafka client does."""
+        if not 1 <= fetch_lanes <= FETCH_LANES_MAX:
+            raise ValueError(f"fetch_lanes must be 1..{FETCH_LANES_MAX}, not {fetch_lanes}")
         self.config = consumer_config(config)
         self.raw_batches = raw_batches
+        self.fetch_lanes = fetch_lanes
         self._raw: deque[tuple[int, RawChunk]] = deque()  # (seek epoch, chunk)
         c = self.config
         self.group_id: str = c["group.id"]
@@ -173,7 +181,7 @@ class Consumer:
         self._errors: list[Exception] = []
         self._changed = trio.Event()  # assignment, positions or buffer room changed
         self._arrived = trio.Event()  # records (or an error) arrived
-        self._fetchers: set[int] = set()
+        self._fetchers: set[tuple[int, int]] = set()  # (broker, lane) with a fetcher task
         self._rotation = 0
         self._resolving = False
         self._nursery: trio.Nursery | None = None
@@ -684,23 +692,28 @@ class Consumer:
             state.read_replica = -1
         return self.cluster.metadata.leader(*tp)
 
+    def _lane(self, tp: TopicPartition) -> int:
+        """Which of a broker's fetch lanes fetches `tp` (stable, spread by partition)."""
+        return 0 if self.fetch_lanes == 1 else (zlib.crc32(tp[0].encode()) + tp[1]) % self.fetch_lanes
+
     def _ensure_fetchers(self) -> None:
         if self._nursery is None:
             return
         now = trio.current_time()
         for tp, state in self._assigned.items():
             node = self._fetch_node(tp, state, now)
-            if node >= 0 and node not in self._fetchers:
-                log.debug("fetching from broker %d", node)
-                self._fetchers.add(node)
-                self._nursery.start_soon(self._run_fetcher, node)
+            key = (node, self._lane(tp))
+            if node >= 0 and key not in self._fetchers:
+                log.debug("fetching from broker %d (lane %d)", *key)
+                self._fetchers.add(key)
+                self._nursery.start_soon(self._run_fetcher, *key)
 
-    def _fetchable(self, node: int, now: float) -> list[tuple[TopicPartition, PartitionPosition]]:
+    def _fetchable(self, node: int, now: float, lane: int = 0) -> list[tuple[TopicPartition, PartitionPosition]]:
         return [(tp, s) for tp, s in self._assigned.items()
                 if not s.paused and not s.parked and s.fetch_offset is not None and s.fetch_offset >= 0
-                and s.retry_after_s <= now and self._fetch_node(tp, s, now) == node]
+                and s.retry_after_s <= now and self._fetch_node(tp, s, now) == node and self._lane(tp) == lane]
 
-    async def _run_fetcher(self, node: int) -> None:
+    async def _run_fetcher(self, node: int, lane: int = 0) -> None:
         """Keep a Fetch in flight to `node` while the prefetch buffer has room. The next
         fetch goes out as soon as an answer's batch headers say where it ends, before its
         records are decoded, so the broker works while this side decodes."""
@@ -708,13 +721,14 @@ class Consumer:
         try:
             while True:
                 if pending is None:
-                    pending = await self._send_fetch(node)
+                    pending = await self._send_fetch(node, lane)
                     if pending is None:
                         now = trio.current_time()
-                        if not any(self._fetch_node(tp, s, now) == node for tp, s in self._assigned.items()):
+                        if not any(self._fetch_node(tp, s, now) == node and self._lane(tp) == lane
+                                   for tp, s in self._assigned.items()):
                             # Its partitions are another node's now (a new leader, the end of
                             # a read replica's time): that node's fetcher takes them.
-                            self._fetchers.discard(node)
+                            self._fetchers.discard((node, lane))
                             self._ensure_fetchers()
                             return
                         with trio.move_on_after(0.2):
@@ -732,16 +746,17 @@ class Consumer:
                 self.metrics["fetches"] += 1
                 decode = self._handle_fetch(resp, requested, node, names)
                 if decode:
-                    pending = await self._send_fetch(node)
+                    pending = await self._send_fetch(node, lane)
                     self._decode(decode)
         finally:
-            log.debug("no more fetching from broker %d", node)
-            self._fetchers.discard(node)
+            log.debug("no more fetching from broker %d (lane %d)", node, lane)
+            self._fetchers.discard((node, lane))
 
-    async def _send_fetch(self, node: int) -> tuple[Any, dict[TopicPartition, tuple[int, int]],
-                                                    dict[uuid.UUID | None, str] | None] | None:
+    async def _send_fetch(self, node: int, lane: int = 0) -> tuple[Any, dict[TopicPartition, tuple[int, int]],
+                                                                   dict[uuid.UUID | None, str] | None] | None:
         c = self.config
-        parts = self._fetchable(node, trio.current_time()) if self._buffered_bytes < self._max_buffered_bytes else []
+        parts = (self._fetchable(node, trio.current_time(), lane) if self._buffered_bytes < self._max_buffered_bytes
+                 else [])
         if not parts:
             return None
         self._rotation = rotation = (self._rotation + 1) % len(parts)
@@ -768,7 +783,7 @@ class Consumer:
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": c["client.rack"],
                 "topics": [{"topic": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]}
         try:
-            conn = await self.cluster.connection(node)
+            conn = await self.cluster.connection(node, "data" if lane == 0 else f"fetch-{lane}")
             # KIP-516: by topic id wherever every topic's is known and the broker speaks v13,
             # so an answer can only come from the incarnation each position belongs to.
             by_id = all(ids.values()) and conn.versions.get(ApiKey.FETCH, (0, -1))[1] >= FETCH_BY_TOPIC_ID_VERSION

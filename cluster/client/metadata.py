@@ -167,6 +167,10 @@ class ClientCluster:
             self._connections[key] = conn
             return conn
 
+    def open_lanes(self) -> set[tuple[int, str]]:
+        """(broker, lane) of every connection open now."""
+        return {key for key, conn in self._connections.items() if not conn.closed}
+
     async def any_connection(self) -> BrokerConnection:
         """A connection to some broker: a live one, else each known broker, else bootstrap."""
         for conn in self._connections.values():

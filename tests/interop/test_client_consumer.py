@@ -670,6 +670,45 @@ def test_commit_does_not_wait_for_the_fetch_long_poll(mbroker: BrokerProcess) ->
     assert max(took) < 0.3, f"commits took {[round(t, 3) for t in took]} s"
 
 
+def test_fetch_lanes_split_a_brokers_partitions_over_connections_and_keep_each_in_order(
+        mbroker: BrokerProcess) -> None:
+    """fetch_lanes=3 (a flow's num.replica.fetchers): the six partitions one broker leads are
+    fetched over three connections, each with its own Fetch in flight, decoded and raw; every
+    record arrives once and in offset order per partition, and a seek still lands."""
+    bs = mbroker.bootstrap
+    topic = "fetch-lanes"
+    ck_create_topic(bs, topic, 6)
+    recs = [Rec(p, f"k{p}-{i}".encode(), f"v{p}-{i}".encode(), (), BASE_TS_MS + i)
+            for i in range(300) for p in range(6)]
+    ck_produce(bs, topic, recs, {"linger.ms": 5}, flush_every=600)
+    tps = [(topic, p) for p in range(6)]
+
+    async def main() -> None:
+        async with Consumer(ours_conf(bs, **{"max.partition.fetch.bytes": 2048}), fetch_lanes=3) as c:
+            c.assign(tps)
+            got = await read_until(c, {tp: 300 for tp in tps})
+            assert {tp: offsets(got[tp]) for tp in tps} == {tp: list(range(300)) for tp in tps}
+            assert [r.value for r in got[(topic, 4)]] == [f"v4-{i}".encode() for i in range(300)]
+            lanes = {lane for node, lane in c.cluster.open_lanes() if node >= 0}
+            assert lanes == {"data", "fetch-1", "fetch-2"}, lanes
+            c.seek((topic, 2), 250)
+            again = await read_until(c, {(topic, 2): 50})
+            assert {tp: offsets(r) for tp, r in again.items()} == {(topic, 2): list(range(250, 300))}
+        async with Consumer(ours_conf(bs, **{"max.partition.fetch.bytes": 2048}), raw_batches=True,
+                            fetch_lanes=3) as raw:
+            raw.assign(tps)
+            ends: dict[TopicPartition, int] = {tp: 0 for tp in tps}
+            with trio.move_on_after(20):
+                while any(end < 300 for end in ends.values()):
+                    for chunk in await raw.getmany_raw(timeout_s=0.5):
+                        assert chunk.fetch_offset == ends[chunk.tp], (chunk.tp, chunk.fetch_offset, ends[chunk.tp])
+                        ends[chunk.tp] = chunk.next_offset
+            assert ends == {tp: 300 for tp in tps}
+            assert {lane for node, lane in raw.cluster.open_lanes() if node >= 0} == {"data", "fetch-1", "fetch-2"}
+
+    run(main, 60)
+
+
 # ------------------------------------------------------------------ 5. failures
 
 

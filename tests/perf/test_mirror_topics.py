@@ -23,7 +23,9 @@ record-rewriting flow, on single-broker source and target clusters, 200-byte rec
    Goal: WAN >= 0.8x loopback. DCMIRROR_BENCH_MT_WAN_CONSUMER ("k=v,k=v") adds consumer
    settings to the workers behind the proxies (fetch.max.bytes, max.partition.fetch.bytes, ...);
    DCMIRROR_BENCH_MT_SOURCE_FETCH_MAX_BYTES sets the source broker's fetch.max.bytes (the
-   cap on one fetch answer, 57,671,680 by default as in Kafka).
+   cap on one fetch answer, 57,671,680 by default as in Kafka). DCMIRROR_BENCH_MT_FETCHERS
+   sets the flows' num.replica.fetchers (fetch connections per source broker) in every run
+   of this benchmark, loopback included (default: the flow's default).
 
 Figures are printed and added to tests/perf/results/latest.txt; nothing asserts speed.
 """
@@ -113,6 +115,8 @@ def _flow_topology(root: Path, name: str, source: tuple[str, list[str]], target:
     the cluster names give the flow its source group (dcmirror.<source>.<target>), so each
     flow of a benchmark names its clusters apart."""
     config = {"topic.refresh.ms": "1000", **{f"consumer.{k}": v for k, v in (consumer or {}).items()}}
+    if fetchers := os.environ.get("DCMIRROR_BENCH_MT_FETCHERS"):
+        config["num.replica.fetchers"] = fetchers
     lines = [*_cluster_lines(*source), *_cluster_lines(*target),
              "[defaults]", "replication_factor = 1", "",
              "[[mirrors]]", f'name = "{name}"', f'source = "{source[0]}"', f'target = "{target[0]}"',
@@ -482,7 +486,8 @@ def test_mirror_topics_wan(tmp_path: Path) -> None:
         base = consume["loopback"].msg_s
         lines = [f"MIRROR TOPICS OVER A WAN  delaying TCP proxy (tests/perf/delay_proxy.py) {delay_ms} ms each way "
                  f"in front of a 1-broker source, {n:,} records of {RECORD_BYTES} B in {PARTITIONS} partitions"
-                 + (f"; consumer settings of the workers behind proxies {wan_consumer}" if wan_consumer else "")]
+                 + (f"; consumer settings of the workers behind proxies {wan_consumer}" if wan_consumer else "")
+                 + f"; num.replica.fetchers {os.environ.get('DCMIRROR_BENCH_MT_FETCHERS') or 'default'}"]
         for label, r in consume.items():
             lines.append(f"librdkafka consumer, {label:<14} {r.msg_s:>12,.0f} msg/s {r.mb_s:7.1f} MB/s  "
                          f"{r.msg_s / base:.2f}x of loopback")

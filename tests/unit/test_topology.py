@@ -1026,6 +1026,11 @@ config = { "topic.refresh.msx" = "1000" }
         loads(text.replace('"topic.refresh.msx" = "1000"', '"on.topic.recreate" = "stop"'), path=None)
     stop = loads(text.replace('"topic.refresh.msx" = "1000"', '"on.topic.recreated" = "stop"'), path=None)
     assert stop.mirrors[0].config == {"on.topic.recreated": "stop"}
+    with pytest.raises(TopologyError, match=r":12: .*num.replica.fetchers takes 1..16, not 0"):
+        loads(text.replace('"topic.refresh.msx" = "1000"', '"num.replica.fetchers" = 0'), path=None)
+    fetchers = loads(text.replace('"topic.refresh.msx" = "1000"', '"num.replica.fetchers" = 4'), path=None)
+    from mirror.worker import WorkerConfig
+    assert WorkerConfig.from_flow(fetchers.mirrors[0]).replica_fetchers == 4
 
 
 # -- listeners, client_listener, users -------------------------------------------------------
