@@ -262,6 +262,10 @@ class Up:
         if self.console is not None:
             assert self.topology.console is not None
             self.sup.start(self.console)
+            # It listens once its first poll of the clusters and workers is in: "ready" waits
+            # for that, so a browser opened at "ready" finds it.
+            if not await self.wait_console():
+                return False
             self.say(f"web console on {self.topology.console.url}/; log {self.console.log_path}")
         if self.service is not None:
             self.sup.start(self.service)
@@ -349,6 +353,27 @@ class Up:
                 await trio.sleep(READY_POLL_S)
         self.say(f"dcmirror up: mirror workers not reporting after {self.timeout_s:g} s: {', '.join(missing)}")
         for line in self._exited_logs(self.workers):
+            self.say(line)
+        return False
+
+    async def wait_console(self) -> bool:
+        """Until the console accepts connections on its listen address."""
+        assert self.console is not None and self.topology.console is not None
+        listen = self.topology.console.listen
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(listen.host, listen.host)
+        started = time.monotonic()
+        with trio.move_on_after(self.timeout_s):
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream(host, listen.port)
+                except OSError:
+                    await trio.sleep(READY_POLL_S)
+                    continue
+                await stream.aclose()
+                self.say(f"web console listening after {time.monotonic() - started:.1f} s")
+                return True
+        self.say(f"dcmirror up: the web console is not listening on {listen} after {self.timeout_s:g} s")
+        for line in self._exited_logs([self.console]):
             self.say(line)
         return False
 

@@ -88,3 +88,32 @@ def test_election_commit_failover_and_rejoin(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_resigning_leader_is_succeeded_because_it_resigned(tmp_path: Path) -> None:
+    """resign() returns once EndQuorumEpoch is on the wire, so a node that stops right after it
+    is succeeded by a voter that stood because the leader resigned, not because an election
+    timeout passed without word from it (on a loaded machine a fixed pause was too short)."""
+    voters = {i: ("127.0.0.1", free_port()) for i in (1, 2, 3)}
+
+    async def main() -> None:
+        drivers = {i: QuorumDriver(i, voters, tmp_path / f"voter-{i}", CONFIG, seed=i) for i in voters}
+        async with trio.open_nursery() as nursery:
+            scopes = {i: trio.CancelScope() for i in voters}
+            for i, d in drivers.items():
+                async def run(d: QuorumDriver = d, scope: trio.CancelScope = scopes[i]) -> None:
+                    with scope:
+                        await d.run()
+
+                nursery.start_soon(run)
+            leader = await _leader(drivers)
+            with trio.fail_after(10):
+                await leader.wait_committed(await leader.propose(b"before"))
+            await leader.resign()
+            scopes[leader.node_id].cancel()  # it exits at once
+            new_leader = await _leader(drivers, exclude=leader.node_id)
+            assert new_leader.node is not None
+            assert new_leader.node.candidacy_cause == f"leader {leader.node_id} resigned", new_leader.node.candidacy_cause
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
