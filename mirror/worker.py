@@ -149,8 +149,10 @@ class WorkerConfig:
     batch_records: int = 5000
     # As Kafka's num.replica.fetchers: fetch sessions (connections) per source broker, the
     # partitions spread over them, each with a Fetch in flight (more bytes on the way over a
-    # long round trip than one answer carries).
-    replica_fetchers: int = 1
+    # long round trip than one answer carries). 0: the flow's default, 1 for record flows
+    # (their rewriting, not the round trip, bounds them), mirror_topics.REPLICA_FETCHERS for
+    # flows of mirror topics.
+    replica_fetchers: int = 0
     on_topic_recreated: str = "mirror"  # or "stop": a re-created source topic stops its partitions
     producer: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
@@ -435,7 +437,7 @@ class MirrorWorker(FlowWorker):
                            **c.consumer}
         async with Admin(self.source.bootstrap(), client_id=self.name, config=_admin_part(source_client)) as sadmin, \
                 Admin(self.target.bootstrap(), client_id=self.name, config=_admin_part(target_client)) as tadmin, \
-                Producer(producer_config) as producer, Consumer(consumer_config, fetch_lanes=c.replica_fetchers) as consumer, \
+                Producer(producer_config) as producer, Consumer(consumer_config, fetch_lanes=c.replica_fetchers or 1) as consumer, \
                 open_schema_sync(self.flow, self.source, self.target, clock=self.clock) as schema_sync:
             self._source_admin, self._target_admin = sadmin, tadmin
             self._producer, self._consumer = producer, consumer
