@@ -31,12 +31,7 @@ import trio
 
 from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
-from cluster.client.consumer import (
-    Consumer,
-    FetchedChunk,
-    PartitionError,
-    TopicIdChanged,
-)
+from cluster.client.consumer import Consumer, FetchedChunk, PartitionError, TopicIdChanged
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
 from cluster.common.admin_http import prometheus_text
@@ -180,7 +175,7 @@ class WorkerConfig:
             elif key == "http.port.base":
                 c.http_port_base = int(value)
             elif key == "num.replica.fetchers":
-                c.replica_fetchers = int(value)  # 1..REPLICA_FETCHERS_MAX, checked by topology/load.py
+                c.replica_fetchers = int(value)  # 1..FETCH_LANES_MAX, checked by topology/load.py
             elif key == "on.topic.recreated":
                 if value not in MIRROR_CHOICE_KEYS[key]:
                     raise ValueError(f"mirror flow {flow.name!r}: {key} takes one of "

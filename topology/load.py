@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from cluster.client.consumer import FETCH_LANES_MAX
 from cluster.common.secrets import absolute_references, is_reference
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 from cluster.security.errors import SecurityConfigError
@@ -37,7 +38,6 @@ from topology.model import (
     MIRROR_REGISTRY_SECRET_KEYS,
     POISON_ACTIONS,
     RENAME_PLACEHOLDERS,
-    REPLICA_FETCHERS_MAX,
     SUBJECT_NAME_STRATEGIES,
     WAREHOUSE_COLUMNS,
     WAREHOUSE_CONFIG_KEYS,
@@ -708,8 +708,8 @@ class _Loader:
                 if key in MIRROR_CONFIG_KEYS:
                     if not value.isdigit():
                         self.fail(path + ("config", key), f"mirror config {key!r} takes a whole number, not {value!r}")
-                    if key == "num.replica.fetchers" and not 1 <= int(value) <= REPLICA_FETCHERS_MAX:
-                        self.fail(path + ("config", key), f"num.replica.fetchers takes 1..{REPLICA_FETCHERS_MAX}, "
+                    if key == "num.replica.fetchers" and not 1 <= int(value) <= FETCH_LANES_MAX:
+                        self.fail(path + ("config", key), f"num.replica.fetchers takes 1..{FETCH_LANES_MAX}, "
                                                           f"not {value}")
                 elif key in MIRROR_CHOICE_KEYS:
                     if value not in MIRROR_CHOICE_KEYS[key]:

@@ -21,7 +21,6 @@ MIRROR_CHOICE_KEYS = {"on.topic.recreated": ("mirror", "stop"),
                       # Which source subjects a flow's topics use (Confluent's subject name strategies).
                       "schema.subject.name.strategy": ("TopicNameStrategy", "RecordNameStrategy",
                                                        "TopicRecordNameStrategy")}
-REPLICA_FETCHERS_MAX = 16  # a flow's num.replica.fetchers: fetch connections per source broker
 MIRROR_CONFIG_PREFIXES = ("producer.", "consumer.", "source.", "target.")
 # Basic-auth credentials (`user:password`, a secret reference) a flow's schema sync logs in to
 # the source's / the target's registry with (without them: the registry's auth_token, if any).
