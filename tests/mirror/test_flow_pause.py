@@ -81,13 +81,15 @@ def paused_metric(base: int, index: int) -> float:
 
 def all_paused(lab: MirrorLab, pids: dict[str, int] | None = None, *, flow: str = FLOW,
                workers: tuple[str, ...] = WORKERS, partitions: int = PARTITIONS) -> dict[str, dict[str, Any]] | None:
-    """Every worker reports the flow paused and all `partitions` claimed and PAUSED (by the
+    """Every worker reports the flow paused (both directions of a mirror-topics worker: each
+    reads the pause on its own poll) and all `partitions` claimed and PAUSED (by the
     processes `pids` names, when given): their status documents; else None."""
     status = live_status(lab, flow)
     if set(status) != set(workers) or (pids and any(status[w].get("pid") != pids[w] for w in workers)):
         return None
     parts = [p for doc in status.values() for p in doc["partitions"]]
-    if not all(doc.get("paused") for doc in status.values()) or len(parts) != partitions \
+    if not all(doc.get("paused") and (doc.get("reverse") or {}).get("paused", True) for doc in status.values()) \
+            or len(parts) != partitions \
             or any(p["state"] != "PAUSED" for p in parts):
         return None
     return status

@@ -88,8 +88,14 @@ def java() -> str:
 
 
 def new_cluster_id() -> str:
-    """Kafka's text form of a random Uuid (22 characters, URL-safe base64)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's text form of a random Uuid (22 characters, URL-safe base64), never one that
+    starts with "-": as Kafka's Uuid.randomUuid, since a tool would take it for an option
+    (`kafka-storage format -t -abc...` fails with "--cluster-id: expected one argument",
+    one format in 64)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def tool_log_config(directory: Path) -> Path:
