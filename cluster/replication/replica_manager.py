@@ -244,16 +244,35 @@ class ReplicaManager:
                 if part.log.config.mirror_source and not config.mirror_source:
                     # Promoted: the source's producer ids, copied with its batches, are no
                     # ids of this cluster (docs/design.md, "Mirror topics keep offsets").
-                    forgotten = part.log.forget_idle_producers()
-                    log.info("%s is promoted (mirror.source removed): its %d mirrored producer id(s) are "
-                             "forgotten", part.log.name, forgotten)
+                    forgotten, carried = part.log.promote_producers()
+                    log.info("%s is promoted (mirror.source removed): %d mirrored producer id(s) forgotten, %d "
+                             "with an open transaction carried until it ends", part.log.name, forgotten, len(carried))
                 part.log.config = config
             self._apply_role(part, p, now)
+            if part.is_leader and part.log.producer_state.carried and not config.mirror_source:
+                self._abort_carried(part, now)
         self._reconciled_once = True
         self._write_topic_ids()
         for listener in self.on_partitions_changed:
             listener()
         self.fetchers.update()
+
+    def _abort_carried(self, part: Partition, now_ms: int) -> None:
+        """The leader of a promoted mirror topic ends the source's open transactions with an
+        ABORT marker before it takes any produce (their coordinator is in the other cluster
+        and never will): no half of them is ever read committed, and the marker forgets their
+        producer ids, which a producer of this cluster may be given."""
+        for entry in part.log.producer_state.carried_open():
+            try:
+                part.append_marker(producer_id=entry.producer_id, producer_epoch=entry.epoch, commit=False,
+                                   coordinator_epoch=max(0, entry.coordinator_epoch), now_ms=now_ms)
+            except (ProducerFenced, StorageError) as exc:
+                log.error("%s: aborting the open transaction of source producer %d: %s", part.log.name,
+                          entry.producer_id, exc)
+                continue
+            log.info("%s: the open transaction of source producer %d (epoch %d) aborted at promotion",
+                     part.log.name, entry.producer_id, entry.epoch)
+            self.waiters.notify(part.key)
 
     def _open_replica(self, t: TopicImage, p: PartitionState, config: LogConfig, now_ms: int) -> Partition:
         lg = self.logs.get(t.name, p.partition)

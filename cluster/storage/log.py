@@ -589,16 +589,14 @@ class Log:
             self.flush_requests(self, self.log_end_offset)
         return count
 
-    def forget_idle_producers(self) -> int:
-        """A mirror topic promoted: forget every producer without an open transaction (the
-        source cluster's producer ids, copied with its batches, are no ids of this cluster;
-        see docs/design.md, "Mirror topics keep offsets"). Returns how many were forgotten."""
-        state = self.producer_state
-        gone = [pid for pid in state.producers if pid not in state.ongoing]
-        for pid in gone:
-            del state.producers[pid]
+    def promote_producers(self) -> tuple[int, list[int]]:
+        """A mirror topic promoted: forget every producer of the source cluster (its ids are
+        no ids of this cluster; see docs/design.md, "Mirror topics keep offsets"), carrying
+        those with an open transaction until the marker that ends it. Returns (how many were
+        forgotten, the carried producer ids)."""
+        forgotten, carried = self.producer_state.promote()
         self.take_producer_snapshot()
-        return len(gone)
+        return forgotten, carried
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Cut the log back to `offset` (to the start of the batch holding it); the new log end.

@@ -81,6 +81,10 @@ class ProducerStateManager:
         self.verifying: dict[int, object] = {}
         # Ended transactions whose marker may not be replicated yet: still unstable.
         self.unreplicated: list[CompletedTxn] = []
+        # A promoted mirror topic: producer ids of the source cluster kept only for their open
+        # transaction; forgotten with the marker that ends it (docs/design.md, "Mirror topics
+        # keep offsets"), so no producer of this cluster ever meets their sequences.
+        self.carried: set[int] = set()
 
     def check_marker(self, producer_id: int, producer_epoch: int) -> str | None:
         """Why a transaction marker of this producer epoch must be refused (None: fine)."""
@@ -156,6 +160,12 @@ class ProducerStateManager:
             return completed  # an older epoch's batch replayed from the log: the newer state wins
         if header.is_control and marker is not None:
             entry.coordinator_epoch = marker.coordinator_epoch
+        if header.is_control and pid in self.carried and pid not in self.ongoing:
+            # A source producer's transaction ended in the promoted mirror: nothing of it is
+            # needed any more, and its id may be one this cluster hands out.
+            self.carried.discard(pid)
+            del self.producers[pid]
+            return completed
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(
                 BatchMetadata(
@@ -168,6 +178,23 @@ class ProducerStateManager:
             )
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, header.max_timestamp)
         return completed
+
+    def promote(self) -> tuple[int, list[int]]:
+        """A mirror topic became an ordinary one: every producer of the source cluster is
+        forgotten (its ids are no ids of this cluster) but those with an open transaction,
+        which the last stable offset needs until their marker: they are carried, forgotten
+        by the marker that ends the transaction. Returns (how many were forgotten, the
+        carried producer ids)."""
+        gone = [pid for pid in self.producers if pid not in self.ongoing]
+        for pid in gone:
+            del self.producers[pid]
+        self.carried = set(self.ongoing)
+        return len(gone), sorted(self.carried)
+
+    def carried_open(self) -> list[ProducerEntry]:
+        """Carried source producers whose transaction is still open (their coordinator is in
+        another cluster: nobody here will end them but the leader)."""
+        return [self.producers[pid] for pid in sorted(self.carried) if pid in self.ongoing and pid in self.producers]
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle longer than producer.id.expiration.ms; returns how many."""
@@ -183,8 +210,9 @@ class ProducerStateManager:
     def to_snapshot(self) -> bytes:
         return orjson.dumps(
             {
-                "version": 2,
+                "version": 3,
                 "ongoing": [[pid, first] for pid, first in self.ongoing.items()],
+                "carried": sorted(self.carried),
                 "producers": [
                     {
                         "producer_id": e.producer_id,
@@ -203,11 +231,12 @@ class ProducerStateManager:
 
     def load_snapshot(self, data: bytes) -> None:
         doc = orjson.loads(data)
-        if doc.get("version") not in (1, 2):
+        if doc.get("version") not in (1, 2, 3):
             raise ValueError(f"unknown producer snapshot version {doc.get('version')!r}")
         self.producers = {}
         self.ongoing = {int(pid): int(first) for pid, first in doc.get("ongoing", [])}
         self.unreplicated = []
+        self.carried = {int(pid) for pid in doc.get("carried", [])}  # absent before version 3
         for p in doc["producers"]:
             entry = ProducerEntry(int(p["producer_id"]), int(p["epoch"]))
             entry.last_timestamp_ms = int(p["last_timestamp_ms"])

@@ -149,16 +149,27 @@ def test_followers_of_a_mirror_copy_it_with_its_gaps(tmp_path: Path) -> None:
     assert follower.collect_aborted(0, 9) == mirror.collect_aborted(0, 9) == source.collect_aborted(0, 9)
 
 
-def test_promotion_forgets_the_sources_producers_but_open_transactions(tmp_path: Path) -> None:
+def test_promotion_forgets_the_sources_producers_and_carries_open_transactions_to_their_marker(
+        tmp_path: Path) -> None:
     source = source_log(tmp_path)
     mirror = new_log(tmp_path / "mirror", cfg())
     mirror.append_mirrored(read_whole(source), leader_epoch=MIRROR_EPOCH, now_ms=NOW)
     assert sorted(mirror.producer_state.producers) == [7, 8, 9]
-    assert mirror.forget_idle_producers() == 2
+    assert mirror.promote_producers() == (2, [7])
     assert sorted(mirror.producer_state.producers) == [7]  # its transaction is open
     # A producer of this cluster that drew id 9 starts at sequence 0 as any new producer.
     assert append(mirror, values_batch([b"new"], producer_id=9, producer_epoch=0, base_sequence=0)).base_offset == 9
-    # The snapshot taken at promotion keeps it so after a restart.
+    # The snapshot taken at promotion keeps it so after a restart, and what is carried.
     state = mirror.close()
     mirror = reopen(tmp_path / "mirror", cfg(), recovery_point=state["log_end_offset"], clean_state=state)
     assert mirror.producer_state.producers[9].last_seq == 0
+    assert mirror.producer_state.carried == {7}
+    # The marker that ends the carried transaction forgets the source's producer 7: a
+    # producer of this cluster given id 7 at epoch 0 is new, never a duplicate of the source's
+    # batch at sequence 0 (issue 40: acknowledged at the offset of the aborted record).
+    assert [e.producer_id for e in mirror.producer_state.carried_open()] == [7]
+    marker(mirror, 7, commit=False)
+    assert 7 not in mirror.producer_state.producers and not mirror.producer_state.carried
+    assert mirror.last_stable_offset(mirror.log_end_offset) == mirror.log_end_offset
+    mine = append(mirror, values_batch([b"mine"], producer_id=7, producer_epoch=0, base_sequence=0))
+    assert mine.base_offset == 11 and not mine.duplicate

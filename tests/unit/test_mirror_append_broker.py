@@ -15,6 +15,7 @@ from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.internal import MIRROR_APPEND_API_KEY, internal_frame, mirror_append_payload
 from cluster.protocol.messages import decode_response, encode_request
+from cluster.protocol.record_batch import TRANSACTIONAL_MASK
 from tests.batches import values_batch
 from tests.unit.test_protocol_fuzz import open_broker, run_dispatch
 
@@ -54,15 +55,18 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
         mirror_id, ordinary_id = (image.topics_by_name[t].topic_id for t in (MIRROR, ORDINARY))
 
         # Batches at their source offsets, a gap between them, the source's log start inside.
-        # The first from an idempotent producer of the source, id 0.
+        # The first from an idempotent producer of the source, id 0; the last a transaction
+        # of the source's producer 1, open.
         data = (values_batch([b"a", b"b", b"c"], base_offset=5, producer_id=0, producer_epoch=0, base_sequence=0)
-                + values_batch([b"d"], base_offset=10))
+                + values_batch([b"d"], base_offset=10)
+                + values_batch([b"open"], base_offset=11, producer_id=1, producer_epoch=0, base_sequence=0,
+                               attributes=TRANSACTIONAL_MASK))
         answer = mirror_append(srv, MIRROR, mirror_id, data, log_start=6)
         assert answer["error_code"] == 0
         assert answer["partitions"] == [{"partition": 0, "error_code": 0, "error_message": None,
-                                         "log_end_offset": 11, "high_watermark": 11, "log_start_offset": 6}]
+                                         "log_end_offset": 12, "high_watermark": 12, "log_start_offset": 6}]
         # The same again: skipped, answered alike.
-        assert mirror_append(srv, MIRROR, mirror_id, data)["partitions"][0]["log_end_offset"] == 11
+        assert mirror_append(srv, MIRROR, mirror_id, data)["partitions"][0]["log_end_offset"] == 12
 
         refused = produce(srv, MIRROR, values_batch([b"client"]))
         assert refused.error_code == ErrorCode.invalid_topic_exception
@@ -81,7 +85,7 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
         assert ordinary["error_code"] == ErrorCode.invalid_request and "not a mirror topic" in ordinary["error_message"]
         other_id = mirror_append(srv, MIRROR, str(uuid.uuid4()), data)
         assert other_id["error_code"] == other_id["partitions"][0]["error_code"] == ErrorCode.unknown_topic_id
-        straddling = values_batch([b"x", b"y"], base_offset=10)
+        straddling = values_batch([b"x", b"y"], base_offset=11)
         diverged = mirror_append(srv, MIRROR, mirror_id, straddling)["partitions"][0]
         assert diverged["error_code"] == ErrorCode.offset_out_of_range and "diverged" in diverged["error_message"]
 
@@ -98,12 +102,21 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
             {"resource_type": 2, "resource_name": MIRROR, "configs": [
                 {"name": "mirror.source", "config_operation": 1, "value": None}]}]})
         assert altered.responses[0].error_code == 0
-        # A producer of this cluster with the same id and sequences as the source's: neither
-        # refused nor answered as a duplicate of the mirrored batch (never written).
+        # The leader ended the source's open transaction with an ABORT marker (offset 12)
+        # before taking any produce: nothing open, nobody of the source's left.
+        part = srv.broker.replicas.partitions[(MIRROR, 0)]
+        assert part.log.log_end_offset == 13 and part.log.last_stable_offset(13) == 13
+        assert part.log.collect_aborted(11, 13)[0].producer_id == 1
+        assert not part.log.producer_state.producers and not part.log.producer_state.carried
+        # Producers of this cluster with the same ids and sequences as the source's: neither
+        # refused nor answered as a duplicate of a mirrored batch (never written) — the
+        # source's aborted one (id 1) among them (issue 40).
         promoted = produce(srv, MIRROR, values_batch([b"x", b"y", b"z"], producer_id=0, producer_epoch=0,
                                                      base_sequence=0))
-        assert (promoted.error_code, promoted.base_offset) == (0, 11)
-        after = mirror_append(srv, MIRROR, mirror_id, values_batch([b"late"], base_offset=12))["partitions"][0]
+        assert (promoted.error_code, promoted.base_offset) == (0, 13)
+        again = produce(srv, MIRROR, values_batch([b"open"], producer_id=1, producer_epoch=0, base_sequence=0))
+        assert (again.error_code, again.base_offset) == (0, 16)
+        after = mirror_append(srv, MIRROR, mirror_id, values_batch([b"late"], base_offset=17))["partitions"][0]
         assert after["error_code"] == ErrorCode.invalid_request
     finally:
         srv.broker.close()
