@@ -137,44 +137,30 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 def disaster_recovery(topology: Any, flow: Any, action: str, wait_s: float, as_json: bool) -> int:
     """`mirror promote | failover | failback` of one mirror-topics flow (mirror/failover.py)."""
-    from mirror.failover import FailoverError, admin_for, failback, failover, promote
-    from mirror.worker import RETRIABLE, WorkerConfig
+    from mirror.failover import RETRIABLE, FailoverError, gather_worker_views, run_action
+    from mirror.worker import WorkerConfig
 
     if not flow.mirror_topics:
         print(f"dcmirror mirror {action}: flow {flow.name} has no mirror topics (mirror_topics = true)", file=sys.stderr)
         return 1
     config = WorkerConfig.from_flow(flow)
     say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
-
-    def admin(cluster: str, overrides: dict[str, Any]) -> Any:
-        return admin_for(topology, cluster, overrides, client_id=f"dcmirror-{action}")
-
-    async def run() -> Any:
-        async with admin(flow.target, config.target) as target:
-            if action == "failover":
-                return await failover(topology, flow, target, known_source_ends=known_ends, timeout_s=wait_s, say=say)
-            async with admin(flow.source, config.source) as source:
-                if action == "promote":
-                    return await promote(topology, flow, source, target, timeout_s=wait_s, say=say)
-                return await failback(topology, flow, source, target, timeout_s=wait_s, say=say)
-
-    known_ends: dict[tuple[str, int], int] = {}
+    known: Any = {}
+    deleted: Any = {}
     if action == "failover":
-        # How far the source was known to be: the workers' last status (HTTP or files).
-        for report in flow_reports(topology, [flow]):
-            for worker in report["workers"]:
-                # Kept by the worker after its partitions were revoked (the source's death
-                # takes the group with it).
-                for p in worker.get("source_known_ends") or []:
-                    key = (p["topic"], p["partition"])
-                    known_ends[key] = max(known_ends.get(key, -1), p["high_watermark"])
+        # How far the source was known to be, and when: the workers' last status (HTTP or
+        # files), kept by a worker after its partitions were revoked (the source's death
+        # takes the group with it); and the source topics they saw deleted.
+        known, deleted = gather_worker_views(flow_reports(topology, [flow]))
     try:
-        outcome = trio.run(run)
+        outcome = trio.run(functools.partial(run_action, topology, flow, action, source=config.source,
+                                             target=config.target, known=known, deleted_sources=deleted,
+                                             timeout_s=wait_s, say=say, client_id=f"dcmirror-{action}"))
     except FailoverError as exc:
         print(f"dcmirror mirror {action}: {exc}", file=sys.stderr)
         return 1
-    except RETRIABLE as exc:
-        print(f"dcmirror mirror {action}: {exc}", file=sys.stderr)
+    except (*RETRIABLE, trio.TooSlowError) as exc:
+        print(f"dcmirror mirror {action}: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
     if as_json:
         print(orjson.dumps(outcome.as_json(), option=orjson.OPT_INDENT_2).decode())

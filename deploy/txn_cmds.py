@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import trio
 from kio.serial.errors import SerialError
@@ -20,8 +19,6 @@ from kio.serial.errors import SerialError
 from cluster.client.admin import Admin, write_txn_marker
 from cluster.client.errors import KafkaError
 from cluster.protocol.api_keys import ApiKey
-from cluster.protocol.errors import ErrorCode
-from cluster.protocol.sentinels import COORDINATOR_TRANSACTION
 from deploy.cluster_cmds import add_target, admin_command, admin_for
 
 _RETRY_S = 0.3
@@ -59,36 +56,16 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _list(admin: Admin) -> int:
-    md = await admin.metadata([])
-    rows = []
-    for b in sorted(md.brokers, key=lambda b: b.node_id):
-        node = b.node_id
-        conn = await admin._conn(b.host, b.port)
-        resp = await conn.request(ApiKey.LIST_TRANSACTIONS, {"state_filters": [], "producer_id_filters": [],
-                                                             "duration_filter": -1})
-        if resp.error_code:
-            raise KafkaError(f"ListTransactions on broker {node}", resp.error_code)
-        rows += [(s.transactional_id, node, s.producer_id, s.transaction_state) for s in resp.transaction_states]
+    rows = await admin.list_transactions()
     print(f"{'TransactionalId':<32} {'Coordinator':>11} {'ProducerId':>10}  TransactionState")
     for txn_id, node, pid, state in sorted(rows):
         print(f"{txn_id:<32} {node:>11} {pid:>10}  {state}")
     return 0
 
 
-async def _coordinator(admin: Admin, txn_id: str) -> Any:
-    with trio.fail_after(_ABORT_WAIT_S):
-        while True:
-            conn = await admin.cluster.any_connection()
-            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": txn_id, "key_type": COORDINATOR_TRANSACTION})
-            if resp.error_code == ErrorCode.none:
-                return await admin._conn(resp.host, resp.port)
-            if resp.error_code != ErrorCode.coordinator_not_available:
-                raise KafkaError(f"finding the coordinator of {txn_id}", resp.error_code)
-            await trio.sleep(_RETRY_S)
-
-
 async def _describe(admin: Admin, txn_id: str) -> int:
-    conn = await _coordinator(admin, txn_id)
+    with trio.fail_after(_ABORT_WAIT_S):
+        conn = await admin.transaction_coordinator(txn_id, retry_s=_RETRY_S)
     try:
         resp = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]})
     except SerialError as exc:  # kio refuses the -1 start time of an idle id (no transaction open)
@@ -107,18 +84,9 @@ async def _abort_id(admin: Admin, txn_id: str) -> int:
     """InitProducerId under the id: the coordinator aborts what is open (answering
     CONCURRENT_TRANSACTIONS meanwhile) and bumps the epoch; the old producer is fenced."""
     with trio.fail_after(_ABORT_WAIT_S):
-        while True:
-            conn = await _coordinator(admin, txn_id)
-            resp = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": txn_id,
-                                                                "transaction_timeout": 60_000})
-            if resp.error_code == ErrorCode.none:
-                print(f"{txn_id}: open transaction aborted, producer {resp.producer_id} fenced "
-                      f"(epoch now {resp.producer_epoch})")
-                return 0
-            if resp.error_code not in (ErrorCode.concurrent_transactions, ErrorCode.not_coordinator,
-                                       ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress):
-                raise KafkaError(f"aborting {txn_id}", resp.error_code)
-            await trio.sleep(_RETRY_S)
+        producer_id, epoch = await admin.fence_transactional_id(txn_id, retry_s=_RETRY_S)
+    print(f"{txn_id}: open transaction aborted, producer {producer_id} fenced (epoch now {epoch})")
+    return 0
 
 
 async def _abort_hanging(admin: Admin, topic: str, partition: int, start_offset: int) -> int:

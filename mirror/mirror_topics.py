@@ -37,6 +37,12 @@ from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
 from mirror import flow_control, tail
+from mirror.core import topic_copy
+from mirror.core.topic_copy import (
+    CONFIG_EXCLUDES,
+    MIRROR_SOURCE_CONFIG,
+    mirror_source_value,
+)
 from mirror.topic_sync import TopicSync
 from mirror.worker import (
     INTERNAL_PREFIXES,
@@ -50,16 +56,8 @@ from topology.model import MirrorSpec, Topology
 
 log = logging.getLogger("dcmirror.mirror.topics")
 
-MIRROR_SOURCE_CONFIG = "mirror.source"
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 TopicPartition = tuple[str, int]
-# Topic configs a mirror topic does not take from its source: the mirror's own marker, and
-# what would make the copy differ from the source's batches or refuse them.
-CONFIG_EXCLUDES = frozenset({MIRROR_SOURCE_CONFIG, "message.timestamp.type", "compression.type",
-                             "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
-                             "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
-                             "message.timestamp.difference.max.ms", "min.insync.replicas", "follower.replication.throttled.replicas",
-                             "leader.replication.throttled.replicas", "confluent.placement.constraints"})
 APPEND_TIMEOUT_S = 30.0
 # Fetch connections per source broker (a flow's num.replica.fetchers, unless it says): over a
 # 100 ms round trip one fetch in flight gave 0.62x of the loopback rate, four 0.85-0.91x
@@ -70,8 +68,6 @@ ROUND_MAX_BYTES = 16 << 20  # raw batches taken from the consumer per round of a
 # stopped for an operator (a divergence the mirror must not repair on its own).
 ACTIVE, CLAIMING, FAILED = "ACTIVE", "CLAIMING", "FAILED"
 PAUSED = "PAUSED"  # shown for an ACTIVE partition while its flow is paused (status and metrics only)
-# A topic's state when its target is no mirror topic any more (refused_topics in the status).
-FAILED_OVER = "FAILED_OVER"
 
 
 @dataclass
@@ -88,6 +84,7 @@ class TopicPartitionMirror:
     appended_at_ms: int = 0
     last_timestamp_ms: int = -1  # the max timestamp of the last batch copied
     log_start_sent: int = -1  # the source's log start the target was last told
+    target_topic_id: uuid.UUID | None = None  # the target incarnation of the last claim
 
 
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
@@ -106,10 +103,6 @@ def last_max_timestamp(data: bytes) -> int:
             (found,) = struct.unpack_from(">q", data, pos + _MAX_TIMESTAMP_AT)
         pos = end
     return found
-
-
-def mirror_source_value(cluster: str, topic: str) -> str:
-    return f"{cluster}:{topic}"
 
 
 class TopicMirrorWorker(FlowWorker):
@@ -137,14 +130,16 @@ class TopicMirrorWorker(FlowWorker):
         self.metrics: dict[str, Any] = {"records": 0, "bytes": 0, "batches": 0, "appends": 0, "claims": 0,
                                         "data_loss_records": 0, "started_ms": clock.now_ms()}
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=50)
-        # The source's high watermark as last seen, kept after the partition is revoked (a
-        # source that dies takes the group with it): `mirror failover` reports the RPO from it.
-        self.source_known_ends: dict[TopicPartition, int] = {}
+        # The source's high watermark as last seen and when (wall-clock ms), kept after the
+        # partition is revoked (a source that dies takes the group with it): `mirror failover`
+        # reports what is known of the RPO from it.
+        self.source_known_ends: dict[TopicPartition, tuple[int, int]] = {}
         self.last_problem: dict[str, Any] | None = None
         self._consumer: Consumer | None = None
         self._source_admin: Admin | None = None
         self._target_admin: Admin | None = None
         self._target_ids: dict[str, uuid.UUID] = {}
+        self._source_names: set[str] = set()  # every topic of the cluster copied from, as last listed
         self._stopping = trio.Event()
         self._stopped = trio.Event()
         self._reclaim = trio.Event()
@@ -220,7 +215,9 @@ class TopicMirrorWorker(FlowWorker):
                     reversed_pairs[target_topic] = name
             pairs = reversed_pairs
         counts = {t.name: len(t.partitions) for t in (await self._source_admin.metadata(None)).topics
-                  if t.error_code == 0} if self.reverse else {t.name: len(t.partitions) for t in meta.topics}
+                  if t.error_code == 0} if self.reverse else {t.name: len(t.partitions) for t in meta.topics
+                                                              if t.error_code == 0}
+        self._source_names = set(counts)
         return {a: (b, counts[a]) for a, b in pairs.items() if a in counts}
 
     async def _sync_topics(self) -> bool:
@@ -235,27 +232,36 @@ class TopicMirrorWorker(FlowWorker):
         for t in target_meta.topics:
             if t.error_code == 0 and (tid := _topic_id(t)) is not None:
                 self._target_ids[t.name] = tid
+        for pm in self.partitions.values():
+            now_id = self._target_ids.get(pm.target[0])
+            if pm.state == FAILED and pm.target_topic_id is not None and now_id not in (None, pm.target_topic_id):
+                # The copy was created again (a failback): what diverged is gone with it.
+                log.info("%s-%d: %s was created again: claiming it again", *pm.source, pm.target[0])
+                pm.state, pm.last_error = CLAIMING, "the target topic was created again"
+                self._reclaim.set()
         rf = min(self.topology.defaults.replication_factor, len(self.target.brokers))
         mapping: dict[str, str] = {}
         for name, (target_name, count) in sorted(matching.items()):
-            marker = mirror_source_value(self.source_name, name)
             source_entries = await self._source_admin.topic_configs(name)
-            if not self.reverse and any(e.name == MIRROR_SOURCE_CONFIG and e.value == mirror_source_value(
-                    self.target_name, target_name) for e in source_entries):
-                # Failed back: the source's topic is a mirror topic of its target now.
-                why = (f"REVERSED: {name} in {self.source_name} is a mirror topic of {self.target_name}:"
-                       f"{target_name} (failed back): copied the other way")
-                if self.refused_topics.get(name) != why:
-                    log.info("%s", why)
-                self.refused_topics[name] = why
+            have = target_counts.get(target_name)
+            target_configs = {} if have is None else {
+                e.name: e.value for e in await self._target_admin.topic_configs(target_name)
+                if getattr(e, "config_source", None) == 1}
+            decision = topic_copy.topic_pair(topic_copy.PairFacts(
+                self.source_name, name, self.target_name, target_name, self.reverse,
+                _own_marker(source_entries), have is not None, target_configs.get(MIRROR_SOURCE_CONFIG)))
+            if decision.action == "skip":
+                continue
+            if decision.action == "refuse":
+                if self.refused_topics.get(name) != decision.why:
+                    (log.info if decision.state != topic_copy.OTHER_SOURCE else log.error)("%s", decision.why)
+                self.refused_topics[name] = decision.why
                 continue
             source_configs = {e.name: e.value for e in source_entries
                               if getattr(e, "config_source", None) == 1 and e.value is not None
                               and e.name not in CONFIG_EXCLUDES}
-            have = target_counts.get(target_name)
-            if have is None and self.reverse:
-                continue
-            if have is None:
+            if decision.action == "create":
+                marker = mirror_source_value(self.source_name, name)
                 try:
                     await self._target_admin.create_topic(target_name, count, rf,
                                                           {**source_configs, MIRROR_SOURCE_CONFIG: marker})
@@ -266,22 +272,7 @@ class TopicMirrorWorker(FlowWorker):
                         raise
                 mapping[name] = target_name
                 continue
-            target_configs = {e.name: e.value for e in await self._target_admin.topic_configs(target_name)
-                              if getattr(e, "config_source", None) == 1}
-            if target_configs.get(MIRROR_SOURCE_CONFIG) != marker:
-                other = target_configs.get(MIRROR_SOURCE_CONFIG)
-                if other is None:
-                    # Promoted or failed over (`dcmirror mirror promote|failover`), or an
-                    # ordinary topic of that name: the primary, never written into.
-                    why = (f"{FAILED_OVER}: {target_name} in {self.target_name} is not a mirror topic (promoted, "
-                           "failed over, or an ordinary topic of that name): not written into")
-                else:
-                    why = (f"{target_name} in {self.target_name} is a mirror topic of {other}, not of {marker}: "
-                           "not written into")
-                if self.refused_topics.get(name) != why:
-                    (log.warning if other is None else log.error)("%s", why)
-                self.refused_topics[name] = why
-                continue
+            assert have is not None
             self.refused_topics.pop(name, None)
             if have < count:
                 await self._target_admin.create_partitions(target_name, count)
@@ -293,9 +284,30 @@ class TopicMirrorWorker(FlowWorker):
                 log.info("mirror topic %s follows its source's configs: set %s, removed %s", target_name,
                          sorted(changed), sorted(gone))
             mapping[name] = target_name
+        if not self.reverse:
+            await self._find_deleted_sources(target_counts, {b for b, _ in matching.values()})
         changed_set = mapping != self.topics
         self.topics = mapping
         return changed_set
+
+    async def _find_deleted_sources(self, target_counts: Mapping[str, int], copied: set[str]) -> None:
+        """The target's copies of source topics that are gone (deleted there): said in the
+        status as SOURCE_DELETED, so a failover leaves them (mirror/failover.py)."""
+        assert self._target_admin is not None
+        for topic, why in list(self.refused_topics.items()):
+            if why.startswith(topic_copy.SOURCE_DELETED) and topic in self._source_names:
+                del self.refused_topics[topic]  # created again at the source
+        for target_name in sorted(set(target_counts) - copied):
+            if target_name.startswith(INTERNAL_PREFIXES):
+                continue
+            gone = topic_copy.deleted_source(self.source_name, target_name,
+                                             await _mirror_source_of(self._target_admin, target_name),
+                                             self._source_names)
+            if gone is not None:
+                why = topic_copy.deleted_why(self.source_name, gone, self.target_name, target_name)
+                if self.refused_topics.get(gone) != why:
+                    log.warning("%s", why)
+                self.refused_topics[gone] = why
 
     # ---- partitions -----------------------------------------------------------------
 
@@ -328,36 +340,44 @@ class TopicMirrorWorker(FlowWorker):
             return
         if self.partitions.get(pm.source) is not pm:
             return  # revoked (a rebalance) while its offsets were read: the consumer no longer has it
-        if target_end > source_hw and await _mirror_source_of(self._source_admin, pm.source[0]) == \
-                mirror_source_value(self.target_name, pm.target[0]):
-            # Both sides are mirror topics of each other: a promotion is under way and the
-            # other direction copies into the one copied from here; nothing to do until it
-            # made the topic there an ordinary one again.
+        both_marked = target_end > source_hw and await _mirror_source_of(self._source_admin, pm.source[0]) == \
+            mirror_source_value(self.target_name, pm.target[0])
+        matches: bool | None = None
+        if source_start < target_end <= source_hw:
+            try:
+                matches = topic_copy.tails_match(
+                    await _batch_tail(self._source_admin.cluster, *pm.source, target_end - 1),
+                    await _batch_tail(self._target_admin.cluster, *pm.target, target_end - 1))
+            except RETRIABLE as exc:
+                pm.state, pm.last_error = CLAIMING, f"claim: {exc}"
+                self._reclaim.set()
+                return
+        if self.partitions.get(pm.source) is not pm:
+            return
+        pm.target_topic_id = self._target_ids.get(pm.target[0])
+        decision = topic_copy.claim(topic_copy.ClaimFacts(target_end, source_start, source_hw, both_marked, matches))
+        if isinstance(decision, topic_copy.WaitPromotion):
+            # The other direction copies into the one copied from here; nothing to do until
+            # it made the topic there an ordinary one again.
             if not pm.last_error.startswith("waiting"):
-                log.info("%s-%d -> %s-%d: waiting, both are mirror topics of each other (a promotion under way)",
-                         *pm.source, *pm.target)
-            pm.state, pm.last_error = CLAIMING, "waiting: both sides are mirror topics (a promotion under way)"
+                log.info("%s-%d -> %s-%d: %s", *pm.source, *pm.target, decision.why)
+            pm.state, pm.last_error = CLAIMING, decision.why
             self._reclaim.set()
             return
-        if target_end > source_hw:
-            pm.state = FAILED
-            pm.last_error = (f"the target holds offsets up to {target_end - 1}, the source only up to "
-                             f"{source_hw - 1}: the source lost records the mirror copied (an unclean election, "
-                             "a topic created again); not copied further until an operator acts")
+        if isinstance(decision, topic_copy.Diverged):
+            pm.state, pm.last_error = FAILED, decision.why
             log.error("%s-%d -> %s-%d: %s", *pm.source, *pm.target, pm.last_error)
             self._event("diverged", pm, target_end=target_end, source_high_watermark=source_hw)
             return
-        position = target_end
-        if target_end < source_start and target_end == 0:
-            log.info("%s-%d: the copy starts at the source's log start %d", *pm.source, source_start)
-            position = source_start
-        elif target_end < source_start:
-            lost = source_start - target_end
-            self.metrics["data_loss_records"] += lost
+        position = decision.position
+        if decision.lost is not None:
+            first, last = decision.lost
+            self.metrics["data_loss_records"] += last - first + 1
             log.error("DATA LOSS: %s-%d offsets %d..%d were deleted at the source before they were mirrored "
-                      "(%d offsets)", *pm.source, target_end, source_start - 1, lost)
-            self._event("data_loss", pm, first=target_end, last=source_start - 1)
-            position = source_start
+                      "(%d offsets)", *pm.source, first, last, last - first + 1)
+            self._event("data_loss", pm, first=first, last=last)
+        elif position != target_end:
+            log.info("%s-%d: the copy starts at the source's log start %d", *pm.source, position)
         pm.position = pm.target_log_end = position
         pm.state, pm.last_error = ACTIVE, ""
         self._consumer.seek(pm.source, position)
@@ -417,7 +437,7 @@ class TopicMirrorWorker(FlowWorker):
             if pm is None or pm.state != ACTIVE:
                 continue
             before = joined[chunk.tp][-1].next_offset if chunk.tp in joined else pm.position
-            if chunk.fetch_offset != before:
+            if not topic_copy.follows(chunk.fetch_offset, before):
                 # Not the data that follows what the target holds (a chunk of a position
                 # given up meanwhile): nothing of the partition is appended this round.
                 log.warning("%s-%d: fetched from %d where the copy is at %d; taking it again", *chunk.tp,
@@ -549,8 +569,11 @@ class TopicMirrorWorker(FlowWorker):
         now_ms = self.clock.now_ms()
         for tp, pm in sorted(self.partitions.items()):
             hw = consumer.highwater(tp) if consumer is not None else -1
-            if hw >= 0:
-                self.source_known_ends[tp] = max(hw, self.source_known_ends.get(tp, -1))
+            if hw >= 0 and consumer is not None:
+                age_s = consumer.since_last_answer_s(tp)
+                seen_ms = now_ms - int((age_s or 0.0) * 1000)
+                if (hw, seen_ms) > self.source_known_ends.get(tp, (-1, -1)):
+                    self.source_known_ends[tp] = (hw, seen_ms)
             lag = max(0, hw - pm.position) if hw >= 0 and pm.position >= 0 else None
             # Behind: at most the age of the last copied batch (the first one not copied is
             # younger); caught up: 0.
@@ -570,8 +593,8 @@ class TopicMirrorWorker(FlowWorker):
                 "bytes": self.metrics["bytes"], "records_per_s": self.metrics["records"] / elapsed_s,
                 "claims": self.metrics["claims"], "data_loss_records": self.metrics["data_loss_records"],
                 "events": list(self.events), "last_problem": self.last_problem,
-                "source_known_ends": [{"topic": t, "partition": p, "high_watermark": hw}
-                                      for (t, p), hw in sorted(self.source_known_ends.items())],
+                "source_known_ends": [{"topic": t, "partition": p, "high_watermark": hw, "seen_ms": seen_ms}
+                                      for (t, p), (hw, seen_ms) in sorted(self.source_known_ends.items())],
                 "topic_sync": self.topic_sync.status(), **self.pause_status()}
 
     def _state_of(self, pm: TopicPartitionMirror) -> str:
@@ -664,13 +687,28 @@ class MirrorTopicsFlowWorker:
                 "/v1/status": lambda: ("application/json", orjson.dumps(self.status()))}
 
 
-async def _mirror_source_of(admin: Admin, topic: str) -> str | None:
-    """The topic's mirror.source (None: an ordinary topic, or no such topic)."""
-    try:
-        entries = await admin.topic_configs(topic)
-    except AdminError:
-        return None
+async def _batch_tail(cluster: Any, topic: str, partition: int, offset: int) -> topic_copy.BatchTail | None:
+    """The batch holding `offset` as a claim compares it (None: the partition holds none)."""
+    batches = await tail.fetch_batches(cluster, topic, partition, offset, max_bytes=1)
+    for b in batches:
+        h = b.header
+        if h.base_offset <= offset <= h.last_offset:
+            return topic_copy.BatchTail(h.last_offset, h.producer_id, h.producer_epoch, h.is_control,
+                                        h.is_transactional)
+    return None
+
+
+def _own_marker(entries: list[Any]) -> str | None:
+    """The mirror.source a topic's own configs carry (None: an ordinary topic)."""
     for e in entries:
         if e.name == MIRROR_SOURCE_CONFIG and getattr(e, "config_source", None) == 1:
             return str(e.value) if e.value else None
     return None
+
+
+async def _mirror_source_of(admin: Admin, topic: str) -> str | None:
+    """The topic's mirror.source (None: an ordinary topic, or no such topic)."""
+    try:
+        return _own_marker(await admin.topic_configs(topic))
+    except AdminError:
+        return None

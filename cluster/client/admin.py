@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import trio
+
 from cluster.client.config import admin_config
 from cluster.client.connection import BrokerConnection
 from cluster.client.errors import KafkaError
@@ -25,6 +27,7 @@ from cluster.protocol.consumer_protocol import decode_assignment
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     CONSUMER_REPLICA_ID,
+    COORDINATOR_TRANSACTION,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_UNCOMMITTED,
@@ -420,6 +423,49 @@ class Admin:
                 for t in resp.topics for p in t.partitions}
 
     # ---- groups ----------------------------------------------------------------------
+
+    async def list_transactions(self) -> list[tuple[str, int, int, str]]:
+        """Every broker's transactional ids (ListTransactions): (id, coordinator node,
+        producer id, state)."""
+        md = await self.metadata([])
+        rows = []
+        for b in sorted(md.brokers, key=lambda b: b.node_id):
+            conn = await self._conn(b.host, b.port)
+            resp = await conn.request(ApiKey.LIST_TRANSACTIONS, {"state_filters": [], "producer_id_filters": [],
+                                                                 "duration_filter": -1})
+            if resp.error_code:
+                raise KafkaError(f"ListTransactions on broker {b.node_id}", resp.error_code)
+            rows += [(s.transactional_id, b.node_id, s.producer_id, s.transaction_state)
+                     for s in resp.transaction_states]
+        return rows
+
+    async def transaction_coordinator(self, txn_id: str, *, retry_s: float = 0.3) -> BrokerConnection:
+        """The connection to the transactional id's coordinator (FindCoordinator, asked again
+        while none is available: bound it with a cancel scope)."""
+        while True:
+            conn = await self.cluster.any_connection()
+            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": txn_id, "key_type": COORDINATOR_TRANSACTION})
+            if resp.error_code == ErrorCode.none:
+                return await self._conn(resp.host, resp.port)
+            if resp.error_code != ErrorCode.coordinator_not_available:
+                raise KafkaError(f"finding the coordinator of {txn_id}", resp.error_code)
+            await trio.sleep(retry_s)
+
+    async def fence_transactional_id(self, txn_id: str, *, retry_s: float = 0.3) -> tuple[int, int]:
+        """InitProducerId under the id, as a new producer instance would (Admin.fenceProducers):
+        the coordinator completes a transaction preparing to commit or abort, aborts one
+        still open (answering CONCURRENT_TRANSACTIONS meanwhile) and bumps the epoch, so the
+        old producer is fenced. Returns (producer id, new epoch); bound it with a cancel scope."""
+        while True:
+            conn = await self.transaction_coordinator(txn_id, retry_s=retry_s)
+            resp = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": txn_id,
+                                                                "transaction_timeout": 60_000})
+            if resp.error_code == ErrorCode.none:
+                return resp.producer_id, resp.producer_epoch
+            if resp.error_code not in (ErrorCode.concurrent_transactions, ErrorCode.not_coordinator,
+                                       ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress):
+                raise KafkaError(f"fencing {txn_id}", resp.error_code)
+            await trio.sleep(retry_s)
 
     @_retried
     async def list_groups(self) -> list[tuple[str, str, str]]:

@@ -28,6 +28,15 @@ _HEADER = struct.Struct(">hhih")
 HEADER_BYTES = _HEADER.size
 _I32 = struct.Struct(">i")
 MAX_RPC_FRAME_BYTES = 64 << 20
+# A mirror topic's `mirror.source = "dcmirror.fenced:<topic>"`: a topic a disaster-recovery
+# step holds still (`dcmirror mirror failover|failback` while it reads where the copy ends,
+# or keeps aside what only the topic holds): read-only for producers, as any mirror topic,
+# and MirrorAppend refuses it too.
+MIRROR_FENCE_CLUSTER = "dcmirror.fenced"
+
+
+def mirror_fenced(mirror_source: str | None) -> bool:
+    return mirror_source is not None and mirror_source.startswith(f"{MIRROR_FENCE_CLUSTER}:")
 # MirrorAppend: the JSON header's size and the partitions one request may carry.
 MAX_MIRROR_HEADER_BYTES = 1 << 20
 MAX_MIRROR_PARTITIONS = 10_000

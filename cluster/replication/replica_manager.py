@@ -25,6 +25,7 @@ from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage, PartitionState, TopicImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.internal import mirror_fenced
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     InvalidRecordBatch,
@@ -426,10 +427,13 @@ class ReplicaManager:
             code = (ErrorCode.not_leader_or_follower if self.image.partition(topic, index)
                     else ErrorCode.unknown_topic_or_partition)
             return {"index": index, "error_code": code, "base_offset": -1}
-        if part.log.config.mirror_source:
+        if part.log.config.mirror_source and producer_id not in part.log.producer_state.ongoing:
             # Nothing of a transaction is on a mirror topic's partition but what its source
             # wrote (producers are refused): a marker there would take an offset the source's
             # next batch holds. Answered as done, so the coordinator completes the transaction.
+            # A transaction open on it is another matter: one of this cluster's, begun before
+            # the topic became a copy (a promotion or a failback made it read-only under it),
+            # ends with its marker, or its commit would be answered and never read.
             return {"index": index, "error_code": ErrorCode.none, "base_offset": -1}
         try:
             result = part.append_marker(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
@@ -491,6 +495,11 @@ class ReplicaManager:
             answer.update(error_code=ErrorCode.invalid_request,
                           error_message=f"{topic} is not a mirror topic (no mirror.source): only mirror topics "
                                         "take mirrored batches")
+            return answer
+        if mirror_fenced(part.log.config.mirror_source):
+            answer.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"{topic} is held by a disaster-recovery step (mirror.source "
+                                        f"{part.log.config.mirror_source}): it takes no mirrored batches")
             return answer
         needed = part.log.log_end_offset
         if records:

@@ -139,6 +139,27 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return m.group("topic"), int(m.group("partition"))
 
 
+
+def plan_mirrored_append(name: str, log_start_offset: int, log_end_offset: int,
+                         batches: list[tuple[int, int]]) -> tuple[int, int | None]:
+    """Which of a mirror append's batches ((base offset, last offset), in order) a mirror
+    log takes: (the index of the first one kept, the offset an empty log must start at first
+    or None). Batches wholly below the log end are skipped (the retry of an append already
+    done); an empty log whose end is below the first batch starts at that batch (a mirror
+    starts where its source's log starts, as a follower whose log lies below its leader's).
+    A batch that straddles the log end means the two logs diverged: UnexpectedAppendOffset."""
+    first_kept = next((i for i, (_, last) in enumerate(batches) if last >= log_end_offset), len(batches))
+    if first_kept == len(batches):
+        return first_kept, None
+    base, last = batches[first_kept]
+    empty = log_start_offset == log_end_offset
+    if base < log_end_offset and not empty:
+        raise UnexpectedAppendOffset(
+            f"{name}: mirrored batch {base}-{last} straddles the log end offset {log_end_offset}: this log and its "
+            f"source diverged below {log_end_offset}", base, last)
+    return first_kept, (base if empty and base != log_end_offset else None)
+
+
 class Log:
     """Append-only commit log of one partition, on disk under `<dir>/<topic>-<partition>`."""
 
@@ -527,20 +548,14 @@ class Log:
         batches = split_batches(payload, from_producer=False)
         self._check_fetched_order(batches, "mirrored", batches[0][1].base_offset)
         end = self.log_end_offset
-        kept = [(pos, h) for pos, h in batches if h.last_offset >= end]
-        skipped = len(batches) - len(kept)
+        first_kept, start_at = plan_mirrored_append(self.name, self.log_start_offset, end,
+                                                    [(h.base_offset, h.last_offset) for _, h in batches])
+        kept = batches[first_kept:]
+        skipped = first_kept
         if not kept:
             return MirrorAppend(-1, -1, 0, skipped, end)
-        first = kept[0][1]
-        empty = self.log_start_offset == end
-        if first.base_offset < end and not empty:
-            raise UnexpectedAppendOffset(
-                f"{self.name}: mirrored batch {first.base_offset}-{first.last_offset} straddles the log end "
-                f"offset {end}: this log and its source diverged below {end}", first.base_offset, first.last_offset)
-        if empty and first.base_offset != end:
-            # A mirror starts where its source's log starts (retention, DeleteRecords, or a
-            # log start inside that batch), as a follower whose log lies below its leader's.
-            self.truncate_fully_and_start_at(first.base_offset, now_ms)
+        if start_at is not None:
+            self.truncate_fully_and_start_at(start_at, now_ms)
         view = memoryview(payload)
         epoch = _I32.pack(leader_epoch)
         iovecs: list[bytes | memoryview] = []

@@ -127,37 +127,28 @@ class ActionRunner:
             run.finished_s = time.time()
 
 
-def known_source_ends(report: Mapping[str, Any] | None) -> dict[tuple[str, int], int]:
-    """How far the source was known to be, per (source topic, partition): the highest high
-    watermark any worker of the flow reported (as `dcmirror mirror failover` gathers them)."""
-    known: dict[tuple[str, int], int] = {}
-    for worker in (report or {}).get("workers") or []:
-        for p in worker.get("source_known_ends") or []:
-            key = (p["topic"], p["partition"])
-            known[key] = max(known.get(key, -1), p["high_watermark"])
-    return known
+def worker_views(report: Mapping[str, Any] | None) -> tuple[dict[tuple[str, int], Any], dict[str, str]]:
+    """What a failover knows of the source from the flow's workers' last status, as
+    `dcmirror mirror failover` gathers it (mirror/failover.py `gather_worker_views`)."""
+    from mirror.failover import gather_worker_views
+
+    return gather_worker_views([report] if report else [])
 
 
 def disaster_recovery(topology: Topology, flow: MirrorSpec, action: str, source: dict[str, Any] | None,
-                      target: dict[str, Any], known_ends: Mapping[tuple[str, int], int],
+                      target: dict[str, Any], views: tuple[Mapping[tuple[str, int], Any], Mapping[str, str]],
                       wait_s: float = DR_WAIT_S) -> Callable[[Say], Awaitable[list[str]]]:
     """The work of one DR action, with the client settings of each side (the principal it
-    acts as; `source` None for a failover, which never asks the source)."""
-    from mirror.failover import admin_for, failback, failover, promote
+    acts as; `source` None for a failover, which asks the source only whether it answers,
+    with the target's settings for the flow's source principal unknown to the session)."""
+    from mirror.failover import run_action
 
-    def admin(cluster: str, settings: dict[str, Any]) -> Any:
-        return admin_for(topology, cluster, settings, client_id=f"dcmirror-console-{action}")
+    known, deleted = views
 
     async def work(say: Say) -> list[str]:
-        async with admin(flow.target, target) as target_admin:
-            if action == "failover":
-                outcome = await failover(topology, flow, target_admin, known_source_ends=known_ends,
-                                         timeout_s=wait_s, say=say)
-            else:
-                assert source is not None
-                async with admin(flow.source, source) as source_admin:
-                    act = promote if action == "promote" else failback
-                    outcome = await act(topology, flow, source_admin, target_admin, timeout_s=wait_s, say=say)
+        outcome = await run_action(topology, flow, action, source=source or {}, target=target, known=known,
+                                   deleted_sources=deleted, timeout_s=wait_s, say=say,
+                                   client_id=f"dcmirror-console-{action}")
         return outcome.lines()
 
     return work

@@ -37,7 +37,7 @@ from deploy.console.actions import (
     ActionRefused,
     ActionRunner,
     disaster_recovery,
-    known_source_ends,
+    worker_views,
 )
 from deploy.console.auth import (
     COOKIE,
@@ -432,11 +432,10 @@ def build_app(console: Console) -> Starlette:
         if action in DR_ACTIONS:
             if not flow.mirror_topics:
                 raise BadInput(f"flow {flow_name} has no mirror topics (mirror_topics = true): no {action}")
-            sides = {"target": _flow_settings(console, session, flow, "target")}
-            if action != "failover":  # a failover never asks the source: it is gone
-                sides["source"] = _flow_settings(console, session, flow, "source")
+            # A failover asks the source only whether it still answers (and how far it is).
+            sides = {side: _flow_settings(console, session, flow, side) for side in ("source", "target")}
             work = disaster_recovery(console.topology, flow, action, sides.get("source"), sides["target"],
-                                     known_source_ends(console.poller.snapshot.flows.get(flow_name)))
+                                     worker_views(console.poller.snapshot.flows.get(flow_name)))
             try:
                 console.actions.start(flow_name, action, session.user, work)
             except ActionRefused as exc:

@@ -15,7 +15,7 @@ from deploy.console.actions import (
     ActionRefused,
     ActionRunner,
     Say,
-    known_source_ends,
+    worker_views,
 )
 from mirror.failover import FailoverError
 
@@ -72,15 +72,21 @@ def test_one_action_per_flow_bounded_lines_and_outcomes() -> None:
     trio.run(main)
 
 
-def test_known_source_ends_are_the_highest_any_worker_saw() -> None:
+def test_worker_views_are_the_highest_any_worker_saw_and_when() -> None:
     report = {"workers": [
-        {"worker": "w0", "source_known_ends": [{"topic": "orders", "partition": 0, "high_watermark": 10},
-                                               {"topic": "orders", "partition": 1, "high_watermark": 7}]},
+        {"worker": "w0", "source_known_ends": [{"topic": "orders", "partition": 0, "high_watermark": 10, "seen_ms": 5},
+                                               {"topic": "orders", "partition": 1, "high_watermark": 7,
+                                                "seen_ms": 6}],
+         "refused_topics": {"gone": "SOURCE_DELETED: east:gone was deleted", "mine": "FAILED_OVER: ..."}},
         {"worker": "w1", "reachable": False},
-        {"worker": "w2", "source_known_ends": [{"topic": "orders", "partition": 0, "high_watermark": 12}]},
+        {"worker": "w2", "source_known_ends": [{"topic": "orders", "partition": 0, "high_watermark": 12,
+                                                "seen_ms": 4}]},
     ]}
-    assert known_source_ends(report) == {("orders", 0): 12, ("orders", 1): 7}
-    assert known_source_ends(None) == {}
+    known, deleted = worker_views(report)
+    assert {k: (v.high_watermark, v.seen_ms) for k, v in known.items()} == {("orders", 0): (12, 4),
+                                                                            ("orders", 1): (7, 6)}
+    assert deleted == {"gone": "SOURCE_DELETED: east:gone was deleted"}
+    assert worker_views(None) == ({}, {})
 
 
 def test_dr_actions_act_as_the_session_and_the_topology_identity_takes_the_flows_principal(tmp_path: Path) -> None:

@@ -120,3 +120,40 @@ def test_a_mirror_topic_through_the_broker(tmp_path: Path) -> None:
         assert after["error_code"] == ErrorCode.invalid_request
     finally:
         srv.broker.close()
+
+
+def test_a_transaction_open_when_its_topic_became_a_copy_still_ends_with_its_marker(tmp_path: Path) -> None:
+    """A promotion or a failback makes the old primary's topic read-only under transactions
+    of its own producers: their coordinator's markers are written (or a commit would be
+    answered and never read committed); any other marker into a mirror topic is answered
+    without being written (it would take an offset the source's next batch holds)."""
+    from cluster.client.admin import write_txn_markers_body
+
+    srv = open_broker(tmp_path)
+    try:
+        created = call(srv, ApiKey.CREATE_TOPICS, 5, {"timeout": 10000, "validate_only": False, "topics": [
+            {"name": ORDINARY, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}]})
+        assert created.topics[0].error_code == 0
+        opened = produce(srv, ORDINARY, values_batch([b"t1", b"t2"], producer_id=5, producer_epoch=0, base_sequence=0,
+                                                     attributes=TRANSACTIONAL_MASK))
+        assert (opened.error_code, opened.base_offset) == (0, 0)
+        altered = call(srv, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, {"validate_only": False, "resources": [
+            {"resource_type": 2, "resource_name": ORDINARY, "configs": [
+                {"name": "mirror.source", "config_operation": 0, "value": "dr:o"}]}]})
+        assert altered.responses[0].error_code == 0
+        part = srv.broker.replicas.partitions[(ORDINARY, 0)]
+        assert part.log.last_stable_offset(2) == 0  # the transaction holds it
+
+        def marker(producer_id: int) -> Any:
+            got = call(srv, ApiKey.WRITE_TXN_MARKERS, 1, write_txn_markers_body(producer_id, 0, True, 0,
+                                                                                [(ORDINARY, 0)]))
+            return got.markers[0].topics[0].partitions[0].error_code
+
+        assert marker(6) == 0 and part.log.log_end_offset == 2  # nobody's transaction: not written
+        assert marker(5) == 0 and part.log.log_end_offset == 3  # its own: written, committed
+        assert part.log.last_stable_offset(3) == 3 and part.log.collect_aborted(0, 3) == []
+        refused = produce(srv, ORDINARY, values_batch([b"late"], producer_id=5, producer_epoch=0, base_sequence=2,
+                                                      attributes=TRANSACTIONAL_MASK))
+        assert refused.error_code == ErrorCode.invalid_topic_exception  # and no new one begins
+    finally:
+        srv.broker.close()
