@@ -242,8 +242,12 @@ async def end_transactions(admin: Admin, topic: str, partition: int, txns: Itera
 async def read_committed(config: Mapping[str, Any], topic: str, partition: int, start: int,
                          end: int) -> list[dr.Rec]:
     """The partition's committed records in [start, end) (from the log start when it is
-    above `start`), read_committed."""
+    above `start`; to its last stable offset when that is below `end`), read_committed."""
     out: list[dr.Rec] = []
+    async with Admin(config["bootstrap.servers"], config=_admin_part(dict(config))) as admin:
+        end = min(end, (await partition_ends(admin, topic, partition + 1, committed=True)).get(partition, 0))
+    if end <= start:
+        return out
     async with Consumer({**config, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"}) as consumer:
         tp = (topic, partition)

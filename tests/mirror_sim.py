@@ -55,6 +55,7 @@ replay -s` replays exactly that run.
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -140,15 +141,33 @@ class SimLog:
 
     def __init__(self) -> None:
         self.batches: list[SimBatch] = []
+        self.lasts: list[int] = []  # each batch's last offset, for bisecting
         self.log_start = 0
         self.end = 0
         self.state = ProducerStateManager()
         self.mirror_appends = 0
+        # Records decided visible (plain ones, and those of committed transactions), by offset;
+        # read_committed is the part below the LSO.
+        self.visible_offsets: list[int] = []
+        self.visible: list[SimRecord] = []
+        self.pending: dict[int, list[tuple[int, SimRecord]]] = {}
 
     def _append(self, batch: SimBatch) -> None:
         marker = Marker(batch.control, batch.coordinator_epoch) if batch.control is not None else None
         self.batches.append(batch)
+        self.lasts.append(batch.last)
         self.end = batch.next
+        if batch.control is not None:
+            for o, r in self.pending.pop(batch.producer_id, []) if batch.control == COMMIT else ():
+                i = bisect.bisect_left(self.visible_offsets, o)
+                self.visible_offsets.insert(i, o)
+                self.visible.insert(i, r)
+            self.pending.pop(batch.producer_id, None)
+        elif batch.transactional:
+            self.pending.setdefault(batch.producer_id, []).extend((batch.base + i, r) for i, r in enumerate(batch.records))
+        else:
+            self.visible_offsets.extend(range(batch.base, batch.next))
+            self.visible.extend(batch.records)
         self.state.record(batch.header(), marker)
         self.state.on_high_watermark(self.end)
 
@@ -183,7 +202,8 @@ class SimLog:
             first_kept, start_at = plan_mirrored_append("sim", self.log_start, self.end,
                                                         [(b.base, b.last) for b in batches])
             if start_at is not None:
-                self.batches, self.log_start, self.end = [], start_at, start_at
+                self.batches, self.lasts, self.log_start, self.end = [], [], start_at, start_at
+                self.visible_offsets, self.visible, self.pending = [], [], {}
                 self.state = ProducerStateManager()
             for b in batches[first_kept:]:
                 self._append(b)
@@ -205,31 +225,24 @@ class SimLog:
 
     def committed(self, start: int = 0, end: int | None = None) -> list[tuple[int, SimRecord]]:
         """read_committed: (offset, record) in [start, min(end, LSO))."""
-        upto = min(self.lso(), self.end if end is None else end)
-        out: list[tuple[int, SimRecord]] = []
-        pending: dict[int, list[tuple[int, SimRecord]]] = {}
-        for b in self.batches:
-            if b.control is not None:
-                got = pending.pop(b.producer_id, [])
-                if b.control == COMMIT:
-                    out.extend(got)
-            elif b.transactional:
-                pending.setdefault(b.producer_id, []).extend((b.base + i, r) for i, r in enumerate(b.records))
-            else:
-                out.extend((b.base + i, r) for i, r in enumerate(b.records))
-        return sorted((o, r) for o, r in out if max(start, self.log_start) <= o < upto)
+        lso = self.lso()
+        lo = bisect.bisect_left(self.visible_offsets, max(start, self.log_start))
+        hi = bisect.bisect_left(self.visible_offsets, lso if end is None else min(end, lso))
+        return list(zip(self.visible_offsets[lo:hi], self.visible[lo:hi], strict=True))
 
     def tail(self, offset: int) -> topic_copy.BatchTail | None:
         """The batch holding `offset`, as a claim compares it."""
-        for b in self.batches:
-            if b.base <= offset <= b.last:
-                return topic_copy.BatchTail(b.last, b.producer_id, b.epoch, b.control is not None,
-                                            b.transactional or b.control is not None)
+        i = bisect.bisect_left(self.lasts, offset)
+        if i < len(self.batches) and self.batches[i].base <= offset:
+            b = self.batches[i]
+            return topic_copy.BatchTail(b.last, b.producer_id, b.epoch, b.control is not None,
+                                        b.transactional or b.control is not None)
         return None
 
     def fetch(self, position: int, max_batches: int) -> list[SimBatch]:
         """Raw batches from the one holding `position`, below the high watermark (the end)."""
-        return [b for b in self.batches if b.last >= position][:max_batches]
+        i = bisect.bisect_left(self.lasts, position)
+        return self.batches[i:i + max_batches]
 
 
 @dataclass

@@ -196,8 +196,8 @@ class WriteLedger:
 
 @dataclass(frozen=True)
 class ReadRecords:
-    """-> the committed records of the partition in [start, end) (read_committed; a start
-    below the log start reads from the log start)."""
+    """-> the committed records of the partition in [start, end) (read_committed: from the
+    log start when it is above `start`, to the last stable offset when it is below `end`)."""
 
     side: Side
     topic: str
