@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     topo = sub.add_parser("topology", help="validate a topology file, plan or apply its topics")
     actions = topo.add_subparsers(dest="topology_action", required=True)
     check = actions.add_parser("check", help="validate a topology file and print what it describes")
-    check.add_argument("file", help="topology file (TOML)")
+    _file_arguments(check)
     check.set_defaults(func=cmd_check)
 
     plan = actions.add_parser(
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     apply = actions.add_parser(
         "apply", help="create topics, add partitions, set configs as the file says (never deletes)")
     for p in (plan, apply):
-        p.add_argument("file", help="topology file (TOML)")
+        _file_arguments(p)
         p.add_argument("--cluster", action="append", metavar="NAME",
                        help="only this cluster (repeatable; default: every cluster the file declares topics for)")
         p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -47,9 +47,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     apply.set_defaults(func=cmd_apply)
 
 
+def _file_arguments(parser: argparse.ArgumentParser) -> None:
+    """The topology file, as the other commands take it (`--config FILE`) or positionally."""
+    parser.add_argument("file", nargs="?", help="topology file (TOML); or --config FILE")
+    parser.add_argument("--config", dest="config_file", metavar="FILE", help="topology file (TOML)")
+
+
+def _file_of(args: argparse.Namespace) -> str | None:
+    if args.file and args.config_file and args.file != args.config_file:
+        print(f"dcmirror topology {args.topology_action}: two topology files given ({args.file}, --config "
+              f"{args.config_file}): give one", file=sys.stderr)
+        return None
+    found: str | None = args.file or args.config_file
+    if found is None:
+        print(f"dcmirror topology {args.topology_action}: which topology file? give it as --config FILE",
+              file=sys.stderr)
+    return found
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    path = _file_of(args)
+    if path is None:
+        return 2
     try:
-        topology = load(args.file)
+        topology = load(path)
     except TopologyError as exc:
         print(f"dcmirror topology check: {exc}", file=sys.stderr)
         return 2
@@ -62,8 +83,11 @@ def _load(args: argparse.Namespace) -> Topology | None:
         print(f"dcmirror topology {args.topology_action}: --timeout must be positive, not {args.timeout:g}",
               file=sys.stderr)
         return None
+    path = _file_of(args)
+    if path is None:
+        return None
     try:
-        topology = load(args.file)
+        topology = load(path)
         for name in args.cluster or []:
             topology.cluster(name)  # unknown names raise
     except (TopologyError, OSError) as exc:

@@ -1118,3 +1118,23 @@ def test_mirror_admin_http_token_is_a_reference_and_its_keystore_is_checked(tmp_
     assert exc.key_path == 'mirrors[0].config."http.ssl.keystore.location"' and "does not exist" in exc.problem
     topo = ok(flow % '"http.port.base" = 9100, "http.host" = "0.0.0.0", "http.auth.token" = "${env:TOKEN}"')
     assert topo.mirrors[0].config["http.auth.token"] == "${env:TOKEN}"
+
+
+def test_topology_commands_take_the_file_as_every_other_command_does(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`--config FILE` as `dcmirror mirror|up|load` take it (the runbook's `topology plan
+    --config F` was refused with argparse's exit 2, plan's own "changes pending"), or FILE."""
+    path = tmp_path / "topology.toml"
+    path.write_text(default_topology_text())
+    dev_secrets(path)
+    assert run_cli(["topology", "check", "--config", str(path)]) == 0
+    assert f"{path}: OK" in capsys.readouterr().out
+    assert run_cli(["topology", "check", str(path), "--config", str(path)]) == 0
+    capsys.readouterr()
+    assert run_cli(["topology", "check", str(path), "--config", str(tmp_path / "other.toml")]) == 2
+    assert "two topology files given" in capsys.readouterr().err
+    assert run_cli(["topology", "check"]) == 2
+    assert "give it as --config FILE" in capsys.readouterr().err
+    # plan and apply read it the same way (nothing listens: plan says the cluster is unreachable, 1)
+    assert run_cli(["topology", "plan", "--config", str(path), "--timeout", "0.5", "--cluster", "east"]) == 1
+    assert "--config" not in capsys.readouterr().err
