@@ -33,7 +33,7 @@ from cluster.client.accumulator import BufferFull
 from cluster.client.admin import Admin, AdminError
 from cluster.client.consumer import Consumer, FetchedChunk, PartitionError, TopicIdChanged
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from cluster.client.producer import DeliveryFuture, Producer, RecordMetadata
+from cluster.client.producer import DeliveryFuture, Producer
 from cluster.common.admin_http import prometheus_text
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
@@ -41,6 +41,8 @@ from cluster.protocol.records import CODEC_IDS, compress
 from cluster.protocol.sentinels import RESOURCE_BROKER
 from cluster.security.connector import CLIENT_SECURITY_KEYS
 from mirror import checkpoints, deadletter, flow_control, history, provenance, tail
+from mirror.core import record_copy
+from mirror.core.record_copy import DONE, SIZE_ERRORS, Delivery, PartitionMirror
 from mirror.schema_sync import SchemaSync, open_schema_sync
 from mirror.topic_sync import sync_owner
 from topology.model import MIRROR_CHOICE_KEYS, MIRROR_CONFIG_KEYS, MirrorSpec, Topology
@@ -50,9 +52,6 @@ log = logging.getLogger("dcmirror.mirror")
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
 SOURCE_SILENT_S = 5.0  # a partition's leader silent longer than this counts as lag (status)
 EVENTS_MAX = 50  # history events (re-creations, divergences, refills, dead letters) kept for status
-# Target refusals of a record for its size: it goes to the dead-letter topic, not around again.
-SIZE_ERRORS = frozenset({ErrorCode.message_too_large, ErrorCode.record_list_too_large})
-SIZE_REFUSALS_MAX = 2  # a record refused for its size this often is dead-lettered
 # Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 INTERNAL_PREFIXES = ("__", "dcmirror.")
@@ -63,8 +62,6 @@ MAX_MESSAGE_BYTES = "max.message.bytes"
 MAX_MESSAGE_BYTES_EFFECTIVE = "\0effective max.message.bytes"  # not a config name: never sent anywhere
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's message.max.bytes default, if a source does not say
 REQUEST_OVERHEAD_BYTES = 16 << 10  # a produce request around its largest batch
-BATCH_FRAMING_BYTES = 96  # a one-record batch beyond key, value and headers: batch header, record framing
-REQUEST_FRAMING_BYTES = 1 << 10  # a produce request around its one batch
 LARGE_RECORD_CODEC = "zstd"  # a record that only fits compressed (it came compressed)
 
 
@@ -94,35 +91,6 @@ def _topic_id(t: Any) -> uuid.UUID | None:
 
 def group_id(flow: MirrorSpec) -> str:
     return f"dcmirror.{flow.source}.{flow.target}"
-
-
-@dataclass
-class PartitionMirror:
-    """Bookkeeping of one source partition this worker mirrors."""
-
-    source: TopicPartition
-    target: TopicPartition
-    next_offset: int = -1  # next source offset to mirror
-    acked_offset: int = -1  # highest source offset the target acknowledged
-    committed_offset: int = -1  # what the source group last committed (next offset)
-    # (source offset, its delivery, whether the record was sent alone: a size refusal names it)
-    pending: list[tuple[int, DeliveryFuture, bool]] = field(default_factory=list)
-    last_timestamp_ms: int = -1  # of the last record mirrored
-    records: int = 0
-    bytes: int = 0
-    broken: str | None = None  # why it must be claimed again
-    stopped: str | None = None  # why it is not mirrored at all (on.topic.recreated = stop)
-    # The source history mirrored so far: topic id, leader epochs (mirror/history.py).
-    history: history.MirroredHistory = field(default_factory=history.MirroredHistory)
-    target_topic_id: uuid.UUID | None = None  # the target incarnation this worker claimed
-    target_leader_epoch: int = -1  # the target partition's leader epoch when last checked
-    # Records the target refused for their size: source offset -> (reason, refusals). Sent
-    # once more after the claim has sized the target again (the source's limit may have
-    # grown since), dead-lettered at the second refusal.
-    refused: dict[int, tuple[str, int]] = field(default_factory=dict)
-    # A hole being filled: (first source offset the target already holds after it, where to
-    # go on once the hole is filled).
-    fill_until: tuple[int, int] | None = None
 
 
 def _admin_part(client: dict[str, Any]) -> dict[str, Any]:
@@ -535,8 +503,8 @@ class MirrorWorker(FlowWorker):
             found, _ = await tail.last_mirrored(self._target_admin.cluster, *pm.target, hw, self.flow.source,
                                                 pm.source[1])
             acknowledged = self._acknowledged.get(pm.source)
-            if acknowledged is not None and (found is None or (found.topic_id == acknowledged[0]
-                                                               and found.offset + 1 < acknowledged[2])):
+            if record_copy.target_lost_acknowledged(found, acknowledged):
+                assert acknowledged is not None
                 pm.broken = (f"the target's leader changed (epoch {epoch}) and it holds "
                              f"{'nothing' if found is None else f'source offsets up to {found.offset}'} of what it "
                              f"acknowledged (up to {acknowledged[2] - 1})")
@@ -601,19 +569,7 @@ class MirrorWorker(FlowWorker):
             self._producer.max_request_size = need
 
     def _is_copy_from_target(self, topic: str) -> bool:
-        """Whether `topic` is what a flow from our target into our source names its copies:
-        its records all passed through the target, so mirroring it back would only grow a
-        chain of empty topics (east.west.east...)."""
-        for other in self.topology.mirrors:
-            if other.source == self.flow.target and other.target == self.flow.source:
-                dc = self.topology.cluster(other.source).datacenter
-                pattern = re.escape(other.rename)
-                for name, value in (("source", other.source), ("target", other.target), ("source_dc", dc)):
-                    pattern = pattern.replace(re.escape("{" + name + "}"), re.escape(value))
-                pattern = pattern.replace(re.escape("{topic}"), ".+")
-                if re.fullmatch(pattern, topic):
-                    return True
-        return False
+        return record_copy.is_copy_from_target(self.topology, self.flow, topic)
 
     async def _source_topic_configs(self, topic: str) -> dict[str, str]:
         """The configs set on the source topic itself, and under MAX_MESSAGE_BYTES_EFFECTIVE its
@@ -717,27 +673,24 @@ class MirrorWorker(FlowWorker):
                 found.topic_id is None or source_id is None or found.topic_id == source_id):
             reply = await tail.end_offset_for_epoch(source, pm.source[0], pm.source[1], found.leader_epoch)
         decision = history.resume_point(found, source_id, start, hw, reply, epoch_starts)
-        resume, fill = decision.offset, None
-        if found is not None and not decision.new_incarnation and decision.divergence is None:
+        fill = None
+        if found is not None and record_copy.needs_hole_check(found, decision):
             fill = await self._hole(pm, cluster, start, found)
-            if fill is not None:
-                resume = start
+        plan = record_copy.ClaimPlan.of(found, decision, fill, start, pm.source[0], source_id,
+                                        self.config.on_topic_recreated)
+        resume = plan.resume
         self._report_history(pm, found, decision, source_id, resume, fill)
-        if decision.new_incarnation and self.config.on_topic_recreated == "stop":
-            pm.stopped = (f"source topic {pm.source[0]} was deleted and created again (topic id "
-                          f"{found.topic_id if found else None} -> {source_id}); on.topic.recreated = stop")
-            pm.broken = None
+        if plan.stop is not None:
+            pm.stopped, pm.broken = plan.stop, None
             consumer.pause(pm.source)
             return
         pm.stopped = None
-        pm.fill_until = fill
+        pm.fill_until = plan.fill_until
         pm.next_offset = resume
         pm.acked_offset = resume - 1
         pm.broken = None
         pm.target_topic_id = target_id
-        same = found is not None and not decision.new_incarnation
-        pm.history.reset(source_id, decision.leader_epoch if fill is None else history.NO_EPOCH,
-                         epoch_starts if same and fill is None else None)
+        pm.history.reset(source_id, plan.last_epoch, epoch_starts if plan.keep_epoch_starts else None)
         consumer.seek(pm.source, resume, topic_id=source_id)
         self._resume_fetching(pm.source)
         self.metrics["claims"] += 1
@@ -784,9 +737,7 @@ class MirrorWorker(FlowWorker):
                 source = self._source_cluster_client()
                 held = await tail.fetch_batches(source, pm.source[0], pm.source[1], source_start, max_bytes=16 << 10)
                 firsts = [r.offset for sb in held for r in sb.records[:1]]
-                if not firsts or firsts[0] >= first:
-                    return None
-                return first, found.offset + 1
+                return record_copy.hole(first, source_start, firsts[0] if firsts else None, found)
         return None
 
     def _report_history(self, pm: PartitionMirror, found: history.MirroredPosition | None,
@@ -810,10 +761,7 @@ class MirrorWorker(FlowWorker):
         # This process saw the target acknowledge more of the same history than it holds now:
         # the target lost records (deleted and created again, truncated, restored).
         acknowledged = self._acknowledged.get(pm.source)
-        lost_in_target = acknowledged is not None and not decision.new_incarnation and decision.divergence is None and (
-            found is None or (found.topic_id == acknowledged[0] and found.offset + 1 < acknowledged[2]
-                              and (found.leader_epoch < 0 or acknowledged[1] < 0 or found.leader_epoch <= acknowledged[1])))
-        if fill is not None or lost_in_target:
+        if record_copy.claim_findings(found, decision, acknowledged, fill).refill:
             self.metrics["target_refills"] += 1
             held = "nothing of it" if found is None else f"source offsets up to {found.offset}"
             if fill is not None:
@@ -881,7 +829,7 @@ class MirrorWorker(FlowWorker):
                 continue
             for chunk in chunks:
                 pm = self.partitions.get(chunk.tp)
-                if pm is None or pm.broken or pm.stopped or pm.next_offset < 0:
+                if pm is None or not pm.copying:
                     continue  # not (yet) ours: claimed first, then sought
                 try:
                     await self._mirror_chunk(pm, chunk)
@@ -892,12 +840,8 @@ class MirrorWorker(FlowWorker):
                     position = consumer.position(tp)
                 except KeyError:
                     continue  # being revoked
-                if pm.broken or pm.stopped or pm.next_offset < 0 or position is None or position <= pm.next_offset:
-                    continue
-                # The consumer moved past transaction markers or aborted data of the source:
-                # nothing there to copy, done once everything before it is.
-                pm.next_offset = position
-                pm.pending.append((position - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1)), False))
+                if position is not None:
+                    pm.passed_to(position)  # past transaction markers or aborted data of the source
             self._settle()
             # getmany() returns at once while records are buffered: without this the loop would
             # run until buffer.memory filled before the sender and the fetcher got a turn.
@@ -910,27 +854,21 @@ class MirrorWorker(FlowWorker):
         assert self._consumer is not None
         records = chunk.records
         tp = chunk.tp
-        if chunk.topic_id is not None and pm.history.topic_id is not None and chunk.topic_id != pm.history.topic_id:
-            pm.broken = f"records of topic id {chunk.topic_id}, the claim was for {pm.history.topic_id}"
+        refusal = pm.refusal(records[0].offset, chunk.topic_id)
+        if refusal is not None:
+            pm.broken = refusal
             return
-        if records[0].offset < pm.next_offset:
-            # The consumer was positioned behind the mirror's back: never skip silently.
-            pm.broken = (f"the source gave offset {records[0].offset} where {pm.next_offset} was next (a position "
-                         "reset?)")
+        step = pm.fill_step([r.offset for r in records])
+        if step is not None and step.filled:
+            # The hole is filled: the rest is in the target already.
+            pm.fill_until = None
+            if step.keep:
+                await self._mirror_runs(pm, chunk._replace(records=records[:step.keep]))
+            pm.next_offset = step.go_on
+            pm.done_up_to(step.go_on - 1)
+            self._consumer.seek(tp, step.go_on, topic_id=pm.history.topic_id)
+            log.info("%s-%d: the hole is filled; going on at source offset %d", tp[0], tp[1], step.go_on)
             return
-        if pm.fill_until is not None:
-            first_held, go_on = pm.fill_until
-            keep = [r for r in records if r.offset < first_held]
-            if len(keep) < len(records) or (records and records[-1].offset + 1 >= first_held):
-                # The hole is filled: the rest is in the target already.
-                pm.fill_until = None
-                if keep:
-                    await self._mirror_runs(pm, chunk._replace(records=keep))
-                pm.next_offset = go_on
-                pm.pending.append((go_on - 1, DeliveryFuture.completed(RecordMetadata(*pm.target, -1, -1)), False))
-                self._consumer.seek(tp, go_on, topic_id=pm.history.topic_id)
-                log.info("%s-%d: the hole is filled; going on at source offset %d", tp[0], tp[1], go_on)
-                return
         if records[0].offset > pm.next_offset:
             try:
                 await self._check_gap(pm, records[0].offset)
@@ -969,10 +907,7 @@ class MirrorWorker(FlowWorker):
         await self._producer.flush(30)
         self._settle()
         self._diverged(pm, d)
-        pm.history.diverged(d)
-        pm.next_offset = d.start_offset
-        pm.acked_offset = min(pm.acked_offset, d.start_offset - 1)
-        pm.pending.clear()
+        pm.rewound(d)
         self._consumer.seek(pm.source, d.start_offset, topic_id=pm.history.topic_id)
 
     async def _produce_run(self, pm: PartitionMirror, records: list[Any], topic_id_text: str | None,
@@ -993,12 +928,10 @@ class MirrorWorker(FlowWorker):
         suffix = provenance.incarnation_headers(topic_id_text, epoch) + ((provenance.PATH, source_bytes),)
 
         def limits() -> tuple[int, int]:
-            # What one record (key, value, headers) may take in the target: its topic's limit,
-            # its brokers' request limit, around it a batch and a request; records larger than
-            # the second (key and value) go one at a time, compressed if need be.
-            record_max = min(self._target_limits.get(ttopic) or producer.max_request_size,
-                             self._target_request_max_bytes - REQUEST_FRAMING_BYTES) - BATCH_FRAMING_BYTES
-            return record_max, record_max - provenance.overhead_bytes(source_cluster, len(source_bytes))
+            # Records larger than the second (key and value) go one at a time, compressed if need be.
+            return record_copy.record_limits(self._target_limits.get(ttopic), producer.max_request_size,
+                                             self._target_request_max_bytes,
+                                             provenance.overhead_bytes(source_cluster, len(source_bytes)))
 
         record_max, tagged_max = limits()
         followed: set[int] = set()  # offsets for which the source's limit was read again
@@ -1032,10 +965,11 @@ class MirrorWorker(FlowWorker):
             if future is not None:  # what came before goes first (pending is in offset order)
                 pm.pending.append((records[i - 1].offset, future, False))
                 future = None
-            if refused is not None and refused[1] >= SIZE_REFUSALS_MAX and not await grew(r.offset):
+            if record_copy.dead_letter_refused(refused) and not await grew(r.offset):
+                assert refused is not None
                 del pm.refused[r.offset]
                 self._dead_letter(pm, r, topic_id_text, epoch, refused[0])
-                pm.pending.append((r.offset, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)), False))
+                pm.done_up_to(r.offset)
                 i += 1
                 continue
             if not r.headers:
@@ -1060,9 +994,10 @@ class MirrorWorker(FlowWorker):
                                   f"{LARGE_RECORD_CODEC}: more than the target takes (max.message.bytes "
                                   f"{self._target_limits.get(ttopic)}, socket.request.max.bytes "
                                   f"{self._target_request_max_bytes})")
-                pm.pending.append((r.offset, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)), False))
+                pm.done_up_to(r.offset)
                 i += 1
                 continue
+            one: Delivery
             try:
                 one = await producer.send(ttopic, r.value, r.key, partition=tpart, timestamp_ms=r.timestamp,
                                           headers=headers, compression=LARGE_RECORD_CODEC if compressed else None)
@@ -1072,7 +1007,7 @@ class MirrorWorker(FlowWorker):
                 if await grew(r.offset):
                     continue
                 self._dead_letter(pm, r, topic_id_text, epoch, str(exc))
-                one = DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1))
+                one = DONE
             pm.pending.append((r.offset, one, alone))
             nbytes += len(r.value) if r.value is not None else 0
             count += 1
@@ -1086,8 +1021,7 @@ class MirrorWorker(FlowWorker):
             pm.pending.append((pm.next_offset - 1, future, False))
         elif i > 0 and (not pm.pending or pm.pending[-1][0] < pm.next_offset - 1):
             # Skipped records at the end: they count as done once everything before them is.
-            pm.pending.append((pm.next_offset - 1, DeliveryFuture.completed(RecordMetadata(ttopic, tpart, -1, -1)),
-                               False))
+            pm.done_up_to(pm.next_offset - 1)
         self.metrics["records"] = sum(x.records for x in self.partitions.values()) + sum(
             m for tp, (m, _) in self._totals.items() if tp not in self.partitions)
 
@@ -1118,23 +1052,14 @@ class MirrorWorker(FlowWorker):
                         exc)
 
     def _settle(self) -> None:
-        """Move acknowledged positions forward; a failed delivery breaks the partition (it is
-        claimed again: the target says where to resume). A record sent alone that the target
-        refused for its size is dead-lettered when the partition resumes at it."""
+        """Acknowledged positions forward, failed deliveries break their partition
+        (PartitionMirror.settle)."""
         for pm in self.partitions.values():
-            while pm.pending and pm.pending[0][1].done:
-                offset, future, single = pm.pending.pop(0)
-                if future.error is not None:
-                    code = getattr(future.error, "code", None)
-                    if single and code in SIZE_ERRORS:
-                        pm.refused[offset] = (str(future.error), pm.refused.get(offset, ("", 0))[1] + 1)
-                    pm.broken = f"delivery failed: {future.error}"
-                    pm.pending.clear()
-                    if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
-                        self.metrics["fenced"] += 1
-                    break
-                pm.acked_offset = max(pm.acked_offset, offset)
-                self._acknowledged[pm.source] = (pm.history.topic_id, pm.history.last_epoch, pm.acked_offset + 1)
+            settled = pm.settle()
+            if settled.fenced:
+                self.metrics["fenced"] += 1
+            if settled.advanced:
+                self._acknowledged[pm.source] = pm.acknowledged()
 
     async def _check_gap(self, pm: PartitionMirror, first: int) -> None:
         """Records skipped between the expected offset and `first`: compaction leaves such gaps
@@ -1150,8 +1075,7 @@ class MirrorWorker(FlowWorker):
 
     async def _commit(self) -> None:
         assert self._consumer is not None
-        offsets = {tp: pm.acked_offset + 1 for tp, pm in self.partitions.items()
-                   if pm.acked_offset + 1 > pm.committed_offset and pm.acked_offset >= 0}
+        offsets = {tp: offset for tp, pm in self.partitions.items() if (offset := pm.commit_offset()) is not None}
         if not offsets:
             return
         try:
@@ -1245,7 +1169,7 @@ class MirrorWorker(FlowWorker):
         consumer = self._consumer
         for tp, pm in sorted(self.partitions.items()):
             hw = consumer.highwater(tp) if consumer and tp in consumer.assignment() else -1
-            lag = max(0, hw - (pm.acked_offset + 1)) if hw >= 0 else None
+            lag = pm.lag_records(hw)
             lag_s = 0.0 if lag == 0 else (None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000)
             # The high watermark is only as fresh as the leader's last answer: a source that
             # stopped answering (cut off, down) may hold anything since, so the lag is at least
@@ -1255,8 +1179,7 @@ class MirrorWorker(FlowWorker):
                         and not self.flow_pause.paused else None)
             if silent_s is not None and silent_s > SOURCE_SILENT_S:
                 lag_s = max(lag_s or 0.0, silent_s)
-            state = ("STOPPED" if pm.stopped else "CLAIMING" if pm.broken or pm.next_offset < 0
-                     else "PAUSED" if self.flow_pause.paused else "FILLING" if pm.fill_until else "MIRRORING")
+            state = pm.state(self.flow_pause.paused)
             parts.append({"topic": tp[0], "partition": tp[1], "target_topic": pm.target[0], "state": state,
                           "reason": pm.stopped or pm.broken,
                           "source_topic_id": str(pm.history.topic_id) if pm.history.topic_id else None,
