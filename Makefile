@@ -93,14 +93,18 @@ FAULT_SCHEDULES := \
 	tests/mirror/test_mirror_topics_faults.py::test_mirror_topics_byte_for_byte_through_leader_kills_retention_and_compaction \
 	tests/mirror/test_exactly_once.py::test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9 \
 	tests/mirror/test_transactions.py::test_aborted_source_transactions_never_reach_the_aggregate \
+	tests/mirror/test_dr_faults.py::test_dr_datacenter_faults_lose_no_acknowledged_record \
 	tests/interop/test_groups.py::test_member_killed_partitions_move_to_survivors
 
 # The replication simulation, every seed below 944 (make test runs a fixed 270 of them) and many
-# more, longer (DCMIRROR_SOAK_SEEDS); loads killed at every step under new seeds, each printed
-# (DCMIRROR_SOAK_CRASH_RUNS runs); the fault schedules above under new seeds, each printed
-# (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>).
+# more, longer (DCMIRROR_SOAK_SEEDS); the mirror simulation's new seeds, 3x longer
+# (DCMIRROR_MIRROR_SOAK_SEEDS; make test runs seeds 0..999); the example failover test the
+# simulation and tests/mirror/test_dr_faults.py now cover; loads killed at every step under new
+# seeds, each printed (DCMIRROR_SOAK_CRASH_RUNS runs); the fault schedules above under new
+# seeds, each printed (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>).
 soak: venv sysdeps peers
-	$(TEST_ENV) $(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/spark/test_load_crash.py
+	$(TEST_ENV) $(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/unit/test_mirror_sim.py \
+	    tests/mirror/test_failover.py tests/spark/test_load_crash.py
 	$(TEST_ENV) DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
 
 lint: venv

@@ -571,6 +571,22 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
             ahead = sum((yield GetEnds("source", s.source_topic, s.source_partitions)).values())
             behind = sum((yield GetEnds("target", s.target_topic, s.partitions)).values())
             d = "forward" if behind <= ahead else "reverse"
+        if d in ("forward", "reverse"):
+            primary_side: Side = "source" if d == "forward" else "target"
+            copy_side: Side = OTHER[primary_side]
+            primary_topic, copy_topic = (s.source_topic, s.target_topic) if d == "forward" else \
+                (s.target_topic, s.source_topic)
+            primary_ends = yield GetEnds(primary_side, primary_topic, s.partitions)
+            copy_ends = yield GetEnds(copy_side, copy_topic, s.partitions)
+            ahead = {p: e for p, e in copy_ends.items() if e > primary_ends.get(p, 0)}
+            if ahead:
+                # A copy holding offsets its primary does not: the copy of an earlier topic of
+                # that name (deleted and created again); the worker does not extend it either.
+                outcome.skipped[copy_topic] = (
+                    f"{_names(flow, copy_side)}:{copy_topic} holds offsets {_names(flow, primary_side)}:{primary_topic} "
+                    f"does not (partitions {sorted(ahead)}): a copy of an earlier topic of that name, deleted and "
+                    "created again; left alone: delete it, and the flow's workers copy the new one")
+                continue
         if d == "forward":
             plan.append(("source", s.source_topic, "target", s.target_topic, s.source_partitions))
         elif d == "reverse":
@@ -579,6 +595,8 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
             raise FailoverError(f"{s.source_topic} / {s.target_topic}: neither side is a mirror topic of the other "
                                 f"({d}); after a failover, `dcmirror mirror failback` makes the old source a "
                                 "mirror first")
+    if not plan:
+        raise FailoverError(f"flow {flow.name}: no topic to promote ({'; '.join(outcome.skipped.values())})")
     if len({p[2] for p in plan}) != 1:
         raise FailoverError("the flow's topics are not all mirrored in the same direction: " +
                             ", ".join(f"{s.source_topic}: {s.direction(flow)}" for s in sides))

@@ -116,6 +116,26 @@ class Flow:
         return lines + [""]
 
 
+@dataclass
+class TopicDecl:
+    """One `[[topics]]` entry (what `topology apply` creates)."""
+
+    cluster: str
+    name: str
+    partitions: int = 1
+    replication_factor: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+    def toml(self) -> list[str]:
+        lines = ["[[topics]]", f'cluster = "{self.cluster}"', f"name = {json.dumps(self.name)}",
+                 f"partitions = {self.partitions}"]
+        if self.replication_factor is not None:
+            lines.append(f"replication_factor = {self.replication_factor}")
+        if self.config:
+            lines.append("config = { " + ", ".join(f'"{k}" = "{v}"' for k, v in self.config.items()) + " }")
+        return lines + [""]
+
+
 class MirrorLab:
     """Clusters by name (each `sizes[name]` brokers), the combined topology file and the
     mirror processes. `teardown()` kills everything it started."""
@@ -151,10 +171,11 @@ class MirrorLab:
         return self
 
     def write_topology(self, flows: Iterable[Flow], replication_factor: int | None = None,
-                       client: dict[str, str] | None = None) -> Path:
+                       client: dict[str, str] | None = None, topics: Iterable[TopicDecl] = ()) -> Path:
         """The combined topology: every cluster (the brokers' addresses, data_dir pointing at
-        that cluster's data directory, so the mirror state dir lands beside it) and the flows.
-        `replication_factor` (default: the smallest cluster's size) is what target topics get."""
+        that cluster's data directory, so the mirror state dir lands beside it), the declared
+        `[[topics]]` and the flows. `replication_factor` (default: the smallest cluster's size)
+        is what target topics get."""
         self.flows = list(flows)
         rf = replication_factor or min(len(c.brokers) for c in self.clusters.values())
         lines: list[str] = []
@@ -166,6 +187,8 @@ class MirrorLab:
                 lines.append("client = { " + ", ".join(f'"{k}" = "{v}"' for k, v in client.items()) + " }")
             lines.append("")
         lines += ["[defaults]", f"replication_factor = {rf}", ""]
+        for topic in topics:
+            lines += topic.toml()
         for flow in self.flows:
             lines += flow.toml()
         self.topology_path.write_text("\n".join(lines))
@@ -460,8 +483,21 @@ def all_end_offsets(bootstrap: str, skip: Callable[[str], bool] = lambda t: Fals
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the end a read_committed consumer sees (librdkafka's default): the
+    last stable offset, which an open transaction holds back (`log_ends`: the log end)."""
     count = partition_count(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lab-offsets", "log_level": 2})
+    try:
+        return {p: watermarks(consumer, topic, p)[1] for p in range(count)}
+    finally:
+        consumer.close()
+
+
+def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the log end offset (high watermark), open transactions included."""
+    count = partition_count(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lab-offsets", "log_level": 2,
+                         "isolation.level": "read_uncommitted"})
     try:
         return {p: watermarks(consumer, topic, p)[1] for p in range(count)}
     finally:

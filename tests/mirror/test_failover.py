@@ -39,7 +39,9 @@ from tests.mirror.lab import (
 )
 from tests.mirror.test_mirror_topic_sync import SyncFlow
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.heavy]
+# make soak: the simulation (tests/unit/test_mirror_sim.py) and the datacenter-level fault test
+# (test_dr_faults.py) cover this example in make test.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.heavy, pytest.mark.soak]
 
 FLOW = "east-to-dr"
 TOPIC = "orders"
