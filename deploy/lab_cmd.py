@@ -26,6 +26,7 @@ from pathlib import Path
 
 import orjson
 
+from deploy.config_names import CONFIG_NAMES
 from deploy.lab.plan import DEFAULT_LATENCY_MS, LINKS, PlanError, check_latency
 from deploy.lab.state import LabError, find_work_dir
 from topology import TopologyError, load
@@ -109,7 +110,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return code
     try:
         check_latency(args.latency_ms)
-        topology = load(args.config)
+        topology = load(args.config, config_names=CONFIG_NAMES)
     except (TopologyError, PlanError, OSError) as exc:
         return _fail("up", exc, 2)
     if args.timeout <= 0:

@@ -13,6 +13,7 @@ import sys
 
 import trio
 
+from deploy.config_names import CONFIG_NAMES
 from topology import ClusterSpec, Topology, TopologyError, load
 from topology.apply import (
     DEFAULT_TIMEOUT_S,
@@ -70,7 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if path is None:
         return 2
     try:
-        topology = load(path)
+        topology = load(path, config_names=CONFIG_NAMES)
     except TopologyError as exc:
         print(f"dcmirror topology check: {exc}", file=sys.stderr)
         return 2
@@ -87,7 +88,7 @@ def _load(args: argparse.Namespace) -> Topology | None:
     if path is None:
         return None
     try:
-        topology = load(path)
+        topology = load(path, config_names=CONFIG_NAMES)
         for name in args.cluster or []:
             topology.cluster(name)  # unknown names raise
     except (TopologyError, OSError) as exc:

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 import trio
 
+from deploy.config_names import CONFIG_NAMES
 from deploy.health import ClusterHealth, cluster_health
 from deploy.mirror_cmd import state_dir as mirror_state_dir
 from deploy.mirror_cmd import worker_argv
@@ -166,7 +167,7 @@ def _checked_topology(args: argparse.Namespace, command: str) -> Topology | None
     """The topology of --config with its load schedule checked, and a positive --timeout;
     None after printing why not (the command exits 2)."""
     try:
-        topology = load(args.config)
+        topology = load(args.config, config_names=CONFIG_NAMES)
         load_interval_s(topology)
     except (TopologyError, OSError) as exc:
         print(f"dcmirror {command}: {exc}", file=sys.stderr)

@@ -19,8 +19,11 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
+from cluster.client.config import COMMON as CLIENT_COMMON_CONFIGS
+from cluster.client.config import CONSUMER as CONSUMER_CONFIGS
+from cluster.client.config import PRODUCER as PRODUCER_CONFIGS
 from cluster.client.consumer import FETCH_LANES_MAX
 from cluster.common.secrets import absolute_references, is_reference
 from cluster.security.connector import CLIENT_SECURITY_KEYS
@@ -176,12 +179,32 @@ class _Template:
         return self.text == "{topic}"
 
 
+class ConfigNames(Protocol):
+    """The topic and broker config names a cluster knows (deploy/config_names.py: the
+    broker's own definitions, Kafka's names), for `topology check` to refuse a misspelt one."""
+
+    def known(self, kind: str, name: str) -> bool:
+        """Whether `name` is a `kind` ("topic" or "broker") config name."""
+        ...
+
+    def names(self, kind: str) -> Sequence[str]:
+        """Every `kind` config name, for suggestions."""
+        ...
+
+
+# A flow's client settings by prefix: the client configs each takes.
+_MIRROR_CLIENT_CONFIGS = {"producer.": PRODUCER_CONFIGS, "consumer.": CONSUMER_CONFIGS,
+                          "source.": CLIENT_COMMON_CONFIGS, "target.": CLIENT_COMMON_CONFIGS}
+
+
 class _Loader:
-    def __init__(self, text: str, file: str, base_dir: Path, check_files: bool = True) -> None:
+    def __init__(self, text: str, file: str, base_dir: Path, check_files: bool = True,
+                 config_names: ConfigNames | None = None) -> None:
         self.text = text
         self.file = file
         self.base_dir = base_dir
         self.check_files = check_files
+        self.config_names = config_names
         self._index: dict[KeyPath, int] | None = None
         self.addresses: dict[tuple[str, int], KeyPath] = {}
 
@@ -271,7 +294,7 @@ class _Loader:
         return self.base_dir / Path(value).expanduser()
 
     def config(self, table: dict[str, Any], path: KeyPath, reserved: frozenset[str] = frozenset(),
-               why_reserved: str = "", key: str = "config") -> dict[str, str]:
+               why_reserved: str = "", key: str = "config", kind: str | None = None) -> dict[str, str]:
         if key not in table:
             return {}
         cpath = path + (key,)
@@ -281,7 +304,14 @@ class _Loader:
         for name in out:
             if name in reserved:
                 self.fail(cpath + (name,), f"{name!r} is {why_reserved}, not in config")
+            if kind is not None and self.config_names is not None and not self.config_names.known(kind, name):
+                self.unknown_config(cpath + (name,), kind, name, self.config_names.names(kind))
         return out
+
+    def unknown_config(self, path: KeyPath, kind: str, name: str, known: Sequence[str]) -> NoReturn:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        self.fail(path, f"unknown {kind} config {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                  + f"; {kind} configs take Kafka's names")
 
     def _flatten(self, raw: dict[str, Any], cpath: KeyPath, prefix: tuple[str, ...], out: dict[str, str]) -> None:
         # config = { log.retention.ms = 1 } is a nested table to TOML; the dotted name is meant.
@@ -410,7 +440,7 @@ class _Loader:
         return Defaults(
             partitions=self.integer(table, path, "partitions", base.partitions, 1, MAX_PARTITIONS),
             replication_factor=self.integer(table, path, "replication_factor", base.replication_factor, 1, None),
-            config=self.config(table, path),
+            config=self.config(table, path, kind="topic"),
         )
 
     def clusters(self, doc: dict[str, Any]) -> dict[str, ClusterSpec]:
@@ -435,7 +465,7 @@ class _Loader:
                                  f"{self.where(data_dirs[data_dir][:2])}; clusters need their own")
             data_dirs[data_dir] = dpath
             config = self.config(table, path, RESERVED_BROKER_CONFIGS,
-                                 "set by the topology (brokers, controllers, data_dir)")
+                                 "set by the topology (brokers, controllers, data_dir)", kind="broker")
             self.security_settings(config, path + ("config",), broker=True)
             client = self.config(table, path, key="client")
             for key in client:
@@ -629,7 +659,7 @@ class _Loader:
                               f"replication_factor {rf} is more than the {brokers} broker(s) of cluster {cluster!r}")
             else:
                 rf = min(defaults.replication_factor, brokers)
-            config = {**defaults.config, **self.config(table, path)}
+            config = {**defaults.config, **self.config(table, path, kind="topic")}
             topics.append(TopicSpec(cluster=cluster, name=name, partitions=partitions,
                                     replication_factor=rf, config=config))
         return tuple(topics)
@@ -715,7 +745,13 @@ class _Loader:
                     if value not in MIRROR_CHOICE_KEYS[key]:
                         self.fail(path + ("config", key), f"mirror config {key!r} takes one of "
                                   + ", ".join(MIRROR_CHOICE_KEYS[key]) + f", not {value!r}")
-                elif not key.startswith(MIRROR_CONFIG_PREFIXES):
+                elif key.startswith(MIRROR_CONFIG_PREFIXES):
+                    side = next(p for p in _MIRROR_CLIENT_CONFIGS if key.startswith(p))
+                    client_key = key.removeprefix(side)
+                    if client_key not in _MIRROR_CLIENT_CONFIGS[side]:
+                        kind = {"producer.": "producer", "consumer.": "consumer"}.get(side, "client")
+                        self.unknown_config(path + ("config", key), kind, client_key, list(_MIRROR_CLIENT_CONFIGS[side]))
+                else:
                     known = MIRROR_CONFIG_KEYS + tuple(MIRROR_CHOICE_KEYS) + MIRROR_HTTP_KEYS + MIRROR_REGISTRY_SECRET_KEYS
                     close = difflib.get_close_matches(key, known, n=1)
                     self.fail(path + ("config", key),
@@ -995,7 +1031,7 @@ class _Loader:
 
 
 def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None,
-          check_files: bool = True) -> Topology:
+          check_files: bool = True, config_names: ConfigNames | None = None) -> Topology:
     """Parse and validate topology TOML ``text``.
 
     ``path`` names the file in error messages and is kept as ``Topology.path``; relative
@@ -1003,6 +1039,8 @@ def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None,
     ``base_dir``, by default the directory of ``path``, else the current directory.
     ``check_files=False`` leaves out the checks of certificate and key files (present,
     readable, valid): for rendering files of other hosts; inline secrets are refused anyway.
+    ``config_names``: topic and broker config names are checked against it (client settings
+    always are).
     """
     file = str(path) if path is not None else "<string>"
     try:
@@ -1013,10 +1051,10 @@ def loads(text: str, *, path: Path | None = None, base_dir: Path | None = None,
                             line=int(found.group(1)) if found else None) from None
     if base_dir is None:
         base_dir = path.parent if path is not None else Path.cwd()
-    return _Loader(text, file, base_dir.absolute(), check_files).load(doc, path)
+    return _Loader(text, file, base_dir.absolute(), check_files, config_names).load(doc, path)
 
 
-def load(path: str | Path, *, check_files: bool = True) -> Topology:
+def load(path: str | Path, *, check_files: bool = True, config_names: ConfigNames | None = None) -> Topology:
     """Read, parse and validate the topology file at ``path``."""
     path = Path(path)
     try:
@@ -1025,7 +1063,7 @@ def load(path: str | Path, *, check_files: bool = True) -> Topology:
         raise TopologyError(f"cannot read the topology file: {exc.strerror or exc}", file=str(path)) from None
     except UnicodeDecodeError as exc:
         raise TopologyError(f"not UTF-8 text: {exc}", file=str(path)) from None
-    return loads(text, path=path, check_files=check_files)
+    return loads(text, path=path, check_files=check_files, config_names=config_names)
 
 
 def default_topology_text() -> str:

@@ -1136,3 +1136,56 @@ def test_topology_commands_take_the_file_as_every_other_command_does(tmp_path: P
     # plan and apply read it the same way (nothing listens: plan says the cluster is unreachable, 1)
     assert run_cli(["topology", "plan", "--config", str(path), "--timeout", "0.5", "--cluster", "east"]) == 1
     assert "--config" not in capsys.readouterr().err
+
+
+def test_misspelt_config_names_are_refused_at_check_with_file_line_and_a_suggestion(tmp_path: Path) -> None:
+    """Issue 41: topic, broker and client config names are checked when the file is read, not
+    first at `topology apply` against live brokers."""
+    from deploy.config_names import CONFIG_NAMES
+    from topology.load import loads
+
+    base = """
+[clusters.east]
+datacenter = "east"
+brokers = ["127.0.0.1:19092"]
+config = { "log.retention.hours" = "24" }
+[clusters.aggregate]
+datacenter = "central"
+brokers = ["127.0.0.1:39092"]
+[[topics]]
+cluster = "east"
+name = "orders"
+config = { "min.insync.replicas" = "1" }
+[[mirrors]]
+source = "east"
+target = "aggregate"
+topics = "orders"
+config = { "source.sasl.username" = "app", "producer.linger.ms" = "10", "consumer.fetch.max.bytes" = "1048576" }
+"""
+    loads(base, config_names=CONFIG_NAMES, check_files=False)  # every name right
+    cases = [
+        ('"min.insync.replicas" = "1"', '"min.insync.replica" = "1"',
+         r':12: topics\[0\]\.config\."min\.insync\.replica": unknown topic config \'min\.insync\.replica\' '
+         r"\(did you mean 'min\.insync\.replicas'\?\)"),
+        ('"log.retention.hours" = "24"', '"log.retention.hour" = "24"',
+         r':5: clusters\.east\.config\."log\.retention\.hour": unknown broker config \'log\.retention\.hour\' '
+         r"\(did you mean 'log\.retention\.hours'\?\)"),
+        ('"source.sasl.username"', '"source.sasl.usrname"',
+         r':17: mirrors\[0\]\.config\."source\.sasl\.usrname": unknown client config \'sasl\.usrname\' '
+         r"\(did you mean 'sasl\.username'\?\)"),
+        ('"producer.linger.ms"', '"producer.linger"', r"unknown producer config 'linger'"),
+        ('"consumer.fetch.max.bytes"', '"consumer.batch.size"', r"unknown consumer config 'batch\.size'"),
+    ]
+    for old, new, says in cases:
+        assert old in base
+        with pytest.raises(TopologyError, match=says):
+            loads(base.replace(old, new), config_names=CONFIG_NAMES, check_files=False)
+    # Without the broker's names (a worker reading the file) only client settings are checked.
+    loads(base.replace('"min.insync.replicas"', '"min.insync.replica"'), check_files=False)
+
+
+def test_the_default_topology_uses_only_known_config_names() -> None:
+    from deploy.config_names import CONFIG_NAMES
+    from topology.load import loads
+
+    loads(default_topology_text(), config_names=CONFIG_NAMES, check_files=False)
