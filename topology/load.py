@@ -374,7 +374,11 @@ class _Loader:
                     else:
                         check_certificates(file, setting=prefix + key)
                 except SecurityConfigError as exc:
-                    self.fail(kpath, str(exc))
+                    hint = ""
+                    if not file.exists():
+                        hint = (f"; for a first try, `dcmirror dev-secrets --config {self.file}` makes the development CA, "
+                                "certificates and passwords the file references (bring your own in production)")
+                    self.fail(kpath, str(exc) + hint)
 
     def array_of_tables(self, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
         value = doc.get(key, [])

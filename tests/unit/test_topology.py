@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -1189,3 +1190,16 @@ def test_the_default_topology_uses_only_known_config_names() -> None:
     from topology.load import loads
 
     loads(default_topology_text(), config_names=CONFIG_NAMES, check_files=False)
+
+
+def test_a_fresh_copy_of_the_default_topology_is_told_how_to_make_its_secrets(tmp_path: Path) -> None:
+    """Issue 41: `cp topology/default.toml my.toml && dcmirror topology check my.toml` failed
+    with "secrets/broker.pem does not exist" and nothing about dev-secrets; the README's steps
+    now run it, and the error names it."""
+    path = tmp_path / "my.toml"
+    path.write_text(default_topology_text())
+    with pytest.raises(TopologyError, match=r"does not exist; for a first try, `dcmirror dev-secrets --config "
+                                           + re.escape(str(path)) + "` makes"):
+        load(path)
+    dev_secrets(path)
+    load(path)
