@@ -29,6 +29,7 @@ from deploy import (
     mirror_cmd,
     perf_cmd,
     quotas_cmd,
+    records_cmd,
     registry_cmd,
     render_cmd,
     security_cmds,
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     load_cmd.add_parser(sub)      # load, warehouse
     up_cmd.add_parser(sub)        # up, status
     perf_cmd.add_parser(sub)      # perf produce|consume
+    records_cmd.add_parser(sub)   # produce, consume (as rpk topic produce|consume, kcat)
     render_cmd.add_parser(sub)    # deploy render
     lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
     dev_secrets.add_parser(sub)   # dev-secrets
