@@ -139,8 +139,9 @@ def bounded_int(value: str | None, what: str, low: int, high: int, default: int 
     if value in (None, ""):
         return default
     assert value is not None
-    if len(value) > 20 or not value.lstrip("-").isdigit():
-        raise BadInput(f"{what} must be a whole number")
+    digits = value[1:] if value.startswith("-") and low < 0 else value
+    if len(value) > 20 or not (digits.isascii() and digits.isdigit()):  # "²" and "１" are digits to isdigit()
+        raise BadInput(f"{what} must be a whole number in ASCII digits")
     number = int(value)
     if not low <= number <= high:
         raise BadInput(f"{what} must be between {low} and {high}")
@@ -711,12 +712,17 @@ def _decode_records(console: Console, cluster: str, registry: Any, records: Any)
     return out
 
 
+TIME_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: any later is no record's time
+
+
 def _parse_time(text: str) -> int:
     """A time for the record browser: epoch milliseconds, or ISO 8601 (UTC unless it says)."""
     from datetime import UTC, datetime
 
     text = text.strip()[:40]
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > len(str(TIME_MS_MAX)) or int(text) > TIME_MS_MAX:
+            raise BadInput(f"time: epoch milliseconds up to {TIME_MS_MAX} (the year 9999)")
         return int(text)
     try:
         when = datetime.fromisoformat(text)
@@ -724,7 +730,10 @@ def _parse_time(text: str) -> int:
         raise BadInput("time: epoch milliseconds or an ISO 8601 time such as 2026-11-27T10:00:00") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    try:
+        return max(0, int(when.timestamp() * 1000))
+    except (OverflowError, ValueError):
+        raise BadInput("time: a time between 1970 and 9999") from None
 
 
 def _time_text(timestamp_ms: int) -> str:
