@@ -498,7 +498,7 @@ def _raw_schema(sv: SchemaVersion) -> Response:
 
 # -- serving ----------------------------------------------------------------------------
 
-def _hypercorn_config(host: str, port: int, tls: ssl.SSLContext | None) -> Any:
+def _hypercorn_config(host: str, port: int, tls: ssl.SSLContext | None, logger: logging.Logger) -> Any:
     from hypercorn.config import Config
 
     class _Config(Config):  # type: ignore[misc]
@@ -512,17 +512,20 @@ def _hypercorn_config(host: str, port: int, tls: ssl.SSLContext | None) -> Any:
     config = _Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
-    config.errorlog = log
+    config.errorlog = logger
     config.graceful_timeout = 1.0
     return config
 
 
 async def serve(app: ASGIApp | RegistryApp, host: str, port: int, *, tls: ssl.SSLContext | None = None,
+                logger: logging.Logger | None = None,
                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve `app` on host:port (HTTPS with `tls`) until cancelled."""
+    """Serve `app` on host:port (HTTPS with `tls`) until cancelled; the server's own lines go
+    to `logger` (default the registry's)."""
     from hypercorn.trio import serve as hypercorn_serve
 
-    await hypercorn_serve(app, _hypercorn_config(host, port, tls), task_status=task_status)  # type: ignore[arg-type]
+    config = _hypercorn_config(host, port, tls, logger or log)
+    await hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
 
 async def run_registry(client_config: Mapping[str, Any], host: str, port: int, *,

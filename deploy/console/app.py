@@ -9,7 +9,9 @@ styles only from the console itself).
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cluster.client.admin import Admin
-from cluster.client.connection import KafkaConnectionError
+from cluster.client.connection import KafkaAuthenticationError, KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.common.secrets import Secret
 from deploy.console import views
@@ -68,6 +70,8 @@ log = logging.getLogger("dcmirror.console")
 HERE = Path(__file__).parent
 NAME_MAX = 249  # Kafka's longest topic name; group ids and users are bounded the same way here
 FORM_BYTES_MAX = 16 << 10
+LOGIN_COOKIE = "dcmirror_login"  # the login form's double-submit token
+LOGIN_FORM_S = 3600  # how long a login form stays good
 QUERY_CHARS_MAX = 8192
 QUERY_ROWS_MAX = 1000
 PARTITION_ROWS_SHOWN = 500
@@ -231,20 +235,36 @@ def build_app(console: Console) -> Starlette:
 
     # ---- login ------------------------------------------------------------------------------
 
+    def login_page(request: Request, target: str, error: str | None, status: int = 200) -> Response:
+        # Login CSRF: the form carries a token that must equal a cookie only this origin sets
+        # (double submit, SameSite=strict), so no other site can log a browser in as its user.
+        login_csrf = secrets.token_urlsafe(24)
+        response = page(request, "login.html", None, status=status, next=target, scram=bool(console.sasl_clusters),
+                        token=console.token is not None, error=error, login_csrf=login_csrf)
+        response.set_cookie(LOGIN_COOKIE, login_csrf, httponly=True, samesite="strict", secure=console.https,
+                            path="/login", max_age=LOGIN_FORM_S)
+        return response
+
     async def login_form(request: Request) -> Response:
         if console.open:
             return RedirectResponse("/", status_code=303)
-        return page(request, "login.html", None, next=_next(request.query_params.get("next")),
-                    scram=bool(console.sasl_clusters), token=console.token is not None, error=None)
+        return login_page(request, _next(request.query_params.get("next")), None)
 
     async def login(request: Request) -> Response:
         client = request.client.host if request.client else "?"
         if console.sessions.too_many_failures(client):
             return PlainError(429, "too many failed logins from this address: wait a minute")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return PlainError(403, "cross-origin login refused")
         if int(request.headers.get("content-length") or 0) > FORM_BYTES_MAX:
             return PlainError(413, f"form over {FORM_BYTES_MAX} bytes")
         form = await request.form(max_files=0, max_fields=10)
         target = _next(str(form.get("next") or "/"))
+        sent = str(form.get("login_csrf") or "")
+        cookie = request.cookies.get(LOGIN_COOKIE) or ""
+        if not sent or not cookie or not hmac.compare_digest(sent, cookie):
+            return login_page(request, target, "the login form is stale: log in again", status=403)
         user, password, token = (str(form.get(k) or "") for k in ("username", "password", "token"))
         session: Session | None = None
         error = "wrong name or password"
@@ -254,14 +274,18 @@ def build_app(console: Console) -> Starlette:
             else:
                 error = "wrong token"
         elif user and password and len(user) <= USERNAME_MAX and len(password) <= PASSWORD_MAX:
-            accepted = await _scram_login(console, user, Secret(password))
+            accepted, unreachable = await _scram_login(console, user, Secret(password))
             if accepted:
                 session = console.sessions.create(user, ROLE_USER, password=Secret(password), clusters=tuple(accepted))
+            elif unreachable and len(unreachable) == len(console.sasl_clusters):
+                error = (f"no cluster answered ({', '.join(unreachable)} unreachable): the name and password could "
+                         "not be checked; try again when one does")
+            elif unreachable:
+                error += f" (and {', '.join(unreachable)} did not answer)"
         if session is None:
             console.sessions.failed(client)
             log.info("console: failed login from %s", client)  # never the name or password typed
-            return page(request, "login.html", None, status=401, next=target, scram=bool(console.sasl_clusters),
-                        token=console.token is not None, error=error)
+            return login_page(request, target, error, status=401)
         log.info("console: %s logged in (%s) from %s", session.user, session.role, client)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", secure=console.https, path="/")
@@ -608,9 +632,10 @@ def _admin(console: Console, session: Session, cluster: str) -> Any:
                                  lambda: Admin(bootstrap, client_id="dcmirror-console", config=config))
 
 
-async def _scram_login(console: Console, user: str, password: Secret) -> list[str]:
-    """The SASL clusters that accept (user, password)."""
+async def _scram_login(console: Console, user: str, password: Secret) -> tuple[list[str], list[str]]:
+    """(the SASL clusters that accept (user, password), those that did not answer at all)."""
     accepted: list[str] = []
+    unreachable: list[str] = []
 
     async def one(name: str) -> None:
         spec = console.topology.clusters[name]
@@ -620,13 +645,17 @@ async def _scram_login(console: Console, user: str, password: Secret) -> list[st
             with trio.fail_after(LOGIN_TIMEOUT_S):
                 async with Admin(config.pop("bootstrap.servers"), client_id="dcmirror-console-login", config=config):
                     accepted.append(name)
-        except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError):
+        except (KafkaError, KafkaAuthenticationError):
+            pass  # an answer: refused (SASL_AUTHENTICATION_FAILED and the like)
+        except (KafkaConnectionError, OSError, trio.TooSlowError):
+            unreachable.append(name)
+        except ValueError:
             pass
 
     async with trio.open_nursery() as nursery:
         for name in console.sasl_clusters:
             nursery.start_soon(one, name)
-    return sorted(accepted)
+    return sorted(accepted), sorted(unreachable)
 
 
 def _brokers(spec: Any, found: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -105,7 +105,8 @@ async def _serve(console: Any, host: str, port: int, tls: Any) -> None:
             await nursery.start(console.poller.run)
             nursery.start_soon(_close_idle_clients, console)
             await nursery.start(console.actions.run)  # promote / failover / failback in the background
-            await nursery.start(lambda task_status: serve(app, host, port, tls=tls, task_status=task_status))
+            await nursery.start(lambda task_status: serve(app, host, port, tls=tls, logger=log,
+                                                          task_status=task_status))
             shown = f"[{host}]" if ":" in host else host
             print(f"console ready on {'https' if tls else 'http'}://{shown}:{port}/", flush=True)
             async for signum in signals:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 
+from tests.console.login import login_token, post_login
 from tests.security.secured import (
     PASSWORDS,
     SecuredBroker,
@@ -90,7 +91,7 @@ def run_console(path: Path, body: Callable[[httpx.AsyncClient, Any], Awaitable[N
 
 
 async def login(client: httpx.AsyncClient, user: str, password: str) -> httpx.Response:
-    return await client.post("/login", data={"username": user, "password": password, "next": "/"})
+    return await post_login(client, {"username": user, "password": password, "next": "/"})
 
 
 def csrf_of(html: str) -> str:
@@ -181,9 +182,9 @@ def test_the_admin_token_logs_in_and_a_wrong_one_does_not(secured: SecuredBroker
     path = topology_file(tmp_path, secured, token=True)
 
     async def body(client: httpx.AsyncClient, console: Any) -> None:
-        r = await client.post("/login", data={"token": "wrong"})
+        r = await post_login(client, {"token": "wrong"})
         assert r.status_code == 401 and "wrong token" in r.text
-        r = await client.post("/login", data={"token": TOKEN, "next": "https://evil.test/"})
+        r = await post_login(client, {"token": TOKEN, "next": "https://evil.test/"})
         assert r.status_code == 303 and r.headers["location"] == "/"  # never redirected off the console
         assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
         home = await client.get("/")
@@ -228,3 +229,38 @@ def test_group_pages_show_classic_and_kip848_groups(secured: SecuredBroker, tmp_
     finally:
         for c in consumers:
             c.close()
+
+
+def test_login_forms_from_other_sites_and_clusters_that_do_not_answer(secured: SecuredBroker, tmp_path: Path) -> None:
+    """Issue 41: POST /login took a form from anywhere (login CSRF: another site could log a
+    browser in as its own user); with every cluster down a login said "wrong name or
+    password"."""
+    path = topology_file(tmp_path, secured, token=False)
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        fields = {"username": "admin", "password": PASSWORDS["admin"], "next": "/"}
+        bare = await client.post("/login", data=fields)  # no form token: not from the login page
+        assert bare.status_code == 403 and "stale" in bare.text
+        page = await client.get("/login")
+        token = login_token(page.text)
+        foreign = await client.post("/login", data={**fields, "login_csrf": token},
+                                    headers={"origin": "https://evil.test"})
+        assert foreign.status_code == 403 and "cross-origin" in foreign.text
+        client.cookies.delete("dcmirror_login")
+        no_cookie = await client.post("/login", data={**fields, "login_csrf": token})
+        assert no_cookie.status_code == 403
+        assert (await post_login(client, fields)).status_code == 303
+
+    run_console(path, body)
+
+    # The same file with the cluster at a port where nothing listens.
+    text = path.read_text().replace(f'"{secured.proc.bootstrap.split(":")[0]}:{secured.sasl_plaintext_port}"',
+                                    '"127.0.0.1:9"')
+    down = tmp_path / "down.toml"
+    down.write_text(text)
+
+    async def body_down(client: httpx.AsyncClient, console: Any) -> None:
+        r = await login(client, "admin", PASSWORDS["admin"])
+        assert r.status_code == 401 and "no cluster answered (sec unreachable)" in r.text, r.text[-1500:]
+
+    run_console(down, body_down)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.console.login import post_login_sync
 from tests.deploy.conftest import pids_with, status
 from tests.lab.lab import (
     AggregateTail,
@@ -118,7 +119,7 @@ class ConsoleMap:
         import httpx
 
         try:
-            r = self.client.post("/login", data={"token": CONSOLE_TOKEN})
+            r = post_login_sync(self.client, {"token": CONSOLE_TOKEN})
         except httpx.HTTPError:
             return False
         return r.status_code == 303 and "dcmirror_console" in self.client.cookies

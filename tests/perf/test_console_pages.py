@@ -49,6 +49,7 @@ import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.console.login import post_login_sync
 from tests.deploy.conftest import UpRun
 from tests.harness import REPO, free_port
 from tests.perf.benchlib import emit, env_int, loadavg, percentile, progress
@@ -221,8 +222,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 def login(url: str, password: str) -> requests.Session:
     s = requests.Session()
-    r = s.post(url + "/login", data={"username": "admin", "password": password, "next": "/"},
-               allow_redirects=False, timeout=HTTP_TIMEOUT_S)
+    r = post_login_sync(s, {"username": "admin", "password": password, "next": "/"}, url,
+                        allow_redirects=False, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 303 and s.cookies.get("dcmirror_console"), \
         f"login answered {r.status_code}: {r.text[:500]}"
     return s

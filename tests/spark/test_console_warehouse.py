@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from mirror.history import topic_id_text
+from tests.console.login import post_login
 from tests.deploy.conftest import UpRun
 from tests.harness import free_port
 from tests.spark.common import run_cli
@@ -111,7 +112,7 @@ def _run_console(config: Path, body: Callable[[httpx.AsyncClient, Any], Awaitabl
         await console.poller.poll_once()
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(console)),
                                      base_url="http://console.test") as client:
-            r = await client.post("/login", data={"token": TOKEN, "next": "/"})
+            r = await post_login(client, {"token": TOKEN, "next": "/"})
             assert r.status_code == 303, r.text
             await body(client, console)
         for c in console.poller.clusters.values():
