@@ -660,7 +660,13 @@ def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tu
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines: list[str] = []
-    timer = threading.Timer(timeout_s, proc.kill)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout_s, kill)
     timer.start()
     try:
         assert proc.stdout is not None
@@ -672,6 +678,9 @@ def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tu
         code = proc.wait()
     finally:
         timer.cancel()
+    if killed.is_set():
+        raise DemoFailed(f"`dcmirror {args[0]}` did not finish within {timeout_s:g} s, the demo's limit for this step "
+                         f"(stopped); its last line: {(lines or [''])[-1][:300]!r}")
     return code, "\n".join(lines), time.monotonic() - started
 
 
