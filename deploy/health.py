@@ -164,7 +164,9 @@ async def _probe(node_id: int, host: str, port: int, timeout_s: float, with_part
             return BrokerView(node_id, address, None, cluster.controller_id, cluster.brokers, partitions)
     except trio.TooSlowError:
         return BrokerView(node_id, address, f"no answer within {timeout_s:g} s")
-    except (KafkaConnectionError, UnsupportedApi, KafkaError, OSError) as exc:
+    except KafkaConnectionError as exc:
+        return BrokerView(node_id, address, exc.reason)  # the address is said beside it
+    except (UnsupportedApi, KafkaError, OSError) as exc:
         return BrokerView(node_id, address, str(exc) or type(exc).__name__)
     finally:
         with trio.CancelScope(shield=True):

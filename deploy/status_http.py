@@ -24,6 +24,7 @@ import httpx
 import orjson
 import trio
 
+from cluster.client.connection import connect_failure
 from topology.model import MirrorSpec, Topology
 
 STATUS_PATH = "/v1/status"
@@ -73,7 +74,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return f"no answer within {timeout_s:g} s"
     if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect ({str(exc) or type(exc).__name__})"
+        return f"cannot connect: {connect_failure(exc)}"
     if isinstance(exc, orjson.JSONDecodeError):
         return "answer is not JSON"
     return str(exc) or type(exc).__name__

@@ -484,16 +484,22 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
     """The whole topology's state as one document (what `status --json` prints)."""
     healths: dict[str, ClusterHealth] = {}
 
+    gathered: list[dict[str, Any]] = []
+
     async def one(name: str) -> None:
         healths[name] = await cluster_health(topology.cluster(name), timeout_s)
 
-    async with trio.open_nursery() as nursery:
+    async def workers() -> None:
+        gathered.extend(await gather_flows(topology, list(topology.mirrors), timeout_s, mirror_state_dir))
+
+    async with trio.open_nursery() as nursery:  # every cluster and every worker asked at once
         for name in topology.clusters:
             nursery.start_soon(one, name)
+        nursery.start_soon(workers)
     clusters = [healths[name].document() for name in topology.clusters]
     problems = [f"cluster {h['cluster']}: {p}" for h in clusters for p in h["problems"]]
     flows = []
-    for f in await gather_flows(topology, list(topology.mirrors), timeout_s, mirror_state_dir):
+    for f in gathered:
         spec = next(m for m in topology.mirrors if m.name == f["flow"])
         live = [w for w in f["workers"] if w.get("reachable")]
         lags = [p.get("lag_s") for w in live for p in w.get("partitions", [])]
@@ -531,8 +537,9 @@ async def collect_status(topology: Topology, *, timeout_s: float = 5.0) -> dict[
         problems.append(f"the last warehouse load failed: {last_load.get('error') or last_load['status']}"
                         + (f" (log: {last_load['log']})" if last_load.get("log") else ""))
     interval_s = load_interval_s(topology)
+    down = not any(c["brokers_up"] for c in clusters) and not any(f["live_workers"] for f in flows)
     return {"config": str(topology.path) if topology.path else None, "healthy": not problems,
-            "problems": problems, "clusters": clusters, "flows": flows, "warehouse": topology.warehouse is not None,
+            "state": "HEALTHY" if not problems else "DOWN" if down else "DEGRADED", "problems": problems, "clusters": clusters, "flows": flows, "warehouse": topology.warehouse is not None,
             "load_interval_s": interval_s, "last_load": last_load, "up": up}
 
 
@@ -613,8 +620,10 @@ def _controller_cell(c: dict[str, Any]) -> str:
 
 
 def format_status(doc: dict[str, Any]) -> str:
-    lines = [f"dcmirror status: {doc['config']}: " + ("HEALTHY" if doc["healthy"] else
-                                                      f"DEGRADED ({len(doc['problems'])} problem(s))"), ""]
+    state = doc.get("state") or ("HEALTHY" if doc["healthy"] else "DEGRADED")
+    lines = [f"dcmirror status: {doc['config']}: "
+             + (state if doc["healthy"] else f"{state} ({len(doc['problems'])} problem(s))")
+             + (": no broker and no mirror worker answers" if state == "DOWN" else ""), ""]
     rows = [["CLUSTER", "DC", "BROKERS-UP", "REGISTERED", "CONTROLLER", "TOPICS", "PARTITIONS", "OFFLINE",
              "UNDER-REPLICATED"]]
     for c in doc["clusters"]:

@@ -8,6 +8,7 @@ requests strictly in order, as the protocol guarantees on one connection.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from typing import Any
 
@@ -36,7 +37,35 @@ CLIENT_MAX_VERSIONS = {
 
 
 class KafkaConnectionError(Exception):
-    """The broker could not be reached or the connection broke; names the broker."""
+    """The broker could not be reached or the connection broke; names the broker. `reason`:
+    the why alone, without the broker's address (for messages that name it already)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def connect_failure(exc: BaseException) -> str:
+    """What went wrong connecting, short ("connection refused"): trio's "all attempts to
+    connect to X failed" (and libraries wrapping it) say neither why nor more than the
+    address the caller names already. The chain of causes is searched for the OS's reason."""
+    if isinstance(exc, trio.TooSlowError):
+        return "no connection in time"
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, BaseExceptionGroup):
+            seen = next((e for e in seen.exceptions if isinstance(e, OSError)), None)
+            continue
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno).lower()  # trio's strerror repeats the address
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror.lower()
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, KafkaConnectionError):
+        return exc.reason
+    return str(exc) or type(exc).__name__
 
 
 class KafkaAuthenticationError(KafkaConnectionError):
@@ -118,7 +147,8 @@ class BrokerConnection:
             raise KafkaAuthenticationError(f"broker {self.address}: {exc}") from None
         except (OSError, trio.TooSlowError, KafkaConnectionError) as exc:
             await self.aclose()
-            raise KafkaConnectionError(f"cannot reach broker {self.address}: {exc}") from None
+            reason = connect_failure(exc)
+            raise KafkaConnectionError(f"cannot reach broker {self.address}: {reason}", reason) from None
         return self
 
     async def aclose(self) -> None:
