@@ -434,7 +434,7 @@ def build_app(console: Console) -> Starlette:
         rows = []
         for m in console.topology.mirrors:
             report = snap.flows.get(m.name)
-            health = views.flow_health(report, m.workers, console.monitoring)
+            health = views.flow_health(report, m.workers, console.monitoring, _unreachable_sides(snap, m))
             rows.append({"spec": m, "report": report, "health": health,
                          "rate": (report or {}).get("records_per_s"),
                          "charts": {f"{t}-{p}": views.sparkline(points)
@@ -658,6 +658,12 @@ async def _scram_login(console: Console, user: str, password: Secret) -> tuple[l
     return sorted(accepted), sorted(unreachable)
 
 
+def _unreachable_sides(snap: Any, flow: Any) -> dict[str, str]:
+    """The flow's source and target clusters the last poll could not reach."""
+    return {role: cluster for role, cluster in (("source", flow.source), ("target", flow.target))
+            if (snap.clusters.get(cluster) or {}).get("error")}
+
+
 def _brokers(spec: Any, found: dict[str, Any] | None) -> list[dict[str, Any]]:
     registered = {b["node_id"]: b for b in (found or {}).get("brokers", [])}
     controller = (found or {}).get("controller_id", -1)
@@ -694,7 +700,7 @@ def map_state(console: Console) -> dict[str, Any]:
     silent_flows: set[str] = set()
     for m in topo.mirrors:
         report = snap.flows.get(m.name)
-        h = views.flow_health(report, m.workers, console.monitoring)
+        h = views.flow_health(report, m.workers, console.monitoring, _unreachable_sides(snap, m))
         if any(r.startswith("source silent") for r in h.reasons):
             silent_flows.add(m.name)
         rate = (report or {}).get("records_per_s")

@@ -54,14 +54,21 @@ DEFAULT_THRESHOLDS = MonitoringOptions()
 
 
 def flow_health(report: Mapping[str, Any] | None, workers_declared: int,
-                options: MonitoringOptions = DEFAULT_THRESHOLDS) -> FlowHealth:
-    """A flow's colour and why, from its workers' status report (deploy/status_http.py)."""
+                options: MonitoringOptions = DEFAULT_THRESHOLDS,
+                unreachable: Mapping[str, str] | None = None) -> FlowHealth:
+    """A flow's colour and why, from its workers' status report (deploy/status_http.py);
+    `unreachable`: the flow's source or target clusters the console's last poll could not
+    reach (role -> cluster): amber at once, before any lag or silence alert would fire (a
+    worker reports its last answer's high watermark, so a cut source reads as lag 0)."""
     if report is None:
         return FlowHealth(UNKNOWN, ("not asked yet",), None, None, 0, workers_declared, False)
     workers = list(report.get("workers", []))
     live = [w for w in workers if w.get("reachable")]
     parts = [p for w in live for p in w.get("partitions", [])]
     level, reasons = OK, []
+    for role, cluster in (unreachable or {}).items():
+        level = worse(level, WARN)
+        reasons.append(f"{role} {cluster} unreachable")
     down = [w for w in workers if not w.get("reachable")]
     if down:
         level = CRIT

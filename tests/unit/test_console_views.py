@@ -41,6 +41,13 @@ def test_flow_colours_follow_the_alert_rules() -> None:
     assert failed.level == views.CRIT and failed.reasons == ("t-0 STOPPED: re-created",)
     paused = views.flow_health({"workers": [worker(paused=True)]}, 1, options)
     assert paused.level == views.WARN and paused.paused
+    # A source the console cannot reach: amber at once (issue 41: green "ok" for 30 s and
+    # more, the workers' last answers saying lag 0), whatever the lag says.
+    cut = views.flow_health({"workers": [worker(partitions=[part()])]}, 1, options, {"source": "east"})
+    assert cut.level == views.WARN and cut.reasons == ("source east unreachable",)
+    both = views.flow_health({"workers": [worker(partitions=[part(lag_s=61)])]}, 1, options,
+                             {"source": "east", "target": "aggregate"})
+    assert both.level == views.WARN and both.reasons[:2] == ("source east unreachable", "target aggregate unreachable")
 
 
 def test_partitions_worst_first_and_cluster_colour() -> None:
