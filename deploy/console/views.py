@@ -201,7 +201,7 @@ def cluster_level(cluster: Mapping[str, Any] | None, brokers_declared: int) -> t
 
 # ---- the map ----------------------------------------------------------------------------------
 
-MAP_COLUMN_PX = 460
+MAP_COLUMN_PX = 400
 MAP_ROW_PX = 140
 MAP_NODE_W = 190
 MAP_NODE_H = 64
@@ -274,8 +274,10 @@ def map_layout(topology: Topology) -> MapLayout:
         offset = (rows - len(names)) * MAP_ROW_PX // 2
         for row, name in enumerate(names):
             spec = topology.clusters[name]
-            nodes[name] = MapNode(name, name, f"{spec.datacenter} · {len(spec.brokers)} brokers", "cluster",
-                                  MAP_MARGIN_PX + col * MAP_COLUMN_PX, MAP_MARGIN_PX + 20 + offset + row * MAP_ROW_PX)
+            count = len(spec.brokers)
+            nodes[name] = MapNode(name, name, f"{spec.datacenter} · {count} broker{'' if count == 1 else 's'}",
+                                  "cluster", MAP_MARGIN_PX + col * MAP_COLUMN_PX,
+                                  MAP_MARGIN_PX + 20 + offset + row * MAP_ROW_PX)
     last_col = max(columns)
     if topology.warehouse is not None:
         src = nodes[topology.warehouse.source]
@@ -298,12 +300,26 @@ def map_layout(topology: Topology) -> MapLayout:
         k = pairs[(m.source, m.target)] = pairs.get((m.source, m.target), -1) + 1
         bend = 10 * k + (40 if (m.target, m.source) in pairs or any(
             x.source == m.target and x.target == m.source for x in topology.mirrors) else 0)
+        bend = max(bend, _clearing_bend(a, b, [n for n in nodes.values() if n.id not in (a.id, b.id)]))
         edges.append(_edge(m.name, a, b, bend))
     if topology.warehouse is not None:
         edges.append(_edge("warehouse", nodes[topology.warehouse.source], nodes["warehouse"], 0))
     width = MAP_MARGIN_PX * 2 + last_col * MAP_COLUMN_PX + MAP_NODE_W
     height = max(n.y for n in nodes.values()) + MAP_NODE_H + MAP_MARGIN_PX + 14
     return MapLayout(width, height, tuple(nodes.values()), datacenters, tuple(edges))
+
+
+def _clearing_bend(a: MapNode, b: MapNode, others: list[MapNode]) -> int:
+    """How far a flow that skips a column must arc above the nodes between its ends (else it
+    runs through the middle node and cannot be seen): 0 when nothing is in the way."""
+    lo, hi = min(a.x, b.x), max(a.x, b.x)
+    y_line = (a.y + b.y) // 2 + MAP_NODE_H // 2
+    blocking = [n for n in others if lo < n.x < hi and n.y - 12 <= y_line <= n.y + MAP_NODE_H + 12]
+    if not blocking:
+        return 0
+    top = min(n.y for n in blocking)
+    # The curve's middle rises half the bend above the chord: clear the top with room to spare.
+    return 2 * (y_line - top) + 48
 
 
 def _edge(name: str, a: MapNode, b: MapNode, bend: int) -> MapEdge:

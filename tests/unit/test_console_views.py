@@ -167,3 +167,50 @@ def test_session_clients_are_reused_bounded_and_closed_when_idle() -> None:
         assert clients.open == {} and FakeAdmin.opened == FakeAdmin.closed
 
     trio.run(main)
+
+
+def test_a_flow_that_skips_a_column_arcs_over_the_node_between(tmp_path: Any) -> None:
+    """Issue 41: west -> aggregate beside west -> east -> aggregate was drawn through east (the
+    middle column) and could not be seen; "1 brokers"."""
+    import re
+
+    from topology import loads
+
+    topology = loads("""
+[clusters.west]
+datacenter = "west"
+brokers = ["127.0.0.1:19092"]
+[clusters.east]
+datacenter = "east"
+brokers = ["127.0.0.1:29092", "127.0.0.1:29093"]
+[clusters.aggregate]
+datacenter = "central"
+brokers = ["127.0.0.1:39092"]
+[[mirrors]]
+source = "west"
+target = "east"
+topics = ".*"
+[[mirrors]]
+source = "east"
+target = "aggregate"
+topics = ".*"
+[[mirrors]]
+name = "west-direct"
+source = "west"
+target = "aggregate"
+topics = "orders"
+""", base_dir=tmp_path)
+    layout = views.map_layout(topology)
+    nodes = {n.id: n for n in layout.nodes}
+    assert nodes["west"].x < nodes["east"].x < nodes["aggregate"].x
+    assert nodes["west"].sublabel == "west · 1 broker" and nodes["east"].sublabel == "east · 2 brokers"
+    skip = next(e for e in layout.edges if e.id == "west-direct")
+    x1, y1, mx, my, x2, y2 = (int(v) for v in re.findall(r"-?\d+", skip.path))
+    # The curve at the middle node's x, above its top: t where x(t) is the node's middle.
+    east = nodes["east"]
+    for t in (0.4, 0.5, 0.6):
+        x = (1 - t) ** 2 * x1 + 2 * (1 - t) * t * mx + t ** 2 * x2
+        y = (1 - t) ** 2 * y1 + 2 * (1 - t) * t * my + t ** 2 * y2
+        if east.x <= x <= east.x + views.MAP_NODE_W:
+            assert y < east.y, (t, x, y, east)
+    assert skip.label_y < east.y  # its label too
