@@ -70,6 +70,7 @@ log = logging.getLogger("dcmirror.console")
 HERE = Path(__file__).parent
 NAME_MAX = 249  # Kafka's longest topic name; group ids and users are bounded the same way here
 FORM_BYTES_MAX = 16 << 10
+TYPED_ACTIONS = ("failover", "failback")  # confirmed by typing the flow's name
 LOGIN_COOKIE = "dcmirror_login"  # the login form's double-submit token
 LOGIN_FORM_S = 3600  # how long a login form stays good
 QUERY_CHARS_MAX = 8192
@@ -440,7 +441,8 @@ def build_app(console: Console) -> Starlette:
                          "charts": {f"{t}-{p}": views.sparkline(points)
                                     for (t, p), points in console.poller.lag_history.of(m.name).items()}})
         return page(request, "flows.html", session, flows=rows, can_act=bool(console.flow_actions),
-                    can_recover=console.actions.serving, runs=console.actions.runs, lines_max=LINES_MAX,
+                    typed_actions=TYPED_ACTIONS, can_recover=console.actions.serving, runs=console.actions.runs,
+                    lines_max=LINES_MAX,
                     message=request.query_params.get("message"))
 
     async def flow_action(request: Request, session: Session) -> Response:
@@ -451,7 +453,12 @@ def build_app(console: Console) -> Starlette:
         flow = next((m for m in console.topology.mirrors if m.name == flow_name), None)
         if flow is None or action not in ("pause", "resume", *DR_ACTIONS):
             raise BadInput("no such flow or action")
-        if request.state.form.get("confirm") != "yes":
+        if action in TYPED_ACTIONS:
+            # Destructive (a failover makes the copy writable; a failback deletes the old
+            # primary's topic): confirmed by typing the flow's name, not by one click.
+            if request.state.form.get("confirm_name") != flow_name:
+                raise BadInput(f"type the flow's name ({flow_name}) to confirm: {action}")
+        elif request.state.form.get("confirm") != "yes":
             raise BadInput(f"tick the box to confirm: {action} flow {flow_name}")
         back = "/flows?{}#flow-" + quote(flow_name, safe="")
         if action in DR_ACTIONS:

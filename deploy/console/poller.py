@@ -94,7 +94,10 @@ class ClusterPoller:
         parts: list[dict[str, Any]] = []
         topics: dict[str, dict[str, Any]] = {}
         for t in sorted(meta.topics, key=lambda t: t.name):
-            topics[t.name] = {"internal": bool(t.is_internal), "error_code": t.error_code,
+            # Kafka's internal topics, and the bookkeeping of registries and of dcmirror itself
+            # (_schemas, dcmirror.*): shown with "internal topics", as Kafka UIs do.
+            topics[t.name] = {"internal": bool(t.is_internal) or t.name.startswith(("_", "dcmirror.")),
+                              "error_code": t.error_code,
                               "topic_id": str(t.topic_id) if getattr(t, "topic_id", None) else None,
                               "partitions": []}
             for p in sorted(t.partitions, key=lambda p: p.partition_index):

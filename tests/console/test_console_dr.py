@@ -65,7 +65,8 @@ def test_promote_from_the_console(mirror_lab: Callable[..., MirrorLab]) -> None:
 
     async def act(client: httpx.AsyncClient, csrf: str, action: str, flow: str = FLOW, confirm: bool = True
                   ) -> httpx.Response:
-        return await client.post(f"/flows/{flow}/{action}", data={"csrf": csrf, **({"confirm": "yes"} if confirm else {})})
+        return await client.post(f"/flows/{flow}/{action}",
+                                 data={"csrf": csrf, **({"confirm": "yes", "confirm_name": flow} if confirm else {})})
 
     async def action_state(client: httpx.AsyncClient) -> dict[str, Any]:
         r = await client.get(f"/api/flows/{FLOW}/action")
@@ -88,6 +89,12 @@ def test_promote_from_the_console(mirror_lab: Callable[..., MirrorLab]) -> None:
         # Refused: no confirmation, no form token, an unknown action or flow.
         r = await act(client, csrf, "promote", confirm=False)
         assert r.status_code == 400 and "tick the box" in r.text
+        # A failover, destructive, only with the flow's name typed (issue 41), not a tick.
+        assert 'name="confirm_name"' in page.text
+        r = await client.post(f"/flows/{FLOW}/failover", data={"csrf": csrf, "confirm": "yes"})
+        assert r.status_code == 400 and "type the flow" in r.text and f"name ({FLOW}) to confirm" in r.text
+        r = await client.post(f"/flows/{FLOW}/failover", data={"csrf": csrf, "confirm_name": FLOW + "x"})
+        assert r.status_code == 400
         assert (await client.post(f"/flows/{FLOW}/promote", data={"confirm": "yes"})).status_code == 403
         assert (await act(client, csrf, "explode")).status_code == 400
         assert (await act(client, csrf, "promote", flow="nowhere")).status_code == 400
