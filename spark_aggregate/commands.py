@@ -29,6 +29,7 @@ from spark_aggregate.session import (
     WarehouseBusy,
     ensure_database,
     metastore_error,
+    spark_log_path,
     start_session,
     stop_session,
     warehouse_lock,
@@ -118,6 +119,8 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
             err.write(served.get("errors", ""))
             return int(served.get("exit_code", 1))
     try:
+        if session is None and not submitted:
+            print(f"starting Spark (its own log: {spark_log_path(settings)})", file=out, flush=True)
         with session if session is not None else own_session(settings, prog, submitted=submitted) as spark:
             print(f"loading {settings.source} ({settings.bootstrap}) into {settings.warehouse_uri}",
                   file=out, flush=True)
@@ -142,7 +145,8 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
                 log.debug("load failed", exc_info=True)
                 message = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
                 traceback.print_exc(file=err)
-        print(f"{prog}: {message}", file=err)
+        print(f"{prog}: {message}" + ("" if session is not None or submitted else
+                                       f" (Spark's own log: {spark_log_path(settings)})"), file=err)
         if not isinstance(cause, WarehouseBusy):
             write_last_load(settings, {**last, "status": "failed", "error": message,
                                        "finished_at": datetime.now().isoformat(timespec="seconds"),

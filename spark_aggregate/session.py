@@ -26,6 +26,7 @@ from spark_aggregate.settings import DATABASE, WarehouseSettings
 log = logging.getLogger("dcmirror.spark")
 
 LOCK_FILE = "warehouse.lock"
+SPARK_LOG = "spark.log"  # the Spark JVM's own output, under the warehouse path
 JVM_EXIT_TIMEOUT_S = 30.0
 
 
@@ -96,13 +97,44 @@ def start_session(settings: WarehouseSettings, app_name: str, *, submitted: bool
     from spark_aggregate.source import register
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed gateway connection
+    conf = spark_conf(settings, app_name, submitted=submitted)
+    if not submitted:
+        _launch_jvm_logging_to(spark_log_path(settings), conf)
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name, submitted=submitted).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def spark_log_path(settings: WarehouseSettings) -> Path:
+    """Where a command's Spark JVM (and its Python workers) write their own output: Spark's and
+    the JVM's warnings, stack traces of what they retried; the command prints its progress and
+    result, and names this file."""
+    return settings.path / SPARK_LOG
+
+
+def _launch_jvm_logging_to(path: Path, conf: dict[str, str]) -> None:
+    """Start the driver JVM with its stdout and stderr in `path` (pyspark would give it this
+    process's: some 240 lines of warnings around a load's dozen), before the session is made
+    (which then uses this gateway)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return  # a JVM of this process already runs (a test's session)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as out:
+        out.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n".encode())
+        out.flush()
+        spark_conf_ = SparkConf(loadDefaults=False)
+        for key, value in conf.items():
+            spark_conf_.set(key, value)
+        gateway = launch_gateway(spark_conf_, popen_kwargs={"stdout": out, "stderr": out})
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
 
 
 def ensure_database(spark: Any, settings: WarehouseSettings) -> None:
