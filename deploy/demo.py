@@ -813,7 +813,9 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
         f"(SCRAM) for the mirror and operators, plaintext on loopback for local producers; "
         f"{len(made.files)} certificate files and {len(made.passwords)} passwords made up under "
         f"{workdir / 'secrets'}")
-    summary: dict[str, Any] = {"ok": False, "records": records, "workdir": str(workdir)}
+    # set-up: the secrets made up and the topology written and read
+    summary: dict[str, Any] = {"ok": False, "records": records, "workdir": str(workdir),
+                               "phases_s": {"set-up": round(time.monotonic() - started, 1)}}
     up: UpProcess | None = None
     try:
         step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, a schema registry each, topics, "
@@ -823,7 +825,7 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
         orders = OrdersRun(topology, records, seed)
         orders.start()
         up.wait_ready(UP_READY_TIMEOUT_S + 30)
-        summary["phases_s"] = {"clusters up": round(time.monotonic() - up_started, 1)}
+        summary["phases_s"]["clusters up"] = round(time.monotonic() - up_started, 1)
         up.echo = False  # from here on its lines go to up.log only (restarts are still printed below)
         summary.update(_demo_steps(topology, config, records, seed, up, orders, summary["phases_s"]))
     except DemoFailed as exc:
@@ -841,8 +843,10 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
             keep_running(topology, workdir, up)
         if up is not None:
             say("\n== stopping (dcmirror up: mirror workers, then every cluster with controlled shutdowns)")
+            stopping = time.monotonic()
             code = up.stop()
             say(f"   dcmirror up exited {code}; " + (up.lines[-1] if up.lines else ""))
+            summary.setdefault("phases_s", {})["stop"] = round(time.monotonic() - stopping, 1)
         summary["elapsed_s"] = round(time.monotonic() - started, 1)
         if keep or not summary["ok"]:
             say(f"data, logs and topology kept in {workdir} (dcmirror status --config {config})")

@@ -149,13 +149,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.stderr) -> int:
     """Run until SIGTERM/SIGINT; 1 if the warehouse is in use by another process."""
     from spark_aggregate.commands import own_session
-    from spark_aggregate.session import WarehouseBusy
+    from spark_aggregate.session import WarehouseBusy, ensure_database
 
     prog = "dcmirror warehouse serve"
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with own_session(settings, prog) as spark:
+            # The metastore's first use creates its schema (embedded Derby: seconds): done
+            # before answering, so the first load or query does not pay it.
+            ensure_database(spark, settings)
             path = socket_path(settings)
             path.unlink(missing_ok=True)  # left by a service that died: we hold the lock now
             old_umask = os.umask(0o177)

@@ -69,6 +69,10 @@ def spark_conf(settings: WarehouseSettings, app_name: str, *, submitted: bool) -
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
+        # Loads and queries are short-lived JVMs whose own work is small (the records are read
+        # and written by Python tasks with Arrow): C1 alone starts them 25-30 % sooner (the
+        # demo's load 30.5 -> 23.5 s). A warehouse config spark.driver.extraJavaOptions replaces it.
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     }
     conf.update(settings.spark_conf)
     if submitted:
