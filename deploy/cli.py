@@ -156,7 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dcmirror", description="Multi-datacenter log service")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     broker = sub.add_parser("broker", help="run one broker")
     broker.add_argument("--data-dir", help="directory holding the partition logs")
@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "Ctrl-C, and its data directory (logs, data, warehouse) afterwards")
     demo.add_argument("--json", action="store_true", help="end with the summary as one JSON line")
     demo.set_defaults(func=cmd_demo)
+    # `dcmirror --help` lists the commands by name (they are registered by module).
+    sub._choices_actions.sort(key=lambda action: action.dest)
     return parser
 
 

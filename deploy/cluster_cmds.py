@@ -72,34 +72,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     topics = sub.add_parser("topics", help="create, list, describe, alter, delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a topic")
-    create.add_argument("topic")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("topic", help="the topic's name")
+    create.add_argument("--partitions", type=int, default=-1, help="partition count (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=-1, help="replicas per partition (default: the broker's default.replication.factor)")
     create.add_argument("--replica-assignment", help="manual: 1:2,2:3,3:1 (partitions by comma, replicas by colon)")
     create.add_argument("--set", dest="topic_config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config (Kafka's names), repeatable")
-    create.add_argument("--if-not-exists", action="store_true")
+    create.add_argument("--if-not-exists", action="store_true", help="a topic of that name already there is no error")
     lst = actions.add_parser("list", help="topic names")
     describe = actions.add_parser("describe", help="partitions, leaders, replicas, ISR, configs")
-    describe.add_argument("topics", nargs="*")
+    describe.add_argument("topics", nargs="*", help="topics to describe (default: every one)")
     describe.add_argument("--under-replicated", action="store_true", help="only partitions whose ISR is short")
     describe.add_argument("--unavailable", action="store_true", help="only partitions without a leader")
     describe.add_argument("--under-min-isr", action="store_true",
                           help="only partitions whose ISR is smaller than min.insync.replicas (acks=all fails)")
     describe.add_argument("--at-min-isr", action="store_true",
                           help="only partitions whose ISR is exactly min.insync.replicas (one more loss stops acks=all)")
-    describe.add_argument("--json", action="store_true")
+    describe.add_argument("--json", action="store_true", help="one JSON document")
     alter = actions.add_parser("alter", help="add partitions or change configs")
-    alter.add_argument("topic")
-    alter.add_argument("--partitions", type=int)
+    alter.add_argument("topic", help="the topic's name")
+    alter.add_argument("--partitions", type=int, help="the new partition count (only more)")
     alter.add_argument("--set", dest="topic_config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a topic config, repeatable")
     alter.add_argument("--unset", dest="delete_config", action="append", default=[], metavar="KEY",
                        help="remove a topic config override, repeatable")
     delete = actions.add_parser("delete", help="delete a topic")
-    delete.add_argument("topic")
+    delete.add_argument("topic", help="the topic's name")
     purge = actions.add_parser("delete-records", help="delete records below an offset (like kafka-delete-records)")
-    purge.add_argument("topic")
+    purge.add_argument("topic", help="the topic's name")
     purge.add_argument("--partition", type=int, action="append", help="repeatable (default: every partition)")
     purge.add_argument("--offset", type=int, required=True,
                        help="records below this offset go; -1: everything below the high watermark")
@@ -111,15 +111,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                                                "(like kafka-log-dirs --describe)")
     add_target(log_dirs)
     log_dirs.add_argument("--topic", action="append", help="only these topics (repeatable)")
-    log_dirs.add_argument("--json", action="store_true")
+    log_dirs.add_argument("--json", action="store_true", help="one JSON document")
     log_dirs.set_defaults(func=_runner(_log_dirs))
 
     elect = sub.add_parser("elect-leaders", help="preferred or unclean leader election")
     add_target(elect)
-    elect.add_argument("--election-type", choices=sorted(ELECTION_TYPES), default="preferred")
-    elect.add_argument("--topic")
-    elect.add_argument("--partition", type=int, action="append")
-    elect.add_argument("--all-topic-partitions", action="store_true")
+    elect.add_argument("--election-type", choices=sorted(ELECTION_TYPES), default="preferred", help="preferred (the first replica leads again) or unclean (an out-of-sync replica may lead: data loss)")
+    elect.add_argument("--topic", help="the topic whose partitions to elect for")
+    elect.add_argument("--partition", type=int, action="append", help="with --topic: this partition (repeatable; default every one)")
+    elect.add_argument("--all-topic-partitions", action="store_true", help="every partition of every topic")
     elect.set_defaults(func=_runner(_elect))
 
     reassign = sub.add_parser("reassign", help="move partitions between brokers, change replication factor")
@@ -134,7 +134,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                        ("verify", "report whether the moves finished (exit 1 while in progress)"),
                        ("cancel", "cancel the moves in a reassignment file")):
         p = ractions.add_parser(name, help=text)
-        p.add_argument("--reassignment-json-file", required=True)
+        p.add_argument("--reassignment-json-file", required=True, help="the plan, as kafka-reassign-partitions writes it")
         add_target(p)
     add_target(gen)
     reassign.set_defaults(func=_runner(_reassign))
@@ -145,7 +145,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     add_target(factions.add_parser("describe", help="supported and finalized levels"))
     for name, text in (("upgrade", "raise feature levels"), ("downgrade", "lower feature levels")):
         fp = factions.add_parser(name, help=text)
-        fp.add_argument("--feature", action="append", required=True, metavar="NAME=LEVEL")
+        fp.add_argument("--feature", action="append", required=True, metavar="NAME=LEVEL", help="a feature and the level to finalize (repeatable)")
         fp.add_argument("--dry-run", action="store_true", help="validate only")
         if name == "downgrade":
             fp.add_argument("--unsafe", action="store_true", help="an unsafe downgrade (metadata may be lost)")

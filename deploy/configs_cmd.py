@@ -32,14 +32,14 @@ MAX_CONFIGS = 1000  # configs one --add-config may carry
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("configs", help="describe or alter topic and broker configs (like kafka-configs)")
     add_target(p)
-    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES), help="what the configs are of")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--entity-name", help="topic name or broker id")
     who.add_argument("--entity-default", action="store_true",
                      help="the cluster-wide default of every broker (brokers only)")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--describe", action="store_true")
-    what.add_argument("--alter", action="store_true")
+    what.add_argument("--describe", action="store_true", help="print the configs, their values and sources")
+    what.add_argument("--alter", action="store_true", help="set (--add-config) or remove (--delete-config) configs")
     p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V,K2=[V1,V2]",
                    help="configs to set, comma separated; a list value in brackets (repeatable)")

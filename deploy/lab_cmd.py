@@ -68,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     heal.set_defaults(func=cmd_heal)
 
     latency = actions.add_parser("latency", help="change the one-way latency between datacenters")
-    latency.add_argument("latency_ms", type=float, metavar="MS")
+    latency.add_argument("latency_ms", type=float, metavar="MS", help="one-way delay between datacenters, milliseconds")
     latency.set_defaults(func=cmd_latency)
 
     status = actions.add_parser("status", help="the lab's namespaces, addresses, cuts and WAN counters")

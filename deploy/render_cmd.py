@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     actions = deploy.add_subparsers(dest="deploy_command", required=True)
     render = actions.add_parser("render", help="render systemd units or Kubernetes manifests")
     render.add_argument("--config", required=True, help="topology file")
-    render.add_argument("--format", required=True, choices=["systemd", "kubernetes"])
+    render.add_argument("--format", required=True, choices=["systemd", "kubernetes"], help="systemd units or Kubernetes manifests")
     render.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
     s, k = systemd.SystemdOptions(), kubernetes.KubernetesOptions()
     unit = render.add_argument_group("systemd")

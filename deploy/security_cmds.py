@@ -40,17 +40,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     users = sub.add_parser("users", help="SCRAM users: add, list, remove")
     u = users.add_subparsers(dest="action", required=True)
     add = u.add_parser("add", help="add a user or change its password")
-    add.add_argument("name")
+    add.add_argument("name", help="the user's name")
     add.add_argument("--password-file", help="file holding the password (default: ask on the terminal)")
     add.add_argument("--mechanism", action="append", choices=sorted(MECHANISMS),
                      help="SCRAM-SHA-256 / SCRAM-SHA-512 (repeatable; default both)")
-    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help=f"SCRAM iterations (default {DEFAULT_ITERATIONS})")
     _common(add)
     lst = u.add_parser("list", help="users and their mechanisms")
     _common(lst)
     rm = u.add_parser("remove", help="remove a user's credentials")
-    rm.add_argument("name")
-    rm.add_argument("--mechanism", action="append", choices=sorted(MECHANISMS))
+    rm.add_argument("name", help="the user's name")
+    rm.add_argument("--mechanism", action="append", choices=sorted(MECHANISMS), help="only this mechanism's credential (repeatable; default: every one)")
     _common(rm)
     users.set_defaults(func=admin_command("users", _users))
 
@@ -58,8 +58,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     a = acls.add_subparsers(dest="action", required=True)
     for name, text in (("add", "add ACLs"), ("list", "list ACLs (filters narrow)"), ("remove", "remove matching ACLs")):
         p = a.add_parser(name, help=text)
-        p.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME")
-        p.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME")
+        p.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME", help="the principal allowed (repeatable)")
+        p.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME", help="the principal denied (repeatable; deny wins over allow)")
         p.add_argument("--principal", help="list/remove: only this principal's ACLs")
         p.add_argument("--allow-host", action="append", default=[],
                        help="host of the --allow-principal ACLs (default *)")
@@ -67,12 +67,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--operation", action="append", default=[],
                        help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
                             "AlterConfigs, IdempotentWrite, All")
-        p.add_argument("--topic", action="append", default=[])
-        p.add_argument("--group", action="append", default=[])
-        p.add_argument("--transactional-id", action="append", default=[])
-        p.add_argument("--cluster", action="store_true")
+        p.add_argument("--topic", action="append", default=[], help="a topic resource (repeatable; * for every one)")
+        p.add_argument("--group", action="append", default=[], help="a consumer group resource (repeatable)")
+        p.add_argument("--transactional-id", action="append", default=[], help="a transactional id resource (repeatable)")
+        p.add_argument("--cluster", action="store_true", help="the cluster resource")
         p.add_argument("--resource-pattern-type", default="literal",
-                       choices=["literal", "prefixed", "any", "match"])
+                       choices=["literal", "prefixed", "any", "match"],
+                       help="literal (the name itself), prefixed (names starting with it); list and remove "
+                            "also take any and match (default literal)")
         _common(p, "--topology-cluster")
         p.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT",
                        help="as --bootstrap (kafka-acls' name)")
