@@ -22,14 +22,37 @@ from cluster.protocol.errors import ErrorCode
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 
-def add_target(p: argparse.ArgumentParser, cluster_flag: str = "--cluster") -> None:
-    """--bootstrap, or --config FILE with `cluster_flag` NAME (acls keep --cluster for the
-    cluster resource, as kafka-acls); --command-config."""
-    p.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of the cluster")
-    p.add_argument("--config", help=f"topology file (with {cluster_flag} instead of --bootstrap)")
+class _ConfigOption(argparse.Action):
+    """`--config` of a command that mirrors kafka-topics: KEY=VALUE is a topic config as in
+    Kafka's tool (appended to `topic_config`), anything else the topology file."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        value = str(values)
+        if "=" in value and not Path(value).exists():
+            namespace.topic_config = [*(getattr(namespace, "topic_config", None) or []), value]
+        else:
+            namespace.config = value
+
+
+def add_target(p: argparse.ArgumentParser, cluster_flag: str = "--cluster", topic_configs: bool = False) -> None:
+    """--bootstrap (Kafka's --bootstrap-server too), or --config/--topology FILE with
+    `cluster_flag` NAME (acls keep --cluster for the cluster resource, as kafka-acls);
+    --command-config. With `topic_configs` (topics create/alter, as kafka-topics), a
+    `--config KEY=VALUE` is a topic config."""
+    p.add_argument("--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]",
+                   help="the cluster's brokers (--bootstrap-server as in Kafka's tools)")
+    if topic_configs:
+        p.add_argument("--config", "--topology", dest="config", action=_ConfigOption, metavar="FILE|KEY=VALUE",
+                       help=f"the topology file (with {cluster_flag} instead of --bootstrap); KEY=VALUE is a "
+                            "topic config as in kafka-topics (repeatable)")
+    else:
+        p.add_argument("--config", "--topology", dest="config", metavar="FILE",
+                       help=f"topology file (with {cluster_flag} instead of --bootstrap)")
     p.add_argument(cluster_flag, dest="target_cluster", metavar="NAME", help="cluster name in the topology file")
-    p.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.*; secrets as "
-                                            "${file:...}/${env:...}) over the topology cluster's `client` table")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties (security.protocol, sasl.*, ssl.*; secrets as "
+                        "${file:...}/${env:...}) over the topology cluster's `client` table")
 
 
 def _bootstrap(args: argparse.Namespace) -> str:
@@ -94,7 +117,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     alter.add_argument("--partitions", type=int, help="the new partition count (only more)")
     alter.add_argument("--set", dest="topic_config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a topic config, repeatable")
-    alter.add_argument("--unset", dest="delete_config", action="append", default=[], metavar="KEY",
+    alter.add_argument("--unset", "--delete-config", dest="delete_config", action="append", default=[], metavar="KEY",
                        help="remove a topic config override, repeatable")
     delete = actions.add_parser("delete", help="delete a topic")
     delete.add_argument("topic", help="the topic's name")
@@ -103,8 +126,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     purge.add_argument("--partition", type=int, action="append", help="repeatable (default: every partition)")
     purge.add_argument("--offset", type=int, required=True,
                        help="records below this offset go; -1: everything below the high watermark")
-    for p in (create, lst, describe, alter, delete, purge):
+    for p in (lst, describe, delete, purge):
         add_target(p)
+    for p in (create, alter):
+        add_target(p, topic_configs=True)
     topics.set_defaults(func=_runner(_topics))
 
     log_dirs = sub.add_parser("log-dirs", help="each broker's data directory: bytes per partition, disk space "

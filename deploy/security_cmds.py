@@ -75,9 +75,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                        choices=["literal", "prefixed", "any", "match"],
                        help="literal (the name itself), prefixed (names starting with it); list and remove "
                             "also take any and match (default literal)")
-        _common(p, "--topology-cluster")
-        p.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT",
-                       help="as --bootstrap (kafka-acls' name)")
+        _common(p, "--topology-cluster")  # --bootstrap-server is kafka-acls' name for --bootstrap
         if name == "remove":
             p.add_argument("--force", action="store_true", help="remove without asking (kafka-acls' --force)")
     acls.set_defaults(func=admin_command("acls", _acls, (InvalidAcl,)))

@@ -159,8 +159,9 @@ def test_topics_cli_create_alter_describe_delete(cluster_factory: object) -> Non
     for p in range(3):
         replicas = state[p]["replicas"]
         assert sorted(replicas) == [1, 2, 3] and state[p]["leader"] == replicas[0]  # type: ignore[index]
+    # kafka-topics' form too: --config KEY=VALUE is a topic config beside the topology --config FILE
     dcmirror(cluster, "topics", "alter", "events", "--partitions", "5", "--set", "retention.ms=1000",
-             "--set", "cleanup.policy=compact")
+             "--config", "cleanup.policy=compact")
     (row,) = json.loads(dcmirror(cluster, "topics", "describe", "events", "--json").stdout)
     assert row["partition_count"] == 5 and row["replication_factor"] == 3
     assert row["configs"] == {"retention.ms": "1000", "cleanup.policy": "compact"}

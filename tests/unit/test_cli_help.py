@@ -30,3 +30,30 @@ def test_commands_are_listed_by_name() -> None:
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     listed = [a.dest for a in sub._choices_actions]
     assert listed == sorted(listed) and {"produce", "consume", "mirror", "topology", "up"} <= set(listed)
+
+
+def test_topics_config_follows_kafka_topics(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """kafka-topics' `--config KEY=VALUE` is a topic config; dcmirror's `--config FILE` the
+    topology file: one option, told apart by the `=` (issue 41); --bootstrap-server as Kafka's."""
+    parser = build_parser()
+    args = parser.parse_args(["topics", "create", "t", "--bootstrap-server", "127.0.0.1:9092",
+                              "--config", "cleanup.policy=compact", "--set", "retention.ms=5",
+                              "--config", "min.insync.replicas=2"])
+    assert args.bootstrap == "127.0.0.1:9092" and args.config is None
+    assert args.topic_config == ["cleanup.policy=compact", "retention.ms=5", "min.insync.replicas=2"]
+    topology = tmp_path / "t.toml"
+    topology.write_text("")
+    args = parser.parse_args(["topics", "alter", "t", "--config", str(topology), "--cluster", "east",
+                              "--config", "retention.ms=7", "--delete-config", "cleanup.policy"])
+    assert args.config == str(topology) and args.target_cluster == "east"
+    assert args.topic_config == ["retention.ms=7"] and args.delete_config == ["cleanup.policy"]
+    # a file whose name holds "=" is still the topology file
+    odd = tmp_path / "a=b.toml"
+    odd.write_text("")
+    args = parser.parse_args(["topics", "create", "t", "--config", str(odd), "--cluster", "east"])
+    assert args.config == str(odd) and args.topic_config == []
+    # elsewhere --config is only ever the topology file; --topology is its other name
+    args = parser.parse_args(["topics", "list", "--topology", str(topology), "--cluster", "east"])
+    assert args.config == str(topology)
+    args = parser.parse_args(["acls", "list", "--bootstrap-server", "127.0.0.1:1"])
+    assert args.bootstrap == "127.0.0.1:1"
