@@ -11,34 +11,59 @@ if __name__ == "__main__":  # `python -m deploy.cli`; the console script goes th
 
 import argparse
 import faulthandler
+import importlib
 import logging
 import signal
 from pathlib import Path
 
-import trio
-
 from cluster.common.config_def import InvalidConfig
-from deploy import (
-    cluster_cmds,
-    configs_cmd,
-    dev_secrets,
-    groups_cmd,
-    lab_cmd,
-    lifeline,
-    load_cmd,
-    mirror_cmd,
-    perf_cmd,
-    quotas_cmd,
-    records_cmd,
-    registry_cmd,
-    render_cmd,
-    security_cmds,
-    topology_cmd,
-    txn_cmds,
-    up_cmd,
-)
-from deploy.console import server as console_server
-from deploy.demo import DEFAULT_RECORDS as DEMO_RECORDS
+
+DEMO_RECORDS = 20_000  # deploy.demo.DEFAULT_RECORDS (a unit test keeps them equal)
+
+# Each command's module and the one-line help `dcmirror --help` lists. A command's module is
+# imported only when that command runs (or asks for its --help): importing every one (trio,
+# the clients, the topology model, the console) made each `--help` take over a second. The
+# module registers the command's own parser; a unit test keeps these lines equal to theirs.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "acls": ("deploy.security_cmds", "ACLs, in the shape of kafka-acls: add, list, remove"),
+    "configs": ("deploy.configs_cmd", "describe or alter topic and broker configs (like kafka-configs)"),
+    "console": ("deploy.console.server",
+                "the web console of a topology (map, clusters, records, flows, warehouse)"),
+    "consume": ("deploy.records_cmd", "records of a topic to stdout (as rpk topic consume, kcat -C)"),
+    "deploy": ("deploy.render_cmd", "production files for a topology"),
+    "dev-secrets": ("deploy.dev_secrets", "make up the CA, certificates and passwords a topology references "
+                                          "(labs and demos; never production)"),
+    "elect-leaders": ("deploy.cluster_cmds", "preferred or unclean leader election"),
+    "features": ("deploy.cluster_cmds", "cluster feature levels (like kafka-features): describe, upgrade, "
+                                        "downgrade (eligible.leader.replicas.version turns KIP-966 on or off)"),
+    "groups": ("deploy.groups_cmd", "list, describe, reset offsets of, delete consumer groups"),
+    "lab": ("deploy.lab_cmd", "multi-datacenter lab on one machine: network namespaces, WAN latency, cuts"),
+    "load": ("deploy.load_cmd", "load the warehouse topics' new records into warehouse tables, exactly once"),
+    "log-dirs": ("deploy.cluster_cmds", "each broker's data directory: bytes per partition, disk space "
+                                        "(like kafka-log-dirs --describe)"),
+    "mirror": ("deploy.mirror_cmd", "run mirror workers (or: mirror status | pause | resume | translate | "
+                                    "promote | failover | failback)"),
+    "perf": ("deploy.perf_cmd", "producer and consumer throughput and latency tests"),
+    "produce": ("deploy.records_cmd", "records from stdin into a topic (as rpk topic produce, kcat -P)"),
+    "quotas": ("deploy.quotas_cmd", "client quotas (producer_byte_rate, consumer_byte_rate, "
+                                    "request_percentage) per user / client id, like kafka-configs"),
+    "reassign": ("deploy.cluster_cmds", "move partitions between brokers, change replication factor"),
+    "registry": ("deploy.registry_cmd", "a cluster's schema registry (Confluent Schema Registry's REST API)"),
+    "status": ("deploy.up_cmd", "one screen for the whole topology (exit 0 healthy, 1 degraded, 2 bad config)"),
+    "topics": ("deploy.cluster_cmds", "create, list, describe, alter, delete topics"),
+    "topology": ("deploy.topology_cmd", "validate a topology file, plan or apply its topics"),
+    "transactions": ("deploy.txn_cmds", "transactions: list, describe, abort (kafka-transactions)"),
+    "up": ("deploy.up_cmd", "run every broker, mirror worker and scheduled load of a topology, supervised"),
+    "users": ("deploy.security_cmds", "SCRAM users: add, list, remove"),
+    "verify-replicas": ("deploy.cluster_cmds",
+                        "compare every replica byte for byte up to the high watermark, report lag"),
+    "warehouse": ("deploy.load_cmd", "query the warehouse tables"),
+}
+
+
+def _register(module_name: str, sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    module = importlib.import_module(module_name)
+    (getattr(module, "add_parsers", None) or module.add_parser)(sub)
 
 
 def _setup_logging(level: str) -> None:
@@ -138,8 +163,12 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
             controller = ControllerNode(membership.node_id, membership.voters, membership.brokers, Path(data_dir),
                                         config, membership.cluster_id, membership.bootstrap_records)
+            import trio
+
             trio.run(serve_controller_until_signalled, controller, *parse_listen(listen))
             return 0
+        import trio
+
         trio.run(serve_until_signalled, Path(data_dir), listen, config, membership)
     except (ValueError, OSError) as exc:
         print(f"dcmirror broker: {exc}", file=sys.stderr)
@@ -153,10 +182,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(records=args.records, keep=args.keep, as_json=args.json)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `command` that command's alone (the others listed by name
+    and help, their modules not imported)."""
     parser = argparse.ArgumentParser(prog="dcmirror", description="Multi-datacenter log service")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = {module for name, (module, _) in COMMANDS.items() if command is None or name == command}
+    for module in sorted(wanted):
+        _register(module, sub)
+    for name, (module, text) in COMMANDS.items():
+        if module not in wanted:
+            sub.add_parser(name, help=text, add_help=False).set_defaults(func=None)
 
     broker = sub.add_parser("broker", help="run one broker")
     broker.add_argument("--data-dir", help="directory holding the partition logs")
@@ -167,24 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--cluster", help="cluster name in the topology file")
     broker.add_argument("--node", type=int, help="node id within the cluster")
     broker.set_defaults(func=cmd_broker)
-
-    groups_cmd.add_parser(sub)
-    topology_cmd.add_parser(sub)
-    mirror_cmd.add_parser(sub)
-    cluster_cmds.add_parsers(sub)
-    configs_cmd.add_parser(sub)   # configs (like kafka-configs)
-    load_cmd.add_parser(sub)      # load, warehouse
-    up_cmd.add_parser(sub)        # up, status
-    perf_cmd.add_parser(sub)      # perf produce|consume
-    records_cmd.add_parser(sub)   # produce, consume (as rpk topic produce|consume, kcat)
-    render_cmd.add_parser(sub)    # deploy render
-    lab_cmd.add_parser(sub)       # lab up|cut|heal|latency|status|down
-    dev_secrets.add_parser(sub)   # dev-secrets
-    security_cmds.add_parsers(sub)  # users, acls
-    txn_cmds.add_parser(sub)      # transactions list|describe|abort
-    quotas_cmd.add_parser(sub)    # quotas describe|alter
-    registry_cmd.add_parser(sub)  # registry (schema registry of a cluster)
-    console_server.add_parser(sub)  # console (the web console)
 
     demo = sub.add_parser("demo", help="run the embedded demo end to end")
     demo.add_argument("--records", type=int, default=DEMO_RECORDS, help=f"events to produce (default {DEMO_RECORDS:,}; "
@@ -198,10 +217,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_word(words: list[str]) -> str:
+    """The command a command line runs: its first word that is not --log-level's (or "" when
+    there is none, as for `dcmirror --help`)."""
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--log-level":
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_word(words)).parse_args(words)
+    if getattr(args, "func", None) is None:  # not the command's parser after all: the whole one
+        args = build_parser().parse_args(words)
     _setup_logging(args.log_level)
+    from deploy import lifeline
+
     lifeline.watch_supervisor()  # started by `dcmirror up` (or another supervisor): stop when it dies
     return int(args.func(args))
 

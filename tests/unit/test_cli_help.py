@@ -4,6 +4,9 @@ help text), and `dcmirror --help` lists the commands by name."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
 from deploy.cli import build_parser
 
@@ -57,3 +60,42 @@ def test_topics_config_follows_kafka_topics(tmp_path) -> None:  # type: ignore[n
     assert args.config == str(topology)
     args = parser.parse_args(["acls", "list", "--bootstrap-server", "127.0.0.1:1"])
     assert args.bootstrap == "127.0.0.1:1"
+
+
+def test_the_command_table_matches_the_modules() -> None:
+    """`dcmirror --help` lists commands from deploy.cli.COMMANDS without importing their
+    modules: each line there is the one its module registers, and every command is there."""
+    from deploy import cli
+    from deploy.demo import DEFAULT_RECORDS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {a.dest: a.help for a in sub._choices_actions}
+    assert {name: text for name, (_, text) in cli.COMMANDS.items()} == {
+        name: text for name, text in registered.items() if name not in ("broker", "demo")}
+    for name, (module, _) in cli.COMMANDS.items():
+        parser = build_parser(name)
+        chosen = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        assert chosen._actions, (name, module)  # its own parser, not the listing's stub
+    assert cli.DEMO_RECORDS == DEFAULT_RECORDS
+
+
+def test_help_imports_no_command_module() -> None:
+    code = ("import sys\nfrom deploy import cli\n"
+            "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m == 'trio' or m.startswith(('cluster.client', 'topology', "
+            "'deploy.')) and m not in ('deploy.cli',))\n"
+            "print('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert "usage: dcmirror" in out and "HEAVY []" in out, out
+
+
+def test_a_command_runs_through_its_own_parser() -> None:
+    from deploy import cli
+
+    assert cli._command_word(["--log-level", "DEBUG", "topics", "list"]) == "topics"
+    assert cli._command_word(["--help"]) == ""
+    # an option's value that names another command does not confuse the choice
+    args = build_parser(cli._command_word(["produce", "--topic", "status"])).parse_args(
+        ["produce", "--topic", "status", "--bootstrap", "h:1"])
+    assert args.command == "produce" and args.topic == "status" and args.func is not None
