@@ -11,6 +11,8 @@ the timeout, not a second load beside it.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +27,38 @@ SOCKET_NAME = "warehouse.sock"
 MAX_ANSWER_BYTES = 256 << 20  # a query's rows are bounded by --max-rows; a larger answer is refused
 LOAD_TIMEOUT_S = 24 * 3600.0  # a load runs as long as it takes (as `dcmirror load` does)
 SQL_TIMEOUT_S = 3600.0
+SERVICE_PROG = "dcmirror warehouse serve"  # what the service's lock file says (session.warehouse_lock)
+SERVICE_START_WAIT_S = 600.0  # a JVM and metastore start: ~10 s idle, minutes on a loaded machine
 
 
 def socket_path(settings: WarehouseSettings) -> Path:
     return Path(settings.path) / SOCKET_NAME
+
+
+def wait_for_starting_service(settings: WarehouseSettings, err: TextIO = sys.stderr,
+                              limit_s: float = SERVICE_START_WAIT_S) -> bool:
+    """True once a service that is starting (it holds the warehouse lock, its socket not yet
+    there) answers on its socket; False when no service is starting, or it went away (the
+    lock is free: the command runs in a session of its own). Without this wait a `dcmirror
+    load` right after `dcmirror up` started the service found the warehouse busy."""
+    from spark_aggregate.session import lock_holder
+
+    sock = socket_path(settings)
+    holder = lock_holder(settings)
+    if holder is None or not holder.startswith(SERVICE_PROG):
+        return False
+    print(f"waiting for the warehouse service to start ({holder})", file=err, flush=True)
+    deadline = time.monotonic() + limit_s
+    while not sock.exists():
+        holder = lock_holder(settings)
+        if holder is None or not holder.startswith(SERVICE_PROG):
+            return False  # it stopped before answering: the lock is free
+        if time.monotonic() > deadline:
+            print(f"the warehouse service has held the warehouse for {limit_s:g} s without answering on {sock}",
+                  file=err, flush=True)
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @contextmanager
@@ -48,7 +78,7 @@ def reachable(path: Path) -> Iterator[str]:
 def ask_service(settings: WarehouseSettings, path: str, doc: dict[str, Any], err: TextIO) -> dict[str, Any] | None:
     """The service's JSON answer to POST `path`, or None when no service is running."""
     sock = socket_path(settings)
-    if not sock.exists():
+    if not sock.exists() and not wait_for_starting_service(settings, err):
         return None
     timeout_s = LOAD_TIMEOUT_S if path == "/v1/load" else SQL_TIMEOUT_S
     try:

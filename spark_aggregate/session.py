@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +33,32 @@ JVM_EXIT_TIMEOUT_S = 30.0
 
 class WarehouseBusy(Exception):
     """Another process holds the warehouse lock."""
+
+
+def lock_holder(settings: WarehouseSettings) -> str | None:
+    """Who holds the warehouse lock now, as its file says ("dcmirror warehouse serve (pid N,
+    since ...)"), or None when the process it names is gone. Read without locking: a probe
+    must never make the lock's next taker fail."""
+    try:
+        text = (settings.path / LOCK_FILE).read_text().strip()
+    except OSError:
+        return None
+    found = re.search(r"\(pid (\d+),", text)
+    if found is None:
+        return None
+    pid = int(found.group(1))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # the file is what the last holder wrote; the kernel released its lock
+    except (PermissionError, OverflowError):
+        pass  # alive under another user
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+            return None  # exited, not yet reaped by its parent
+    except (OSError, IndexError):
+        pass
+    return text
 
 
 @contextmanager
