@@ -308,8 +308,9 @@ async def read_ledger(topology: Topology, flow: MirrorSpec, config: Mapping[str,
 def gather_worker_views(reports: Iterable[Mapping[str, Any]]) -> tuple[dict[tuple[str, int], KnownEnd],
                                                                        dict[str, str]]:
     """From the flow's workers' last status (`dcmirror mirror status` reports): per (source
-    topic, partition) the highest high watermark of the source any worker saw, and when;
-    and the source topics a worker saw deleted (why)."""
+    topic, partition) the source's high watermark as last seen by any worker, and when (the
+    latest view: a topic created again starts low; within one history a later view is never
+    lower, but for clocks apart); and the source topics a worker saw deleted (why)."""
     known: dict[tuple[str, int], KnownEnd] = {}
     deleted: dict[str, str] = {}
     for report in reports:
@@ -318,7 +319,7 @@ def gather_worker_views(reports: Iterable[Mapping[str, Any]]) -> tuple[dict[tupl
                 key = (p["topic"], int(p["partition"]))
                 seen = KnownEnd(int(p["high_watermark"]), int(p.get("seen_ms") or -1))
                 have = known.get(key)
-                if have is None or (seen.high_watermark, seen.seen_ms) > (have.high_watermark, have.seen_ms):
+                if have is None or (seen.seen_ms, seen.high_watermark) > (have.seen_ms, have.high_watermark):
                     known[key] = seen
             for topic, why in (worker.get("refused_topics") or {}).items():
                 if str(why).startswith("SOURCE_DELETED"):

@@ -250,6 +250,7 @@ class SimTopic:
     topic_id: int
     logs: list[SimLog]
     configs: dict[str, str] = field(default_factory=dict)
+    created_ms: int = 0
 
     @property
     def marker(self) -> str | None:
@@ -283,7 +284,8 @@ class SimCluster:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         if name not in self.topics:
             self.sim.topic_ids += 1
-            self.topics[name] = SimTopic(self.sim.topic_ids, [SimLog() for _ in range(partitions)], dict(configs))
+            self.topics[name] = SimTopic(self.sim.topic_ids, [SimLog() for _ in range(partitions)], dict(configs),
+                                         self.sim.now_ms)
 
     def delete_topic(self, name: str) -> None:
         """As the broker does: the topic's committed group offsets go with it."""
@@ -597,7 +599,7 @@ class Direction:
                 continue
             chunk = src.fetch(pc.position, sim.rng.randint(1, 4))
             if not self.reverse:
-                self.known[(TOPIC, p)] = max(self.known.get((TOPIC, p), (-1, -1)), (src.end, sim.now_ms))
+                self.known[(TOPIC, p)] = (src.end, sim.now_ms)  # the latest view (gather_worker_views)
             if not chunk:
                 continue
             if tt.marker is None or mirror_fenced(tt.marker):
@@ -743,13 +745,19 @@ class Operator:
             east = sim.east.topics.get(TOPIC)
             if not outcome.source_reachable and east is not None:
                 for row in doc["topics"].get(TOPIC, []):
-                    truth = east.logs[row["partition"]].end - row["end_offset"]
+                    # what the source has that the copy lacks (none when the source is behind:
+                    # a failover during a promotion that had not caught up)
+                    truth = max(0, east.logs[row["partition"]].end - row["end_offset"])
                     lower = row["rpo_records_at_least"]
                     if row["rpo_exact"] and lower != truth:
                         sim.violation(f"failover RPO called exact: {lower}, truth {truth} (partition "
                                       f"{row['partition']})")
                     if lower is not None and lower > truth:
                         sim.violation(f"failover RPO at least {lower} > truth {truth} (partition {row['partition']})")
+                    seen_ms = row.get("source_known_at_ms", -1)
+                    if row.get("source_known_end", -1) >= 0 and 0 <= seen_ms < east.created_ms:
+                        sim.violation(f"failover RPO from a view of an older history: seen at {seen_ms} ms, the "
+                                      f"source topic created at {east.created_ms} ms (partition {row['partition']})")
         elif self.action == "failback":
             counted = sum(p.diverged_records for p in outcome.topics.get(TOPIC, []))
             entry = sim.dr.ledger[TOPIC]

@@ -281,6 +281,7 @@ class LedgerEntry:
     failed_over_ms: int
     partitions: dict[int, LedgerPartition]
     side_topic: str = ""
+    failed_back_ms: int = -1  # when the failback ended (-1: not failed back)
 
     def key(self) -> bytes:
         return ledger_key(self.flow, self.target_topic)
@@ -289,6 +290,7 @@ class LedgerEntry:
         return {"flow": self.flow, "source": self.source, "source_topic": self.source_topic,
                 "target_topic": self.target_topic, "state": self.state, "failover_id": self.failover_id,
                 "failed_over_ms": self.failed_over_ms, "side_topic": self.side_topic,
+                "failed_back_ms": self.failed_back_ms,
                 "partitions": {str(p): {"end_offset": v.end_offset, "stable_offset": v.stable_offset,
                                         "source_known_end": v.source_known_end,
                                         "source_known_at_ms": v.source_known_at_ms,
@@ -308,7 +310,8 @@ class LedgerEntry:
                                             int(v.get("diverged_records", 0)))
         return cls(str(doc["flow"]), str(doc["source"]), str(doc["source_topic"]), str(doc["target_topic"]),
                    str(doc.get("state", FAILED_OVER)), str(doc.get("failover_id", "")),
-                   int(doc.get("failed_over_ms", -1)), parts, str(doc.get("side_topic", "")))
+                   int(doc.get("failed_over_ms", -1)), parts, str(doc.get("side_topic", "")),
+                   int(doc.get("failed_back_ms", -1)))
 
 
 def ledger_key(flow: str, target_topic: str) -> bytes:
@@ -634,6 +637,16 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
 # ---- failover --------------------------------------------------------------------------
 
 
+def view_of_today(view: KnownEnd | None, before: LedgerEntry | None) -> KnownEnd | None:
+    """A worker's view of a source partition, unless it was seen before the topic's last
+    failback: then it is of the old primary's history, which the failback set aside (the
+    topic created again), and says nothing of the source's today (a failover during a
+    promotion that had not caught up once reported an RPO from it)."""
+    if view is not None and before is not None and before.state == FAILED_BACK and view.seen_ms <= before.failed_back_ms:
+        return None
+    return view
+
+
 def failover(flow: MirrorSpec, source_datacenter: str, *, known: Mapping[tuple[str, int], KnownEnd],
              deleted_sources: Mapping[str, str] | None = None, timeout_s: float,
              declared: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> Step:
@@ -685,7 +698,7 @@ def failover(flow: MirrorSpec, source_datacenter: str, *, known: Mapping[tuple[s
                 txns = yield from retrying(f"{s.target_topic}-{p} producers", timeout_s,
                                            GetOpenTxns("target", s.target_topic, p))
                 aborted = [(t.producer_id, t.first_offset) for t in txns]
-            view = known.get((s.source_topic, p))
+            view = view_of_today(known.get((s.source_topic, p)), ledger.get(s.target_topic))
             if p in source_now and (view is None or source_now[p] >= view.high_watermark):
                 view = KnownEnd(source_now[p], now_ms)
             parts[p] = LedgerPartition(ends[p], min(stable[p], ends[p]), view.high_watermark if view else -1,
@@ -840,6 +853,7 @@ def failback(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
 
         yield from wait(f"{flow.source}:{s.source_topic} created as a mirror topic", timeout_s, created)
         entry.state = FAILED_BACK
+        entry.failed_back_ms = yield Now()
         yield from retrying("writing the failover ledger", timeout_s, WriteLedger(entry))
         yield Say(f"{flow.source}:{s.source_topic} is a mirror topic of {flow.target}:{s.target_topic}; the flow's "
                   "workers copy it back")
