@@ -7,9 +7,10 @@ import datetime
 import sys
 from typing import Any
 
-from cluster.client.admin import EARLIEST, LATEST, Admin, AdminError
+from cluster.client.admin import Admin
 from cluster.client.errors import error_name
 from deploy.cluster_cmds import admin_command
+from deploy.group_offsets import GroupNotEmpty, ResetTo, commit_moves, partitions_of, plan_reset
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -68,7 +69,7 @@ async def _run(args: argparse.Namespace) -> int:
         elif args.action == "reset-offsets":
             return await _reset(admin, args)
         elif args.action == "delete-offsets":
-            codes = await admin.delete_group_offsets(args.group, await _partitions(admin, args.topic))
+            codes = await admin.delete_group_offsets(args.group, await partitions_of(admin, args.topic))
             rows = [["TOPIC", "PARTITION", "STATUS"]]
             rows += [[t, str(p), "deleted" if code == 0 else error_name(code)] for (t, p), code in sorted(codes.items())]
             print(_table(rows))
@@ -94,54 +95,30 @@ def _consumer_group(group_id: str, g: Any) -> str:
     return head + "\n" + _table(rows)
 
 
-async def _partitions(admin: Admin, specs: list[str]) -> list[tuple[str, int]]:
-    """TOPIC (every partition) or TOPIC:P1,P2 per spec, as kafka-consumer-groups takes them."""
-    partitions: list[tuple[str, int]] = []
-    for spec in specs:
-        topic, _, parts = spec.partition(":")
-        if parts:
-            partitions += [(topic, int(p)) for p in parts.split(",")]
-        else:
-            meta = await admin.metadata([topic])
-            (t,) = meta.topics
-            if t.error_code != 0:
-                raise AdminError(f"topic {topic!r}", t.error_code)
-            partitions += [(topic, p.partition_index) for p in t.partitions]
-    return partitions
-
-
 async def _reset(admin: Admin, args: argparse.Namespace) -> int:
-    (group,) = await admin.describe_groups([args.group])
-    if group.group_state not in ("Empty", "Dead"):
-        print(f"dcmirror groups: group {args.group} is {group.group_state}; stop its consumers before "
-              "resetting offsets", file=sys.stderr)
-        return 1
-    partitions = await _partitions(admin, args.topic)
-    earliest = await admin.list_offsets(partitions, EARLIEST)
-    latest = await admin.list_offsets(partitions, LATEST)
-    current = await admin.committed_offsets(args.group)
     if args.to_earliest:
-        target = dict(earliest)
+        to = ResetTo("earliest")
     elif args.to_latest:
-        target = dict(latest)
+        to = ResetTo("latest")
     elif args.to_offset is not None:
-        target = dict.fromkeys(partitions, args.to_offset)
+        to = ResetTo("offset", args.to_offset)
     elif args.to_datetime is not None:
         when = datetime.datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.UTC)
-        by_time = await admin.list_offsets(partitions, int(when.timestamp() * 1000))
-        target = {tp: (off if off >= 0 else latest[tp]) for tp, off in by_time.items()}
+        to = ResetTo("datetime", timestamp_ms=int(when.timestamp() * 1000))
     else:
-        target = {tp: current.get(tp, latest[tp]) + args.shift_by for tp in partitions}
-    # Out-of-range targets are clamped, as kafka-consumer-groups does.
-    new = {tp: min(max(off, earliest[tp]), latest[tp]) for tp, off in target.items()}
+        to = ResetTo("shift", args.shift_by)
+    try:
+        moves = await plan_reset(admin, args.group, await partitions_of(admin, args.topic), to)
+    except GroupNotEmpty as exc:
+        print(f"dcmirror groups: {exc}", file=sys.stderr)
+        return 1
     rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]]
-    for tp in sorted(new):
-        rows.append([tp[0], str(tp[1]), str(current.get(tp, "-")), str(new[tp])])
+    rows += [[m.topic, str(m.partition), "-" if m.current is None else str(m.current), str(m.new)] for m in moves]
     print(_table(rows))
     if args.execute:
-        await admin.commit_offsets(args.group, new)
+        await commit_moves(admin, args.group, moves)
         print(f"committed new offsets for group {args.group}")
     else:
         print("dry run: nothing committed (add --execute to commit)")

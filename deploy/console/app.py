@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from cluster.client.admin import Admin
+from cluster.client.admin import Admin, AdminError
 from cluster.client.connection import KafkaAuthenticationError, KafkaConnectionError
 from cluster.client.errors import KafkaError
 from cluster.common.secrets import Secret
@@ -62,6 +62,14 @@ from deploy.console.records import (
     read_page,
     warehouse_row_query,
 )
+from deploy.group_offsets import (
+    RESET_KINDS,
+    GroupNotEmpty,
+    ResetTo,
+    commit_moves,
+    partitions_of,
+    plan_reset,
+)
 from deploy.render.monitoring import MonitoringOptions
 from topology.model import Topology
 
@@ -78,6 +86,7 @@ QUERY_ROWS_MAX = 1000
 PARTITION_ROWS_SHOWN = 500
 LOGIN_TIMEOUT_S = 10.0
 ACTION_TIMEOUT_S = 15.0
+OFFSET_MAX = (1 << 63) - 1
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -327,7 +336,9 @@ def build_app(console: Console) -> Starlette:
                                "bad": sum(1 for p in views.partitions_worst_first(ps) if p["state"] != "ok")})
         shown_internal = request.query_params.get("internal") == "1"
         brokers = _brokers(spec, found)
+        message = request.query_params.get("message")
         return page(request, "cluster.html", session, name=name, spec=spec, found=found, level=level,
+                    message=message[:500] if message else None,
                     reasons=reasons, brokers=brokers, partitions=[p for p in parts if p["state"] != "ok"][:PARTITION_ROWS_SHOWN],
                     partitions_ok=sum(1 for p in parts if p["state"] == "ok"),
                     topics=[t for t in topics if shown_internal or not t["internal"]], shown_internal=shown_internal,
@@ -339,6 +350,9 @@ def build_app(console: Console) -> Starlette:
         found = (console.poller.snapshot.clusters.get(name) or {}).get("topics", {}).get(topic)
         if found is None:
             raise BadInput(f"cluster {name} has no topic {topic!r} (as of the last poll)")
+        shown = request.query_params.get("configs") or "overrides"
+        if shown not in ("overrides", "all"):
+            raise BadInput("configs: overrides or all")
         configs: list[Any] = []
         error = None
         try:
@@ -346,8 +360,11 @@ def build_app(console: Console) -> Starlette:
                 configs = sorted(await admin.topic_configs(topic), key=lambda c: c.name)
         except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError) as exc:
             error = f"configs not described: {exc}"
+        overrides = [c for c in configs if c.config_source == 1]  # set on the topic (DescribeConfigs' TOPIC_CONFIG)
         return page(request, "topic.html", session, name=name, topic=topic, found=found,
-                    partitions=views.partitions_worst_first(found["partitions"]), configs=configs, error=error)
+                    partitions=views.partitions_worst_first(found["partitions"]),
+                    configs=configs if shown == "all" else overrides, configs_total=len(configs),
+                    overrides=len(overrides), shown_configs=shown, error=error)
 
     async def group_page(request: Request, session: Session) -> Response:
         name = _cluster(console, request.path_params["name"])
@@ -363,14 +380,77 @@ def build_app(console: Console) -> Starlette:
                     consumer_group = await admin.describe_consumer_group(group_id)
             except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError):
                 consumer_group = None
-        return page(request, "group.html", session, name=name, group=group, consumer_group=consumer_group)
+        message = request.query_params.get("message")
+        return page(request, "group.html", session, name=name, group=group, consumer_group=consumer_group,
+                    message=message[:500] if message else None, reset_kinds=RESET_KINDS, plan=None, asked={})
+
+    def _group_of(request: Request, name: str) -> dict[str, Any]:
+        group_id = bounded_name(request.path_params["group"], "group id")
+        groups = (console.poller.snapshot.clusters.get(name) or {}).get("groups", [])
+        group = next((g for g in groups if g["group_id"] == group_id), None)
+        if group is None:
+            raise BadInput(f"cluster {name} has no group {group_id!r} (as of the last poll)")
+        return dict(group)
+
+    async def group_reset(request: Request, session: Session) -> Response:
+        """Move a group's committed offsets, as kafka-consumer-groups --reset-offsets: a
+        preview first, committed when confirmed, as the session's principal."""
+        name = _cluster(console, request.path_params["name"])
+        group = _group_of(request, name)
+        form = request.state.form
+        to = _reset_to(str(form.get("to") or ""), str(form.get("value") or ""))
+        topic = str(form.get("topic") or "")
+        back = f"/clusters/{quote(name, safe='')}/groups/{quote(group['group_id'], safe='')}?"
+        try:
+            with trio.fail_after(ACTION_TIMEOUT_S):
+                async with _admin(console, session, name) as admin:
+                    if topic:
+                        partitions = await partitions_of(admin, [bounded_name(topic, "topic")])
+                    else:  # every partition the group has offsets of
+                        partitions = sorted({(r["topic"], r["partition"]) for r in group.get("offsets", [])})
+                    if not partitions:
+                        raise BadInput(f"group {group['group_id']} has no committed offsets: name a topic")
+                    moves = await plan_reset(admin, group["group_id"], partitions, to)
+                    if form.get("execute") == "yes":
+                        await commit_moves(admin, group["group_id"], moves)
+        except (GroupNotEmpty, AdminError, KafkaError, KafkaConnectionError, OSError, trio.TooSlowError) as exc:
+            message = f"offsets of group {group['group_id']} not moved: {exc}"
+            return RedirectResponse(back + urlencode({"message": message[:500]}), status_code=303)
+        if form.get("execute") == "yes":
+            log.info("console: offsets of group %s on %s moved %s by %s", group["group_id"], name, to.describe(),
+                     session.user)
+            message = f"committed {len(moves)} offset(s) of group {group['group_id']} {to.describe()}"
+            return RedirectResponse(back + urlencode({"message": message[:500]}), status_code=303)
+        return page(request, "group.html", session, name=name, group=group, consumer_group=None, message=None,
+                    reset_kinds=RESET_KINDS, plan=moves,
+                    asked={"to": to.kind, "value": str(form.get("value") or ""), "topic": topic})
+
+    async def group_delete(request: Request, session: Session) -> Response:
+        """Delete an empty group and its offsets (kafka-consumer-groups --delete), confirmed
+        by typing its id, as the session's principal."""
+        name = _cluster(console, request.path_params["name"])
+        group = _group_of(request, name)
+        group_id = group["group_id"]
+        if request.state.form.get("confirm_name") != group_id:
+            raise BadInput(f"type the group's id ({group_id}) to confirm deleting it")
+        try:
+            with trio.fail_after(ACTION_TIMEOUT_S):
+                async with _admin(console, session, name) as admin:
+                    await admin.delete_group(group_id)
+        except (AdminError, KafkaError, KafkaConnectionError, OSError, trio.TooSlowError) as exc:
+            message = f"group {group_id} not deleted: {exc}"
+            return RedirectResponse(f"/clusters/{quote(name, safe='')}/groups/{quote(group_id, safe='')}?"
+                                    + urlencode({"message": message[:500]}), status_code=303)
+        log.info("console: group %s on %s deleted by %s", group_id, name, session.user)
+        return RedirectResponse(f"/clusters/{quote(name, safe='')}?"
+                                + urlencode({"message": f"group {group_id} deleted"}), status_code=303)
 
     async def records_page(request: Request, session: Session) -> Response:
         name = _cluster(console, request.path_params["name"])
         topic = bounded_name(request.path_params["topic"], "topic")
         q = request.query_params
         partition = bounded_int(q.get("partition"), "partition", 0, 1 << 20, 0)
-        offset = bounded_int(q.get("offset"), "offset", 0, (1 << 63) - 1)
+        offset = bounded_int(q.get("offset"), "offset", 0, OFFSET_MAX)
         limit = bounded_int(q.get("limit"), "limit", 1, RECORDS_PER_PAGE_MAX, 20)
         mode = q.get("mode", "auto") if q.get("mode", "auto") in views.RENDER_MODES else "auto"
         timestamp_ms = None
@@ -407,7 +487,7 @@ def build_app(console: Console) -> Starlette:
         name = _cluster(console, request.query_params.get("cluster"))
         topic = bounded_name(request.query_params.get("topic"), "topic")
         partition = bounded_int(request.query_params.get("partition"), "partition", 0, 1 << 20)
-        offset = bounded_int(request.query_params.get("offset"), "offset", 0, (1 << 63) - 1)
+        offset = bounded_int(request.query_params.get("offset"), "offset", 0, OFFSET_MAX)
         if partition is None or offset is None:
             raise BadInput("give partition and offset")
         flow = flow_into_aggregate(console.topology, name, topic)
@@ -526,7 +606,7 @@ def build_app(console: Console) -> Starlette:
         name = _cluster(console, q.get("cluster"))
         topic = bounded_name(q.get("topic"), "topic")
         partition = bounded_int(q.get("partition"), "partition", 0, 1 << 20)
-        offset = bounded_int(q.get("offset"), "offset", 0, (1 << 63) - 1)
+        offset = bounded_int(q.get("offset"), "offset", 0, OFFSET_MAX)
         flow = flow_into_aggregate(console.topology, name, topic)
         wh = console.topology.warehouse
         if flow is None or wh is None or partition is None or offset is None:
@@ -577,6 +657,8 @@ def build_app(console: Console) -> Starlette:
         Route("/clusters/{name}/topics/{topic}", guarded(topic_page)),
         Route("/clusters/{name}/topics/{topic}/records", guarded(records_page)),
         Route("/clusters/{name}/groups/{group}", guarded(group_page)),
+        Route("/clusters/{name}/groups/{group}/reset-offsets", guarded(group_reset, post=True), methods=["POST"]),
+        Route("/clusters/{name}/groups/{group}/delete", guarded(group_delete, post=True), methods=["POST"]),
         Route("/follow", guarded(follow)),
         Route("/flows", guarded(flows_page)),
         Route("/flows/{flow}/{action}", guarded(flow_action, post=True), methods=["POST"]),
@@ -776,6 +858,23 @@ def _parse_time(text: str) -> int:
         return max(0, int(when.timestamp() * 1000))
     except (OverflowError, ValueError):
         raise BadInput("time: a time between 1970 and 9999") from None
+
+
+def _reset_to(kind: str, value: str) -> ResetTo:
+    """The reset form's target: earliest / latest, an offset (ASCII digits), a shift (may be
+    negative), or a time (epoch ms or ISO 8601)."""
+    if kind not in RESET_KINDS:
+        raise BadInput(f"reset to: one of {', '.join(RESET_KINDS)}")
+    if kind == "offset":
+        return ResetTo(kind, bounded_int(value, "offset", 0, OFFSET_MAX) or 0)
+    if kind == "shift":
+        shift = bounded_int(value, "shift", -OFFSET_MAX, OFFSET_MAX)
+        if shift is None:
+            raise BadInput("shift: a whole number of offsets (negative: back)")
+        return ResetTo(kind, shift)
+    if kind == "datetime":
+        return ResetTo(kind, timestamp_ms=_parse_time(value))
+    return ResetTo(kind)
 
 
 def _time_text(timestamp_ms: int) -> str:

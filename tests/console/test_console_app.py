@@ -124,7 +124,7 @@ def test_login_is_checked_by_the_cluster_and_pages_show_it(secured: SecuredBroke
         assert page.status_code == 200
         assert ">orders</a>" in page.text and "registered" in page.text
         assert re.search(r">orders</a></th><td>3</td><td>1</td>\s*<td>5</td>", page.text), page.text[-3000:]
-        topic = await client.get("/clusters/sec/topics/orders")
+        topic = await client.get("/clusters/sec/topics/orders?configs=all")
         assert topic.status_code == 200 and "min.insync.replicas" in topic.text
         records = await client.get("/clusters/sec/topics/orders/records", params={"partition": 1, "offset": 2})
         assert records.status_code == 200
@@ -264,3 +264,119 @@ def test_login_forms_from_other_sites_and_clusters_that_do_not_answer(secured: S
         assert r.status_code == 401 and "no cluster answered (sec unreachable)" in r.text, r.text[-1500:]
 
     run_console(down, body_down)
+
+
+def test_group_offsets_reset_and_group_delete_act_as_the_user(secured: SecuredBroker, tmp_path: Path) -> None:
+    """Issue 41: what Kafka UI and Redpanda Console users expect on a group's page: reset its
+    offsets as kafka-consumer-groups does (a preview, then a commit), delete it (confirmed by
+    typing its id), as the logged-in user (the broker's ACLs decide), numbers in ASCII digits."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    def committed(group: str) -> int:
+        c = Consumer({"bootstrap.servers": secured.internal, "group.id": group})
+        try:
+            (tp,) = c.committed([TopicPartition("orders", 1)], timeout=15)
+            return int(tp.offset)
+        finally:
+            c.close()
+
+    c = Consumer({"bootstrap.servers": secured.internal, "group.id": "g-reset", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe(["orders"])
+    got = 0
+    for _ in range(100):  # until it read the 5 records of partition 1 (bounded by polls)
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+            if got == 5:
+                c.commit(asynchronous=False)
+                break
+    assert got == 5
+    path = topology_file(tmp_path, secured, token=False)
+    active = True
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        nonlocal active
+        assert (await login(client, "admin", PASSWORDS["admin"])).status_code == 303
+        # a topic's configs: the ones set on it first (none here), all of them on request
+        topic = await client.get("/clusters/sec/topics/orders")
+        assert topic.status_code == 200 and "No config is set on the topic" in topic.text
+        assert "retention.ms" not in topic.text
+        every = await client.get("/clusters/sec/topics/orders?configs=all")
+        assert every.status_code == 200 and "retention.ms" in every.text and "only the topic's overrides" in every.text
+        assert (await client.get("/clusters/sec/topics/orders?configs=some")).status_code == 400
+        page = await client.get("/clusters/sec/groups/g-reset")
+        assert page.status_code == 200 and "Reset offsets" in page.text and "Delete the group" in page.text
+        here = "/clusters/sec/groups/g-reset"
+        form = {"csrf": csrf_of(page.text), "to": "earliest", "value": "", "topic": ""}
+        # a member is still there: nothing moves, the page says why
+        refused = await client.post(here + "/reset-offsets", data=form, headers={"origin": "http://console.test"})
+        assert refused.status_code == 303 and "stop+its+consumers" in refused.headers["location"], refused.headers
+        await trio.to_thread.run_sync(c.close)
+        active = False
+        preview = await client.post(here + "/reset-offsets", data=form)
+        assert preview.status_code == 200, preview.text[-2000:]
+        assert re.search(r"<th scope=\"row\">orders-1</th><td>5</td><td>0</td>", preview.text), preview.text[-3000:]
+        assert await trio.to_thread.run_sync(committed, "g-reset") == 5  # a preview commits nothing
+        done = await client.post(here + "/reset-offsets", data={**form, "execute": "yes"})
+        assert done.status_code == 303 and "committed" in done.headers["location"]
+        assert await trio.to_thread.run_sync(committed, "g-reset") == 0
+        latest = await client.post(here + "/reset-offsets", data={**form, "to": "latest", "execute": "yes"})
+        assert latest.status_code == 303
+        back = await client.post(here + "/reset-offsets", data={**form, "to": "shift", "value": "-2",
+                                                                "topic": "orders", "execute": "yes"})
+        assert back.status_code == 303 and await trio.to_thread.run_sync(committed, "g-reset") == 3
+        far = await client.post(here + "/reset-offsets", data={**form, "to": "offset", "value": "999",
+                                                               "topic": "orders", "execute": "yes"})
+        assert far.status_code == 303 and await trio.to_thread.run_sync(committed, "g-reset") == 5  # clamped
+        for bad in ({"to": "offset", "value": "²"}, {"to": "offset", "value": "99999999999999999999"},
+                    {"to": "shift", "value": ""}, {"to": "sideways"}, {"to": "datetime", "value": "yesterday"}):
+            answer = await client.post(here + "/reset-offsets", data={**form, **bad})
+            assert answer.status_code == 400, (bad, answer.status_code)
+        no_token = await client.post(here + "/reset-offsets", data={k: v for k, v in form.items() if k != "csrf"})
+        assert no_token.status_code == 403
+        # deleting: the id typed, or nothing happens
+        wrong = await client.post(here + "/delete", data={"csrf": form["csrf"], "confirm_name": "g-rese"})
+        assert wrong.status_code == 400
+        deleted = await client.post(here + "/delete", data={"csrf": form["csrf"], "confirm_name": "g-reset"})
+        assert deleted.status_code == 303 and deleted.headers["location"].startswith("/clusters/sec?")
+        groups = {g.group_id for g in AdminClient({"bootstrap.servers": secured.internal}).list_consumer_groups()
+                  .result(15).valid}
+        assert "g-reset" not in groups, groups
+
+    try:
+        run_console(path, body)
+    finally:
+        if active:
+            c.close()
+
+
+def test_group_actions_are_the_users_own(secured: SecuredBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": secured.internal, "group.id": "g-bob", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe(["orders"])
+    for _ in range(100):
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            c.commit(asynchronous=False)
+            break
+    c.close()
+    path = topology_file(tmp_path, secured, token=False)
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        assert (await login(client, "bob", PASSWORDS["bob"])).status_code == 303
+        page = await client.get("/clusters/sec/groups/g-bob")
+        assert page.status_code == 200
+        # bob may read the topic but holds no ACL on the group: the broker refuses him
+        answer = await client.post("/clusters/sec/groups/g-bob/delete",
+                                   data={"csrf": csrf_of(page.text), "confirm_name": "g-bob"})
+        assert answer.status_code == 303 and "not+deleted" in answer.headers["location"], answer.headers
+        assert "AUTHORIZATION_FAILED" in answer.headers["location"], answer.headers
+        # nor may he describe the topic's configs: the page says so
+        topic = await client.get("/clusters/sec/topics/orders")
+        assert topic.status_code == 200 and "configs not described" in topic.text
+
+    run_console(path, body)
