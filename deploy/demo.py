@@ -5,11 +5,10 @@
    secured as the file says (mutual TLS between brokers, SASL_SSL for the mirror and the
    operator's commands, plaintext on loopback for local producers) with a CA, certificates
    and passwords `dcmirror dev-secrets` makes up on the fly, run by `dcmirror up` (brokers,
-   topics, mirror workers);
-   The demo adds a schema registry to each cluster, an `orders` topic to east and west
-   (mirrored with the others; the flows copy its schemas into the aggregate's registry under
-   contexts .east and .west, ids kept) and a typed warehouse table for it
-   ([warehouse.registry_schemas]; see `with_schemas`);
+   topics, mirror workers, the warehouse service and the web console); the file gives each
+   cluster a schema registry, east and west an `orders` topic (mirrored with the others; the
+   flows copy its schemas into the aggregate's registry under contexts .east and .west, ids
+   kept) and the warehouse a typed table for it ([warehouse.registry_schemas]);
 2. a traffic generator (the project's own producer) writing pageview and click events —
    JSON with user, url and ts, keyed by user — into east and west; and orders written with
    confluent-kafka's serializers against each datacenter's own registry: Avro
@@ -53,6 +52,7 @@ from typing import Any
 import trio
 
 from deploy.dev_secrets import dev_secrets
+from deploy.processes import dcmirror_argv
 from topology import ClusterSpec, Topology, default_topology_text, load
 
 DEFAULT_RECORDS = 20_000
@@ -89,40 +89,6 @@ ORDER_JSON_SCHEMA = json.dumps({
                    "amount": {"type": "number"}, "ts": {"type": "string", "format": "date-time"}},
     "required": ["order_id", "user", "product", "quantity", "amount", "ts"]})
 
-# What the demo adds to the default topology (TOML allows these tables after the others).
-SCHEMA_ADDITIONS = """
-
-# ---- added by `dcmirror demo`: a schema registry per cluster, orders, a typed table ----------
-[clusters.east.registry]
-listen = "127.0.0.1:18081"
-
-[clusters.west.registry]
-listen = "127.0.0.1:28081"
-
-[clusters.aggregate.registry]        # east's and west's schemas in contexts .east and .west
-listen = "127.0.0.1:38081"
-
-[[topics]]
-cluster = "east"
-name = "orders"                      # Avro (AvroSerializer against east's registry)
-partitions = 3
-replication_factor = 3
-config = { "min.insync.replicas" = 2 }
-
-[[topics]]
-cluster = "west"
-name = "orders"                      # JSON Schema (JSONSerializer against west's registry)
-partitions = 3
-replication_factor = 3
-config = { "min.insync.replicas" = 2 }
-
-[warehouse.registry_schemas]         # typed tables east_orders and west_orders
-"(east|west)[.]orders" = { value = true, poison = "fail" }
-
-[console]                            # the web console (log in as a SCRAM user: admin)
-listen = "127.0.0.1:18480"
-"""
-
 
 class DemoFailed(Exception):
     """A step of the demo failed; the message says which and why."""
@@ -149,16 +115,15 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def with_schemas(text: str) -> str:
-    """The default topology with a schema registry per cluster, an `orders` topic in east and
-    west that the flows mirror (both ends have a registry, so the flows also copy the schemas
-    it uses) and typed warehouse tables for it. The embedded default topology itself has no
-    registries yet: `dcmirror deploy render` (systemd, Kubernetes) does not run them."""
-    flows = '\ntopics = "pageviews|clicks"\n'
-    if re.search(r"^\[clusters\.[^]]*\.registry\]", text, re.MULTILINE) or text.count(flows) != 2:
-        raise DemoFailed("the default topology is not the one the demo knows (two flows of pageviews|clicks "
-                         "and no registries): see deploy/demo.py, with_schemas")
-    return text.replace(flows, '\ntopics = "pageviews|clicks|orders"\n') + SCHEMA_ADDITIONS
+def demo_text() -> str:
+    """The demo's topology: the default on free ports, without the warehouse service. The
+    demo runs one load and its queries in one Spark session; a service's Spark start beside
+    the clusters' made the demo slower on 2 cores (65 s against 53 s, README)."""
+    text = demo_topology_text(default_topology_text())
+    service = '"load.service" = "true"'
+    if service not in text:
+        raise DemoFailed("the default topology is not the one the demo knows (no load.service): see deploy/demo.py")
+    return text.replace(service, '"load.service" = "false"', 1)
 
 
 def demo_topology_text(text: str) -> str:
@@ -220,7 +185,7 @@ class UpProcess:
         self.lines: list[str] = []
         self.echo = True
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy.cli", "up", "--config", str(config), "--timeout", str(UP_READY_TIMEOUT_S)],
+            dcmirror_argv("up", "--config", str(config), "--timeout", str(UP_READY_TIMEOUT_S)),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True, cwd=config.parent)
         self._reader = threading.Thread(target=self._read, name="dcmirror-up-output", daemon=True)
@@ -656,7 +621,7 @@ def run_dcmirror(args: list[str], cwd: Path, timeout_s: float, echo: bool) -> tu
     directory, not the caller's: Spark's Python workers put their working directory on
     sys.path, where any stray grp.py or tarfile.py would shadow the standard library."""
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(dcmirror_argv(*args), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines: list[str] = []
@@ -805,7 +770,7 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dcmirror-demo-"))
     config = workdir / "topology.toml"
-    config.write_text(demo_topology_text(with_schemas(default_topology_text())))
+    config.write_text(demo_text())
     made = dev_secrets(config)  # a CA, the brokers' certificate and passwords, made up on the fly
     topology = load(config)
     say(f"dcmirror demo: the default topology with free ports, everything under {workdir}")
@@ -819,7 +784,7 @@ def run_demo(records: int = DEFAULT_RECORDS, *, keep: bool = False, as_json: boo
     up: UpProcess | None = None
     try:
         step(1, "dcmirror up: 3 clusters (east, west, aggregate) x 3 brokers, a schema registry each, topics, "
-                "mirror workers")
+                "mirror workers, the web console, the warehouse service")
         up_started = time.monotonic()
         up = UpProcess(config, workdir / "up.log")
         orders = OrdersRun(topology, records, seed)

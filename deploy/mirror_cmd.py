@@ -278,7 +278,9 @@ def supervise(config: str, flows: list[Any]) -> int:
 
 
 def worker_argv(config: str, flow: str, index: int) -> list[str]:
-    return [sys.executable, "-m", "deploy.cli", "mirror", "--config", config, "--flow", flow, "--worker", str(index)]
+    from deploy.processes import dcmirror_argv
+
+    return dcmirror_argv("mirror", "--config", config, "--flow", flow, "--worker", str(index))
 
 
 def flow_reports(topology: Any, flows: list[Any], timeout_s: float = STATUS_TIMEOUT_S) -> list[dict[str, Any]]:

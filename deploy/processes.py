@@ -21,6 +21,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ from deploy.supervisor import ChildRecord, RestartPolicy, Schedule
 
 log = logging.getLogger("dcmirror.supervisor")
 
+
+
+def dcmirror_argv(*args: str) -> list[str]:
+    """A dcmirror command as a child process of this one: the same Python, the installed
+    package. -P: the child's working directory is not put first on sys.path, so a directory
+    that holds a folder named like one of the packages (a `topology/` beside the topology
+    file, as the README's `cp topology/default.toml my.toml` leaves) cannot shadow it."""
+    return [sys.executable, "-P", "-m", "deploy.cli", *args]
 
 @dataclass(frozen=True)
 class ChildSpec:

@@ -162,6 +162,10 @@ def summary(topology: Topology) -> str:
         for c in secured:
             if c.users:
                 lines.append(f"  {c.name} starts with SCRAM users: {', '.join(sorted(c.users))}")
+    registries = [c for c in topology.clusters.values() if c.registry is not None]
+    if registries:
+        lines += ["", "schema registries:", *(f"  {c.name} on {c.registry.url}" for c in registries
+                                                if c.registry is not None)]
 
     lines += ["", f"topics ({len(topology.topics)}):"]
     if topology.topics:
@@ -183,6 +187,8 @@ def summary(topology: Topology) -> str:
             copied = [f"{t.name} -> {m.target_topic(t.name, dc)}"
                       for t in topology.topics_of(m.source) if m.matches(t.name)]
             lines.append(f"  {m.name} copies declared topics: {', '.join(copied) if copied else '(none)'}")
+            if m.schemas:
+                lines.append(f"  {m.name} copies their schemas into {m.target}'s registry, context {m.schema_context}")
 
     w = topology.warehouse
     lines.append("")
@@ -190,4 +196,10 @@ def summary(topology: Topology) -> str:
         lines.append("warehouse: none")
     else:
         lines.append(f"warehouse: topics {w.topics} of cluster {w.source} into {w.path}")
+        for typed in w.registry_schemas:
+            lines.append(f"  topics {typed.topics}: typed tables from {w.source}'s registry")
+        if w.service:
+            lines.append("  warehouse service: one Spark session for loads and `warehouse sql` (load.service)")
+    if topology.console is not None:
+        lines += ["", f"web console: {topology.console.url}/"]
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from deploy.config_names import CONFIG_NAMES
 from deploy.health import ClusterHealth, cluster_health
 from deploy.mirror_cmd import state_dir as mirror_state_dir
 from deploy.mirror_cmd import worker_argv
-from deploy.processes import ChildSpec, ProcessSupervisor
+from deploy.processes import ChildSpec, ProcessSupervisor, dcmirror_argv
 from deploy.status_http import HISTORY_COUNTERS, flow_workers_from_files
 from deploy.status_http import flow_reports as gather_flows
 from topology import ClusterSpec, Topology, TopologyError, load
@@ -106,10 +106,6 @@ def node_name(cluster: ClusterSpec, node_id: int) -> str:
     return f"{role} {cluster.name}-{node_id}"
 
 
-def dcmirror_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "deploy.cli", *args]
-
-
 def child_specs(topology: Topology, config: str) -> tuple[list[ChildSpec], list[ChildSpec], ChildSpec | None]:
     """(brokers and controllers, mirror workers, the scheduled load or None)."""
     nodes = [ChildSpec(node_name(c, a.node_id),
@@ -147,13 +143,10 @@ def registry_specs(topology: Topology, config: str) -> list[ChildSpec]:
             for c in topology.clusters.values() if c.registry is not None]
 
 
-SERVICE_KEY = "load.service"
-
-
 def service_spec(topology: Topology, config: str) -> ChildSpec | None:
     """`dcmirror warehouse serve` when the warehouse config asks for it (load.service =
     "true"): one Spark session that scheduled loads and `warehouse sql` use."""
-    if topology.warehouse is None or topology.warehouse.config.get(SERVICE_KEY, "false") != "true":
+    if topology.warehouse is None or not topology.warehouse.service:
         return None
     logs = Path(topology.warehouse.path) / "_logs"  # its own cwd, as the load's (see child_specs)
     return ChildSpec("warehouse service", dcmirror_argv("warehouse", "serve", "--config", config),
@@ -384,11 +377,15 @@ class Up:
         self.phase = "stopping"
         self.write_state()
         codes: dict[str, int | None] = {}
-        first = [s.name for s in [*([self.job] if self.job else []), *([self.service] if self.service else []),
-                                  *self.registries, *self.workers] if s.name in self.sup.specs]
+        kinds = [("the scheduled load", [self.job] if self.job else []),
+                 ("the warehouse service", [self.service] if self.service else []),
+                 ("the web console", [self.console] if self.console else []),
+                 ("schema registries", self.registries), ("mirror workers", self.workers)]
+        first = [s.name for _, specs in kinds for s in specs if s.name in self.sup.specs]
         if first:
             t = time.monotonic()
-            self.say(f"stopping {len(first)} process(es): mirror workers, schema registries, the scheduled load")
+            what = ", ".join(kind for kind, specs in kinds if any(s.name in self.sup.specs for s in specs))
+            self.say(f"stopping {len(first)} process(es): {what}")
             codes.update(await self.sup.stop(first, MIRROR_STOP_TIMEOUT_S))
             self.say(f"  stopped in {time.monotonic() - t:.1f} s")
         t = time.monotonic()

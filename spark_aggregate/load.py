@@ -199,6 +199,11 @@ class Loader:
         outcomes = [self.execute(plan) for plan in pending_plans(self.ledger)]
         offsets, tables = self.discover()
         for topic in sorted(tables):
+            if self.settings.registry_schema_of(topic) is not None and not any(
+                    o.high_watermark > o.log_start for (t, _), o in offsets.items() if t == topic):
+                # A typed topic that never held a record may have no schema yet (a new
+                # deployment's orders): its table comes with its first records.
+                continue
             self.ensure_table(topic)
         now = time.time()
         plan = plan_load(self.ledger, offsets, load_id=new_load_id(now), now_ms=int(now * 1000),

@@ -328,6 +328,12 @@ class WarehouseSpec:
     registry_schemas: tuple[RegistryTableSpec, ...] = ()
     """Topics whose tables take their columns from the schema registry."""
 
+    @property
+    def service(self) -> bool:
+        """config load.service = "true": `dcmirror up` (or a systemd unit) keeps `dcmirror
+        warehouse serve`, one Spark session that loads and `warehouse sql` use."""
+        return self.config.get("load.service", "false") == "true"
+
 
 @dataclass(frozen=True)
 class Defaults:

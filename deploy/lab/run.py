@@ -50,9 +50,9 @@ from deploy.lab.state import (
     update_state,
     write_state,
 )
-from deploy.processes import ChildSpec, ProcessSupervisor
+from deploy.processes import ChildSpec, ProcessSupervisor, dcmirror_argv
 from deploy.render.toml_out import dump_topology
-from deploy.up_cmd import Up, dcmirror_argv
+from deploy.up_cmd import Up
 from topology import Topology, load
 
 WAN_CHILD = "lab wan"

@@ -31,6 +31,11 @@ topology gives each registry the address `NAME-registry.NAMESPACE.svc.CLUSTER_DO
 NAME-registry-i serves on 0.0.0.0:8081 and advertises its own DNS name to the election. A
 registry with a keystore needs a certificate for both names
 (`NAME-registry.NAMESPACE.svc...` and `*.NAME-registry.NAMESPACE.svc...`).
+
+A topology with a [console] gets a Deployment `dcmirror-console` (one pod, on 0.0.0.0:8480)
+and its Service, reachable inside the Kubernetes cluster (expose it with an Ingress of your
+own). The warehouse service (load.service) is not rendered: each load runs as the CronJob's
+own Spark application on the warehouse volume.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class KubernetesOptions:
     kafka_port: int = 9092
     http_port: int = 9644
     registry_port: int = 8081
+    console_port: int = 8480
     # The warehouse load as a spark-submit application (spark_aggregate's entry script in
     # the image); `dcmirror load --config FILE` runs the same job without spark-submit.
     load_app: str = "/opt/dcmirror/spark_aggregate/job.py"
@@ -286,6 +292,46 @@ def _node_statefulset(name: str, cluster: str, names: ClusterNames, replicas: in
     }
 
 
+CONSOLE = "dcmirror-console"
+
+
+def _console_objects(checksum: str, o: KubernetesOptions) -> dict[str, dict[str, Any]]:
+    """The web console: one pod (its sessions live in its memory), no volume, and a Service."""
+    labels = _labels("console", CONSOLE)
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(CONSOLE, o, labels),
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": o.console_port, "targetPort": "http"}]},
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": _meta(CONSOLE, o, labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"dcmirror/topology-sha256": checksum}},
+                "spec": {
+                    "securityContext": _security(),
+                    "containers": [{
+                        "name": "console",
+                        "image": o.image,
+                        "command": ["dcmirror", "console", "--config", TOPOLOGY_FILE,
+                                    "--listen", f"0.0.0.0:{o.console_port}"],
+                        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                        "ports": [{"name": "http", "containerPort": o.console_port}],
+                        "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
+                        "volumeMounts": [_topology_mount()],
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                    }],
+                    "volumes": [_topology_volume()],
+                },
+            },
+        },
+    }
+    return {f"service-{CONSOLE}.yaml": service, f"deployment-{CONSOLE}.yaml": deployment}
+
+
 def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str, Any]]:
     """File name -> one Kubernetes object."""
     from deploy.render.systemd import load_interval_ms
@@ -386,6 +432,8 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
                 },
             },
         }
+    if topology.console is not None:
+        objects |= _console_objects(checksum, o)
     interval = load_interval_ms(topology)
     if topology.warehouse is not None and interval != 0:
         master = topology.warehouse.config.get("spark.master", "local[2]")

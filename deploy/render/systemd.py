@@ -4,6 +4,9 @@
     systemd/dcmirror-mirror@.service   one mirror worker per instance
     systemd/dcmirror-registry@.service one cluster's schema registry per instance
     systemd/dcmirror-registry@CLUSTER.service.d/brokers.conf   after that cluster's brokers
+    systemd/dcmirror-console.service   the web console (a topology with [console])
+    systemd/dcmirror-warehouse.service the warehouse service (warehouse config load.service = "true"):
+                                       one Spark session for loads and `warehouse sql`
     systemd/dcmirror-load.service      one warehouse load (oneshot)
     systemd/dcmirror-load.timer        runs it every load.interval.ms (default hourly)
     systemd/dcmirror.target            stops or restarts everything of this host at once
@@ -30,6 +33,8 @@ from topology.model import Topology
 BROKER_UNIT = "dcmirror-broker@.service"
 MIRROR_UNIT = "dcmirror-mirror@.service"
 REGISTRY_UNIT = "dcmirror-registry@.service"
+CONSOLE_UNIT = "dcmirror-console.service"
+WAREHOUSE_UNIT = "dcmirror-warehouse.service"
 LOAD_SERVICE = "dcmirror-load.service"
 LOAD_TIMER = "dcmirror-load.timer"
 TARGET = "dcmirror.target"
@@ -37,6 +42,8 @@ TARGET = "dcmirror.target"
 MIRROR_STOP_S = 100
 # A registry holds no state of its own (it is in the cluster's _schemas topic): it only leaves its group.
 REGISTRY_STOP_S = 30
+# The warehouse service finishes the request under way (a load: minutes) on SIGTERM.
+WAREHOUSE_STOP_S = 600
 STOP_MARGIN_S = 20
 
 
@@ -176,15 +183,36 @@ def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | N
         brokers = " ".join(f"dcmirror-broker@{b}.service" for b, cluster, _, _ in broker_instances(topology)
                            if cluster == instance)
         files[f"systemd/dcmirror-registry@{instance}.service.d/brokers.conf"] = _unit([("Unit", [("After", brokers)])])
+    if topology.console is not None:
+        files[f"systemd/{CONSOLE_UNIT}"] = _unit([
+            ("Unit", [("Description", f"dcmirror web console ({topology.console.listen})"),
+                      ("After", "network-online.target"), ("Wants", "network-online.target"), ("PartOf", TARGET)]),
+            ("Service", [("Type", "simple"), ("ExecStart", f"{o.bin} console --config {o.topology_path}"),
+                         ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(REGISTRY_STOP_S)),
+                         ("Restart", "always"), ("RestartSec", "5"), *service_common]),
+            ("Install", [("WantedBy", TARGET)]),
+        ])
+    if warehouse_service(topology):
+        files[f"systemd/{WAREHOUSE_UNIT}"] = _unit([
+            ("Unit", [("Description", "dcmirror warehouse service: one Spark session for loads and warehouse sql"),
+                      ("After", "network-online.target"), ("Wants", "network-online.target"), ("PartOf", TARGET)]),
+            ("Service", [("Type", "simple"), ("ExecStart", f"{o.bin} warehouse serve --config {o.topology_path}"),
+                         ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(WAREHOUSE_STOP_S)),
+                         ("Restart", "always"), ("RestartSec", "10"), *service_common]),
+            ("Install", [("WantedBy", TARGET)]),
+        ])
     files[f"systemd/{TARGET}"] = _unit([
-        ("Unit", [("Description", "dcmirror: the brokers, mirror workers, schema registries and loads of this host"),
+        ("Unit", [("Description", "dcmirror: the brokers, mirror workers, schema registries, console and loads of "
+                                  "this host"),
                   ("Wants", "network-online.target"), ("After", "network-online.target")]),
         ("Install", [("WantedBy", "multi-user.target")]),
     ])
     interval = load_interval_ms(topology)
     if topology.warehouse is not None:
+        after = "network-online.target" + (f" {WAREHOUSE_UNIT}" if warehouse_service(topology) else "")
         files[f"systemd/{LOAD_SERVICE}"] = _unit([
-            ("Unit", [("Description", "dcmirror warehouse load"), ("After", "network-online.target"),
+            # With the warehouse service on this host, the load runs in its Spark session.
+            ("Unit", [("Description", "dcmirror warehouse load"), ("After", after),
                       ("Wants", "network-online.target")]),
             ("Service", [("Type", "oneshot"), ("ExecStart", f"{o.bin} load --config {o.topology_path}"),
                          *service_common]),
@@ -219,6 +247,11 @@ def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | N
     return files
 
 
+def warehouse_service(topology: Topology) -> bool:
+    """The warehouse config asks for the warehouse service (as `dcmirror up` runs it)."""
+    return topology.warehouse is not None and topology.warehouse.service
+
+
 def _readme(topology: Topology, o: SystemdOptions, interval: int | None, secrets: SecretFiles) -> str:
     lines = [
         "dcmirror systemd units, rendered by `dcmirror deploy render --format systemd`.",
@@ -238,6 +271,12 @@ def _readme(topology: Topology, o: SystemdOptions, interval: int | None, secrets
     for instance, listen in registry_instances(topology):
         lines.append(f"  systemctl enable --now dcmirror-registry@{instance}   # schema registry of {instance}, "
                      f"{listen} (on the host of that address)")
+    if topology.console is not None:
+        lines.append(f"  systemctl enable --now dcmirror-console   # the web console, {topology.console.listen} "
+                     "(on the host of that address)")
+    if warehouse_service(topology):
+        lines.append("  systemctl enable --now dcmirror-warehouse   # the warehouse service, on the host of the loads "
+                     "(the warehouse path)")
     if topology.warehouse is not None:
         if interval == 0:
             lines.append("  (load.interval.ms = 0: no timer; run `systemctl start dcmirror-load` by hand)")

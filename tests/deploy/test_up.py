@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -148,7 +149,7 @@ def test_up_keeps_a_warehouse_service_only_when_asked(tmp_path: Path) -> None:
         return write_topology(tmp_path / str(value), {"east": 1}, extra=f'[warehouse]\nsource = "east"\n{setting}')
 
     spec = service_spec(load(topology("true")), "/etc/t.toml")
-    assert spec is not None and spec.interval_s is None and spec.argv[3:] == [
+    assert spec is not None and spec.interval_s is None and spec.argv[4:] == [
         "warehouse", "serve", "--config", "/etc/t.toml"]
     assert spec.log_path == tmp_path / "true" / "warehouse" / "_logs" / "service.log"
     assert service_spec(load(topology("false")), "f") is None and service_spec(load(topology(None)), "f") is None
@@ -164,18 +165,20 @@ def test_up_children_and_where_their_logs_go(tmp_path: Path) -> None:
     topology = load(config)
     nodes, workers, job = child_specs(topology, str(config))
     data = tmp_path / "data"
-    assert [(s.name, s.argv[3:], s.log_path) for s in nodes] == [
+    # -P: the working directory never shadows the packages (a topology/ folder beside the file)
+    assert {tuple(s.argv[:4]) for s in [*nodes, *workers]} == {(sys.executable, "-P", "-m", "deploy.cli")}
+    assert [(s.name, s.argv[4:], s.log_path) for s in nodes] == [
         ("broker east-1", ["broker", "--config", str(config), "--cluster", "east", "--node", "1"],
          data / "east" / "node-1.log"),
         ("broker east-2", ["broker", "--config", str(config), "--cluster", "east", "--node", "2"],
          data / "east" / "node-2.log"),
         ("broker aggregate-1", ["broker", "--config", str(config), "--cluster", "aggregate", "--node", "1"],
          data / "aggregate" / "node-1.log")]
-    assert [(s.name, s.argv[3:], s.log_path) for s in workers] == [
+    assert [(s.name, s.argv[4:], s.log_path) for s in workers] == [
         (f"mirror east-to-aggregate-w{i}",
          ["mirror", "--config", str(config), "--flow", "east-to-aggregate", "--worker", str(i)],
          data / "mirror" / "east-to-aggregate" / f"east-to-aggregate-w{i}.log") for i in (0, 1)]
-    assert job is not None and job.interval_s == 90.0 and job.argv[3:] == ["load", "--config", str(config)]
+    assert job is not None and job.interval_s == 90.0 and job.argv[4:] == ["load", "--config", str(config)]
     assert job.log_path == tmp_path / "warehouse" / "_logs" / "load.log"
     assert state_path(topology) == data / "up.json"
     for value, expected in (("0", 0.0), ("1500", 1.5)):

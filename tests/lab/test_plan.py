@@ -108,9 +108,12 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
         assert [(a.node_id, a.host) for a in cluster.brokers] == [
             (a.node_id, str(plan.node_host(name, a.node_id).address)) for a in before.brokers]
         assert (cluster.datacenter, cluster.config) == (before.datacenter, before.config)
-        assert cluster.registry is None
-    # A registry per cluster (the default topology declares none): on the host of the
-    # cluster's first broker, same port, and `up` starts it in that host's namespace.
+        # the default's registry of each cluster: on the host of its first broker, same port
+        assert cluster.registry is not None and before.registry is not None
+        assert (cluster.registry.listen.host, cluster.registry.listen.port) == (
+            str(plan.node_host(name, 1).address), before.registry.listen.port)
+    # A registry per cluster: on the host of the cluster's first broker, same port, and `up`
+    # starts it in that host's namespace.
     with_registries = dataclasses.replace(original, clusters={
         name: dataclasses.replace(c, registry=RegistrySpec(NodeAddress(0, "127.0.0.1", 18081 + i * 10000)))
         for i, (name, c) in enumerate(original.clusters.items())})
@@ -134,7 +137,8 @@ def test_the_lab_topology_moves_nodes_and_paths_and_keeps_everything_else(tmp_pa
     assert (lab_c.console.listen.host, lab_c.console.listen.port) == (str(plan.mirror_host("central").address), 8480)
     console = ChildSpec("console", ["dcmirror", "console", "--config", "t.toml"], tmp_path / "console.log")
     assert node_netns(plan, lab_c, console) == plan.mirror_host("central").netns
-    assert node_netns(plan, lab, console) is None  # no [console]: nothing to place
+    without = lab_topology(dataclasses.replace(original, console=None), plan, tmp_path / "without-console")
+    assert node_netns(plan, without, console) is None  # no [console]: nothing to place
     # mirror workers (and their admin HTTP) live on the target datacenter's mirror host
     mirror_host = str(plan.mirror_host("central").address)
     assert [[(a.host, a.port) for a in f.workers_http] for f in lab.mirrors] == [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import configparser
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,9 +36,17 @@ def render(config: Path, fmt: str, out: Path, *extra: str) -> subprocess.Complet
                           timeout=60)
 
 
+def without_registries(text: str) -> str:
+    """The default topology without its [clusters.NAME.registry] tables."""
+    out = re.sub(r'\n\[clusters\.\w+\.registry\][^\n]*\nlisten = "[^"]*"[^\n]*\n', "\n", text)
+    assert "registry]" not in out.replace("[clusters.NAME.registry]", "")
+    return out
+
+
 def default_file(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "topology.toml"
-    path.write_text(default_topology_text() + extra)
+    path.write_text((without_registries(default_topology_text()) if "registry]" in extra else default_topology_text())
+                    + extra)
     dev_secrets(path)  # the CA, certificates and passwords it references
     return path
 
@@ -65,12 +74,25 @@ def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     brokers = [f"{c}-{n}" for c in ("aggregate", "east", "west") for n in (1, 2, 3)]
     mirrors = [f"{f}-to-aggregate-{i}" for f in ("east", "west") for i in (0, 1)]
+    clusters = ("east", "west", "aggregate")
     assert files == sorted(
         ["README.txt", "etc/dcmirror/topology.toml", "systemd/dcmirror-broker@.service",
          "systemd/dcmirror-mirror@.service", "systemd/dcmirror-load.service", "systemd/dcmirror-load.timer",
+         "systemd/dcmirror-registry@.service", "systemd/dcmirror-console.service",
+         "systemd/dcmirror-warehouse.service",
          "monitoring/prometheus.yml", "monitoring/dcmirror-rules.yml", "monitoring/grafana-dashboard.json",
          "systemd/dcmirror.target"]
-        + [f"etc/dcmirror/broker/{b}.env" for b in brokers] + [f"etc/dcmirror/mirror/{m}.env" for m in mirrors])
+        + [f"etc/dcmirror/broker/{b}.env" for b in brokers] + [f"etc/dcmirror/mirror/{m}.env" for m in mirrors]
+        + [f"etc/dcmirror/registry/{c}.env" for c in clusters]
+        + [f"systemd/dcmirror-registry@{c}.service.d/brokers.conf" for c in clusters])
+    # the whole default product: the web console and the warehouse service, which loads use
+    console = unit(out / "systemd/dcmirror-console.service")
+    assert console["Service"]["ExecStart"] == f"{DCMIRROR_BIN} console --config /etc/dcmirror/topology.toml"
+    assert console["Install"]["WantedBy"] == "dcmirror.target"
+    warehouse = unit(out / "systemd/dcmirror-warehouse.service")
+    assert warehouse["Service"]["ExecStart"] == (
+        f"{DCMIRROR_BIN} warehouse serve --config /etc/dcmirror/topology.toml")
+    assert warehouse["Service"]["KillSignal"] == "SIGTERM" and warehouse["Service"]["TimeoutStopSec"] == "600"
 
     broker = unit(out / "systemd/dcmirror-broker@.service")
     assert broker["Service"]["ExecStart"] == (
@@ -85,6 +107,7 @@ def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
         "--worker ${DCMIRROR_WORKER}")
     assert mirror["Service"]["EnvironmentFile"] == "/etc/dcmirror/mirror/%i.env"
     load_service = unit(out / "systemd/dcmirror-load.service")
+    assert load_service["Unit"]["After"] == "network-online.target dcmirror-warehouse.service"
     assert dict(load_service["Service"]) == {
         "Type": "oneshot", "ExecStart": f"{DCMIRROR_BIN} load --config /etc/dcmirror/topology.toml",
         "User": "dcmirror", "Group": "dcmirror", "Environment": "PYTHONUNBUFFERED=1",
@@ -116,17 +139,18 @@ def test_systemd_units_of_the_default_topology(tmp_path: Path) -> None:
     rendered = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert passwords and all(line.split("=", 1)[1] not in rendered for line in passwords)
     assert all(f"systemctl enable --now dcmirror-broker@{b} " in readme for b in brokers)
+    assert "systemctl enable --now dcmirror-console " in readme and "systemctl enable --now dcmirror-warehouse " in readme
 
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed: the units were parsed, not verified by systemd")
-    units = sorted(str(p) for p in (out / "systemd").iterdir())
+    units = sorted(str(p) for p in (out / "systemd").iterdir() if p.is_file())  # not the drop-in directories
     check = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0 and not check.stderr.strip(), check.stderr
 
 
 def test_load_timer_follows_load_interval(tmp_path: Path) -> None:
-    text = default_topology_text().replace('topics = ".*"\n', 'topics = ".*"\nconfig = { "load.interval.ms" = %s }\n')
+    text = default_topology_text().replace('"load.service" = "true"', '"load.interval.ms" = %s\n"load.service" = "true"')
     assert "%s" in text
     every = tmp_path / "every"
     every.mkdir()
@@ -174,7 +198,9 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
         [("ConfigMap", "dcmirror-topology"), ("CronJob", "dcmirror-load"),
          ("PersistentVolumeClaim", "dcmirror-warehouse"),
          ("StatefulSet", "mirror-east-to-aggregate"), ("StatefulSet", "mirror-west-to-aggregate"),
-         ("Service", "mirror-east-to-aggregate"), ("Service", "mirror-west-to-aggregate")]
+         ("Service", "mirror-east-to-aggregate"), ("Service", "mirror-west-to-aggregate"),
+         ("Deployment", "dcmirror-console"), ("Service", "dcmirror-console")]
+        + [(k, f"{c}-registry") for c in ("east", "west", "aggregate") for k in ("StatefulSet", "Service")]
         + [(k, c) for c in ("east", "west", "aggregate") for k in ("StatefulSet", "PodDisruptionBudget")]
         + [("Service", f"{c}-svc") for c in ("east", "west", "aggregate")] + [("Secret", "dcmirror-secrets")])
     assert {d["metadata"]["namespace"] for d in docs.values()} == {"dcm"}
@@ -262,6 +288,12 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     assert inside.mirrors[0].config["http.host"] == "0.0.0.0"
     assert [(t.cluster, t.name, t.partitions, t.replication_factor) for t in inside.topics] == [
         (t.cluster, t.name, t.partitions, t.replication_factor) for t in load_default().topics]
+    console = docs["deployment-dcmirror-console.yaml"]["spec"]
+    (container,) = console["template"]["spec"]["containers"]
+    assert container["command"] == ["dcmirror", "console", "--config", "/etc/dcmirror/topology.toml",
+                                    "--listen", "0.0.0.0:8480"]
+    assert {"name": "secrets", "mountPath": "/etc/dcmirror-secrets", "readOnly": True} in container["volumeMounts"]
+    assert docs["service-dcmirror-console.yaml"]["spec"]["selector"] == console["template"]["metadata"]["labels"]
     checksum = docs["statefulset-east.yaml"]["spec"]["template"]["metadata"]["annotations"]
     assert checksum == docs["statefulset-mirror-east-to-aggregate.yaml"]["spec"]["template"]["metadata"]["annotations"]
 

@@ -92,7 +92,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
                     '"east[.]events" = { value = true }\n'
                     '"east[.]clicks" = { value = true }\n'
-                    '"east[.]carts" = { value = true, key = true }\n')
+                    '"east[.]carts" = { value = true, key = true }\n'
+                    '"east[.]returns" = { value = true }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -331,6 +332,25 @@ def test_typed_keys_load_into_record_key(env: Env) -> None:
     assert sum(1 for s in sent if s.key is None) == 1
     dead = typed_rows(env, "east_carts_dead_letters", "kafka_offset, reason")
     assert dead == [(4, "key: 2 bytes, shorter than the wire format's 5-byte header")], dead
+
+
+def test_a_typed_topic_without_records_or_schema_yet_waits_for_its_first_record(env: Env) -> None:
+    """Issue 41: a new deployment of the default topology has `orders` topics and no order
+    yet, so no schema: the first load failed whole ("no subject for topic"). A typed topic
+    that never held a record is left until it does; the others load; its table comes with
+    its first records. (Before the unknown-id test: it leaves a load that never finishes.)"""
+    create_topics(env.broker.bootstrap, {"east.returns": 1, "east.plain_returns": 1})
+    env.feed.produce("east.plain_returns", 1, 4, source="east")
+    assert httpx.get(f"{env.registry.url}/subjects/:.east:returns-value/versions").status_code == 404
+    out = env.load("east[.](returns|plain_returns)")
+    assert "4 offsets" in out, out
+    tables = {t.name for t in env.spark.catalog.listTables("dcmirror")}
+    assert "east_plain_returns" in tables and "east_returns" not in tables, tables
+    first = env.serializer(V1, ":.east:returns-value")
+    env.feed.produce("east.returns", 1, 2, source="east", value=lambda n: first(order(n)))
+    out = env.load("east[.](returns|plain_returns)")
+    assert "2 offsets" in out, out
+    assert len(typed_rows(env, "east_returns", "id, amount")) == 2
 
 
 def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:

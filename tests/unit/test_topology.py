@@ -106,19 +106,29 @@ def test_default_topology_loads_with_expected_nodes(tmp_path: Path) -> None:
         assert c.client["security.protocol"] == "SASL_SSL"
         assert c.users == {u: f"${{file:{tmp_path}/secrets/passwords.properties:{u}}}" for u in ("admin", "mirror")}
     assert topo.topics == tuple(
-        TopicSpec(cluster, name, 6, 3, {"min.insync.replicas": "2"})
-        for cluster, name in [("east", "pageviews"), ("east", "clicks"), ("west", "pageviews"), ("west", "clicks")]
+        TopicSpec(cluster, name, 3 if name == "orders" else 6, 3, {"min.insync.replicas": "2"})
+        for cluster in ("east", "west") for name in ("pageviews", "clicks", "orders")
     )
+    # the whole product: a registry per cluster, the warehouse service, the console
+    assert {n: c.registry.listen.port for n, c in topo.clusters.items() if c.registry} == {
+        "east": 18081, "west": 28081, "aggregate": 38081}
+    assert topo.console is not None and topo.console.listen == NodeAddress(0, "127.0.0.1", 18480)
     mirror_login = {f"{side}.{k}": v for side in ("source", "target") for k, v in (
         ("sasl.username", "mirror"), ("sasl.password", f"${{file:{tmp_path}/secrets/passwords.properties:mirror}}"))}
     assert topo.mirrors == (
-        MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login, (NodeAddress(0, "127.0.0.1", 19500), NodeAddress(1, "127.0.0.1", 19501))),
-        MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks", None, "{source}.{topic}", 2, None,
-                   mirror_login, (NodeAddress(0, "127.0.0.1", 29500), NodeAddress(1, "127.0.0.1", 29501))),
+        MirrorSpec("east-to-aggregate", "east", "aggregate", "pageviews|clicks|orders", None, "{source}.{topic}", 2, None,
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 19500), NodeAddress(1, "127.0.0.1", 19501)),
+                   schemas=True, schema_context=".east"),
+        MirrorSpec("west-to-aggregate", "west", "aggregate", "pageviews|clicks|orders", None, "{source}.{topic}", 2, None,
+                   mirror_login, (NodeAddress(0, "127.0.0.1", 29500), NodeAddress(1, "127.0.0.1", 29501)),
+                   schemas=True, schema_context=".west"),
     )
     assert topo.mirrors[0].http_address(1) == ("127.0.0.1", 19501)
-    assert topo.warehouse == WarehouseSpec("aggregate", tmp_path / "warehouse", ".*", {})
+    warehouse = topo.warehouse
+    assert warehouse is not None
+    assert (warehouse.source, warehouse.path, warehouse.topics, warehouse.config) == (
+        "aggregate", tmp_path / "warehouse", ".*", {"load.service": "true"})
+    assert [t.topics for t in warehouse.registry_schemas] == ["(east|west)[.]orders"]
     assert topo.defaults == Defaults(6, 3, {})
 
 
@@ -127,7 +137,7 @@ def test_default_topology_text_is_the_packaged_file() -> None:
 
     shipped = Path(topology.__file__).parent / "default.toml"
     assert default_topology_text() == shipped.read_text(encoding="utf-8")
-    assert default_topology_text().splitlines().count("[[topics]]") == 4
+    assert default_topology_text().splitlines().count("[[topics]]") == 6
 
 
 def test_default_topology_without_base_dir_resolves_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,7 +235,7 @@ def test_unknown_cluster_lookup_names_valid_clusters() -> None:
 
 def test_topics_of() -> None:
     topo = load_default(Path("/x"))
-    assert [t.name for t in topo.topics_of("west")] == ["pageviews", "clicks"]
+    assert [t.name for t in topo.topics_of("west")] == ["pageviews", "clicks", "orders"]
     assert topo.topics_of("aggregate") == []
 
 
@@ -235,7 +245,7 @@ def test_specs_are_frozen_and_hashable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.name = "other"  # type: ignore[misc]
     assert len({c, topo.cluster("west"), c}) == 2
-    assert len(set(topo.topics)) == 4 and len(set(topo.mirrors)) == 2
+    assert len(set(topo.topics)) == 6 and len(set(topo.mirrors)) == 2
 
 
 def test_mirror_matches_and_target_topic() -> None:
@@ -899,6 +909,9 @@ def test_topology_check_prints_summary(tmp_path: Path, capsys: pytest.CaptureFix
                         '[[topics]]\ncluster = "west"\nname = "pageviews"\npartitions = 6\nreplication_factor = 1')
     text = text.replace('[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 3',
                         '[[topics]]\ncluster = "west"\nname = "clicks"\npartitions = 6\nreplication_factor = 1')
+    text = text.replace('name = "orders"                      # JSON Schema orders (JSONSerializer against west\'s '
+                        'registry)\npartitions = 3\nreplication_factor = 3',
+                        'name = "orders"\npartitions = 3\nreplication_factor = 1')
     path = tmp_path / "topology.toml"
     path.write_text(text)
     dev_secrets(path)
@@ -938,21 +951,34 @@ clusters (3):
   west starts with SCRAM users: admin, mirror
   aggregate starts with SCRAM users: admin, mirror
 
-topics (4):
+schema registries:
+  east on http://127.0.0.1:18081
+  west on http://127.0.0.1:28081
+  aggregate on http://127.0.0.1:38081
+
+topics (6):
   CLUSTER  TOPIC      PARTITIONS  RF  CONFIG
   east     pageviews  6           3   min.insync.replicas=2
   east     clicks     6           3   min.insync.replicas=2
+  east     orders     3           3   min.insync.replicas=2
   west     pageviews  6           1   min.insync.replicas=2
   west     clicks     6           1   min.insync.replicas=2
+  west     orders     3           1   min.insync.replicas=2
 
 flows (2):
-  FLOW               SOURCE  TARGET     TOPICS            EXCLUDE  RENAME            WORKERS  GROUPS
-  east-to-aggregate  east    aggregate  pageviews|clicks  -        {{source}}.{{topic}}  2        -
-  west-to-aggregate  west    aggregate  pageviews|clicks  -        {{source}}.{{topic}}  2        -
-  east-to-aggregate copies declared topics: pageviews -> east.pageviews, clicks -> east.clicks
-  west-to-aggregate copies declared topics: pageviews -> west.pageviews, clicks -> west.clicks
+  FLOW               SOURCE  TARGET     TOPICS                   EXCLUDE  RENAME            WORKERS  GROUPS
+  east-to-aggregate  east    aggregate  pageviews|clicks|orders  -        {{source}}.{{topic}}  2        -
+  west-to-aggregate  west    aggregate  pageviews|clicks|orders  -        {{source}}.{{topic}}  2        -
+  east-to-aggregate copies declared topics: pageviews -> east.pageviews, clicks -> east.clicks, orders -> east.orders
+  east-to-aggregate copies their schemas into aggregate's registry, context .east
+  west-to-aggregate copies declared topics: pageviews -> west.pageviews, clicks -> west.clicks, orders -> west.orders
+  west-to-aggregate copies their schemas into aggregate's registry, context .west
 
 warehouse: topics .* of cluster aggregate into {tmp_path}/warehouse
+  topics (east|west)[.]orders: typed tables from aggregate's registry
+  warehouse service: one Spark session for loads and `warehouse sql` (load.service)
+
+web console: http://127.0.0.1:18480/
 """
 
 
