@@ -9,13 +9,13 @@ from typing import Any
 
 from cluster.client.admin import Admin
 from cluster.client.errors import error_name
-from deploy.cluster_cmds import admin_command
+from deploy.cluster_cmds import add_target, admin_command, admin_for
 from deploy.group_offsets import GroupNotEmpty, ResetTo, commit_moves, partitions_of, plan_reset
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     groups = sub.add_parser("groups", help="list, describe, reset offsets of, delete consumer groups")
-    groups.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
+    add_target(groups)  # --bootstrap, or --config FILE --cluster NAME; --command-config (as kafka-consumer-groups)
     actions = groups.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="every group with its state")
     describe = actions.add_parser("describe", help="offsets, log end, lag and owner per partition")
@@ -44,7 +44,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with Admin(args.bootstrap) as admin:
+    async with admin_for(args, "dcmirror-groups") as admin:
         if args.action == "list":
             rows = [["GROUP", "PROTOCOL-TYPE", "STATE"]]
             rows += [[g, p or "-", s] for g, p, s in sorted(await admin.list_groups())]

@@ -251,6 +251,16 @@ def test_groups_cli_errors(broker_factory: Any) -> None:
     assert len(lines) == 2
     r = groups_cli(broker, "delete", "nobody")
     assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr, (r.stdout, r.stderr)
+    # A topology cluster by name, as every other admin command takes it (issue 41: groups
+    # took --bootstrap only), and neither: a clear error.
+    topology = broker.data_dir.parent / "groups-topology.toml"
+    topology.write_text(f'[clusters.east]\ndatacenter = "east"\nbrokers = ["{broker.bootstrap}"]\n')
+    named = subprocess.run([sys.executable, "-m", "deploy.cli", "groups", "--config", str(topology), "--cluster",
+                            "east", "describe", "nobody"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert named.returncode == 0 and named.stdout.startswith("group nobody: state Dead"), (named.stdout, named.stderr)
+    neither = subprocess.run([sys.executable, "-m", "deploy.cli", "groups", "list"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    assert neither.returncode == 1 and "give --bootstrap HOST:PORT or --config FILE --cluster NAME" in neither.stderr
     # An unknown topic for reset-offsets.
     r = groups_cli(broker, "reset-offsets", "nobody", "--topic", "missing", "--to-earliest")
     assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr, (r.stdout, r.stderr)
