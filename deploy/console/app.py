@@ -87,6 +87,9 @@ PARTITION_ROWS_SHOWN = 500
 LOGIN_TIMEOUT_S = 10.0
 ACTION_TIMEOUT_S = 15.0
 OFFSET_MAX = (1 << 63) - 1
+SEARCH_CHARS_MAX = 200
+SEARCH_SCAN_MAX = 2000
+"""Records a search reads per page at most (Next goes on from where it stopped)."""
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -446,6 +449,9 @@ def build_app(console: Console) -> Starlette:
                                 + urlencode({"message": f"group {group_id} deleted"}), status_code=303)
 
     async def records_page(request: Request, session: Session) -> Response:
+        """A partition's records from an offset or a time, as cards or a compact table, with
+        Previous / Next; `q` searches keys, values and headers (as shown: decoded, JSON, text
+        or hex) from there on, at most SEARCH_SCAN_MAX records per page."""
         name = _cluster(console, request.path_params["name"])
         topic = bounded_name(request.path_params["topic"], "topic")
         q = request.query_params
@@ -453,34 +459,73 @@ def build_app(console: Console) -> Starlette:
         offset = bounded_int(q.get("offset"), "offset", 0, OFFSET_MAX)
         limit = bounded_int(q.get("limit"), "limit", 1, RECORDS_PER_PAGE_MAX, 20)
         mode = q.get("mode", "auto") if q.get("mode", "auto") in views.RENDER_MODES else "auto"
+        view = q.get("view") or "cards"
+        if view not in ("cards", "table"):
+            raise BadInput("view: cards or table")
+        search = q.get("q") or ""
+        if len(search) > SEARCH_CHARS_MAX or any(ord(c) < 32 for c in search):
+            raise BadInput(f"search: at most {SEARCH_CHARS_MAX} printable characters")
         timestamp_ms = None
         if q.get("time"):
             timestamp_ms = _parse_time(q["time"])
         assert partition is not None and limit is not None
         error, rows, result = None, [], None
+        scanned, next_offset = 0, None
+        registry = console.topology.clusters[name].registry if mode == "auto" else None
+
+        async def shown(records: Any) -> list[dict[str, Any]]:
+            decoded: dict[tuple[int, str], tuple[str, str]] = {}
+            if registry is not None and records:
+                decoded = await trio.to_thread.run_sync(_decode_records, console, name, registry, records)
+            out = []
+            for r in records:
+                key_kind, key_text = decoded.get((r.offset, "key")) or views.render_bytes(r.key, mode)
+                value_kind, value_text = decoded.get((r.offset, "value")) or views.render_bytes(r.value, mode)
+                out.append({"offset": r.offset, "timestamp": r.timestamp, "time": _time_text(r.timestamp),
+                            "key_kind": key_kind, "key": key_text, "value_kind": value_kind, "value": value_text,
+                            "value_bytes": len(r.value or b""),
+                            "headers": [(k, views.render_bytes(v, "text")[1]) for k, v in r.headers],
+                            "provenance": provenance(r)})
+            return out
+
         try:
             async with _admin(console, session, name) as admin:
-                result = await read_page(admin.cluster, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
-                                         limit=limit)
+                if not search:
+                    result = await read_page(admin.cluster, topic, partition, offset=offset,
+                                             timestamp_ms=timestamp_ms, limit=limit)
+                    rows = await shown(result.records)
+                    next_offset = rows[-1]["offset"] + 1 if rows else None
+                else:
+                    needle = search.casefold()
+                    at = offset if offset is not None or timestamp_ms is not None else 0
+                    while len(rows) < limit and scanned < SEARCH_SCAN_MAX:
+                        page_ = await read_page(admin.cluster, topic, partition, offset=at,
+                                                timestamp_ms=timestamp_ms if result is None else None,
+                                                limit=RECORDS_PER_PAGE_MAX)
+                        result = result or page_
+                        if not page_.records:
+                            break
+                        for row in await shown(page_.records):
+                            scanned += 1
+                            next_offset = row["offset"] + 1
+                            text = " ".join([row["key"], row["value"], *(f"{k}={v}" for k, v in row["headers"])])
+                            if needle in text.casefold():
+                                rows.append(row)
+                                if len(rows) == limit or scanned == SEARCH_SCAN_MAX:
+                                    break
+                        at = next_offset
         except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError, ValueError) as exc:
             error = f"not read: {exc}" if not isinstance(exc, trio.TooSlowError) else "not read: no answer in time"
         flow = flow_into_aggregate(console.topology, name, topic)
-        decoded: dict[tuple[int, str], tuple[str, str]] = {}
-        registry = console.topology.clusters[name].registry
-        if result is not None and registry is not None and mode == "auto":
-            decoded = await trio.to_thread.run_sync(_decode_records, console, name, registry, result.records)
-        if result is not None:
-            for r in result.records:
-                key_kind, key_text = decoded.get((r.offset, "key")) or views.render_bytes(r.key, mode)
-                value_kind, value_text = decoded.get((r.offset, "value")) or views.render_bytes(r.value, mode)
-                rows.append({"offset": r.offset, "timestamp": r.timestamp, "time": _time_text(r.timestamp),
-                             "key_kind": key_kind, "key": key_text, "value_kind": value_kind, "value": value_text,
-                             "value_bytes": len(r.value or b""),
-                             "headers": [(k, views.render_bytes(v, "text")[1]) for k, v in r.headers],
-                             "provenance": provenance(r)})
+        previous = None
+        if result is not None and not search and result.asked_offset > result.start_offset:
+            previous = max(result.start_offset, result.asked_offset - limit)
+        if search and result is not None and next_offset is not None and next_offset >= result.end_offset:
+            next_offset = None  # searched to the log's end
         return page(request, "records.html", session, name=name, topic=topic, partition=partition,
                     offset=offset, limit=limit, mode=mode, time_text=q.get("time", ""), rows=rows,
-                    result=result, error=error, flow=flow, modes=views.RENDER_MODES)
+                    result=result, error=error, flow=flow, modes=views.RENDER_MODES, view=view, search=search,
+                    scanned=scanned, scan_max=SEARCH_SCAN_MAX, next_offset=next_offset, previous=previous)
 
     async def follow(request: Request, session: Session) -> Response:
         """From a source record to its copy in the target of the flow that mirrors it."""

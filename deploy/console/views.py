@@ -357,7 +357,18 @@ def render_bytes(data: bytes | None, mode: str = "auto") -> tuple[str, str]:
         except UnicodeDecodeError:
             if mode == "text":
                 return "base64", base64.b64encode(shown).decode() + suffix
-    return "hex", " ".join(shown[i:i + 16].hex(" ") for i in range(0, len(shown), 16)) + suffix
+    return "hex", hex_dump(shown) + suffix
+
+
+def hex_dump(data: bytes) -> str:
+    """As `hexdump -C`: per 16 bytes the offset, the bytes in hex and as ASCII (printable
+    ASCII as itself, anything else '.')."""
+    lines = []
+    for i in range(0, len(data), 16):
+        chunk = data[i:i + 16]
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{i:08x}  {chunk[:8].hex(' '):<23}  {chunk[8:].hex(' '):<23}  |{text}|")
+    return "\n".join(lines)
 
 
 def group_lag_total(rows: Iterable[Mapping[str, Any]]) -> int:

@@ -178,6 +178,48 @@ def test_records_are_read_as_the_user_and_the_broker_decides(secured: SecuredBro
     run_console(path, body)
 
 
+
+def test_records_as_a_table_with_previous_next_search_and_hex_with_ascii(secured: SecuredBroker,
+                                                                           tmp_path: Path) -> None:
+    """Issue 41: what Kafka UI / Redpanda Console users expect of a record browser: a compact
+    table, Previous and Next, a search in keys, values and headers, hex with ASCII beside."""
+    path = topology_file(tmp_path, secured, token=False)
+    url = "/clusters/sec/topics/orders/records"
+
+    def offsets(html: str) -> list[int]:
+        return [int(x) for x in re.findall(r'id="record-(\d+)"', html)]
+
+    def link(html: str, rel: str) -> str | None:
+        found = re.search(rf'<a rel="{rel}" href="\?([^"]+)"', html)
+        return found.group(1).replace("&amp;", "&") if found else None
+
+    async def body(client: httpx.AsyncClient, console: Any) -> None:
+        assert (await login(client, "admin", PASSWORDS["admin"])).status_code == 303
+        middle = await client.get(url, params={"partition": 1, "offset": 2, "limit": 2, "view": "table"})
+        assert middle.status_code == 200 and offsets(middle.text) == [2, 3], middle.text[-2000:]
+        assert '<table class="grid records">' in middle.text and "<code>k2</code>" in middle.text
+        before = await client.get(f"{url}?{link(middle.text, 'prev')}")
+        after = await client.get(f"{url}?{link(middle.text, 'next')}")
+        assert offsets(before.text) == [0, 1] and link(before.text, "prev") is None
+        assert offsets(after.text) == [4] and 'class="grid records"' in after.text  # the view is kept
+        # search: keys, values (as shown), from the log start unless an offset is given
+        key = await client.get(url, params={"partition": 1, "q": "K3"})
+        assert offsets(key.text) == [3] and "1 of 5 record(s) scanned match" in key.text, key.text[-2000:]
+        assert link(key.text, "next") is None  # searched to the end
+        value = await client.get(url, params={"partition": 1, "q": '"n": 4', "view": "table"})
+        assert offsets(value.text) == [4]
+        header = await client.get(url, params={"partition": 1, "q": "h=v", "offset": 3})
+        assert offsets(header.text) == [3, 4]
+        none = await client.get(url, params={"partition": 1, "q": "nowhere"})
+        assert offsets(none.text) == [] and "0 of 5 record(s) scanned" in none.text
+        hexed = await client.get(url, params={"partition": 1, "offset": 0, "limit": 1, "mode": "hex"})
+        assert "00000000  7b 22 6e 22 3a 20 30 7d" in hexed.text and "|{&#34;n&#34;: 0}|" in hexed.text, \
+            hexed.text[-2000:]
+        for bad in ({"view": "grid"}, {"q": "a\tb"}, {"q": "x" * 201}):
+            assert (await client.get(url, params={"partition": 1, **bad})).status_code == 400, bad
+
+    run_console(path, body)
+
 def test_the_admin_token_logs_in_and_a_wrong_one_does_not(secured: SecuredBroker, tmp_path: Path) -> None:
     path = topology_file(tmp_path, secured, token=True)
 

@@ -84,8 +84,12 @@ def test_the_default_topology_map_places_sources_left_of_the_aggregate() -> None
 def test_records_render_as_json_text_or_hex_and_are_cut() -> None:
     assert views.render_bytes(b'{"a": 1}') == ("json", '{\n  "a": 1\n}')
     assert views.render_bytes(b"plain words") == ("text", "plain words")
-    assert views.render_bytes(b"\xff\x00") == ("hex", "ff 00")
-    assert views.render_bytes(b'{"a": 1}', "hex") == ("hex", "7b 22 61 22 3a 20 31 7d")
+    assert views.render_bytes(b"\xff\x00") == ("hex", "00000000  ff 00" + " " * 45 + "|..|")
+    # as hexdump -C: offset, 8 + 8 bytes, the ASCII beside (issue 41)
+    assert views.render_bytes(b'{"a": 1}', "hex") == ("hex", '00000000  7b 22 61 22 3a 20 31 7d' + " " * 27 + '|{"a": 1}|')
+    assert views.render_bytes(bytes(range(60, 78)), "hex")[1].splitlines() == [
+        "00000000  3c 3d 3e 3f 40 41 42 43  44 45 46 47 48 49 4a 4b  |<=>?@ABCDEFGHIJK|",
+        "00000010  4c 4d" + " " * 45 + "|LM|"]
     assert views.render_bytes(None) == ("null", "null")
     kind, text = views.render_bytes(b"x" * (views.VALUE_SHOWN_BYTES_MAX + 10))
     assert kind == "text" and text.endswith("10 more bytes not shown")
