@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.console.browser import axe_violations, format_violations, screenshot, text_of, wait_for
 from tests.deploy.conftest import UpRun
@@ -238,7 +240,7 @@ def test_console_in_a_browser(deployment: Deployment, browser: WebDriver) -> Non
     d.get(dep.url + "/flows")
     check_page(d, "10-flows")
     _act(d, "pause", "east-to-agg")
-    wait_for(d, lambda drv: "pause requested" in drv.page_source, "the pause acknowledged", 20)
+    assert "pause requested" in (text_of(d, "p.notice") or ""), d.page_source
 
     def paused_shown(drv: WebDriver) -> bool:
         drv.get(dep.url + "/flows")
@@ -247,13 +249,13 @@ def test_console_in_a_browser(deployment: Deployment, browser: WebDriver) -> Non
     wait_for(d, paused_shown, "east-to-agg shown paused by its worker", 30)
     screenshot(d, "11-flows-paused", full_page=True)
     _act(d, "resume", "east-to-agg")
+    assert "resume requested" in (text_of(d, "p.notice") or ""), d.page_source
     wait_for(d, lambda drv: not paused_shown(drv), "east-to-agg running again", 30)
 
     # A read-only user: the brokers refuse the pause; the flow keeps running.
     login(d, dep.url, "viewer", PASSWORDS["viewer"])
     d.get(dep.url + "/flows")
-    _act(d, "pause", "west-to-agg")
-    notice = wait_for(d, lambda drv: text_of(drv, "p.notice"), "the refusal", 20)
+    notice = _act(d, "pause", "west-to-agg")
     assert "refused" in notice and "WRITE" in notice.upper(), notice
     screenshot(d, "12-flows-refused", full_page=True)
     d.get(dep.url + "/flows")
@@ -262,6 +264,12 @@ def test_console_in_a_browser(deployment: Deployment, browser: WebDriver) -> Non
     check_page(d, "13-security")
 
 
-def _act(d: WebDriver, action: str, flow: str) -> Any:
+def _act(d: WebDriver, action: str, flow: str) -> str:
+    """Confirm and submit a flow action, then wait for the server's answer page (its notice):
+    a click only starts the form's navigation, and the next d.get() would cancel a POST not
+    yet sent (the resume that never reached the console, on a loaded CI machine)."""
     d.find_element(By.ID, f"confirm-{action}-{flow}").click()
-    d.find_element(By.ID, f"{action}-{flow}").click()
+    button = d.find_element(By.ID, f"{action}-{flow}")
+    button.click()
+    WebDriverWait(d, 30).until(EC.staleness_of(button))  # the flows page was left
+    return wait_for(d, lambda drv: text_of(drv, "p.notice"), f"the answer to {action} {flow}", 30)
