@@ -235,6 +235,7 @@ class MapEdge:
     path: str  # SVG path data
     label_x: int
     label_y: int
+    top: int  # the highest point of its curve or its labels
 
 
 @dataclass(frozen=True)
@@ -261,9 +262,19 @@ def _depths(topology: Topology) -> dict[str, int]:
     return depth
 
 
+MAP_LABEL_ABOVE_PX = 30  # a flow's two label lines reach this far above label_y
+
+
 def map_layout(topology: Topology) -> MapLayout:
     """Datacenters, clusters and flows placed left to right in the direction data flows,
-    the warehouse after the cluster it loads from."""
+    the warehouse after the cluster it loads from. Flows that arc over a column (and their
+    labels) would rise above the top: everything moves down to keep them in the picture."""
+    first = _map_layout(topology, 0)
+    highest = min([MAP_MARGIN_PX, *(e.top for e in first.edges)])
+    return first if highest >= MAP_MARGIN_PX // 2 else _map_layout(topology, MAP_MARGIN_PX // 2 - highest)
+
+
+def _map_layout(topology: Topology, down_px: int) -> MapLayout:
     depth = _depths(topology)
     columns: dict[int, list[str]] = {}
     for name in sorted(topology.clusters, key=lambda n: (depth[n], topology.clusters[n].datacenter, n)):
@@ -277,7 +288,7 @@ def map_layout(topology: Topology) -> MapLayout:
             count = len(spec.brokers)
             nodes[name] = MapNode(name, name, f"{spec.datacenter} · {count} broker{'' if count == 1 else 's'}",
                                   "cluster", MAP_MARGIN_PX + col * MAP_COLUMN_PX,
-                                  MAP_MARGIN_PX + 20 + offset + row * MAP_ROW_PX)
+                                  MAP_MARGIN_PX + 20 + down_px + offset + row * MAP_ROW_PX)
     last_col = max(columns)
     if topology.warehouse is not None:
         src = nodes[topology.warehouse.source]
@@ -317,20 +328,24 @@ def _clearing_bend(a: MapNode, b: MapNode, others: list[MapNode]) -> int:
     blocking = [n for n in others if lo < n.x < hi and n.y - 12 <= y_line <= n.y + MAP_NODE_H + 12]
     if not blocking:
         return 0
-    top = min(n.y for n in blocking)
-    # The curve's middle rises half the bend above the chord: clear the top with room to spare.
-    return 2 * (y_line - top) + 48
+    # Clear the top of the blocking nodes' datacenter boxes and their labels (32 px above a
+    # node) with room to spare: the curve's middle rises half the bend above the chord.
+    top = min(n.y for n in blocking) - 32
+    return 2 * (y_line - top) + 24
 
 
 def _edge(name: str, a: MapNode, b: MapNode, bend: int) -> MapEdge:
     forward = b.x >= a.x
     x1 = a.x + (MAP_NODE_W if forward else 0)
     x2 = b.x + (0 if forward else MAP_NODE_W)
-    y1, y2 = a.y + MAP_NODE_H // 2 - bend // 3, b.y + MAP_NODE_H // 2 - bend // 3
+    lift = min(bend // 3, MAP_NODE_H // 2 - 8)  # the ends stay on the nodes' sides
+    y1, y2 = a.y + MAP_NODE_H // 2 - lift, b.y + MAP_NODE_H // 2 - lift
     mx, my = (x1 + x2) // 2, (y1 + y2) // 2 - bend
     # A quadratic curve's midpoint lies halfway between the control point and the chord's:
     # the two label lines go just above it.
-    return MapEdge(name, a.id, b.id, f"M {x1} {y1} Q {mx} {my} {x2} {y2}", mx, (y1 + y2) // 2 - bend // 2 - 10)
+    label_y = (y1 + y2) // 2 - bend // 2 - 10
+    top = min(y1, y2, (y1 + 2 * my + y2) // 4, label_y - MAP_LABEL_ABOVE_PX)
+    return MapEdge(name, a.id, b.id, f"M {x1} {y1} Q {mx} {my} {x2} {y2}", mx, label_y, top)
 
 
 # ---- records ----------------------------------------------------------------------------------

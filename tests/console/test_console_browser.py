@@ -1,11 +1,13 @@
 """The console in a real browser (headless Chromium) against a running topology started by
 `dcmirror up`: three single-broker clusters in three datacenters with SCRAM on their client
-listener and the StandardAuthorizer, two flows into the aggregate with their workers' admin
-HTTP, and the console `dcmirror up` runs from [console].
+listener and the StandardAuthorizer, two flows into the aggregate and one from west to east
+(so west -> agg skips a column of the map) with their workers' admin HTTP, and the console
+`dcmirror up` runs from [console].
 
 What a user sees is checked, and each page is kept as a screenshot (tests/artifacts/console/,
 or $DCMIRROR_TEST_ARTIFACTS) and checked by axe-core (no serious or critical violation):
-- the map shows both flows with rate and lag, green;
+- the map shows every flow with rate and lag, green, no arrow through a cluster it does not
+  join and no label over a cluster or another label (a flow skipping a column arcs over it);
 - a worker stopped (SIGSTOP: it answers nothing) turns its arrow red, and green again;
 - a datacenter whose broker stops answering is drawn cut off, and whole again;
 - the record browser finds a record by offset and by time and follows it to its copy in
@@ -24,7 +26,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -80,6 +81,10 @@ def _topology(root: Path) -> tuple[Path, dict[str, str], int]:
         lines += ["[[mirrors]]", f'source = "{source}"', 'target = "agg"', 'topics = "pageviews"',
                   f'workers_http = ["127.0.0.1:{free_port()}"]',
                   'config = { "topic.refresh.ms" = "1000", "flow.control.poll.ms" = "500" }', ""]
+    # west -> east as well: west -> agg then skips east's column (drawn as an arc over it).
+    lines += ["[[mirrors]]", 'source = "west"', 'target = "east"', 'topics = "pageviews"',
+              f'workers_http = ["127.0.0.1:{free_port()}"]',
+              'config = { "topic.refresh.ms" = "1000", "flow.control.poll.ms" = "500" }', ""]
     console_port = free_port()
     (root / "console.token").write_text("console-browser-token\n")
     lines += ["[console]", f'listen = "127.0.0.1:{console_port}"', 'auth_token = "${dir:.:console.token}"',
@@ -158,6 +163,52 @@ def flow_level(driver: WebDriver, flow: str) -> str | None:
     return None
 
 
+FLOWS = ("east-to-agg", "west-to-agg", "west-to-east")
+
+# Points along each flow's arrow (not within 2 px of its own ends' boxes) that fall in another
+# cluster's box or a datacenter's label, flow labels that overlap those or each other, and
+# anything of a flow outside the picture: in the SVG's own coordinates, as Chromium laid
+# them out.
+_OVERLAPS_JS = """
+const inside = (p, r, pad) => p.x > r.x - pad && p.x < r.x + r.width + pad && p.y > r.y - pad && p.y < r.y + r.height + pad;
+const meets = (a, b) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+const nodes = {};
+document.querySelectorAll('#map g.node').forEach(g => { nodes[g.dataset.node] = g.querySelector('rect').getBBox(); });
+const found = [];
+const labels = [];
+const view = document.querySelector('#map svg').viewBox.baseVal;
+const obstacles = Object.entries(nodes);
+document.querySelectorAll('#map g.dc text.dc-label').forEach(t => obstacles.push(['the label of datacenter ' + t.parentNode.dataset.dc, t.getBBox()]));
+document.querySelectorAll('#map g.flow').forEach(g => {
+  const flow = g.dataset.flow, path = g.querySelector('path');
+  const ends = path.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
+  const a = {x: ends[0], y: ends[1]}, b = {x: ends[ends.length - 2], y: ends[ends.length - 1]};
+  const total = path.getTotalLength();
+  for (let i = 0; i <= 200; i++) {
+    const p = path.getPointAtLength(total * i / 200);
+    if (!inside(p, view, 0)) { found.push(flow + ' leaves the picture'); }
+    for (const [name, r] of obstacles) {
+      if (inside(a, r, 2) || inside(b, r, 2)) continue;
+      if (inside(p, r, 0)) { found.push(flow + ' runs through ' + name); break; }
+    }
+  }
+  g.querySelectorAll('text').forEach(t => labels.push([flow, t.getBBox()]));
+});
+for (const [flow, box] of labels) {
+  if (box.y < view.y || box.y + box.height > view.y + view.height || box.x < view.x || box.x + box.width > view.x + view.width)
+    found.push(flow + "'s label leaves the picture");
+  for (const [name, r] of obstacles) if (meets(box, r)) found.push(flow + "'s label covers " + name);
+}
+for (let i = 0; i < labels.length; i++) for (let j = i + 1; j < labels.length; j++)
+  if (labels[i][0] !== labels[j][0] && meets(labels[i][1], labels[j][1])) found.push(labels[i][0] + "'s label covers " + labels[j][0] + "'s");
+return [...new Set(found)];
+"""
+
+
+def map_overlaps(driver: WebDriver) -> list[str]:
+    return list(driver.execute_script(_OVERLAPS_JS))
+
+
 def child_pid(dep: Deployment, name: str) -> int:
     pids = dep.up.child_pids()
     assert name in pids, f"no child {name!r} in {sorted(pids)}"
@@ -171,12 +222,14 @@ def test_console_in_a_browser(deployment: Deployment, browser: WebDriver) -> Non
     check_page(d, "01-login")
     login(d, dep.url, "admin", PASSWORDS["admin"])
 
-    # The map: both flows with their rate and lag, green once everything is mirrored.
-    for flow in ("east-to-agg", "west-to-agg"):
+    # The map: every flow with its rate and lag, green once everything is mirrored; nothing
+    # drawn over anything else (west -> agg skips east's column).
+    for flow in FLOWS:
         wait_for(d, lambda drv, f=flow: flow_level(drv, f) == "ok" and "lag 0 rec" in (
             text_of(drv, f'[data-flow-text="{f}"]') or ""), f"flow {flow} green with lag 0", 60)
     assert "rec/s" in (text_of(d, '[data-flow-text="east-to-agg"]') or "")
     check_page(d, "02-map")
+    assert map_overlaps(d) == [], map_overlaps(d)
 
     # A stopped worker: red on the map without a reload, then green again.
     worker = child_pid(dep, "mirror east-to-agg-w0")

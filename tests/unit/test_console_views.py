@@ -218,3 +218,6 @@ topics = "orders"
         if east.x <= x <= east.x + views.MAP_NODE_W:
             assert y < east.y, (t, x, y, east)
     assert skip.label_y < east.y  # its label too
+    # ... and everything stays in the picture: the arc and its two label lines below the top
+    assert all(e.top >= 0 for e in layout.edges), [(e.id, e.top) for e in layout.edges]
+    assert skip.label_y - views.MAP_LABEL_ABOVE_PX >= 0 and min(my, y1, y2) > -layout.height
