@@ -537,6 +537,10 @@ class Partition:
                 target = min(end_offset, own_end)
         self.follower.needs_truncation = not done
         if target >= lg.log_end_offset:
+            # Nothing to cut, but an epoch this replica started as leader without writing a
+            # batch in it ends here: the leader's batches that follow may be of an older
+            # epoch, which that entry would contradict (as Kafka's UnifiedLog.truncateTo).
+            lg.leader_epochs.truncate_from_end(lg.log_end_offset)
             return None
         before = lg.log_end_offset
         lg.truncate_to(target, now_ms)

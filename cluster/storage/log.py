@@ -266,15 +266,47 @@ class Log:
         report = RecoveryReport(recovery_point, 0, 0, 0, 0, 0, 0, clean, reasons)
         epoch_entries_before = list(self.leader_epochs.entries)
         i = 0
+        floor_epoch = -1  # the leader epoch of the last batch kept so far
+        scanned_from: int | None = None
         while i < len(self.segments):
             seg = self.segments[i]
+            stale = self._stale_segment(self.segments[i - 1], seg, floor_epoch) if i else None
+            if stale is not None:
+                # A segment a truncation deleted, brought back because the deletion never
+                # reached the disk before a crash: its batches are an older history than the
+                # ones before it, which replaced them.
+                report.reasons.append(f"segment {seg.base_offset} dropped: {stale}")
+                seg.delete()
+                del self.segments[i]
+                del self._bases[i]
+                report.segments_deleted += 1
+                continue
             next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
             trusted = clean or (next_base is not None and next_base <= recovery_point)
             if trusted:
                 seg.load_trusted(next_base)
+                floor_epoch = max(floor_epoch, seg.last_leader_epoch)
                 i += 1
                 continue
-            result: RecoveryResult = seg.recover(self._replay_epoch)
+            if scanned_from is None:
+                # Which epoch started where, from here on, is what the batches say: an entry
+                # the cache kept for offsets whose batches were lost or replaced would
+                # contradict them.
+                scanned_from = seg.base_offset
+                self.leader_epochs.entries = [(e, o) for e, o in self.leader_epochs.entries if o < scanned_from]
+            floor = [floor_epoch]
+
+            def replay(header: BatchHeader, floor: list[int] = floor) -> str | None:
+                epoch = header.partition_leader_epoch
+                if 0 <= epoch < floor[0]:
+                    return (f"batch at offset {header.base_offset} has leader epoch {epoch}, after a batch of "
+                            f"epoch {floor[0]}: left from before a truncation")
+                floor[0] = max(floor[0], epoch)
+                self._replay_epoch(header)
+                return None
+
+            result: RecoveryResult = seg.recover(replay)
+            floor_epoch = floor[0]
             report.segments_scanned += 1
             report.bytes_scanned += result.bytes_scanned
             report.batches += result.batches
@@ -308,6 +340,17 @@ class Log:
                 report.bytes_truncated, report.segments_deleted,
                 (" (" + "; ".join(report.reasons) + ")") if report.reasons else "", self.log_end_offset,
             )
+
+    @staticmethod
+    def _stale_segment(before: LogSegment, seg: LogSegment, floor_epoch: int) -> str | None:
+        """Why `seg` cannot follow `before` in one log (None: it can). A replica's offsets
+        only grow and its batches' leader epochs never go back (KIP-101)."""
+        if seg.base_offset < before.next_offset:
+            return f"it starts at offset {seg.base_offset}, inside the segment before (which ends at {before.next_offset})"
+        first = seg.first_leader_epoch()
+        if first is not None and 0 <= first < floor_epoch:
+            return f"its first batch has leader epoch {first}, below epoch {floor_epoch} of the batch before"
+        return None
 
     def _replay_epoch(self, header: BatchHeader) -> None:
         self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)

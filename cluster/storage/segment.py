@@ -78,6 +78,9 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self._indexes_missing = False
         self._fd = -1
+        # The leader epoch of the last batch with one (-1: none known), as loaded or appended:
+        # a replica's batches never go back to an older epoch (Log._load checks the next one).
+        self.last_leader_epoch = -1
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class LogSegment:
             self.offset_index.load(self.size_bytes)
             last = self._last_batch_from_index()
             self.next_offset = last.next_offset if last else self.base_offset
+            self.last_leader_epoch = last.partition_leader_epoch if last else -1
             if next_offset_hint is not None and self.next_offset > next_offset_hint:
                 raise CorruptIndex(f"{self.log_path}: index points past the next segment")
             self.time_index.load(self.next_offset)
@@ -134,11 +138,22 @@ class LogSegment:
             self._track(pos, header)
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
+    def first_leader_epoch(self) -> int | None:
+        """The leader epoch of the first batch (None: an empty or unreadable start)."""
+        if self.size_bytes < BATCH_HEADER_SIZE:
+            return None
+        try:
+            header = read_header(os.pread(self._fd, BATCH_HEADER_SIZE, 0))
+        except (InvalidRecordBatch, ValueError):
+            return None
+        return header.partition_leader_epoch
+
+    def recover(self, on_batch: Callable[[BatchHeader], str | None] | None = None) -> RecoveryResult:
         """Validate every batch (length, CRC) and truncate at the first bad one.
 
         Indexes are rebuilt as the scan goes. `on_batch` sees each valid header (producer
-        state and leader epochs are rebuilt from it).
+        state and leader epochs are rebuilt from it) and may refuse it: a reason, and the
+        segment is cut before that batch as before a torn one.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -173,9 +188,12 @@ class LogSegment:
             if header.base_offset < expected_offset:
                 reason = f"batch at position {pos} has offset {header.base_offset} below {expected_offset}"
                 break
-            self._track(pos, header)
             if on_batch is not None:
-                on_batch(header)
+                refused = on_batch(header)
+                if refused is not None:
+                    reason = refused
+                    break
+            self._track(pos, header)
             expected_offset = header.next_offset
             pos += size
             batches += 1
@@ -216,6 +234,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
         self._bytes_since_index_entry = 0
+        self.last_leader_epoch = -1
 
     def _track(self, position: int, header: BatchHeader) -> None:
         """Index bookkeeping for a batch now at `position` (its offsets already final)."""
@@ -228,6 +247,8 @@ class LogSegment:
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += header.size_bytes
         self.next_offset = header.next_offset
+        if header.partition_leader_epoch >= 0:
+            self.last_leader_epoch = header.partition_leader_epoch
 
     def append(self, iovecs: Sequence[bytes | memoryview], batches: Sequence[BatchHeader]) -> None:
         """Write already-patched batches (as iovecs) and index them.

@@ -830,3 +830,37 @@ def test_recovery_point_after_reopen_and_file_sizes(tmp_path: Path) -> None:
     lg2 = reopen(tmp_path, config, recovery_point=lg.recovery_point)
     assert lg2.recovery_report is not None
     assert lg2.recovery_report.bytes_scanned == sum(os.path.getsize(p) for p in paths)
+
+
+@pytest.mark.parametrize("appended_after_cut", [1, 12])
+def test_a_segment_a_truncation_deleted_and_a_crash_brought_back_is_dropped(tmp_path: Path,
+                                                                              appended_after_cut: int) -> None:
+    """A follower cut its log at 20 (the leader's history diverged there), deleting the later
+    segments, and appended the leader's epoch-5 batches; the crash came before the deletions
+    reached the disk, so the old segments are back. They hold epoch-4 batches after epoch-5
+    ones (or offsets the segment before already holds): an older history, dropped at
+    recovery, and the leader-epoch cache agrees with what stays (replication simulation
+    seed 1000576 at stretch 4: the follower looped on UnexpectedAppendOffset for ever)."""
+    config = cfg(segment_bytes=400)
+    lg = new_log(tmp_path, config)
+    for i in range(40):
+        lg.append_as_leader(values_batch([f"old-{i}".encode()]), leader_epoch=4, now_ms=NOW)
+    lg.flush_segments(lg.log_end_offset)
+    d = tmp_path / f"{TOPIC}-0"
+    later = {p.name: p.read_bytes() for p in d.glob("*.log") if int(p.stem) > 20}
+    assert later, "the test needs segments past the cut"
+    assert lg.truncate_to(20, NOW) <= 20
+    cut_end = lg.log_end_offset
+    for i in range(appended_after_cut):
+        lg.append_as_leader(values_batch([f"new-{i}".encode()]), leader_epoch=5, now_ms=NOW)
+    end = lg.log_end_offset
+    crash(lg)
+    for name, content in later.items():
+        if not (d / name).exists():
+            (d / name).write_bytes(content)  # the deletion never reached the disk
+    back = reopen(tmp_path, config, recovery_point=0)
+    assert back.log_end_offset == end
+    assert [v for _, _, v in read_all(back)][cut_end:] == [f"new-{i}".encode() for i in range(appended_after_cut)]
+    assert back.leader_epochs.entries[-1] == (5, cut_end)
+    assert all(int(p.stem) < end for p in d.glob("*.log")), sorted(p.name for p in d.glob("*.log"))
+    assert any("dropped" in r for r in back.recovery_report.reasons), back.recovery_report

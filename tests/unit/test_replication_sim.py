@@ -36,6 +36,7 @@ REGRESSION_SEEDS = {
     1000039: 4,  # a follower's truncation stopped at the first answer (KIP-279; commit 772f52e)
     1000050: 4,  # the excuse keyed destroyed records by offset only (RF 2, min ISR 1)
     1000101: 4,  # records first committed by a deposed leader, committed after the destruction
+    1000576: 4,  # a segment a truncation deleted, back after a machine crash: the follower looped
 }
 ALL_BELOW = os.environ.get("DCMIRROR_REPLICATION_SEEDS")  # every seed below it, in place of the fixed set
 REPLAY = os.environ.get("DCMIRROR_REPLICATION_SEED")
