@@ -1,7 +1,9 @@
 """The topic and broker config names a dcmirror broker knows (its own definitions and Kafka's
 broker config table), for `topology check` and the commands that load a topology before they
-act: a misspelt name is refused at the file's line with the nearest known one, instead of
-failing later at `topology apply` against live brokers (topology/load.py `ConfigNames`)."""
+act: a misspelt name is refused at the file's line with the nearest known one, and a value
+the broker would refuse (not a number, out of range, not one of the choices) with the
+broker's own message, instead of failing later at `topology apply` against live brokers
+(topology/load.py `ConfigNames`)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from cluster.broker.config import (
     KAFKA_CONFIG_DEFS,
     KAFKA_STATIC_ONLY_CONFIGS,
     LOG_DEFAULT_DEFS,
+    broker_config_def,
     is_known_broker_config,
 )
+from cluster.common.config_def import InvalidConfig, parse_value
 from cluster.storage.config import EXTRA_TOPIC_CONFIG_DEFS, TOPIC_CONFIG_DEFS, topic_config_def
 
 
@@ -27,6 +31,18 @@ class BrokerConfigNames:
 
     def names(self, kind: str) -> Sequence[str]:
         return _topic_names() if kind == "topic" else _broker_names()
+
+    def problem(self, kind: str, name: str, value: str) -> str | None:
+        """The broker's own refusal of `value` for a known config (None: it takes it, or the
+        value is a ${provider:...} reference resolved only where the broker runs)."""
+        definition = topic_config_def(name) if kind == "topic" else broker_config_def(name)
+        if definition is None or "${" in value:
+            return None
+        try:
+            parse_value(definition, value)
+        except InvalidConfig as exc:
+            return str(exc)
+        return None
 
 
 @cache

@@ -191,6 +191,10 @@ class ConfigNames(Protocol):
         """Every `kind` config name, for suggestions."""
         ...
 
+    def problem(self, kind: str, name: str, value: str) -> str | None:
+        """Why a cluster would refuse `value` for the known config `name` (None: it takes it)."""
+        ...
+
 
 # A flow's client settings by prefix: the client configs each takes.
 _MIRROR_CLIENT_CONFIGS = {"producer.": PRODUCER_CONFIGS, "consumer.": CONSUMER_CONFIGS,
@@ -304,8 +308,12 @@ class _Loader:
         for name in out:
             if name in reserved:
                 self.fail(cpath + (name,), f"{name!r} is {why_reserved}, not in config")
-            if kind is not None and self.config_names is not None and not self.config_names.known(kind, name):
-                self.unknown_config(cpath + (name,), kind, name, self.config_names.names(kind))
+            if kind is not None and self.config_names is not None:
+                if not self.config_names.known(kind, name):
+                    self.unknown_config(cpath + (name,), kind, name, self.config_names.names(kind))
+                why = self.config_names.problem(kind, name, out[name])
+                if why is not None:
+                    self.fail(cpath + (name,), why)
         return out
 
     def unknown_config(self, path: KeyPath, kind: str, name: str, known: Sequence[str]) -> NoReturn:

@@ -1211,6 +1211,40 @@ config = { "source.sasl.username" = "app", "producer.linger.ms" = "10", "consume
     loads(base.replace('"min.insync.replicas"', '"min.insync.replica"'), check_files=False)
 
 
+def test_config_values_a_broker_would_refuse_are_errors_at_check() -> None:
+    """Issue 41: a known name with a value the broker refuses (not a number, out of range, not
+    one of the choices) failed only at `topology apply`: now at the file's line, in the
+    broker's own words (Kafka's ConfigException wording)."""
+    from deploy.config_names import CONFIG_NAMES
+    from topology.load import loads
+
+    base = """
+[clusters.east]
+datacenter = "east"
+brokers = ["127.0.0.1:19092"]
+config = { "log.retention.hours" = "24", "num.partitions" = "3" }
+[[topics]]
+cluster = "east"
+name = "orders"
+config = { "min.insync.replicas" = "1", "cleanup.policy" = "compact", "retention.ms" = "-1" }
+"""
+    loads(base, config_names=CONFIG_NAMES, check_files=False)
+    cases = [
+        ('"min.insync.replicas" = "1"', '"min.insync.replicas" = "two"',
+         r':9: topics\[0\]\.config\."min\.insync\.replicas": Invalid value two for configuration '
+         r"min\.insync\.replicas"),
+        ('"min.insync.replicas" = "1"', '"min.insync.replicas" = "0"', r"Value must be at least 1"),
+        ('"cleanup.policy" = "compact"', '"cleanup.policy" = "bogus"', r"String must be one of: compact, delete"),
+        ('"retention.ms" = "-1"', '"retention.ms" = "99999999999999999999"', r"Invalid value 99999999999999999999"),
+        ('"num.partitions" = "3"', '"num.partitions" = "three"',
+         r':5: clusters\.east\.config\."num\.partitions": Invalid value three'),
+    ]
+    for old, new, says in cases:
+        assert old in base
+        with pytest.raises(TopologyError, match=says):
+            loads(base.replace(old, new), config_names=CONFIG_NAMES, check_files=False)
+
+
 def test_the_default_topology_uses_only_known_config_names() -> None:
     from deploy.config_names import CONFIG_NAMES
     from topology.load import loads
