@@ -39,7 +39,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "Holds the warehouse (embedded metastore) while it runs. Exit 0: stopped, 1: warehouse in use, "
                     "2: bad config.")
     serve.add_argument("--config", required=True, help="topology file with a [warehouse] section")
+    serve.add_argument("--load-interval-ms", type=_load_interval_ms, metavar="MS",
+                       help="also run a load in the session every MS milliseconds, the first at once (as "
+                            "dcmirror-load.timer does from outside; a Kubernetes pod has no timer): "
+                            f"{LOAD_INTERVAL_MS_MIN} to {LOAD_INTERVAL_MS_MAX}")
     serve.set_defaults(func=cmd_warehouse_serve)
+
+
+LOAD_INTERVAL_MS_MIN = 1_000
+LOAD_INTERVAL_MS_MAX = 7 * 24 * 3_600_000
+
+
+def _load_interval_ms(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not (
+            LOAD_INTERVAL_MS_MIN <= int(text) <= LOAD_INTERVAL_MS_MAX):
+        raise argparse.ArgumentTypeError(
+            f"milliseconds from {LOAD_INTERVAL_MS_MIN} to {LOAD_INTERVAL_MS_MAX} in ASCII digits, not {text!r}")
+    return int(text)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -66,4 +82,4 @@ def cmd_warehouse_serve(args: argparse.Namespace) -> int:
     settings = settings_or_report(args.config, "dcmirror warehouse serve", sys.stderr)
     if settings is None:
         return 2
-    return serve(settings)
+    return serve(settings, load_interval_ms=args.load_interval_ms)

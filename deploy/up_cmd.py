@@ -175,7 +175,28 @@ def cmd_up(args: argparse.Namespace) -> int:
     topology = _checked_topology(args, "up")
     if topology is None:
         return 2
+    if (refused := _ports_refused(topology, args.config)) is not None:
+        print(refused, file=sys.stderr)
+        return 2
     return trio.run(functools.partial(run_up, topology, str(Path(args.config).resolve()), timeout_s=args.timeout))
+
+
+def _ports_refused(topology: Topology, config: str) -> str | None:
+    """Why `up` cannot start (an address it needs is taken, or wanted twice); None: it can."""
+    from deploy.ports import clashes, in_use, listen_addresses
+
+    addresses = listen_addresses(topology)
+    twice = clashes(addresses)
+    if twice:
+        return "dcmirror up: " + "; ".join(f"{second} is wanted by both {first.what} and {second.what}"
+                                           for first, second in twice) + f" in {config}"
+    taken = in_use(addresses)
+    if not taken:
+        return None
+    shown = "; ".join(f"{a} ({a.what})" for a in taken[:5]) + (f"; and {len(taken) - 5} more" if len(taken) > 5 else "")
+    return (f"dcmirror up: in use by another process: {shown}. Another `dcmirror up` of this file "
+            f"(`dcmirror status --config {config}`), or a process left from a killed one, or something else "
+            f"on those ports: stop it, or move the ports in {config}")
 
 
 def _say(text: str) -> None:

@@ -16,6 +16,10 @@ is refused before it is read. Loads go through the same code as
 `dcmirror load` (commands.run_load): the ledger makes them exactly once whichever process
 runs them, and a service killed mid-load leaves what a killed `dcmirror load` leaves.
 SIGTERM or SIGINT stops it: the request under way finishes first.
+
+With a load interval (`--load-interval-ms`) it also loads on its own, the first at once, then
+each interval after the previous one started (one at a time with the requests): a
+Kubernetes pod has no systemd timer, and another pod cannot reach the socket.
 """
 
 from __future__ import annotations
@@ -82,6 +86,15 @@ class WarehouseService:
         return 200, {"exit_code": code, "output": out.getvalue(), "errors": err.getvalue()}
 
 
+def _scheduled_load(service: WarehouseService, out: Any) -> None:
+    """One load of the interval: its output (what `dcmirror load` prints) in the service's."""
+    _, doc = service.load({})
+    for text in (doc.get("output", ""), doc.get("errors", "")):
+        if text:
+            print(text.rstrip("\n"), file=out, flush=True)
+    print(f"warehouse service: scheduled load exited {doc.get('exit_code')}", file=out, flush=True)
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     service: WarehouseService
@@ -146,8 +159,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.slots.release()
 
 
-def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.stderr) -> int:
-    """Run until SIGTERM/SIGINT; 1 if the warehouse is in use by another process."""
+def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.stderr,
+          load_interval_ms: int | None = None) -> int:
+    """Run until SIGTERM/SIGINT; 1 if the warehouse is in use by another process. With
+    `load_interval_ms`, load every that many milliseconds too."""
     from spark_aggregate.commands import own_session
     from spark_aggregate.session import WarehouseBusy, ensure_database
 
@@ -173,8 +188,11 @@ def serve(settings: WarehouseSettings, out: Any = sys.stdout, err: Any = sys.std
             thread.start()
             print(f"warehouse service: Spark session ready; answering on {path}", file=out, flush=True)
             try:
+                next_load = time.monotonic()
                 while not stop.wait(0.5):
-                    pass
+                    if load_interval_ms is not None and time.monotonic() >= next_load:
+                        next_load = time.monotonic() + load_interval_ms / 1000
+                        _scheduled_load(server.service, out)
             finally:
                 server.shutdown()  # waits for serve_forever; a request under way finishes
                 server.server_close()

@@ -1340,7 +1340,10 @@ class ReplicationSim:
                 continue
             holdings = {r: self._holdings(self.brokers[r], key) for r in members}
             for offset, value in sorted(candidates):
-                if (key, offset, value) in self.destroyed:
+                # Destroyed before: again only if committed since (a producer's retry wrote
+                # it again, and a later crash took that copy too: seed 1000828, stretch 4).
+                before = self.destroyed.get((key, offset, value))
+                if before is not None and self.committed_at.get((key, offset, value), -1) <= before:
                     continue
                 if all(holdings[r].get(offset) != value and self.crash_lost.get((r, key), {}).get(offset) == value
                        for r in members):

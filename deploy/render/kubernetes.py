@@ -34,8 +34,11 @@ registry with a keystore needs a certificate for both names
 
 A topology with a [console] gets a Deployment `dcmirror-console` (one pod, on 0.0.0.0:8480)
 and its Service, reachable inside the Kubernetes cluster (expose it with an Ingress of your
-own). The warehouse service (load.service) is not rendered: each load runs as the CronJob's
-own Spark application on the warehouse volume.
+own). With the warehouse service (load.service = "true") the warehouse is a Deployment
+`dcmirror-warehouse` instead of the CronJob: one pod on the volume, one Spark session, loading
+every load.interval.ms itself (`dcmirror warehouse serve --load-interval-ms`); query it with
+`kubectl exec deploy/dcmirror-warehouse -- dcmirror warehouse sql --config
+/etc/dcmirror/topology.toml "..."`.
 """
 
 from __future__ import annotations
@@ -334,7 +337,7 @@ def _console_objects(checksum: str, o: KubernetesOptions) -> dict[str, dict[str,
 
 def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str, Any]]:
     """File name -> one Kubernetes object."""
-    from deploy.render.systemd import load_interval_ms
+    from deploy.render.systemd import load_interval_ms, warehouse_service
 
     o = options
     names = cluster_names(topology)
@@ -435,14 +438,12 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
     if topology.console is not None:
         objects |= _console_objects(checksum, o)
     interval = load_interval_ms(topology)
-    if topology.warehouse is not None and interval != 0:
+    if topology.warehouse is not None and warehouse_service(topology):
+        objects |= _warehouse_service_objects(interval, o)
+    elif topology.warehouse is not None and interval != 0:
         master = topology.warehouse.config.get("spark.master", "local[2]")
         labels = _labels("load", LOAD_JOB)
-        objects[f"persistentvolumeclaim-{WAREHOUSE_CLAIM}.yaml"] = {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": _meta(WAREHOUSE_CLAIM, o, labels),
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": o.warehouse_storage}}},
-        }
+        objects[f"persistentvolumeclaim-{WAREHOUSE_CLAIM}.yaml"] = _warehouse_claim(o, labels)
         objects[f"cronjob-{LOAD_JOB}.yaml"] = {
             "apiVersion": "batch/v1", "kind": "CronJob",
             "metadata": _meta(LOAD_JOB, o, labels),
@@ -477,6 +478,61 @@ def render(topology: Topology, options: KubernetesOptions) -> dict[str, dict[str
         for obj in objects.values():
             _with_secrets(obj, secrets)
     return objects
+
+
+def _warehouse_claim(o: KubernetesOptions, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": _meta(WAREHOUSE_CLAIM, o, labels),
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": o.warehouse_storage}}},
+    }
+
+
+WAREHOUSE_SERVICE = "dcmirror-warehouse"
+WAREHOUSE_STOP_S = 600  # SIGTERM lets the load under way finish (as the systemd unit's TimeoutStopSec)
+HOURLY_MS = 3_600_000
+
+
+def _warehouse_service_objects(interval: int | None, o: KubernetesOptions) -> dict[str, dict[str, Any]]:
+    """The warehouse service (load.service): one pod holding the warehouse volume and one Spark
+    session, loading every load.interval.ms itself (no CronJob: another pod could not reach
+    its Unix socket, nor hold the volume beside it). Queries: `kubectl exec` into it."""
+    labels = _labels("warehouse", WAREHOUSE_SERVICE)
+    command = ["dcmirror", "warehouse", "serve", "--config", TOPOLOGY_FILE]
+    if interval != 0:
+        command += ["--load-interval-ms", str(HOURLY_MS if interval is None else interval)]
+    return {
+        f"persistentvolumeclaim-{WAREHOUSE_CLAIM}.yaml": _warehouse_claim(o, labels),
+        f"deployment-{WAREHOUSE_SERVICE}.yaml": {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": _meta(WAREHOUSE_SERVICE, o, labels),
+            "spec": {
+                "replicas": 1,
+                # Never two pods on the volume: the old one stops before the new one starts.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": WAREHOUSE_STOP_S,
+                        "securityContext": _security(),
+                        "containers": [{
+                            "name": "warehouse",
+                            "image": o.image,
+                            "command": command,
+                            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                            "readinessProbe": {"exec": {"command": ["test", "-S", f"{WAREHOUSE_DIR}/warehouse.sock"]},
+                                               "periodSeconds": 10},
+                            "volumeMounts": [{"name": "warehouse", "mountPath": WAREHOUSE_DIR}, _topology_mount()],
+                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                        }],
+                        "volumes": [{"name": "warehouse", "persistentVolumeClaim": {"claimName": WAREHOUSE_CLAIM}},
+                                    _topology_volume()],
+                    },
+                },
+            },
+        },
+    }
 
 
 def _registry_objects(cluster: str, n: ClusterNames, spec: RegistrySpec, checksum: str,

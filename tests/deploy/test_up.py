@@ -238,3 +238,32 @@ def test_kill_9_of_up_leaves_no_process_of_the_topology(tmp_path: Path, up_runs:
     for node in ("east/node-1.log", "east/node-2.log", "aggregate/node-1.log"):
         text = (tmp_path / "data" / node).read_text()
         assert "the supervising process is gone" in text, f"{node}:\n{text[-2000:]}"
+
+
+def test_up_names_a_port_another_process_holds_and_starts_nothing(tmp_path: Path) -> None:
+    """A port of the topology already taken (another `dcmirror up`, a process left from a
+    killed one, a Kafka on it): `up` says which address and what of the topology wanted it,
+    exits 2 and starts no process (issue 41: the default's fixed ports)."""
+    import socket
+
+    from deploy.ports import listen_addresses
+
+    config = write_topology(tmp_path, {"east": 1, "aggregate": 1})
+    wanted = listen_addresses(load(config))
+    assert wanted[0].what.startswith("cluster east node 1, listener "), wanted
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind((wanted[-1].host, wanted[-1].port))
+    holder.listen()
+    try:
+        started = time.monotonic()
+        proc = dcmirror("up", "--config", str(config))
+        took_s = time.monotonic() - started
+    finally:
+        holder.close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"in use by another process: {wanted[-1]} ({wanted[-1].what})" in proc.stderr, proc.stderr
+    assert f"dcmirror status --config {config}" in proc.stderr and "Traceback" not in proc.stderr
+    assert "starting cluster" not in proc.stdout, proc.stdout
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.log"))
+    print(f"refused in {took_s:.1f} s")

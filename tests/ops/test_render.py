@@ -159,6 +159,10 @@ def test_load_timer_follows_load_interval(tmp_path: Path) -> None:
     timer = files["systemd/dcmirror-load.timer"]
     assert "OnBootSec=900s\nOnUnitActiveSec=900s\n" in timer and "OnCalendar" not in timer
     objects = kubernetes.render(load(every / "t.toml", check_files=False), kubernetes.KubernetesOptions())
+    command = objects["deployment-dcmirror-warehouse.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-2:] == ["--load-interval-ms", "900000"]
+    (every / "plain.toml").write_text((text % "900000").replace('"load.service" = "true"', ""))
+    objects = kubernetes.render(load(every / "plain.toml", check_files=False), kubernetes.KubernetesOptions())
     assert objects["cronjob-dcmirror-load.yaml"]["spec"]["schedule"] == "*/15 * * * *"
 
     never = tmp_path / "never"
@@ -166,7 +170,10 @@ def test_load_timer_follows_load_interval(tmp_path: Path) -> None:
     (never / "t.toml").write_text(text % "0")
     files = systemd.render(load(never / "t.toml", check_files=False), systemd.SystemdOptions())
     assert "systemd/dcmirror-load.timer" not in files and "systemd/dcmirror-load.service" in files
-    assert "cronjob-dcmirror-load.yaml" not in kubernetes.render(load(never / "t.toml", check_files=False), kubernetes.KubernetesOptions())
+    objects = kubernetes.render(load(never / "t.toml", check_files=False), kubernetes.KubernetesOptions())
+    assert "cronjob-dcmirror-load.yaml" not in objects
+    command = objects["deployment-dcmirror-warehouse.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--load-interval-ms" not in command  # it serves queries, loads only when asked
 
 
 def test_cron_schedules() -> None:
@@ -195,7 +202,7 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
     docs = objects_in(out)
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs.values())
     assert kinds == sorted(
-        [("ConfigMap", "dcmirror-topology"), ("CronJob", "dcmirror-load"),
+        [("ConfigMap", "dcmirror-topology"), ("Deployment", "dcmirror-warehouse"),
          ("PersistentVolumeClaim", "dcmirror-warehouse"),
          ("StatefulSet", "mirror-east-to-aggregate"), ("StatefulSet", "mirror-west-to-aggregate"),
          ("Service", "mirror-east-to-aggregate"), ("Service", "mirror-west-to-aggregate"),
@@ -265,7 +272,26 @@ def test_kubernetes_manifests_of_the_default_topology(tmp_path: Path) -> None:
                                 "print(worker_index('hostname'))"], cwd=REPO, capture_output=True, text=True,
                                env={**os.environ, "HOSTNAME": f"mirror-{flow}-1"}, timeout=30)
         assert shown.stdout.strip() == "1", shown.stderr
-    cron = docs["cronjob-dcmirror-load.yaml"]["spec"]
+    # The default's warehouse service (load.service): one pod on the warehouse volume that
+    # loads hourly itself (a CronJob's pod could not reach its socket nor share the volume).
+    warehouse = docs["deployment-dcmirror-warehouse.yaml"]["spec"]
+    assert (warehouse["replicas"], warehouse["strategy"]) == (1, {"type": "Recreate"})
+    pod = warehouse["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["dcmirror", "warehouse", "serve", "--config", "/etc/dcmirror/topology.toml",
+                                    "--load-interval-ms", "3600000"]
+    assert container["readinessProbe"]["exec"]["command"] == ["test", "-S", "/var/lib/dcmirror/warehouse/warehouse.sock"]
+    assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
+        "warehouse": "/var/lib/dcmirror/warehouse", "topology": "/etc/dcmirror", "secrets": "/etc/dcmirror-secrets"}
+    assert {"name": "warehouse", "persistentVolumeClaim": {"claimName": "dcmirror-warehouse"}} in pod["volumes"]
+    assert pod["terminationGracePeriodSeconds"] == 600
+    # Without the service: a CronJob runs each load as its own Spark application.
+    without = tmp_path / "without-service.toml"
+    without.write_text((tmp_path / "topology.toml").read_text().replace('"load.service" = "true"', ""))
+    assert without.read_text() != (tmp_path / "topology.toml").read_text()
+    plain = kubernetes.render(load(without, check_files=False), kubernetes.KubernetesOptions())
+    assert "deployment-dcmirror-warehouse.yaml" not in plain
+    cron = plain["cronjob-dcmirror-load.yaml"]["spec"]
     assert (cron["schedule"], cron["concurrencyPolicy"]) == ("0 * * * *", "Forbid")
     (container,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["spark-submit", "--master", "local[2]", "--name", "dcmirror-load",

@@ -5,7 +5,7 @@ Shown with real processes: loads through the service load each record once (the 
 as standalone loads); queries answer from the running session (times printed beside the
 first, standalone-size start of the service); a bad query is a clear error and the service
 lives on; a second service is refused while the first holds the warehouse; SIGTERM removes
-the socket; after kill -9 the socket file left behind does not fool the commands — they run
+the socket; with --load-interval-ms it loads by itself; after kill -9 the socket file left behind does not fool the commands — they run
 in a session of their own again.
 """
 
@@ -31,11 +31,11 @@ ANSWERED = "(answered by the warehouse service"
 
 
 class Service:
-    def __init__(self, topology: Path) -> None:
+    def __init__(self, topology: Path, *extra: str) -> None:
         self.lines: list[str] = []
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "--log-level", "WARNING", "warehouse",
-                                      "serve", "--config", str(topology)], cwd=REPO, stdout=subprocess.PIPE,
+                                      "serve", "--config", str(topology), *extra], cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -45,8 +45,12 @@ class Service:
             self.lines.append(line.rstrip())
 
     def wait_ready(self, timeout_s: float = 300) -> float:
+        return self.wait_for_line("answering on", timeout_s)
+
+    def wait_for_line(self, text: str, timeout_s: float = 300) -> float:
+        """Until a line of its output holds `text` (the timeout is a ceiling, not a delay)."""
         deadline = time.monotonic() + timeout_s
-        while not any("answering on" in line for line in self.lines):
+        while not any(text in line for line in self.lines):
             assert self.proc.poll() is None and time.monotonic() < deadline, "\n".join(self.lines)
             time.sleep(0.2)
         return time.monotonic() - self.started
@@ -110,21 +114,25 @@ def test_loads_and_queries_through_one_long_lived_session(tmp_path: Path) -> Non
         assert service.proc.wait(60) == 0, "\n".join(service.lines)
         assert not sock.exists()
 
-        # kill -9: the socket file stays; commands find nobody behind it and run on their own
-        service = Service(topology)
-        service.wait_ready()
+        # With a load interval it loads by itself, the first at once (the Kubernetes form: no
+        # timer outside); then kill -9: the socket file stays, and commands find nobody behind
+        # it and run on their own.
+        feed.produce("c.east.pageviews", 2, 200, source="east")
+        service = Service(topology, "--load-interval-ms", "3600000")
+        service.wait_for_line("scheduled load exited 0")
+        assert any("loaded 200 rows" in line for line in service.lines), "\n".join(service.lines)
         service.kill_group()
         assert sock.exists()
         alone, alone_s = _timed(count)
         assert alone.returncode == 0 and ANSWERED not in alone.stderr, alone.stderr
-        assert alone.stdout.strip().splitlines()[-1] == '[{"n":800}]'
+        assert alone.stdout.strip().splitlines()[-1] == '[{"n":1000}]'
         # Its own JVM's warnings went to <warehouse>/spark.log, not to the user (issue 41: 9
         # lines before the answer of `warehouse sql`, 239 of 253 in `dcmirror load`).
         noise = [line for line in (alone.stdout + alone.stderr).splitlines()
                  if " WARN " in line or "WARNING" in line or line.startswith("\tat ") or "log4j" in line
                  or "Setting default log level" in line]
         assert not noise, noise
-        assert alone.stdout.strip().splitlines() == ['[{"n":800}]'], alone.stdout
+        assert alone.stdout.strip().splitlines() == ['[{"n":1000}]'], alone.stdout
         assert (warehouse / "spark.log").stat().st_size > 0
         print(f"after kill -9 of the service: a standalone query {alone_s:.1f} s")
     finally:

@@ -99,3 +99,17 @@ def test_a_command_runs_through_its_own_parser() -> None:
     args = build_parser(cli._command_word(["produce", "--topic", "status"])).parse_args(
         ["produce", "--topic", "status", "--bootstrap", "h:1"])
     assert args.command == "produce" and args.topic == "status" and args.func is not None
+
+
+def test_warehouse_serve_load_interval_is_ascii_digits_within_bounds(capsys) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    parser = build_parser("warehouse")
+    args = parser.parse_args(["warehouse", "serve", "--config", "t.toml", "--load-interval-ms", "900000"])
+    assert args.load_interval_ms == 900_000
+    assert parser.parse_args(["warehouse", "serve", "--config", "t.toml"]).load_interval_ms is None
+    for bad in ("²", "١٠٠٠", "-1000", "999", "604800001", "1e6", "99999999999999999999", ""):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(["warehouse", "serve", "--config", "t.toml", "--load-interval-ms", bad])
+        assert exited.value.code == 2
+        assert "milliseconds from 1000 to 604800000 in ASCII digits" in capsys.readouterr().err, bad

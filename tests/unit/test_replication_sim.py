@@ -37,6 +37,7 @@ REGRESSION_SEEDS = {
     1000050: 4,  # the excuse keyed destroyed records by offset only (RF 2, min ISR 1)
     1000101: 4,  # records first committed by a deposed leader, committed after the destruction
     1000576: 4,  # a segment a truncation deleted, back after a machine crash: the follower looped
+    1000828: 4,  # the checker: a record destroyed, written again by a retry, committed, destroyed again
 }
 ALL_BELOW = os.environ.get("DCMIRROR_REPLICATION_SEEDS")  # every seed below it, in place of the fixed set
 REPLAY = os.environ.get("DCMIRROR_REPLICATION_SEED")
