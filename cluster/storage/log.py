@@ -160,6 +160,12 @@ def plan_mirrored_append(name: str, log_start_offset: int, log_end_offset: int,
     return first_kept, (base if empty and base != log_end_offset else None)
 
 
+
+def _fingerprint(header: BatchHeader | None) -> tuple[int, int, int] | None:
+    """What a producer snapshot records of the batch the log ended with when it was taken:
+    base offset, leader epoch, CRC (None: an empty log)."""
+    return None if header is None else (header.base_offset, header.partition_leader_epoch, header.crc)
+
 class Log:
     """Append-only commit log of one partition, on disk under `<dir>/<topic>-<partition>`."""
 
@@ -367,12 +373,22 @@ class Log:
                 path.unlink()
                 continue
             try:
-                self.producer_state.load_snapshot(path.read_bytes())
-                start = max(offset, self.log_start_offset)
-                break
+                tail = self.producer_state.load_snapshot(path.read_bytes())
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring corrupt producer snapshot %s: %s", path, exc)
                 path.unlink()
+                continue
+            if tail is not None and tail != _fingerprint(self._batch_ending_at(offset)):
+                # Written for a history this log no longer has: a truncation deleted it, and
+                # a crash before the deletion reached the disk brought it back. Its producers
+                # would answer retries as duplicates of records that are not there.
+                log.warning("ignoring producer snapshot %s: the log's batch before offset %d is not the one it "
+                            "was taken after (another history of this log)", path, offset)
+                path.unlink()
+                self.producer_state = ProducerStateManager()
+                continue
+            start = max(offset, self.log_start_offset)
+            break
         replayed = 0
         idx = max(0, bisect.bisect_right(self._bases, start) - 1)
         for seg in self.segments[idx:]:
@@ -384,6 +400,14 @@ class Log:
                     self._index_completed(seg, self.producer_state.record(header, marker))
                     replayed += 1
         return replayed
+
+    def _batch_ending_at(self, offset: int) -> BatchHeader | None:
+        """The header of the batch whose last offset is `offset` - 1 (None: no such batch)."""
+        if offset <= self.log_start_offset or not self.segments:
+            return None
+        idx = max(0, bisect.bisect_right(self._bases, offset - 1) - 1)
+        found = self.segments[idx].find_position(offset - 1)
+        return found[1] if found is not None and found[1].next_offset == offset else None
 
     def _index_completed(self, seg: LogSegment, done: CompletedTxn | None) -> None:
         """An aborted transaction goes into the index of the segment holding its marker."""
@@ -738,7 +762,8 @@ class Log:
 
     def take_producer_snapshot(self) -> None:
         path = self.dir / f"{segment_name(self.log_end_offset)}.snapshot"
-        write_atomic(path, self.producer_state.to_snapshot(), fsync=False)
+        tail = self._batch_ending_at(self.log_end_offset)
+        write_atomic(path, self.producer_state.to_snapshot(_fingerprint(tail)), fsync=False)
         snapshots = sorted(self.dir.glob("*.snapshot"))
         for old in snapshots[:-_SNAPSHOTS_KEPT]:
             old.unlink(missing_ok=True)

@@ -207,10 +207,13 @@ class ProducerStateManager:
 
     # ---- snapshots -------------------------------------------------------------------
 
-    def to_snapshot(self) -> bytes:
+    def to_snapshot(self, log_tail: tuple[int, int, int] | None = None) -> bytes:
+        """The state as a snapshot file's bytes; `log_tail` is the log's last batch when taken
+        (base offset, leader epoch, CRC), for the loader to tell another history's snapshot."""
         return orjson.dumps(
             {
                 "version": 3,
+                "log_tail": list(log_tail) if log_tail is not None else None,
                 "ongoing": [[pid, first] for pid, first in self.ongoing.items()],
                 "carried": sorted(self.carried),
                 "producers": [
@@ -229,7 +232,9 @@ class ProducerStateManager:
             }
         )
 
-    def load_snapshot(self, data: bytes) -> None:
+    def load_snapshot(self, data: bytes) -> tuple[int, int, int] | None:
+        """Load a snapshot; returns the log tail it was taken after (None: not recorded, or
+        an empty log)."""
         doc = orjson.loads(data)
         if doc.get("version") not in (1, 2, 3):
             raise ValueError(f"unknown producer snapshot version {doc.get('version')!r}")
@@ -244,3 +249,5 @@ class ProducerStateManager:
             for b in p["batches"]:
                 entry.batches.append(BatchMetadata(*(int(x) for x in b)))
             self.producers[entry.producer_id] = entry
+        tail = doc.get("log_tail")  # absent in snapshots written before it was recorded
+        return (int(tail[0]), int(tail[1]), int(tail[2])) if tail else None

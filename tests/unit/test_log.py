@@ -864,3 +864,44 @@ def test_a_segment_a_truncation_deleted_and_a_crash_brought_back_is_dropped(tmp_
     assert back.leader_epochs.entries[-1] == (5, cut_end)
     assert all(int(p.stem) < end for p in d.glob("*.log")), sorted(p.name for p in d.glob("*.log"))
     assert any("dropped" in r for r in back.recovery_report.reasons), back.recovery_report
+
+
+def test_a_producer_snapshot_of_a_truncated_history_brought_back_by_a_crash_is_not_used(tmp_path: Path) -> None:
+    """A leader of epoch 3 wrote an idempotent producer's batch at offset 4 and snapshotted
+    its producers; as a follower it cut its log back to 4 (the snapshot went with it) and took
+    the new leader's batches, none of them that producer's. The crash came before the
+    snapshot's deletion reached the disk. Loading that snapshot would answer the producer's
+    retry of its batch as a duplicate at offset 4, which holds another record: acknowledged,
+    never stored (replication simulation seed 1002326, stretch 4). The snapshot records the
+    batch the log ended with; one whose batch is not in the log is not used."""
+    config = cfg()
+    lg = new_log(tmp_path, config)
+    for i in range(4):
+        lg.append_as_leader(values_batch([f"a-{i}".encode()]), leader_epoch=2, now_ms=NOW)
+    retried = encode_batch([b"retried-0", b"retried-1"], producer_id=1001, producer_epoch=0, base_sequence=0)
+    assert lg.append_as_leader(retried, leader_epoch=3, now_ms=NOW).base_offset == 4
+    for _ in range(11):
+        lg.append_as_leader(values_batch([b"old-history"]), leader_epoch=3, now_ms=NOW)
+    lg.take_producer_snapshot()  # at 17, as a roll takes it
+    d = tmp_path / f"{TOPIC}-0"
+    stale = {p.name: p.read_bytes() for p in d.glob("*.snapshot")}
+    assert list(stale) == ["00000000000000000017.snapshot"], list(stale)
+    assert lg.truncate_to(4, NOW) == 4
+    assert not list(d.glob("*.snapshot"))
+    while lg.log_end_offset < 20:
+        lg.append_as_leader(values_batch([b"new-history"]), leader_epoch=4, now_ms=NOW)
+    crash(lg)
+    for name, content in stale.items():
+        (d / name).write_bytes(content)  # its deletion never reached the disk
+    back = reopen(tmp_path, config, recovery_point=0)
+    assert 1001 not in back.producer_state.producers
+    assert not (d / "00000000000000000017.snapshot").exists()
+    again = back.append_as_leader(retried, leader_epoch=5, now_ms=NOW)
+    assert (again.base_offset, again.duplicate) == (20, False), again  # written, not a duplicate at 4
+    assert [v for o, _, v in read_all(back) if o >= 20] == [b"retried-0", b"retried-1"]
+    # A snapshot of this history is used as before: the retry is now a duplicate.
+    back.take_producer_snapshot()
+    crash(back)
+    kept = reopen(tmp_path, config, recovery_point=0)
+    assert 1001 in kept.producer_state.producers
+    assert kept.append_as_leader(retried, leader_epoch=5, now_ms=NOW).duplicate

@@ -38,6 +38,7 @@ REGRESSION_SEEDS = {
     1000101: 4,  # records first committed by a deposed leader, committed after the destruction
     1000576: 4,  # a segment a truncation deleted, back after a machine crash: the follower looped
     1000828: 4,  # the checker: a record destroyed, written again by a retry, committed, destroyed again
+    1002326: 4,  # a producer snapshot a truncation deleted, back after a crash: a retry acked as a duplicate
 }
 ALL_BELOW = os.environ.get("DCMIRROR_REPLICATION_SEEDS")  # every seed below it, in place of the fixed set
 REPLAY = os.environ.get("DCMIRROR_REPLICATION_SEED")
