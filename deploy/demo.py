@@ -126,11 +126,28 @@ def demo_text() -> str:
     return text.replace(service, '"load.service" = "false"', 1)
 
 
+PORT_TRIES = 50
+
+
 def demo_topology_text(text: str) -> str:
     """The default topology with every loopback address moved to a free port (data dirs
-    and the warehouse path are relative, so they land beside the file)."""
+    and the warehouse path are relative, so they land beside the file). The ports derived
+    from them (a broker's admin HTTP at its port + admin.http.port.offset) must be free and
+    distinct too: a set of ports where one is not is drawn again (deploy/ports.py, as `up`
+    checks them)."""
+    from deploy.ports import clashes, in_use, listen_addresses
+    from topology import loads
+
     ports = sorted({int(m) for m in ADDRESS.findall(text)})
-    mapping = dict(zip(ports, free_ports(len(ports)), strict=True))
+    for _ in range(PORT_TRIES):
+        moved = _moved(text, dict(zip(ports, free_ports(len(ports)), strict=True)))
+        addresses = listen_addresses(loads(moved, check_files=False))
+        if not clashes(addresses) and not in_use(addresses):
+            return moved
+    raise DemoFailed(f"no set of free ports for the demo's topology in {PORT_TRIES} draws")
+
+
+def _moved(text: str, mapping: dict[int, int]) -> str:
     return ADDRESS.sub(lambda m: f'"127.0.0.1:{mapping[int(m.group(1))]}"', text)
 
 

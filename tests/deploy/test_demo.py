@@ -52,6 +52,30 @@ def test_the_demo_topology_has_registries_orders_typed_tables_service_and_consol
     assert topology.console is not None and topology.console.listen.port not in (18480,)
 
 
+def test_the_demo_draws_its_ports_again_when_a_derived_port_clashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker's admin HTTP listens at its port + admin.http.port.offset (1000 in the
+    default): a draw of free ports where that lands on another drawn port made `dcmirror up`
+    refuse the README deployment test's topology (CI, once). The demo draws again."""
+    from deploy import demo
+    from deploy.ports import clashes, listen_addresses
+    from topology import default_topology_text, loads
+
+    text = default_topology_text()
+    ports = sorted({int(m) for m in demo.ADDRESS.findall(text)})
+    bad = [50_000 + i for i in range(len(ports))]
+    bad[-1] = bad[ports.index(19092)] + 1000  # east's first broker's admin HTTP port
+    good = [52_000 + 2 * i for i in range(len(ports))]
+    draws = iter([bad, good])
+    monkeypatch.setattr(demo, "free_ports", lambda count: next(draws))
+    moved = demo.demo_topology_text(text)
+    assert "127.0.0.1:52000" in moved and "127.0.0.1:50000" not in moved
+    assert clashes(listen_addresses(loads(moved, check_files=False))) == []
+    bad_text = demo._moved(text, dict(zip(ports, bad, strict=True)))
+    ((first, second),) = clashes(listen_addresses(loads(bad_text, check_files=False)))
+    assert first.port == second.port == bad[ports.index(19092)] + 1000
+    assert "cluster east node 1, admin HTTP" in (first.what, second.what), (first, second)
+
+
 def test_the_demo_reads_every_query_answer_and_checks_typed_sums() -> None:
     from deploy.demo import Orders, check_orders, query_answers
 
