@@ -160,11 +160,11 @@ def plan_mirrored_append(name: str, log_start_offset: int, log_end_offset: int,
     return first_kept, (base if empty and base != log_end_offset else None)
 
 
-
 def _fingerprint(header: BatchHeader | None) -> tuple[int, int, int] | None:
     """What a producer snapshot records of the batch the log ended with when it was taken:
     base offset, leader epoch, CRC (None: an empty log)."""
     return None if header is None else (header.base_offset, header.partition_leader_epoch, header.crc)
+
 
 class Log:
     """Append-only commit log of one partition, on disk under `<dir>/<topic>-<partition>`."""
@@ -274,6 +274,17 @@ class Log:
         i = 0
         floor_epoch = -1  # the leader epoch of the last batch kept so far
         scanned_from: int | None = None
+
+        def replay(header: BatchHeader) -> str | None:
+            nonlocal floor_epoch
+            epoch = header.partition_leader_epoch
+            if 0 <= epoch < floor_epoch:
+                return (f"batch at offset {header.base_offset} has leader epoch {epoch}, after a batch of "
+                        f"epoch {floor_epoch}: left from before a truncation")
+            floor_epoch = max(floor_epoch, epoch)
+            self._replay_epoch(header)
+            return None
+
         while i < len(self.segments):
             seg = self.segments[i]
             stale = self._stale_segment(self.segments[i - 1], seg, floor_epoch) if i else None
@@ -300,19 +311,7 @@ class Log:
                 # contradict them.
                 scanned_from = seg.base_offset
                 self.leader_epochs.entries = [(e, o) for e, o in self.leader_epochs.entries if o < scanned_from]
-            floor = [floor_epoch]
-
-            def replay(header: BatchHeader, floor: list[int] = floor) -> str | None:
-                epoch = header.partition_leader_epoch
-                if 0 <= epoch < floor[0]:
-                    return (f"batch at offset {header.base_offset} has leader epoch {epoch}, after a batch of "
-                            f"epoch {floor[0]}: left from before a truncation")
-                floor[0] = max(floor[0], epoch)
-                self._replay_epoch(header)
-                return None
-
             result: RecoveryResult = seg.recover(replay)
-            floor_epoch = floor[0]
             report.segments_scanned += 1
             report.bytes_scanned += result.bytes_scanned
             report.batches += result.batches

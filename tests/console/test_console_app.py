@@ -243,14 +243,7 @@ def test_group_pages_show_classic_and_kip848_groups(secured: SecuredBroker, tmp_
         c = Consumer({"bootstrap.servers": secured.internal, "group.id": group, "group.protocol": protocol,
                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
         c.subscribe(["orders"])
-        got = 0
-        for _ in range(100):  # until it was assigned and read the 5 records (bounded by polls)
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                got += 1
-                if got == 5:
-                    c.commit(asynchronous=False)
-                    break
+        got = _read_and_commit(c, 5)
         assert got == 5, f"{group} read {got} of 5"
         consumers.append(c)
     path = topology_file(tmp_path, secured, token=False)
@@ -326,15 +319,7 @@ def test_group_offsets_reset_and_group_delete_act_as_the_user(secured: SecuredBr
     c = Consumer({"bootstrap.servers": secured.internal, "group.id": "g-reset", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     c.subscribe(["orders"])
-    got = 0
-    for _ in range(100):  # until it read the 5 records of partition 1 (bounded by polls)
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got += 1
-            if got == 5:
-                c.commit(asynchronous=False)
-                break
-    assert got == 5
+    assert _read_and_commit(c, 5) == 5  # the 5 records of partition 1
     path = topology_file(tmp_path, secured, token=False)
     active = True
 
@@ -422,3 +407,17 @@ def test_group_actions_are_the_users_own(secured: SecuredBroker, tmp_path: Path)
         assert topic.status_code == 200 and "configs not described" in topic.text
 
     run_console(path, body)
+
+
+def _read_and_commit(consumer: Any, count: int) -> int:
+    """Poll until the consumer was assigned and read `count` records (bounded by 100 polls),
+    commit them; how many it read."""
+    got = 0
+    for _ in range(100):
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+            if got == count:
+                consumer.commit(asynchronous=False)
+                break
+    return got
