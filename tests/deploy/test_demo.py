@@ -57,18 +57,31 @@ def test_the_demo_draws_its_ports_again_when_a_derived_port_clashes(monkeypatch:
     default): a draw of free ports where that lands on another drawn port made `dcmirror up`
     refuse the README deployment test's topology (CI, once). The demo draws again."""
     from deploy import demo
-    from deploy.ports import clashes, listen_addresses
+    from deploy import ports as ports_module
+    from deploy.ports import Listen, clashes, listen_addresses
     from topology import default_topology_text, loads
 
     text = default_topology_text()
     ports = sorted({int(m) for m in demo.ADDRESS.findall(text)})
     bad = [50_000 + i for i in range(len(ports))]
     bad[-1] = bad[ports.index(19092)] + 1000  # east's first broker's admin HTTP port
+    taken = [51_000 + 2 * i for i in range(len(ports))]
     good = [52_000 + 2 * i for i in range(len(ports))]
-    draws = iter([bad, good])
+    draws = iter([bad, taken, good])
     monkeypatch.setattr(demo, "free_ports", lambda count: next(draws))
+    # Which ports are in use is decided here, not by the machine: on CI another test's
+    # listener held one of `good`'s derived ports and the demo drew a fourth time (StopIteration).
+    in_use_answers = []
+
+    def in_use(addresses: list[Listen]) -> list[Listen]:
+        held = [a for a in addresses if a.port in taken]
+        in_use_answers.append(bool(held))
+        return held
+
+    monkeypatch.setattr(ports_module, "in_use", in_use)
     moved = demo.demo_topology_text(text)
-    assert "127.0.0.1:52000" in moved and "127.0.0.1:50000" not in moved
+    assert "127.0.0.1:52000" in moved and "127.0.0.1:50000" not in moved and "127.0.0.1:51000" not in moved
+    assert in_use_answers == [True, False]  # the clashing draw is refused before any port is tried
     assert clashes(listen_addresses(loads(moved, check_files=False))) == []
     bad_text = demo._moved(text, dict(zip(ports, bad, strict=True)))
     ((first, second),) = clashes(listen_addresses(loads(bad_text, check_files=False)))
