@@ -48,6 +48,7 @@ from cluster.protocol.messages import (
     peek_api,
     response_schema,
 )
+from cluster.replication.fetch_sessions import FetchSessionCache
 
 Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
 # An internal call's handler: the frame's payload → the orjson answer.
@@ -133,8 +134,10 @@ class RequestRouter:
     def __init__(self, apis: Iterable[Api], *, ready: trio.Event, metadata: MetadataService,
                  observe: Callable[[int, float], None] | None = None, security: BrokerSecurity | None = None,
                  sasl: SaslHandlers | None = None, quotas: ClientQuotas | None = None,
-                 mirror_append: InternalHandler | None = None) -> None:
+                 mirror_append: InternalHandler | None = None,
+                 fetch_sessions: FetchSessionCache | None = None) -> None:
         self.apis: dict[int, Api] = {}
+        self.fetch_sessions = fetch_sessions  # a throttled fetch's dropped answer is sent again
         self.mirror_append = mirror_append  # MirrorAppend (a broker's; a controller has none)
         for api in apis:
             assert api.key not in self.apis, f"{api.key.api_name} is routed twice"
@@ -306,7 +309,12 @@ class RequestRouter:
             bandwidth_ms = bandwidth.record(user, client_id, fetched, now_ms)
             if max(bandwidth_ms, request_ms) > 0:
                 bandwidth.unrecord(user, client_id, fetched, now_ms)
-                answer = {"error_code": ErrorCode.none, "session_id": 0, "responses": []}
+                # The fetch session goes on (KAFKA-6946); what this answer held is sent again.
+                session_id = answer.get("session_id", 0)
+                session = self.fetch_sessions.get(session_id) if self.fetch_sessions and session_id else None
+                if session is not None:
+                    session.resend()
+                answer = {"error_code": ErrorCode.none, "session_id": session_id if session else 0, "responses": []}
                 response = None
         throttle_ms = max(bandwidth_ms, request_ms)
         if throttle_ms > 0:

@@ -151,7 +151,8 @@ class Broker:
         self.router = RequestRouter(apis, ready=self.ready, metadata=self.metadata,
                                     observe=self.request_metrics.observe_request, security=self.security,
                                     sasl=SaslHandlers(self.security, clock), quotas=self.quotas,
-                                    mirror_append=MirrorHandlers(self.replicas).handle_mirror_append)
+                                    mirror_append=MirrorHandlers(self.replicas).handle_mirror_append,
+                                    fetch_sessions=self.replicas.fetch_sessions)
         self.metrics = BrokerMetrics(self.replicas, self.cache, self.request_metrics, self.ready, clock, self.security,
                                      self.quotas)
 

@@ -94,7 +94,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("replica.fetch.response.max.bytes", int, 10_485_760, None, "Bytes a follower fetches per request", 1024),
         ConfigDef("replica.fetch.wait.max.ms", int, 500, None, "Longest a follower's fetch waits for data", 0),
         ConfigDef("max.incremental.fetch.session.cache.slots", int, 1000, None,
-                  "Incremental fetch sessions a leader keeps for its followers", 0),
+                  "Incremental fetch sessions a broker keeps for followers and consumers", 0),
         ConfigDef("replica.high.watermark.checkpoint.interval.ms", int, 5000, None,
                   "How often high watermarks are written to replication-offset-checkpoint", 1),
         ConfigDef("admin.http.listener", str, "", None,

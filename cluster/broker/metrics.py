@@ -154,6 +154,7 @@ class BrokerMetrics:
                 latency += histogram.samples(node | {"api": api_name(api_key)})
         health = self.partition_health()
         brokers = list(image.brokers.values())
+        sessions = self.replicas.fetch_sessions
         families: dict[str, tuple[str, str, list[Sample]]] = {
             "dcmirror_broker_records_in_total": ("counter", "Records appended by producers (MessagesInPerSec)",
                                                  per_topic("records_in")),
@@ -166,6 +167,23 @@ class BrokerMetrics:
                                                      per_topic("produce_errors")),
             "dcmirror_broker_replication_bytes_out_total": ("counter", "Record batch bytes sent to follower replicas",
                                                             [(node, float(m.replication_bytes_out))]),
+            "dcmirror_broker_fetch_sessions": ("gauge", "Incremental fetch sessions cached, of followers and consumers "
+                                               "(NumIncrementalFetchSessions)", [(node, float(len(sessions)))]),
+            "dcmirror_broker_fetch_session_partitions": ("gauge", "Partitions held in fetch sessions "
+                                                         "(NumIncrementalFetchPartitionsCached)",
+                                                         [(node, float(sessions.partitions_cached))]),
+            "dcmirror_broker_fetch_session_evictions_total": ("counter", "Fetch sessions evicted to make room for "
+                                                              "new ones (IncrementalFetchSessionEvictionsPerSec)",
+                                                              [(node, float(sessions.evictions))]),
+            "dcmirror_broker_fetch_requests_total": ("counter", "Fetch requests by fetcher (consumer, follower) and "
+                                                     "session (none, full, incremental)",
+                                                     [(node | {"fetcher": f, "session": k}, float(n))
+                                                      for (f, k), n in sorted(m.fetch_requests.items())]),
+            "dcmirror_broker_fetch_partitions_listed_total": ("counter", "Partitions named in fetch requests, by "
+                                                              "fetcher and session",
+                                                              [(node | {"fetcher": f, "session": k}, float(n))
+                                                               for (f, k), n in
+                                                               sorted(m.fetch_partitions_listed.items())]),
             "dcmirror_broker_isr_shrinks_total": ("counter", "Replicas leaving the ISR of a partition this broker leads (by the leader or the controller)",
                                                   [(node, float(m.isr_shrinks))]),
             "dcmirror_broker_isr_expands_total": ("counter", "Replicas joining the ISR of a partition this broker leads",

@@ -167,15 +167,50 @@ class ReplicaHandlers:
         session = None
         full = True
         names: list[str | None] = []
-        if req.replica_id >= 0 and getattr(req, "session_epoch", -1) >= 0:
-            # A follower: incremental fetch session (KIP-227); consumers stay sessionless.
-            session, full, error = self.replicas.fetch_sessions.open(req, req.replica_id)
+        follower = req.replica_id >= 0
+        if version >= 7:
+            # Incremental fetch sessions (KIP-227), for followers and consumers alike.
+            session, full, error = self.replicas.fetch_sessions.open(
+                req, owner=("replica", req.replica_id) if follower else ("principal", str(ctx.principal)),
+                privileged=follower, by_topic_id=version >= 13, now_ms=self.replicas.clock.now_ms())
             if error != ErrorCode.none:
                 return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": []}
+        self.replicas.metrics.fetch_request("follower" if follower else "consumer",
+                                            "none" if session is None else "full" if full else "incremental",
+                                            sum(len(t.partitions) for t in req.topics))
+        image = self.replicas.image
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        unknown: list[dict[str, Any]] = []
         if session is not None:
-            wanted = [FetchPartition(topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                     fp.current_leader_epoch, fp.log_start_offset)
-                      for (topic, _), fp in session.partitions.items()]
+            # Every fetch reads (and authorizes) the session's partitions, listed or not.
+            key_of: dict[str, str] = {}  # topic name -> the session's key for it
+            lost: dict[str, list[dict[str, Any]]] = {}  # topic ids no topic has (deleted, or created again)
+            allowed: dict[str, bool] = {}
+            wanted = []
+            for key, fp in session.partitions.items():
+                topic_key, index = key
+                name = topic_key
+                if session.by_topic_id:
+                    found = image.topics.get(topic_key)
+                    if found is None:
+                        gone = {**_denied_fetch(index), "error_code": ErrorCode.unknown_topic_id}
+                        session.include(key, gone, full)  # sent again once the id is known
+                        lost.setdefault(topic_key, []).append(gone)
+                        continue
+                    name = found.name
+                key_of[name] = topic_key
+                if not follower:
+                    if name not in allowed:
+                        allowed[name] = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
+                    if not allowed[name]:
+                        refused = _denied_fetch(index)
+                        session.include(key, refused, full)  # sent again once it is allowed
+                        by_topic.setdefault(name, []).append(refused)
+                        continue
+                wanted.append(FetchPartition(name, index, fp.fetch_offset, fp.partition_max_bytes,
+                                             fp.current_leader_epoch, fp.log_start_offset))
+            unknown = [{"topic": "", "topic_id": uuid.UUID(topic_key), "partitions": parts}
+                       for topic_key, parts in lost.items()]
         else:
             names = self._fetch_topic_names(version, req)
             denied = {name for name in names
@@ -184,6 +219,13 @@ class ReplicaHandlers:
                                      getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
                       for t, name in zip(req.topics, names, strict=True)
                       if name is not None and name not in denied for fp in t.partitions]
+            for t, named in zip(req.topics, names, strict=True):
+                if named is None:
+                    unknown.append({"topic": "", "topic_id": t.topic_id, "partitions": [
+                        {**_denied_fetch(fp.partition), "error_code": ErrorCode.unknown_topic_id}
+                        for fp in t.partitions]})
+                elif named in denied:
+                    by_topic[named] = [_denied_fetch(fp.partition) for fp in t.partitions]
         answers, _ = await self.replicas.fetch(wanted, replica_id=req.replica_id,
                                                max_wait_s=req.max_wait.total_seconds(),
                                                min_bytes=req.min_bytes, max_bytes=req.max_bytes,
@@ -191,21 +233,18 @@ class ReplicaHandlers:
                                                # KIP-392: v11+ consumers say their rack and may
                                                # be sent to, and served by, a follower
                                                client_rack=(req.rack_id or "") if version >= 11 and
-                                               req.replica_id < 0 else None)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        unknown: list[dict[str, Any]] = []
+                                               not follower else None)
         if session is None:
-            for t, name in zip(req.topics, names, strict=True):
-                if name is None:
-                    unknown.append({"topic": "", "topic_id": t.topic_id, "partitions": [
-                        {**_denied_fetch(fp.partition), "error_code": ErrorCode.unknown_topic_id}
-                        for fp in t.partitions]})
-                elif name in denied:
-                    by_topic[name] = [_denied_fetch(fp.partition) for fp in t.partitions]
-        for topic, resp in answers:
-            if session is None or session.include((topic, resp["partition_index"]), resp, full):
+            for topic, resp in answers:
                 by_topic.setdefault(topic, []).append(resp)
-        image = self.replicas.image
+        else:
+            answered = []
+            for topic, resp in answers:
+                key = (key_of[topic], resp["partition_index"])
+                if session.include(key, resp, full):
+                    by_topic.setdefault(topic, []).append(resp)
+                    answered.append(key)
+            session.answered(answered)
         return {"throttle_time": 0, "error_code": ErrorCode.none,
                 "session_id": session.session_id if session is not None else 0,
                 "responses": [{"topic": t, "topic_id": _topic_id(image, t), "partitions": ps}

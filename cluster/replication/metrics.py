@@ -24,6 +24,15 @@ class ReplicationMetrics:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.replication_bytes_out = 0
+        # Fetch requests and the partitions they listed, by (fetcher, session): fetcher
+        # "consumer" or "follower", session "none", "full" or "incremental" (KIP-227).
+        self.fetch_requests: dict[tuple[str, str], int] = {}
+        self.fetch_partitions_listed: dict[tuple[str, str], int] = {}
+
+    def fetch_request(self, fetcher: str, session: str, partitions_listed: int) -> None:
+        key = (fetcher, session)
+        self.fetch_requests[key] = self.fetch_requests.get(key, 0) + 1
+        self.fetch_partitions_listed[key] = self.fetch_partitions_listed.get(key, 0) + partitions_listed
 
     def topic(self, name: str) -> TopicCounters:
         counters = self.topics.get(name)

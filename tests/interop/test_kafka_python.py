@@ -126,3 +126,76 @@ def test_consumer_seek_to_middle_and_end_offsets(broker):
     by_p: dict[int, list] = {p: [r for r in recs if r.partition == p] for p in range(PARTITIONS)}
     tail = [r for p in range(PARTITIONS) for r in by_p[p][start[p]:]]
     assert_exact(tail, got, partitions=PARTITIONS, start_offsets=start)
+
+
+def test_fetch_sessions_through_a_full_cache_and_a_broker_restart(tmp_path):
+    """kafka-python 3 consumes in incremental fetch sessions (KIP-227). With one session slot
+    two consumers of 20 partitions each get every record: the first keeps its session, the
+    second goes on with full fetches (the cache refuses a session of the same rank, as
+    Kafka's). A broker restart loses the session: the consumer's next incremental fetch is
+    FETCH_SESSION_ID_NOT_FOUND, it opens a new one and reads what came after, once each."""
+    import time
+
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
+
+    from tests.cluster_helpers import create_topic
+    from tests.harness import BrokerProcess, free_port
+    from tests.ops.common import scrape, value
+
+    http = free_port()
+    broker = BrokerProcess(tmp_path / "broker", admin_http_listener=f"127.0.0.1:{http}",
+                           max_incremental_fetch_session_cache_slots=1).start()
+    topic, partitions = "kp-sessions", 20
+    consumers = []
+
+    def produce(start: int, count: int) -> None:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 2})
+        for i in range(start, start + count):
+            p.produce(topic, value=b"v%d " % i + b"." * 200, partition=i % partitions)  # 5 per 1 KiB fetch
+        assert p.flush(30) == 0
+
+    def read(c: KafkaConsumer, got: dict[int, list[int]], total: int) -> None:
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < total:
+            assert time.monotonic() < deadline, f"read {sum(map(len, got.values()))} of {total}"
+            for tp, msgs in c.poll(timeout_ms=200).items():
+                got[tp.partition] += [int(m.value[1:].split()[0]) for m in msgs]
+
+    try:
+        create_topic(broker.bootstrap, topic, partitions, 1)
+        produce(0, 400)
+        tps = [TopicPartition(topic, q) for q in range(partitions)]
+        seen: list[dict[int, list[int]]] = []
+        for _ in range(2):
+            c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100,
+                              max_partition_fetch_bytes=1024, request_timeout_ms=15000)
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            consumers.append(c)
+            seen.append({q: [] for q in range(partitions)})
+        for c, got in zip(consumers, seen, strict=True):
+            read(c, got, 400)
+        samples = scrape(f"http://127.0.0.1:{http}")
+        assert value(samples, "dcmirror_broker_fetch_sessions") == 1
+        assert value(samples, "dcmirror_broker_fetch_requests_total", fetcher="consumer", session="incremental") > 0
+        # The second consumer asks for a session in every fetch and is answered sessionless.
+        assert value(samples, "dcmirror_broker_fetch_requests_total", fetcher="consumer", session="none") >= 4
+
+        broker.stop()
+        broker.start()
+        produce(400, 400)
+        for c, got in zip(consumers, seen, strict=True):
+            read(c, got, 800)
+        time.sleep(0.5)
+        for c, got in zip(consumers, seen, strict=True):
+            for tp, msgs in c.poll(timeout_ms=300).items():
+                got[tp.partition] += [int(m.value[1:].split()[0]) for m in msgs]
+            assert got == {q: list(range(q, 800, partitions)) for q in range(partitions)}, "each record once, in order"
+        samples = scrape(f"http://127.0.0.1:{http}")
+        assert value(samples, "dcmirror_broker_fetch_sessions") == 1
+        assert value(samples, "dcmirror_broker_fetch_requests_total", fetcher="consumer", session="incremental") > 0
+    finally:
+        for c in consumers:
+            c.close()
+        broker.stop()

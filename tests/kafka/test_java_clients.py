@@ -41,7 +41,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from cluster.groups.records import partition_for
 from tests.cluster_helpers import NotYet, create_topic, metadata, partitions_of, wait_until
 from tests.fault_workload import fault_rng, wait_fully_replicated
-from tests.harness import REPO, BrokerProcess, ClusterProcesses
+from tests.harness import REPO, BrokerProcess, ClusterProcesses, free_port
+from tests.ops.common import scrape
+from tests.ops.common import value as sample
 from tests.peers.fetch import classpath
 from tests.peers.kafka import KafkaCluster, java, tool_log_config
 
@@ -183,6 +185,68 @@ def test_consumer_group_two_members_split_the_topic(driver: JavaDriver, dcmirror
     ends = {q: count // partitions for q in range(partitions)}
     assert {int(q): off for m in members for q, off in m["committed"].items()} == ends
     assert committed_offsets(bootstrap, group, topic, partitions) == ends
+
+
+# --------------------------------------------------------------------------- fetch sessions (KIP-227)
+
+
+def test_java_consumer_fetch_session_follows_partitions_added_and_removed(driver: JavaDriver,
+                                                                          tmp_path: Path) -> None:
+    """The Java consumer opens an incremental fetch session (KIP-227) and keeps it while its
+    partitions change: 120 partitions of one topic read from the start, 40 of another added,
+    all but 30 of the first removed, then late records to every partition of the first: it
+    reads every record once, the late ones of the partitions it kept and none of the others,
+    and its fetches were incremental, naming a few partitions each, not all of them."""
+    http = free_port()
+    broker = BrokerProcess(tmp_path / "broker", admin_http_listener=f"127.0.0.1:{http}").start()
+    try:
+        first, second, keep, late = ("sessions-a", 120), ("sessions-b", 40), 30, 600
+        bootstrap = broker.bootstrap
+        expected: dict[str, dict[int, list[int]]] = {}
+        for (topic, partitions), count in ((first, 1200), (second, 400)):
+            create_topic(bootstrap, topic, partitions, 1)
+            p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 2})
+            for i in range(count):
+                p.produce(topic, value=b"v%d" % i, partition=i % partitions)
+            assert p.flush(30) == 0
+            expected[topic] = {q: list(range(q, count, partitions)) for q in range(partitions)}
+        before = scrape(f"http://127.0.0.1:{http}")
+        phases = driver.run("sessions", bootstrap=bootstrap, first=first[0], first_partitions=first[1],
+                            first_count=1200, second=second[0], second_partitions=second[1], second_count=400,
+                            keep=keep, late=late)
+        after = scrape(f"http://127.0.0.1:{http}")
+    finally:
+        broker.stop()
+    records = {ph["phase"]: ph["records"] for ph in phases}
+
+    def by_partition(rows: list[list[int]]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = defaultdict(list)
+        for partition, _offset, n in rows:
+            out[partition].append(n)
+        return dict(out)
+
+    assert by_partition(records[1]) == expected[first[0]]
+    assert by_partition(records[2]) == expected[second[0]], "the added topic's records, once each, in order"
+    late_kept = {q: list(range(q, late, first[1])) for q in range(keep)}
+    assert by_partition(records[3]) == late_kept, "late records: all of the kept partitions, none of the removed"
+    assert all(off >= 10 for _p, off, _n in records[3]), "late records are at offsets after the first 1,200"
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    incremental = delta("dcmirror_broker_fetch_requests_total", fetcher="consumer", session="incremental")
+    listed = delta("dcmirror_broker_fetch_partitions_listed_total", fetcher="consumer", session="incremental")
+    full = delta("dcmirror_broker_fetch_requests_total", fetcher="consumer", session="full")
+    sessionless = delta("dcmirror_broker_fetch_requests_total", fetcher="consumer", session="none")
+    print(f"consumer fetches: {full:.0f} full, {incremental:.0f} incremental listing {listed:.0f} partitions, "
+          f"{sessionless:.0f} sessionless")
+    # The one sessionless fetch (if any) is the consumer's close of its session: it names nothing.
+    assert sessionless <= 1 and delta("dcmirror_broker_fetch_partitions_listed_total", fetcher="consumer",
+                                      session="none") == 0
+    assert full >= 1 and incremental >= 20
+    # A sessionless consumer names all 120-160 partitions in every fetch; in its session one
+    # names those whose position moved (all of them while each has records, none when idle).
+    assert listed / incremental < 15, (listed, incremental)
 
 
 # --------------------------------------------------------------------------- Kafka Streams, exactly_once_v2

@@ -60,11 +60,90 @@ def test_the_cache_is_bounded_and_keeps_one_session_per_follower() -> None:
     cache.open(request(0, 0, {}), replica_id=1)  # the same follower opening again replaces it
     assert len(cache) == 1
     cache.open(request(0, 0, {}), replica_id=2)
-    cache.open(request(0, 0, {}), replica_id=3)  # evicts the least recently used
-    assert len(cache) == 2
+    # Full of young sessions of the same rank: the third follower goes on sessionless.
+    assert cache.open(request(0, 0, {}), replica_id=3) == (None, True, ErrorCode.none)
+    assert len(cache) == 2 and cache.evictions == 0
     assert first is not None
     assert cache.open(request(first.session_id, 1, {}), replica_id=1)[2] == ErrorCode.fetch_session_id_not_found
     assert FetchSessionCache(max_sessions=0).open(request(0, 0, {}), replica_id=1) == (None, True, ErrorCode.none)
+
+
+def consumer(cache: FetchSessionCache, req: Any, who: str = "User:alice", now_ms: int = 0,
+             by_topic_id: bool = False) -> tuple[Any, bool, int]:
+    return cache.open(req, owner=("principal", who), privileged=False, by_topic_id=by_topic_id, now_ms=now_ms)
+
+
+def test_consumer_sessions_belong_to_their_principal_and_close_on_request() -> None:
+    cache = FetchSessionCache(rng=random.Random(4))
+    one, full, _ = consumer(cache, request(0, 0, {("t", 0): 0}))
+    two, _, _ = consumer(cache, request(0, 0, {("t", 1): 0}))  # the same principal: a second session
+    assert one is not None and two is not None and full and len(cache) == 2 and not one.privileged
+    assert consumer(cache, request(one.session_id, 1, {}), who="User:mallory")[2] == ErrorCode.fetch_session_id_not_found
+    again, full, error = consumer(cache, request(one.session_id, 1, {}))
+    assert again is one and not full and error == ErrorCode.none
+    # Epoch -1 closes the session and answers sessionless; (0, -1) is sessionless from the start.
+    assert consumer(cache, request(one.session_id, -1, {("t", 0): 0})) == (None, True, ErrorCode.none)
+    assert cache.get(one.session_id) is None and len(cache) == 1
+    assert consumer(cache, request(0, -1, {("t", 0): 0})) == (None, True, ErrorCode.none) and len(cache) == 1
+    # Epoch 0 with an id closes that session and opens another; another principal cannot close it.
+    assert consumer(cache, request(two.session_id, 0, {}), who="User:mallory")[0] is not None
+    assert cache.get(two.session_id) is two
+    three, _, _ = consumer(cache, request(two.session_id, 0, {("t", 1): 4}))
+    assert three is not None and three is not two and cache.get(two.session_id) is None
+
+
+def test_sessions_by_topic_id_forget_by_id_and_refuse_names() -> None:
+    cache = FetchSessionCache(rng=random.Random(5))
+    tid = "9f3c0000-0000-0000-0000-000000000001"
+    req = request(0, 0, {})
+    req.topics = [SimpleNamespace(topic_id=tid, partitions=[
+        SimpleNamespace(partition=i, fetch_offset=0, partition_max_bytes=1024) for i in (0, 1)])]
+    session, _, _ = consumer(cache, req, by_topic_id=True)
+    assert session is not None and list(session.partitions) == [(tid, 0), (tid, 1)]
+    forget = request(session.session_id, 1, {})
+    forget.forgotten_topics_data = [SimpleNamespace(topic_id=tid, partitions=[0])]
+    consumer(cache, forget, by_topic_id=True)
+    assert list(session.partitions) == [(tid, 1)]
+    # A session opened by ids used by names (a client that changed versions) is an error.
+    assert consumer(cache, request(session.session_id, 2, {}))[2] == ErrorCode.fetch_session_topic_id_error
+
+
+def test_answered_partitions_are_read_last_and_errors_are_sent_again() -> None:
+    cache = FetchSessionCache(rng=random.Random(6))
+    session, full, _ = consumer(cache, request(0, 0, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}))
+    assert session is not None
+    session.answered([("t", 0)])
+    assert list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]
+    assert session.include(("t", 1), answer(5), full)
+    assert session.include(("t", 1), answer(-1, error=ErrorCode.topic_authorization_failed), False)
+    assert session.include(("t", 1), answer(5), False)  # allowed again: sent though unchanged since
+    assert not session.include(("t", 1), answer(5), False)
+    session.resend()  # a throttled answer was dropped
+    assert session.include(("t", 1), answer(5), False)
+
+
+def test_eviction_follows_kafkas_ranks() -> None:
+    """Kafka's FetchSessionCacheShard.tryEvict: stale first; else a follower outranks a
+    consumer, a bigger session a smaller one older than the eviction time."""
+    cache = FetchSessionCache(max_sessions=2, rng=random.Random(7), eviction_ms=1000)
+    small, _, _ = consumer(cache, request(0, 0, {("t", 0): 0}), now_ms=0)
+    big, _, _ = consumer(cache, request(0, 0, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}), now_ms=0)
+    assert small is not None and big is not None
+    # Young sessions: a bigger consumer session cannot take a place; a follower's can.
+    bigger = request(0, 0, {("u", i): 0 for i in range(5)})
+    assert consumer(cache, bigger, now_ms=500) == (None, True, ErrorCode.none)
+    follower, _, _ = cache.open(request(0, 0, {("t", 0): 0}), replica_id=1, now_ms=500)
+    assert follower is not None and cache.get(small.session_id) is None and cache.evictions == 1
+    # Older than the eviction time but in use: a bigger session evicts the smallest consumer one,
+    # never the follower's; one of the same size does not.
+    consumer(cache, request(big.session_id, 1, {}), now_ms=1400)
+    cache.open(request(follower.session_id, 1, {}), replica_id=1, now_ms=1400)
+    assert consumer(cache, request(0, 0, {("u", i): 0 for i in range(3)}), now_ms=1600)[0] is None
+    assert consumer(cache, bigger, now_ms=1600)[0] is not None
+    assert cache.get(big.session_id) is None and cache.get(follower.session_id) is follower
+    # Unused for longer than the eviction time: any new session takes its place.
+    late, _, _ = consumer(cache, request(0, 0, {}), now_ms=3000)
+    assert late is not None and cache.get(follower.session_id) is None and cache.evictions == 3
 
 
 def test_the_follower_lists_only_what_changed() -> None:

@@ -53,6 +53,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   java JavaClients transactional bootstrap=H:P topic=T partitions=P txn=ID group=G
  *   java JavaClients group bootstrap=H:P topic=T group=G protocol=classic|consumer count=N partitions=P
  *   java JavaClients admin bootstrap=H:P prefix=NAME
+ *   java JavaClients sessions bootstrap=H:P first=T first_partitions=P first_count=N second=T2
+ *        second_partitions=P2 second_count=N2 keep=K late=L
  *
  * A client call that throws is reported as {"error": "<exception class>"} in its result, so
  * the same run can be compared against Kafka field by field.
@@ -115,6 +117,7 @@ public final class JavaClients {
             case "transactional" -> transactional(a);
             case "group" -> group(a);
             case "admin" -> admin(a);
+            case "sessions" -> sessions(a);
             default -> throw new IllegalArgumentException("unknown mode " + argv[0]);
         }
     }
@@ -160,6 +163,74 @@ public final class JavaClients {
             producer.flush();
         }
         emit(line("acks", acks, "errors", errors, "callbacks", callbacks.get()));
+    }
+
+    // ------------------------------------------------------------------ fetch sessions
+
+    /**
+     * One consumer, partitions assigned by hand, in three phases (KIP-227 fetch sessions: the
+     * partitions the consumer fetches change between phases): (1) every partition of
+     * `first` from the beginning until first_count records were read; (2) `second`'s added,
+     * until second_count more; (3) only `first`'s partitions below `keep` and `second` stay,
+     * then L "late" records go to every partition of `first` (the i-th to i mod P) and the
+     * consumer reads until it has those of the partitions it kept, then polls 2 s more.
+     * Each phase's records as [partition, offset, value] in one JSON line.
+     */
+    static void sessions(Map<String, String> a) throws Exception {
+        String first = a.get("first");
+        String second = a.get("second");
+        int firstPartitions = Integer.parseInt(a.get("first_partitions"));
+        int secondPartitions = Integer.parseInt(a.get("second_partitions"));
+        int keep = Integer.parseInt(a.get("keep"));
+        int late = Integer.parseInt(a.get("late"));
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, 4096);  // many fetches per phase
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, 100);  // and many idle ones
+        List<TopicPartition> firstAll = new ArrayList<>();
+        for (int i = 0; i < firstPartitions; i++) firstAll.add(new TopicPartition(first, i));
+        List<TopicPartition> secondAll = new ArrayList<>();
+        for (int i = 0; i < secondPartitions; i++) secondAll.add(new TopicPartition(second, i));
+        long lateKept = java.util.stream.IntStream.range(0, late).filter(i -> i % firstPartitions < keep).count();
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
+            c.assign(firstAll);
+            c.seekToBeginning(firstAll);
+            emit(line("phase", 1, "records", readAtLeast(c, Long.parseLong(a.get("first_count")), 0)));
+            List<TopicPartition> both = new ArrayList<>(firstAll);
+            both.addAll(secondAll);
+            c.assign(both);
+            c.seekToBeginning(secondAll);
+            emit(line("phase", 2, "records", readAtLeast(c, Long.parseLong(a.get("second_count")), 0)));
+            List<TopicPartition> kept = new ArrayList<>(firstAll.subList(0, keep));
+            kept.addAll(secondAll);
+            c.assign(kept);
+            c.poll(Duration.ofMillis(500));  // a fetch with the removed partitions forgotten
+            try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(a))) {
+                sendAll(producer, first, firstPartitions, "late", late);
+            }
+            emit(line("phase", 3, "records", readAtLeast(c, lateKept, 2000)));
+        }
+    }
+
+    /** Poll until `count` records were read (60 s at most), then `extraMs` more. */
+    static List<long[]> readAtLeast(KafkaConsumer<String, String> c, long count, long extraMs) {
+        List<long[]> out = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (out.size() < count && System.currentTimeMillis() < deadline) {
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                out.add(new long[] {r.partition(), r.offset(), Long.parseLong(r.value().replaceAll("[^0-9]", ""))});
+            }
+        }
+        long until = System.currentTimeMillis() + extraMs;
+        while (System.currentTimeMillis() < until) {
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                out.add(new long[] {r.partition(), r.offset(), Long.parseLong(r.value().replaceAll("[^0-9]", ""))});
+            }
+        }
+        return out;
     }
 
     // ------------------------------------------------------------------ transactional producer
