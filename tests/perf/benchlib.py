@@ -745,3 +745,55 @@ def redis_paced_latency(r, stream: bytes, rate: float, seconds: float, values: S
     return Latency(f"redis (XADD pipeline every {flush_interval_s * 1000:g}ms)", rate, sent,
                    len(latencies), send_seconds, latencies)
 
+
+
+class Alternated:
+    """Figures of two systems measured in alternated rounds (A B, B A, A B, ...): per row each
+    system's median, the median of the per-round ratios A/B and their range, and the 1-minute
+    load average around each measurement, so a row says how much it moved and how busy the
+    machine was."""
+
+    def __init__(self, systems: tuple[str, str] = ("dcmirror", "kafka")) -> None:
+        self.systems = systems
+        self.values: dict[str, dict[str, list[float | None]]] = {}
+        self.loads: dict[str, list[float]] = {}
+
+    def add(self, row: str, system: str, value: float | None) -> None:
+        per = self.values.setdefault(row, {s: [] for s in self.systems})
+        per[system].append(value)
+        try:
+            self.loads.setdefault(row, []).append(float(Path("/proc/loadavg").read_text().split()[0]))
+        except (OSError, ValueError):
+            pass
+
+    def medians(self, row: str) -> tuple[float | None, float | None]:
+        per = self.values.get(row, {})
+        out = []
+        for s in self.systems:
+            got = sorted(v for v in per.get(s, []) if v is not None)
+            out.append(got[len(got) // 2] if got else None)
+        return out[0], out[1]
+
+    def ratios(self, row: str) -> list[float]:
+        per = self.values.get(row, {})
+        a, b = (per.get(s, []) for s in self.systems)
+        return sorted(x / y for x, y in zip(a, b, strict=False) if x and y)
+
+    def render(self, title: str, rows: list[tuple[str, str, str]], names: tuple[str, str]) -> str:
+        """rows: (row key, label, unit: "/s", "s", "ms" or "MiB")."""
+
+        def fmt(v: float | None, unit: str) -> str:
+            if v is None:
+                return "-"
+            return f"{v:.2f} s" if unit == "s" else f"{v:,.0f} {unit}".replace(" /s", "/s")
+
+        out = [title, f"  {'':<46} {names[0]:>12} {names[1]:>14} {'ratio (median)':>15} {'range':>13} {'load':>9}"]
+        for key, label, unit in rows:
+            a, b = self.medians(key)
+            r = self.ratios(key)
+            loads = self.loads.get(key, [])
+            spread = f"{r[0]:.2f}-{r[-1]:.2f}" if len(r) > 1 else ""
+            med = f"{r[len(r) // 2]:.2f}" if r else "n/a"
+            load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "?"
+            out.append(f"  {label:<46} {fmt(a, unit):>12} {fmt(b, unit):>14} {med:>15} {spread:>13} {load:>9}")
+        return "\n".join(out)
