@@ -74,7 +74,12 @@ from cluster.replication.partition import (
     Partition,
     isr_answer,
 )
-from cluster.replication.replica_manager import FetchPartition, ReplicaManager, ReplicaSettings
+from cluster.replication.replica_manager import (
+    FetchPartition,
+    ReplicaManager,
+    ReplicaSettings,
+    changed_topic_ids,
+)
 from cluster.storage.log import Log, StorageError
 from cluster.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from tests.batches import encode_batch
@@ -496,21 +501,24 @@ class SimBroker:
     def on_metadata(self, entries: list[list[dict[str, Any]]], from_offset: int) -> None:
         if from_offset != self.image.offset:
             return  # a late answer to an earlier fetch
+        records = []
         for entry in entries:
             for r in entry:
                 self.image.apply(r)
+                records.append(r)
             self.image.offset += 1
-        self.after_metadata()
+        self.after_metadata(records)
         self.fetch_metadata()
 
-    def after_metadata(self) -> None:
-        """What Broker._on_metadata_applied and the lifecycle do with new metadata."""
+    def after_metadata(self, records: list[dict[str, Any]] | None = None) -> None:
+        """What Broker._on_metadata_applied and the lifecycle do with new metadata: a
+        reconcile of the topics the records name (all for other records, or none given)."""
         assert self.rm is not None
         if not self.logs_loaded:
             if self.registration_offset is not None and self.image.offset >= self.registration_offset:
                 self.load_logs()
         else:
-            self.rm.reconcile()
+            self.rm.reconcile(None if records is None else changed_topic_ids(records))
             self.follow()
         committed, self.isr_committed = self.isr_committed, []
         for offset, part, change in committed:

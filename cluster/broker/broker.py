@@ -48,7 +48,7 @@ from cluster.groups.service import GroupService, OffsetsTopicSettings
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
 from cluster.replication.fetcher import FetcherSettings
-from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
+from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings, changed_topic_ids
 from cluster.security.connector import LinkSecurity
 from cluster.storage.cleaner import CleanerConfig
 from cluster.storage.config import LogConfig
@@ -223,9 +223,9 @@ class Broker:
         t = self.metadata.image.topic(topic)
         return self.dynamic_config.log_config(t.configs if t else {})
 
-    def _on_metadata_applied(self, records: list[dict[str, Any]]) -> None:
+    def _on_metadata_applied(self, records: list[dict[str, Any]], from_snapshot: bool) -> None:
         if self._logs_loaded:
-            self.replicas.reconcile()
+            self.replicas.reconcile(None if from_snapshot else changed_topic_ids(records))
 
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,

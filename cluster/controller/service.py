@@ -94,7 +94,9 @@ class MetadataService:
         self.snapshot_bytes = snapshot_bytes
         self._bytes_since_snapshot = 0
         self.image = MetadataImage()
-        self.on_applied: Callable[[list[dict[str, Any]]], None] | None = None
+        # Called with the records applied and whether a snapshot replaced the image first
+        # (then the records are not all that changed).
+        self.on_applied: Callable[[list[dict[str, Any]], bool], None] | None = None
         self._rng = random.Random(seed)
         self._controller: QuorumController | None = None
         self._controller_epoch = -1
@@ -139,12 +141,13 @@ class MetadataService:
             first, entries = self.driver.committed_since(self.image.offset)
             records: list[dict[str, Any]] = []
             applied = False
+            from_snapshot = False
             if first > self.image.offset:
                 snap = self.driver.node.state.snapshot if self.driver.node else None
                 if snap is not None:
                     self.image = MetadataImage.from_bytes(snap.data)
                     self.image.offset = snap.end_offset
-                    applied = True
+                    applied = from_snapshot = True
                     log.info("loaded the metadata snapshot at offset %d", snap.end_offset)
             for i, entry in enumerate(entries):
                 records.extend(self.image.apply_entry(first + i, entry.data))
@@ -152,7 +155,7 @@ class MetadataService:
                 applied = True
             if applied:
                 if self.on_applied is not None:
-                    self.on_applied(records)
+                    self.on_applied(records, from_snapshot)
                 self._applied.set()
                 self._applied = trio.Event()
                 if self._bytes_since_snapshot >= self.snapshot_bytes:

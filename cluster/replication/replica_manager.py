@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,6 +137,27 @@ class ReplicaSettings:
     replica_selector: str = ""  # replica.selector.class (KIP-392; empty: consumers read from leaders)
 
 
+# Metadata records about one topic (they carry its topic_id), and records that change nothing
+# a replica depends on. Any other record (brokers, broker configs, features) may change every
+# replica: ReplicaManager.reconcile then looks at all of them.
+_TOPIC_RECORDS = frozenset({"Topic", "Partition", "PartitionChange", "TopicConfig", "RemoveTopic"})
+_NOT_REPLICA_RECORDS = frozenset({"ProducerIds", "ScramCredential", "RemoveScramCredential", "Acl", "RemoveAcl",
+                                  "ClientQuota"})
+
+
+def changed_topic_ids(records: Iterable[dict[str, Any]]) -> set[str] | None:
+    """The topics whose replicas a batch of applied metadata records may change, or None
+    when the batch holds a record that may change any replica."""
+    out: set[str] = set()
+    for r in records:
+        kind = r.get("type")
+        if kind in _TOPIC_RECORDS:
+            out.add(str(r["topic_id"]))
+        elif kind not in _NOT_REPLICA_RECORDS:
+            return None
+    return out
+
+
 class ReplicaManager:
     def __init__(self, node_id: int, data_dir: Path, logs: LogManager, settings: ReplicaSettings, *,
                  clock: Clock, image: Callable[[], MetadataImage], log_config: Callable[[dict[str, str]], LogConfig],
@@ -217,22 +238,38 @@ class ReplicaManager:
 
     # ---- matching the metadata -------------------------------------------------------
 
-    def reconcile(self) -> None:
-        """Make the local replicas match the metadata image."""
+    def reconcile(self, topic_ids: Collection[str] | None = None) -> None:
+        """Make the local replicas match the metadata image: those of the topics `topic_ids`
+        names (a metadata change that touched only them: the cost follows the change, not
+        the partitions this broker holds), or all of them (None: start-up, a snapshot, a
+        change of brokers, broker configs or features)."""
         image = self.image
         now = self.clock.now_ms()
         wanted: dict[Key, tuple[TopicImage, PartitionState]] = {}
-        for t, p in image.all_partitions():
-            if self.node_id in p.replicas:
-                wanted[(t.name, p.partition)] = (t, p)
-        for key in list(self.partitions):
+        if topic_ids is None:
+            for t, p in image.all_partitions():
+                if self.node_id in p.replicas:
+                    wanted[(t.name, p.partition)] = (t, p)
+            candidates = list(self.partitions)
+        else:
+            for topic_id in sorted(topic_ids):  # an order that does not depend on string hashing
+                found = image.topics.get(topic_id)
+                if found is None:
+                    continue
+                for p in found.partitions.values():
+                    if self.node_id in p.replicas:
+                        wanted[(found.name, p.partition)] = (found, p)
+            names = {t.name for t, _ in wanted.values()}
+            candidates = [key for key, part in self.partitions.items() if part.topic_id in topic_ids or key[0] in names]
+        for key in candidates:
             if key not in wanted or wanted[key][0].topic_id != self.partitions[key].topic_id:
                 self._drop_replica(key)
-        for key in list(self.logs.logs):
-            if key not in self.partitions and key not in wanted:
-                # Found on disk at startup but unknown to the metadata: never delete data on
-                # that evidence alone (a lost metadata directory would empty the broker).
-                self.logs.delete_log(*key, keep_as_stray=True)
+        if topic_ids is None:
+            for key in list(self.logs.logs):
+                if key not in self.partitions and key not in wanted:
+                    # Found on disk at startup but unknown to the metadata: never delete data on
+                    # that evidence alone (a lost metadata directory would empty the broker).
+                    self.logs.delete_log(*key, keep_as_stray=True)
         configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
         for key, (t, p) in wanted.items():
             config = configs.get(t.topic_id)

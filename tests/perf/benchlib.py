@@ -785,7 +785,9 @@ class Alternated:
         def fmt(v: float | None, unit: str) -> str:
             if v is None:
                 return "-"
-            return f"{v:.2f} s" if unit == "s" else f"{v:,.0f} {unit}".replace(" /s", "/s")
+            if unit == "s":
+                return f"{v:.2f} s"
+            return (f"{v:.2f} {unit}" if v < 10 else f"{v:,.0f} {unit}").replace(" /s", "/s")
 
         out = [title, f"  {'':<46} {names[0]:>12} {names[1]:>14} {'ratio (median)':>15} {'range':>13} {'load':>9}"]
         for key, label, unit in rows:

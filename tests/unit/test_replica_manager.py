@@ -19,7 +19,7 @@ import trio
 from cluster.broker.config import BrokerConfig
 from cluster.controller.controller import ControllerConfig, QuorumController
 from cluster.controller.image import MetadataImage
-from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings
+from cluster.replication.replica_manager import ReplicaManager, ReplicaSettings, changed_topic_ids
 from cluster.storage.log_manager import LogManager
 from cluster.storage.meta_properties import read_partition_topic_id
 
@@ -34,6 +34,12 @@ class FixedClock:
 
 def one_broker_topic(partitions: int) -> tuple[MetadataImage, str]:
     """Broker 1, registered and unfenced, leads every partition of topic `t`."""
+    _, image, topic_id = one_broker_controller(partitions)
+    return image, topic_id
+
+
+def one_broker_controller(partitions: int) -> tuple[QuorumController, MetadataImage, str]:
+    """one_broker_topic, with the controller (its records go to the image by apply_entry)."""
     ctrl = QuorumController(MetadataImage(), ControllerConfig(), lambda configs: None, random.Random(1), 0)
     image = MetadataImage()
 
@@ -48,7 +54,7 @@ def one_broker_topic(partitions: int) -> tuple[MetadataImage, str]:
     commit()
     (topic,) = created["topics"]
     assert topic["error_code"] == 0, topic
-    return image, topic["topic_id"]
+    return ctrl, image, topic["topic_id"]
 
 
 def replica_manager(data_dir: Path, image: MetadataImage) -> ReplicaManager:
@@ -103,3 +109,39 @@ def test_partition_metadata_not_yet_written_is_written_at_close(tmp_path: Path) 
 
     trio.run(main)
     assert [read_partition_topic_id(tmp_path / f"t-{i}") for i in range(3)] == [topic_id] * 3
+
+
+def test_a_metadata_change_reconciles_only_the_topics_it_names(tmp_path: Path) -> None:
+    """At 10,000 partitions a broker reconciled every one of them after every metadata change
+    (a topic created, one leader moved): the cost grew with partitions × changes. A change that
+    names topics only now touches those topics' replicas; any other record (brokers, broker
+    configs, features) still reconciles them all."""
+    ctrl, image, topic_id = one_broker_controller(PARTITIONS)
+    rm = replica_manager(tmp_path, image)
+    rm.reconcile()
+    before = dict(rm.partitions)
+    roles: list[tuple[str, int]] = []
+    apply_role = rm._apply_role
+
+    def counted(part: Any, p: Any, now_ms: int) -> None:
+        roles.append(part.key)
+        apply_role(part, p, now_ms)
+
+    rm._apply_role = counted  # type: ignore[method-assign]
+    created = ctrl.create_topics({"topics": [{"name": "u", "num_partitions": 3, "replication_factor": 1}]})
+    records = ctrl.take_records()
+    image.apply_entry(image.offset, orjson.dumps(records))
+    assert changed_topic_ids(records) == {created["topics"][0]["topic_id"]}
+    rm.reconcile(changed_topic_ids(records))
+    assert sorted(roles) == [("u", i) for i in range(3)], "only the new topic's replicas"
+    assert {k: v for k, v in rm.partitions.items() if k[0] == "t"} == before
+    assert sorted(k for k in rm.partitions if k[0] == "u") == [("u", i) for i in range(3)]
+    # The topic removed: its replicas (and logs) go, the others stay.
+    removal = [{"type": "RemoveTopic", "v": 1, "topic_id": topic_id}]
+    image.apply_entry(image.offset, orjson.dumps(removal))
+    rm.reconcile(changed_topic_ids(removal))
+    assert sorted(rm.partitions) == [("u", i) for i in range(3)]
+    assert not (tmp_path / "t-0").exists() or not any((tmp_path / "t-0").iterdir())
+    assert changed_topic_ids([{"type": "Acl", "v": 1}, {"type": "ProducerIds", "v": 1}]) == set()
+    assert changed_topic_ids([*removal, {"type": "BrokerConfig", "v": 1}]) is None
+    assert changed_topic_ids([{"type": "FenceBroker", "v": 1}]) is None

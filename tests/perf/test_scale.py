@@ -1,0 +1,231 @@
+"""Kafka's scale, side by side: thousands of partitions on one broker, dcmirror beside Apache
+Kafka (the pinned peer, `make peers`), the same settings on both (test_vs_kafka's
+BENCH_BROKER_CONFIG), systems alternated.
+
+Run with `make bench` (or `pytest -m perf -q -s tests/perf/test_scale.py`). Knobs:
+
+  DCMIRROR_BENCH_SCALE_PARTITIONS  partition counts, comma-separated (default 1000,10000)
+  DCMIRROR_BENCH_SCALE_RECORDS     records produced and consumed across them (default 200,000)
+  DCMIRROR_BENCH_SCALE_ROUNDS      rounds per count, systems alternated (default 1)
+
+Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker system:
+  1. create: CreateTopics of every topic (10 per request) until Metadata shows every
+     partition with a leader;
+  2. resident memory of the broker process, minus what it held before the topics, per partition;
+  3. Metadata (v12, every topic) answered: median round trip of 5 and the answer's bytes;
+  4. librdkafka producing N-spread records (record i to partition i mod N), acks=1, and a
+     librdkafka consumer assigned every partition reading them back (sessionless: librdkafka
+     has no fetch sessions);
+  5. kill -9 and restart: until Metadata has a leader for every partition and a write to the
+     last partition is acknowledged;
+  6. delete: DeleteTopics of every topic until Metadata shows none.
+Nothing is asserted about speed; figures go to tests/perf/results/latest.txt.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.peers.kafka import KAFKA_VERSION
+from tests.perf.benchlib import Alternated, consumer_conf, emit, env_int, progress
+from tests.perf.test_vs_kafka import BENCH_BROKER_CONFIG, SYSTEMS, System, rss_mib
+
+pytestmark = pytest.mark.perf
+
+TOPIC_PARTITIONS = 100
+VALUE = b"x" * 100
+
+
+def counts() -> list[int]:
+    import os
+
+    raw = os.environ.get("DCMIRROR_BENCH_SCALE_PARTITIONS", "1000,10000")
+    return [int(x) for x in raw.split(",") if x.strip()]
+
+
+def topics_for(n: int) -> list[str]:
+    return [f"scale-{i:04d}" for i in range(max(1, n // TOPIC_PARTITIONS))]
+
+
+def leaders_ready(admin: AdminClient, topics: list[str], partitions: int) -> bool:
+    md = admin.list_topics(timeout=30)
+    for name in topics:
+        t = md.topics.get(name)
+        if t is None or t.error is not None or len(t.partitions) != partitions or any(
+                p.leader < 0 for p in t.partitions.values()):
+            return False
+    return True
+
+
+def wait(predicate: object, timeout_s: float, what: str) -> float:
+    """Seconds until predicate() is true (polled every 100 ms)."""
+    assert callable(predicate)
+    t0 = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - t0 > timeout_s:
+            raise TimeoutError(f"{what} not within {timeout_s:.0f} s")
+        time.sleep(0.1)
+    return time.perf_counter() - t0
+
+
+def create_all(bootstrap: str, topics: list[str]) -> float:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    t0 = time.perf_counter()
+    for i in range(0, len(topics), 10):
+        batch = topics[i:i + 10]
+        futures = admin.create_topics([NewTopic(t, TOPIC_PARTITIONS, 1) for t in batch], request_timeout=300)
+        for f in futures.values():
+            f.result(timeout=300)
+    wait(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "every partition with a leader")
+    return time.perf_counter() - t0
+
+
+def delete_all(bootstrap: str, topics: list[str]) -> float:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    t0 = time.perf_counter()
+    for i in range(0, len(topics), 10):
+        for f in admin.delete_topics(topics[i:i + 10], request_timeout=300).values():
+            f.result(timeout=300)
+    wait(lambda: not set(topics) & set(admin.list_topics(timeout=30).topics), 1800, "topics gone")
+    return time.perf_counter() - t0
+
+
+def metadata_round_trip(bootstrap: str, tries: int = 5) -> tuple[float, int]:
+    """Metadata v12 for every topic over a raw socket: (median seconds, answer bytes)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    client = b"scale-bench"
+    # Header v2: api key 3, version 12, correlation id, client id, no tags; body: topics
+    # null (compact: 0), allow_auto_topic_creation false, include_topic_authorized_operations
+    # false, no tags.
+    times, size = [], 0
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        for corr in range(tries):
+            body = struct.pack(">hhih", 3, 12, corr, len(client)) + client + b"\x00" + b"\x00\x00\x00\x00"
+            t0 = time.perf_counter()
+            s.sendall(struct.pack(">i", len(body)) + body)
+            (length,) = struct.unpack(">i", _read(s, 4))
+            _read(s, length)
+            times.append(time.perf_counter() - t0)
+            size = length
+    times.sort()
+    return times[len(times) // 2], size
+
+
+def _read(s: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = s.recv(min(1 << 20, n - len(out)))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return bytes(out)
+
+
+def produce_spread(bootstrap: str, topics: list[str], records: int) -> float:
+    """Record i to topic i mod T, partition (i // T) mod 100: msg/s until all are acknowledged."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "log_level": 2,
+                  "queue.buffering.max.messages": 1_000_000})
+    p.list_topics(timeout=30)
+    failed = []
+    t0 = time.perf_counter()
+    count = len(topics)
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topics[i % count], VALUE, partition=(i // count) % TOPIC_PARTITIONS,
+                          on_delivery=lambda err, _m: err and failed.append(err))
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(600) == 0 and not failed, failed[:3]
+    return records / (time.perf_counter() - t0)
+
+
+def consume_spread(bootstrap: str, topics: list[str], records: int) -> float:
+    c = Consumer(consumer_conf(bootstrap))
+    try:
+        c.list_topics(timeout=30)
+        t0 = time.perf_counter()
+        c.assign([TopicPartition(t, q, -2) for t in topics for q in range(TOPIC_PARTITIONS)])
+        got = 0
+        last = time.perf_counter()
+        while got < records:
+            msgs = c.consume(10_000, 1.0)
+            if msgs:
+                last = time.perf_counter()
+            elif time.perf_counter() - last > 120:
+                raise TimeoutError(f"consumed {got} of {records}")
+            got += sum(1 for m in msgs if m.error() is None)
+        return records / (time.perf_counter() - t0)
+    finally:
+        c.close()
+
+
+def restart_to_write(system: System, bootstrap: str, topics: list[str]) -> float:
+    system.kill9(1)
+    t0 = time.perf_counter()
+    system.restart(1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "leaders after restart")
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 600_000, "log_level": 2})
+    acked: list[float] = []
+    p.produce(topics[-1], b"after", partition=TOPIC_PARTITIONS - 1,
+              on_delivery=lambda err, _m: err is None and acked.append(time.perf_counter()))
+    p.flush(600)
+    assert acked, "the write after the restart was not acknowledged"
+    return acked[0] - t0
+
+
+@pytest.mark.timeout(8 * 3600)
+def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> None:
+    records = env_int("DCMIRROR_BENCH_SCALE_RECORDS", 200_000)
+    rounds = env_int("DCMIRROR_BENCH_SCALE_ROUNDS", 1)
+    figures = Alternated()
+    rows: list[tuple[str, str, str]] = []
+    for n in counts():
+        topics = topics_for(n)
+        total = len(topics) * TOPIC_PARTITIONS
+        for round_no in range(rounds):
+            order = SYSTEMS if round_no % 2 == 0 else SYSTEMS[::-1]
+            for name, start in order:
+                progress(f"{total:,} partitions, round {round_no + 1}/{rounds}: {name}")
+                with start(tmp_path / f"{name}-{total}-{round_no}", 1) as system:
+                    bootstrap = system.bootstrap
+                    time.sleep(2)
+                    base_mib = rss_mib(system.pids[0])
+                    figures.add(f"{total}:create", name, create_all(bootstrap, topics))
+                    time.sleep(2)
+                    figures.add(f"{total}:rss", name, (rss_mib(system.pids[0]) - base_mib) * 1024 / total)
+                    rtt, size = metadata_round_trip(bootstrap)
+                    figures.add(f"{total}:metadata_ms", name, rtt * 1000)
+                    figures.add(f"{total}:metadata_kib", name, size / 1024)
+                    figures.add(f"{total}:produce", name, produce_spread(bootstrap, topics, records))
+                    figures.add(f"{total}:consume", name, consume_spread(bootstrap, topics, records))
+                    figures.add(f"{total}:restart", name, restart_to_write(system, bootstrap, topics))
+                    figures.add(f"{total}:delete", name, delete_all(bootstrap, topics))
+        rows += [
+            (f"{total}:create", f"{total:,}: create until all have leaders", "s"),
+            (f"{total}:rss", f"{total:,}: resident memory per partition (KiB)", "KiB"),
+            (f"{total}:metadata_ms", f"{total:,}: Metadata, every topic (ms)", "ms"),
+            (f"{total}:metadata_kib", f"{total:,}: Metadata answer (KiB)", "KiB"),
+            (f"{total}:produce", f"{total:,}: produce {records:,} spread (msg/s)", "/s"),
+            (f"{total}:consume", f"{total:,}: consume them, assigned (msg/s)", "/s"),
+            (f"{total}:restart", f"{total:,}: kill -9 to first write (s)", "s"),
+            (f"{total}:delete", f"{total:,}: delete until gone (s)", "s"),
+        ]
+    emit("\n".join([
+        f"=== {', '.join(f'{c:,}' for c in counts())} partitions on one broker beside Apache Kafka {KAFKA_VERSION} "
+        f"(topics of {TOPIC_PARTITIONS}, RF 1, {rounds} round(s)) ===",
+        "the same broker settings on both sides: " + ", ".join(f"{k}={v}" for k, v in BENCH_BROKER_CONFIG.items()),
+        figures.render("one broker", rows, ("dcmirror", f"Kafka {KAFKA_VERSION}")),
+        "ratio: dcmirror / Kafka (for times and memory lower is better); load: 1-minute load average"]))
+
