@@ -1,5 +1,6 @@
 """dcmirror's mirror worker beside MirrorMaker 2 (Kafka 4.3.1's connect-mirror, dedicated
-mode, one task), on the same two single-broker dcmirror clusters, one after the other.
+mode, one task), on the same two single-broker dcmirror clusters, one after the other; then
+MM2 between two single-broker Kafka clusters, as its users run it.
 
 Each phase for each mirror, on a topic of its own (6 partitions, 200-byte records):
   1. bulk: N records preloaded into the source, then the mirror starts; the rate is counted
@@ -136,46 +137,74 @@ def paced_lag(source: ClusterProcesses, topic: str, target: ClusterProcesses, ta
     return percentile(lags, 50), percentile(lags, 99)
 
 
+def run_mirror(name: str, root: Path, source: Any, target: Any, topic: str, start: Any, n: int, rate: int,
+               paced_s: int, values: list[bytes]) -> dict[str, float]:
+    """One mirror on its own topic: the bulk phase, then the paced one."""
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=60)
+    trio.run(_produce, source.bootstrap, topic, n, values)
+    progress(f"{name}: {n:,} records preloaded")
+    started = time.monotonic()
+    proc = start(root, source, target, topic)
+    try:
+        figures = bulk(target, f"source.{topic}", n, started)
+        progress(f"{name}: bulk {figures['rate']:,.0f} records/s")
+        figures["p50"], figures["p99"] = paced_lag(source, topic, target, f"source.{topic}", rate, paced_s, values)
+        return figures
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 @pytest.mark.timeout(2 * 3600)
 def test_mirror_worker_beside_mirrormaker2(tmp_path: Path) -> None:
+    """The dcmirror worker and MM2 between the same two dcmirror clusters, then MM2 between two
+    Kafka 4.3.1 clusters (what MM2's users run; its own brokers, the same settings as
+    test_vs_kafka's BENCH_BROKER_CONFIG on both sides)."""
+    from tests.peers.kafka import KafkaCluster
+    from tests.perf.test_vs_kafka import BENCH_BROKER_CONFIG
+
     n = env_int("DCMIRROR_BENCH_MM2_RECORDS", 300_000)
     paced_s = env_int("DCMIRROR_BENCH_MM2_PACED_S", 10)
     rate = env_int("DCMIRROR_BENCH_MM2_RATE", 5000)
     values = payloads(RECORD_BYTES)
-    source = ClusterProcesses(tmp_path / "source", 1, name="source").start()
-    target = ClusterProcesses(tmp_path / "target", 1, name="target").start()
     results: dict[str, dict[str, float]] = {}
+    source = ClusterProcesses(tmp_path / "source", 1, name="source", **BENCH_BROKER_CONFIG).start()
+    target = ClusterProcesses(tmp_path / "target", 1, name="target", **BENCH_BROKER_CONFIG).start()
     try:
-        for name, topic, target_topic, start in (("dcmirror worker", "events-dc", "source.events-dc", start_dcmirror),
-                                                 (f"MirrorMaker 2 ({KAFKA_VERSION})", "events-mm2",
-                                                  "source.events-mm2", start_mm2)):
-            admin = AdminClient({"bootstrap.servers": source.bootstrap})
-            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=60)
-            trio.run(_produce, source.bootstrap, topic, n, values)
-            progress(f"{name}: {n:,} records preloaded")
-            started = time.monotonic()
-            proc = start(tmp_path, source, target, topic)
-            try:
-                figures = bulk(target, target_topic, n, started)
-                progress(f"{name}: bulk {figures['rate']:,.0f} records/s")
-                figures["p50"], figures["p99"] = paced_lag(source, topic, target, target_topic, rate, paced_s, values)
-                results[name] = figures
-            finally:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        results["dc"] = run_mirror("dcmirror worker", tmp_path, source, target, "events-dc", start_dcmirror, n,
+                                   rate, paced_s, values)
+        results["mm2"] = run_mirror("MM2, dcmirror clusters", tmp_path, source, target, "events-mm2", start_mm2, n,
+                                    rate, paced_s, values)
     finally:
         source.stop()
         target.stop()
-    (dc, dcf), (mm, mmf) = results.items()
+    (tmp_path / "kafka").mkdir()
+    kafka_source = KafkaCluster(tmp_path / "kafka-source", 1, config=BENCH_BROKER_CONFIG).start()
+    kafka_target = KafkaCluster(tmp_path / "kafka-target", 1, config=BENCH_BROKER_CONFIG).start()
+    try:
+        results["mm2_kafka"] = run_mirror("MM2, Kafka clusters", tmp_path / "kafka", kafka_source, kafka_target,
+                                          "events-mm2k", start_mm2, n, rate, paced_s, values)
+    finally:
+        kafka_source.stop()
+        kafka_target.stop()
+    dc, mm, mk = results["dc"], results["mm2"], results["mm2_kafka"]
+    head = (f"  {'':<30} {'dcmirror worker':>16} {'MM2 ' + KAFKA_VERSION:>14} {'MM2, Kafka→Kafka':>17} "
+            f"{'dc/MM2':>8} {'dc/MM2 Kafka':>13}")
     emit("\n".join([
-        f"=== mirror worker beside MirrorMaker 2: {n:,} x {RECORD_BYTES}-byte records, {PARTITIONS} partitions, "
-        f"dcmirror clusters ===",
-        f"  {'':<34} {dc:>18} {mm:>26} {'dcmirror/MM2':>13}",
-        f"  {'bulk rate (records/s)':<34} {dcf['rate']:>18,.0f} {mmf['rate']:>26,.0f} {dcf['rate'] / mmf['rate']:>13.2f}",
-        f"  {'start to first record (s)':<34} {dcf['start_s']:>18.1f} {mmf['start_s']:>26.1f}",
-        f"  {f'lag p50 at {rate}/s (s)':<34} {dcf['p50']:>18.3f} {mmf['p50']:>26.3f} {dcf['p50'] / mmf['p50']:>13.2f}",
-        f"  {f'lag p99 at {rate}/s (s)':<34} {dcf['p99']:>18.3f} {mmf['p99']:>26.3f} {dcf['p99'] / mmf['p99']:>13.2f}",
+        f"=== mirror worker beside MirrorMaker 2: {n:,} x {RECORD_BYTES}-byte records, {PARTITIONS} partitions; "
+        f"dcmirror and MM2 between the same two dcmirror clusters, and MM2 between two Kafka {KAFKA_VERSION} "
+        f"clusters ===",
+        head,
+        f"  {'bulk rate (records/s)':<30} {dc['rate']:>16,.0f} {mm['rate']:>14,.0f} {mk['rate']:>17,.0f} "
+        f"{dc['rate'] / mm['rate']:>8.2f} {dc['rate'] / mk['rate']:>13.2f}",
+        f"  {'start to first record (s)':<30} {dc['start_s']:>16.1f} {mm['start_s']:>14.1f} {mk['start_s']:>17.1f}",
+        f"  {f'lag p50 at {rate}/s (s)':<30} {dc['p50']:>16.3f} {mm['p50']:>14.3f} {mk['p50']:>17.3f} "
+        f"{dc['p50'] / mm['p50']:>8.2f} {dc['p50'] / mk['p50']:>13.2f}",
+        f"  {f'lag p99 at {rate}/s (s)':<30} {dc['p99']:>16.3f} {mm['p99']:>14.3f} {mk['p99']:>17.3f} "
+        f"{dc['p99'] / mm['p99']:>8.2f} {dc['p99'] / mk['p99']:>13.2f}",
+        "bulk: from the first mirrored record to the last; the process / JVM and connector start is the start row",
     ]))
