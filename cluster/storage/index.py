@@ -22,7 +22,10 @@ class CorruptIndex(ValueError):
 
 
 class _IndexFile:
-    """The file under an index: appended entries, fsync, close."""
+    """The file under an index: appended entries, fsync, close. Its descriptor is opened at
+    the first write, not with the segment: a broker of 10,000 partitions held three
+    descriptors each (log, offset index, time index) and ran out of them (EMFILE at 20,000)
+    at 6,500, where most partitions never write an index entry (one per index.interval.bytes)."""
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
@@ -30,7 +33,14 @@ class _IndexFile:
         self._fd = -1
 
     def open(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        """The file exists (created empty if it did not); the descriptor waits for a write."""
+        if not self.path.exists():
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+
+    def _writable(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
 
     def _read_entries(self, entry_size: int) -> bytes:
         data = self.path.read_bytes() if self.path.exists() else b""
@@ -39,10 +49,7 @@ class _IndexFile:
         return data
 
     def _truncate_file(self, entries: int, entry_size: int) -> None:
-        if self._fd >= 0:
-            os.ftruncate(self._fd, entries * entry_size)
-        else:
-            self.path.write_bytes(b"")
+        os.ftruncate(self._writable(), entries * entry_size)
 
     def flush(self) -> None:
         if self._fd >= 0:
@@ -95,7 +102,7 @@ class OffsetIndex(_IndexFile):
         assert not self._offsets or rel > self._offsets[-1], "offset index must grow"
         self._offsets.append(rel)
         self._positions.append(position)
-        os.write(self._fd, _OFFSET_ENTRY.pack(rel, position))
+        os.write(self._writable(), _OFFSET_ENTRY.pack(rel, position))
 
     def lookup(self, offset: int) -> int:
         """Position of the last indexed batch whose last offset is ≤ offset (0 if none)."""
@@ -147,7 +154,7 @@ class TimeIndex(_IndexFile):
         if timestamp > self.last_timestamp:
             self._timestamps.append(timestamp)
             self._offsets.append(offset - self.base_offset)
-            os.write(self._fd, _TIME_ENTRY.pack(timestamp, offset - self.base_offset))
+            os.write(self._writable(), _TIME_ENTRY.pack(timestamp, offset - self.base_offset))
 
     def lookup(self, timestamp: int) -> int:
         """Offset of the last entry whose timestamp is ≤ the target (base offset if none)."""
