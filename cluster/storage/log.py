@@ -233,6 +233,11 @@ class Log:
         lg = cls(directory, topic, partition, config)
         lg._start_offset = log_start_offset
         lg._load(recovery_point, clean_state, now_ms)
+        for seg in lg.segments:
+            # Index entries rebuilt by recovery stay in the page cache (an index is checked
+            # at load and rebuilt when it does not fit its log): their descriptors are not
+            # kept, or recovering 10,000 partitions after kill -9 runs out of them (EMFILE).
+            seg.release_index_files()
         lg.last_flush_ms = now_ms
         return lg
 

@@ -214,6 +214,11 @@ class LogSegment:
         """A rolled segment records its final max timestamp in the time index."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
+    def release_index_files(self) -> None:
+        """Close the index files' descriptors; the next index write opens them again."""
+        self.offset_index.close()
+        self.time_index.close()
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
