@@ -33,6 +33,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.cluster_helpers import wait_until
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import Alternated, consumer_conf, emit, env_int, progress
 from tests.perf.test_vs_kafka import BENCH_BROKER_CONFIG, SYSTEMS, System, rss_mib
@@ -64,17 +65,6 @@ def leaders_ready(admin: AdminClient, topics: list[str], partitions: int) -> boo
     return True
 
 
-def wait(predicate: object, timeout_s: float, what: str) -> float:
-    """Seconds until predicate() is true (polled every 100 ms)."""
-    assert callable(predicate)
-    t0 = time.perf_counter()
-    while not predicate():
-        if time.perf_counter() - t0 > timeout_s:
-            raise TimeoutError(f"{what} not within {timeout_s:.0f} s")
-        time.sleep(0.1)
-    return time.perf_counter() - t0
-
-
 def create_all(bootstrap: str, topics: list[str]) -> float:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     t0 = time.perf_counter()
@@ -83,7 +73,8 @@ def create_all(bootstrap: str, topics: list[str]) -> float:
         futures = admin.create_topics([NewTopic(t, TOPIC_PARTITIONS, 1) for t in batch], request_timeout=300)
         for f in futures.values():
             f.result(timeout=300)
-    wait(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "every partition with a leader")
+    wait_until(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "every partition with a leader",
+               interval_s=0.1)
     return time.perf_counter() - t0
 
 
@@ -93,7 +84,8 @@ def delete_all(bootstrap: str, topics: list[str]) -> float:
     for i in range(0, len(topics), 10):
         for f in admin.delete_topics(topics[i:i + 10], request_timeout=300).values():
             f.result(timeout=300)
-    wait(lambda: not set(topics) & set(admin.list_topics(timeout=30).topics), 1800, "topics gone")
+    wait_until(lambda: not set(topics) & set(admin.list_topics(timeout=30).topics), 1800, "topics gone",
+               interval_s=0.1)
     return time.perf_counter() - t0
 
 
@@ -175,7 +167,8 @@ def restart_to_write(system: System, bootstrap: str, topics: list[str]) -> float
     t0 = time.perf_counter()
     system.restart(1)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    wait(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "leaders after restart")
+    wait_until(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "leaders after restart",
+               interval_s=0.1)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 600_000, "log_level": 2})
     acked: list[float] = []
     p.produce(topics[-1], b"after", partition=TOPIC_PARTITIONS - 1,
