@@ -988,7 +988,10 @@ class Simulation:
             ids = {m.producer_id: m for m in c.txns.values()}
             for txn in r.txns:
                 meta = ids.get(txn.producer_id)
-                if meta is not None:
+                # Its coordinator ends it only while that id's transaction is open on this
+                # partition (DescribeTransactions); else it is hanging (a copy's transaction of
+                # the other cluster, whose producer id only collides with one of this cluster).
+                if meta is not None and meta.state != "empty" and (r.topic, r.partition) in meta.partitions:
                     if c.init_producer_id(meta.txn_id) is None:
                         c.init_producer_id(meta.txn_id)
                 else:

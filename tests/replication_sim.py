@@ -609,7 +609,9 @@ class SimBroker:
             if self.logs.get(lg.topic, lg.partition) is not lg:
                 continue
             bases = {seg.base_offset for seg in lg.segments if seg.base_offset < offset}
-            self.disk.sync([f for f in lg.dir.iterdir() if f.stem.isdigit() and int(f.stem) in bases])
+            lg.leader_epochs.write(fsync=False)  # Log.flush_segments writes them too (its fsync: the sync below)
+            self.disk.sync([f for f in lg.dir.iterdir() if f.stem.isdigit() and int(f.stem) in bases]
+                           + [lg.leader_epochs.path])
             lg.mark_flushed(offset, now)
         if pending:
             self.logs.checkpoint_recovery_points()

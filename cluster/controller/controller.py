@@ -284,6 +284,15 @@ class QuorumController:
                 leader, isr, unclean = self._elect(t, p, p.isr)
                 self._change(t, p, leader=leader, isr=isr, clear_elr=unclean)
 
+    def excuse_pause(self, paused_ms: int, now_ms: int) -> None:
+        """The controller heard nobody for `paused_ms` (its event loop was held up, say by
+        its own broker taking leadership of 10,000 partitions): that time does not count
+        toward any broker's session. Kafka hears heartbeats on network threads while its
+        controller thread is busy; one event loop cannot, so it credits the pause instead of
+        fencing every broker, its own included, the moment it resumes."""
+        for broker_id, last in self.last_heartbeat_ms.items():
+            self.last_heartbeat_ms[broker_id] = min(now_ms, last + paused_ms)
+
     def tick(self, now_ms: int) -> None:
         """Fence brokers whose session expired; check leader balance when due."""
         for broker_id, reg in sorted(self.image.brokers.items()):

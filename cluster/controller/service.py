@@ -65,6 +65,11 @@ OPERATIONS: dict[str, bool] = {
 # broker.session.timeout.ms and get a live broker fenced.
 LIFECYCLE_OPERATIONS = frozenset({"register_broker", "broker_heartbeat"})
 
+# The event loop is watched this often; a wake-up later than PAUSE_MS beyond it was a pause
+# (the loop held up), which broker sessions are credited for (QuorumController.excuse_pause).
+PAUSE_WATCH_INTERVAL_MS = 100
+PAUSE_MS = 500
+
 
 class ControllerUnavailable(Exception):
     """No active controller answered within the deadline."""
@@ -108,6 +113,7 @@ class MetadataService:
         self._applied = trio.Event()
         self._poke = trio.Event()
         self._clients: dict[tuple[int, bool], RpcClient] = {}  # (node, lifecycle call) → its connection
+        self._awake_ms = self.clock.now_ms()  # when the pause watch last saw the loop running
 
     # ---- state -------------------------------------------------------------------------
 
@@ -130,6 +136,7 @@ class MetadataService:
             await nursery.start(self.driver.run)
             nursery.start_soon(self._apply_loop)
             nursery.start_soon(self._tick_loop)
+            nursery.start_soon(self._pause_watch)
             task_status.started()
 
     async def deliver(self, frame: bytes | bytearray) -> None:
@@ -202,6 +209,21 @@ class MetadataService:
                      self._controller_epoch, reason)
         self._controller = None
 
+    async def _pause_watch(self) -> None:
+        while True:
+            await trio.sleep(PAUSE_WATCH_INTERVAL_MS / 1000)
+            self._note_awake()
+
+    def _note_awake(self) -> None:
+        """Credit broker sessions with a pause of the event loop since the last look (the
+        tick loop looks too before fencing: after a pause it may run before the watch)."""
+        now = self.clock.now_ms()
+        paused_ms = now - self._awake_ms - PAUSE_WATCH_INTERVAL_MS
+        self._awake_ms = now
+        if paused_ms > PAUSE_MS and self._controller is not None:
+            log.info("the event loop was held up for %.1f s: broker sessions are credited for it", paused_ms / 1000)
+            self._controller.excuse_pause(paused_ms, now)
+
     async def _tick_loop(self) -> None:
         while True:
             ctrl = self._controller
@@ -239,6 +261,7 @@ class MetadataService:
             generation = self._generation
             try:
                 if op == "tick":
+                    self._note_awake()
                     ctrl.tick(self.clock.now_ms())
                     result: dict[str, Any] = {"error_code": ErrorCode.none}
                 elif OPERATIONS[op]:

@@ -114,7 +114,8 @@ class GroupService:
             for g in dropped:
                 self.coordinator.unload(g)
             self.coordinator.drop_pending(functools.partial(self._in_offsets_partition, index))
-            log.info("no longer coordinating %d group(s) of %s-%d", len(dropped), OFFSETS_TOPIC, index)
+            log.log(logging.INFO if dropped else logging.DEBUG, "no longer coordinating %d group(s) of %s-%d",
+                    len(dropped), OFFSETS_TOPIC, index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(OFFSETS_TOPIC, index)]
             records, open_txns = part.log.replay_records()

@@ -47,8 +47,11 @@ from cluster.replication.partition import (
     isr_answer,
 )
 from cluster.replication.replica_selector import RACK_AWARE_SELECTOR
+from cluster.storage.checkpoint import sync_filesystem
 from cluster.storage.config import LogConfig
+from cluster.storage.leader_epoch import LeaderEpochCache
 from cluster.storage.log import (
+    Log,
     NotEnoughReplicas,
     OutOfOrderSequence,
     ProducerFenced,
@@ -66,6 +69,8 @@ from cluster.storage.log_manager import (
 from cluster.storage.meta_properties import read_partition_topic_id, write_partition_topic_id
 
 log = logging.getLogger(__name__)
+# Leadership changes logged one line each up to this many per reconcile; more are summarized.
+LEADERSHIP_LINES_MAX = 10
 
 Key = tuple[str, int]
 
@@ -189,6 +194,10 @@ class ReplicaManager:
         # quorum, heartbeats and requests alike, seconds for a 50-partition internal topic on
         # a busy disk, until the controller fenced the broker and the quorum lost its leader.
         self._unwritten_topic_ids: dict[Path, str] = {}
+        # Leader epoch checkpoints a role change added an epoch to, written by the same
+        # worker (LeaderEpochCache: 10,000 of them in the event loop missed heartbeats).
+        self._unwritten_epochs: dict[Path, LeaderEpochCache] = {}
+        self._unmade_index_files: dict[Path, Log] = {}  # new logs whose first segment has no index files yet
         self._topic_id_writer_running = False
 
     @property
@@ -271,6 +280,7 @@ class ReplicaManager:
                     # that evidence alone (a lost metadata directory would empty the broker).
                     self.logs.delete_log(*key, keep_as_stray=True)
         configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
+        led: list[Partition] = []  # replicas that became leader or lead in a new epoch
         for key, (t, p) in wanted.items():
             config = configs.get(t.topic_id)
             if config is None:
@@ -286,9 +296,11 @@ class ReplicaManager:
                     log.info("%s is promoted (mirror.source removed): %d mirrored producer id(s) forgotten, %d "
                              "with an open transaction carried until it ends", part.log.name, forgotten, len(carried))
                 part.log.config = config
-            self._apply_role(part, p, now)
+            if self._apply_role(part, p, now):
+                led.append(part)
             if part.is_leader and part.log.producer_state.carried and not config.mirror_source:
                 self._abort_carried(part, now)
+        self._log_leadership(led)
         self._reconciled_once = True
         self._write_topic_ids()
         for listener in self.on_partitions_changed:
@@ -322,7 +334,10 @@ class ReplicaManager:
                 self.logs.delete_log(t.name, p.partition, keep_as_stray=not self._reconciled_once)
                 lg, on_disk = None, None
         if lg is None:
-            lg = self.logs.create_log(t.name, p.partition, config, now_ms)
+            # Its empty index files are made by the checkpoint writer, off the event loop
+            # (file creation costs ~0.5 ms each on a slow disk: 10,000 new partitions...).
+            lg = self.logs.create_log(t.name, p.partition, config, now_ms, index_files=False)
+            self._unmade_index_files[lg.dir] = lg
         if on_disk != t.topic_id:
             self._unwritten_topic_ids[lg.dir] = t.topic_id
         part = Partition(t.name, p.partition, lg, t.topic_id, local_id=self.node_id)
@@ -330,43 +345,84 @@ class ReplicaManager:
         self.partitions[(t.name, p.partition)] = part
         return part
 
-    def _apply_role(self, part: Partition, p: PartitionState, now_ms: int) -> None:
+    def _apply_role(self, part: Partition, p: PartitionState, now_ms: int) -> bool:
+        """Apply the image's role; True when the replica became leader or leads in a new epoch."""
         change = part.apply_role(PartitionRole(p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas),
                                                tuple(p.isr), self.image.elr_enabled), now_ms)
         self.metrics.isr_shrinks += change.isr_shrunk
         self.metrics.isr_expands += change.isr_expanded
-        if change.became_leader or (part.is_leader and change.epoch_changed):
-            log.info("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index, p.leader_epoch)
+        if part.log.leader_epochs.dirty:
+            self._unwritten_epochs[part.log.dir] = part.log.leader_epochs
         if change.high_watermark_moved or change.became_leader or change.became_follower or change.epoch_changed \
                 or change.isr_shrunk:
             self.waiters.notify(part.key)  # long polls and acks=all waits re-check (strict min ISR: a shrink)
+        return change.became_leader or (part.is_leader and change.epoch_changed)
+
+    def _log_leadership(self, led: list[Partition]) -> None:
+        """One line per new leadership for a few; a summary for many (a broker taking 10,000
+        partitions logged 10,000 lines per change), each at DEBUG."""
+        if len(led) <= LEADERSHIP_LINES_MAX:
+            for part in led:
+                log.info("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index,
+                         part.leader_epoch)
+            return
+        log.info("broker %d leads %d more partition(s) or in new leader epochs (%s, ...; each at DEBUG)",
+                 self.node_id, len(led), ", ".join(f"{p.topic}-{p.index}" for p in led[:LEADERSHIP_LINES_MAX]))
+        if log.isEnabledFor(logging.DEBUG):
+            for part in led:
+                log.debug("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index,
+                          part.leader_epoch)
 
     def _drop_replica(self, key: Key) -> None:
         self.partitions.pop(key, None)
         lg = self.logs.get(*key)
         if lg is not None:
             self._unwritten_topic_ids.pop(lg.dir, None)
+            self._unwritten_epochs.pop(lg.dir, None)
+            self._unmade_index_files.pop(lg.dir, None)
         self.logs.delete_log(*key)
         self.waiters.notify(key)
 
     def _write_topic_ids(self) -> None:
-        """The partition.metadata files new replicas need: in a worker thread once the
-        replica manager runs (in order: a directory's latest id is written last), at once
-        before (and in the sans-IO simulation, whose disk model wants them written)."""
-        if not self._unwritten_topic_ids:
+        """The partition.metadata files new replicas need and the leader epochs role changes
+        added: in a worker thread once the replica manager runs (in order: a directory's
+        latest id is written last), at once before (and in the sans-IO simulation, whose disk
+        model wants them written)."""
+        if not self._unwritten_topic_ids and not self._unwritten_epochs and not self._unmade_index_files:
             return
         if self._nursery is None:
-            batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
-            write_topic_ids(batch)
+            self._write_checkpoints(*self._take_unwritten())
         elif not self._topic_id_writer_running:
             self._topic_id_writer_running = True
             self._nursery.start_soon(self._topic_id_writer)
 
+    def _take_unwritten(self) -> tuple[dict[Path, str], list[LeaderEpochCache], list[Log]]:
+        ids, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
+        epochs, self._unwritten_epochs = self._unwritten_epochs, {}
+        new_logs, self._unmade_index_files = self._unmade_index_files, {}
+        return ids, list(epochs.values()), list(new_logs.values())
+
+    @staticmethod
+    def _write_checkpoints(topic_ids: dict[Path, str], epochs: list[LeaderEpochCache], new_logs: list[Log]) -> None:
+        for lg in new_logs:
+            for seg in list(lg.segments):
+                try:
+                    seg.create_index_files()
+                except FileNotFoundError:
+                    pass  # the log was deleted meanwhile
+                except OSError as exc:  # an index file first written creates itself; a load rebuilds a missing one
+                    log.error("creating the index files of %s failed: %s", seg.log_path, exc)
+        write_topic_ids(topic_ids)
+        for cache in epochs:
+            try:
+                cache.write(fsync=False)
+            except OSError as exc:  # as a failed flush: the next flush or close writes it again
+                log.error("writing %s failed: %s", cache.path, exc)
+
     async def _topic_id_writer(self) -> None:
         try:
-            while self._unwritten_topic_ids:
-                batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
-                await trio.to_thread.run_sync(write_topic_ids, batch)
+            while self._unwritten_topic_ids or self._unwritten_epochs or self._unmade_index_files:
+                await trio.to_thread.run_sync(self._write_checkpoints, *self._take_unwritten())
         finally:
             self._topic_id_writer_running = False
 
@@ -794,22 +850,30 @@ class ReplicaManager:
         return part, ErrorCode.none
 
     def close(self) -> None:
-        batch, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
-        write_topic_ids(batch)
+        self._write_checkpoints(*self._take_unwritten())
         self.checkpoint_high_watermarks()()
 
 
 def write_topic_ids(topic_ids: dict[Path, str]) -> None:
-    """Write (fsynced) each partition directory's partition.metadata. A directory deleted
-    meanwhile (its replica dropped) is skipped; other failures are logged, as a failed
-    checkpoint is: the log itself is fine, and the next start writes the file again."""
+    """Write each partition directory's partition.metadata, durably: one alone fsynced, a
+    batch synced once at the end (sync_filesystem). A directory deleted meanwhile (its replica
+    dropped) is skipped; other failures are logged, as a failed checkpoint is: the log itself
+    is fine, and the next start writes the file again."""
+    batch = len(topic_ids) > 1
+    written: Path | None = None
     for directory, topic_id in topic_ids.items():
         try:
-            write_partition_topic_id(directory, topic_id)
+            if write_partition_topic_id(directory, topic_id, fsync=not batch):
+                written = directory
         except FileNotFoundError:
             pass
         except OSError as exc:
             log.error("writing %s/partition.metadata failed: %s", directory, exc)
+    if batch and written is not None:
+        try:
+            sync_filesystem(written.parent)
+        except OSError as exc:
+            log.error("syncing the partition.metadata files under %s failed: %s", written.parent, exc)
 
 
 def mirror_topic_refusal(topic: str, source: str, index: int) -> dict[str, Any]:

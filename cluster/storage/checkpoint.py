@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from pathlib import Path
@@ -33,3 +34,23 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written on `path`'s filesystem durable at once (Linux syncfs(2)): one
+    journal commit for a batch of small files, where an fsync of each file and its directory
+    costs two each (10,000 new partitions: 20,000 commits, which held up the event loop's own
+    file creation behind the journal). Falls back to sync(2) where syncfs is missing."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        syncfs = getattr(_LIBC, "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)

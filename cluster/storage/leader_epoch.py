@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from cluster.protocol.sentinels import UNDEFINED_EPOCH, UNDEFINED_OFFSET
@@ -12,14 +13,33 @@ log = logging.getLogger(__name__)
 
 
 class LeaderEpochCache:
-    """Ordered (epoch, start_offset) entries, persisted to `leader-epoch-checkpoint`."""
+    """Ordered (epoch, start_offset) entries, persisted to `leader-epoch-checkpoint`.
+
+    A new epoch (`assign`) is written later, not at once (Kafka's KAFKA-15046 took the
+    write off the request path too): becoming leader of 10,000 partitions wrote 10,000 files
+    in the event loop, ~10 s during which the broker missed its heartbeats. `write` runs in a
+    worker thread (the replica manager's after a reconcile, the log flush before the recovery
+    point moves, close): what lies below the recovery point is in the file by the time the
+    recovery point says so, and recovery rebuilds what lies above it from the batches. A
+    truncation writes at once (`persist`). Writes from two threads never put an older list
+    over a newer one: each write takes its snapshot under the file's lock.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[tuple[int, int]] = []
+        self._version = 0  # bumped on every change of `entries`
+        self._written_version = 0
+        self._synced_version = 0
+        self._lock = threading.Lock()
+
+    @property
+    def dirty(self) -> bool:
+        return self._written_version != self._version
 
     def load(self) -> None:
         self.entries = []
+        self._version = self._written_version = self._synced_version = 0
         if not self.path.exists():
             return
         try:
@@ -33,9 +53,32 @@ class LeaderEpochCache:
             log.warning("ignoring corrupt %s (%s); rebuilding from batches", self.path, exc)
             self.entries = []
 
+    def replace_entries(self, entries: list[tuple[int, int]]) -> None:
+        self.entries = entries
+        self._version += 1
+
     def persist(self) -> None:
-        body = f"0\n{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries)
-        write_atomic(self.path, body.encode(), fsync=False)
+        """Write the entries now (a truncation, recovery)."""
+        self._version += 1
+        self.write(fsync=False)
+
+    def write(self, *, fsync: bool) -> None:
+        """Write the entries if they changed since the last write (and fsync them if asked
+        and not yet synced); safe from a worker thread beside the event loop's changes."""
+        with self._lock:
+            version, entries = self._version, list(self.entries)
+            if version == self._written_version and (not fsync or version == self._synced_version):
+                return
+            body = f"0\n{len(entries)}\n" + "".join(f"{e} {o}\n" for e, o in entries)
+            try:
+                write_atomic(self.path, body.encode(), fsync=fsync)
+            except FileNotFoundError:
+                if self.path.parent.exists():
+                    raise
+                return  # the log was deleted meanwhile
+            self._written_version = version
+            if fsync:
+                self._synced_version = version
 
     @property
     def latest_epoch(self) -> int:
@@ -50,13 +93,13 @@ class LeaderEpochCache:
                 break
         return UNDEFINED_OFFSET
 
-    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> bool:
-        """Record that `epoch` starts at `start_offset`, if it is newer than the latest."""
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` starts at `start_offset`, if it is newer than the latest (written
+        with the next `write`)."""
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
             return False
-        self.entries.append((epoch, start_offset))
-        if persist:
-            self.persist()
+        self.entries = [*self.entries, (epoch, start_offset)]
+        self._version += 1
         return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:

@@ -208,10 +208,13 @@ class Log:
     # ---- opening and recovery ----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
+    def create(cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int, *,
+               index_files: bool = True) -> Log:
+        """A new empty log; without `index_files` its first segment's index files wait for
+        `LogSegment.create_index_files`."""
         directory.mkdir(parents=True, exist_ok=False)
         lg = cls(directory, topic, partition, config)
-        lg._add_segment(0, now_ms, create=True)
+        lg._add_segment(0, now_ms, create=True, index_files=index_files)
         lg.last_flush_ms = now_ms
         return lg
 
@@ -315,7 +318,7 @@ class Log:
                 # the cache kept for offsets whose batches were lost or replaced would
                 # contradict them.
                 scanned_from = seg.base_offset
-                self.leader_epochs.entries = [(e, o) for e, o in self.leader_epochs.entries if o < scanned_from]
+                self.leader_epochs.replace_entries([(e, o) for e, o in self.leader_epochs.entries if o < scanned_from])
             result: RecoveryResult = seg.recover(replay)
             report.segments_scanned += 1
             report.bytes_scanned += result.bytes_scanned
@@ -363,7 +366,7 @@ class Log:
         return None
 
     def _replay_epoch(self, header: BatchHeader) -> None:
-        self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
+        self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
 
     def _rebuild_producer_state(self) -> int:
         """Load the newest usable snapshot, then replay batch headers after it."""
@@ -438,7 +441,7 @@ class Log:
             out.extend(seg.txn_index.collect(fetch_offset, upper_offset))
         return out
 
-    def _add_segment(self, base_offset: int, now_ms: int, *, create: bool) -> LogSegment:
+    def _add_segment(self, base_offset: int, now_ms: int, *, create: bool, index_files: bool = True) -> LogSegment:
         seg = LogSegment(
             self.dir,
             base_offset,
@@ -447,7 +450,7 @@ class Log:
             created_ms=now_ms,
         )
         if create:
-            seg.create()
+            seg.create(index_files=index_files)
         self.segments.append(seg)
         self._bases.append(base_offset)
         return seg
@@ -734,7 +737,7 @@ class Log:
         self._start_offset = offset
         self.log_end_offset = offset
         self.recovery_point = offset
-        self.leader_epochs.entries = []
+        self.leader_epochs.replace_entries([])
         self.leader_epochs.persist()
         for snapshot in self.dir.glob("*.snapshot"):
             snapshot.unlink()
@@ -775,7 +778,8 @@ class Log:
     # ---- flush -------------------------------------------------------------------------
 
     def flush_segments(self, up_to_offset: int) -> None:
-        """fsync every segment holding offsets below `up_to_offset` (runs in a worker thread)."""
+        """fsync every segment holding offsets below `up_to_offset`, and the leader epochs
+        (runs in a worker thread; the recovery point moves once it returns)."""
         for seg in list(self.segments):
             if seg.base_offset < up_to_offset:
                 try:
@@ -783,6 +787,7 @@ class Log:
                 except OSError as exc:
                     if exc.errno != 9:  # EBADF: deleted meanwhile by retention
                         raise
+        self.leader_epochs.write(fsync=True)
 
     def mark_flushed(self, up_to_offset: int, now_ms: int) -> None:
         if up_to_offset > self.recovery_point:
@@ -931,6 +936,7 @@ class Log:
         self.take_producer_snapshot()
         for seg in self.segments:
             seg.flush()
+        self.leader_epochs.write(fsync=True)
         self.recovery_point = self.log_end_offset
         state = {
             "log_end_offset": self.log_end_offset,

@@ -138,11 +138,13 @@ class LogManager:
     def get(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
 
-    def create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
+    def create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int, *,
+                   index_files: bool = True) -> Log:
         key = (topic, partition)
         if key in self.logs:
             return self.logs[key]
-        lg = Log.create(self.data_dir / f"{topic}-{partition}", topic, partition, config, now_ms)
+        lg = Log.create(self.data_dir / f"{topic}-{partition}", topic, partition, config, now_ms,
+                        index_files=index_files)
         lg.flush_requests = self._request_flush
         self.logs[key] = lg
         return lg

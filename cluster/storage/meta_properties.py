@@ -44,7 +44,10 @@ def read_partition_topic_id(partition_dir: Path) -> str | None:
     return _read_properties(path).get("topic_id")
 
 
-def write_partition_topic_id(partition_dir: Path, topic_id: str) -> None:
-    """partition.metadata names the topic id a partition directory belongs to (as Kafka's does)."""
-    if read_partition_topic_id(partition_dir) != topic_id:
-        write_atomic(partition_dir / PARTITION_METADATA_FILE, f"version=0\ntopic_id={topic_id}\n".encode())
+def write_partition_topic_id(partition_dir: Path, topic_id: str, *, fsync: bool = True) -> bool:
+    """partition.metadata names the topic id a partition directory belongs to (as Kafka's
+    does); False when it already did. Without `fsync` the caller syncs (a batch of them)."""
+    if read_partition_topic_id(partition_dir) == topic_id:
+        return False
+    write_atomic(partition_dir / PARTITION_METADATA_FILE, f"version=0\ntopic_id={topic_id}\n".encode(), fsync=fsync)
+    return True

@@ -84,13 +84,23 @@ class LogSegment:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def create(self) -> None:
+    def create(self, *, index_files: bool = True) -> None:
+        """A new empty segment; without `index_files` its (empty) index files are left to
+        `create_index_files` (a new partition's first segment: made in a worker thread)."""
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
         self.txn_index.delete()
-        self.offset_index.open()
-        self.time_index.open()
+        if index_files:
+            self.create_index_files()
+
+    def create_index_files(self) -> None:
+        """The index files, empty, where missing (Kafka's layout: every segment has them; an
+        entry written first creates its file too). Safe beside the event loop: a segment
+        deleted meanwhile gets none (or an orphan the next load removes)."""
+        if self.log_path.exists():
+            self.offset_index.open()
+            self.time_index.open()
 
     def open_existing(self) -> None:
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)

@@ -117,8 +117,8 @@ class TransactionService:
         for index in sorted(self._owned - led):
             gone = [i for i in self.coordinator.txns if self.partition_of(i) == index]
             self.coordinator.unload(gone)
-            log.info("no longer coordinating %d transactional id(s) of %s-%d", len(gone), TRANSACTION_STATE_TOPIC,
-                     index)
+            log.log(logging.INFO if gone else logging.DEBUG, "no longer coordinating %d transactional id(s) of %s-%d",
+                    len(gone), TRANSACTION_STATE_TOPIC, index)
         for index in sorted(led - self._owned):
             part = self.replicas.partitions[(TRANSACTION_STATE_TOPIC, index)]
             txns = replay(part.log.replay_records()[0])

@@ -175,3 +175,43 @@ def test_follower_takes_a_batch_compaction_shortened(tmp_path: Path) -> None:
     follower = Log.create(tmp_path / "t-0", "t", 0, cfg(), NOW)
     assert follower.append_as_follower(shortened, now_ms=NOW) == 5
     assert follower.read(0, 1000, 5, min_one_batch=True) == shortened
+
+
+def test_leader_epochs_are_written_with_the_flush_and_rebuilt_above_the_recovery_point(tmp_path: Path) -> None:
+    """A new epoch is not written at once (10,000 of them held the event loop up for
+    seconds): the flush writes it before the recovery point moves past it, close writes it,
+    and a crash before either loses nothing, because recovery rebuilds the epochs above the
+    recovery point from the batches."""
+    path = tmp_path / "leader" / "t-0" / "leader-epoch-checkpoint"
+    lg = leader_log(tmp_path, 6, [0, 0, 2, 2, 5, 5])
+    assert lg.leader_epochs.entries == [(0, 0), (2, 6), (5, 12)]
+    assert lg.leader_epochs.dirty and not path.exists()
+    lg.flush_segments(9)
+    assert path.read_text() == "0\n3\n0 0\n2 6\n5 12\n" and not lg.leader_epochs.dirty
+    lg.mark_flushed(9, NOW)
+    lg.leader_epochs.assign(7, lg.log_end_offset)  # became leader again: not written yet
+    assert path.read_text() == "0\n3\n0 0\n2 6\n5 12\n"
+    crash(lg)
+    again = Log.open(tmp_path / "leader" / "t-0", "t", 0, cfg(segment_bytes=SEGMENT_BYTES),
+                     recovery_point=lg.recovery_point, clean_state=None, now_ms=NOW)
+    assert again.leader_epochs.entries == [(0, 0), (2, 6), (5, 12)]  # epoch 7 wrote no batch
+    again.leader_epochs.assign(7, again.log_end_offset)
+    again.close()
+    assert path.read_text() == "0\n4\n0 0\n2 6\n5 12\n7 18\n"
+
+
+def test_a_leader_epoch_write_never_puts_older_entries_over_newer(tmp_path: Path) -> None:
+    """The flush (a worker thread) and a truncation (the event loop) both write the file:
+    each write takes its snapshot under the file's lock, and a write of what is already
+    written is skipped, so the last write is the newest list whichever thread ran last."""
+    lg = leader_log(tmp_path, 4, [0, 0, 1, 1])
+    cache = lg.leader_epochs
+    cache.write(fsync=False)
+    assert cache.path.read_text() == "0\n2\n0 0\n1 6\n"
+    cache.truncate_from_end(6)  # a truncation writes at once
+    assert cache.path.read_text() == "0\n1\n0 0\n"
+    cache.path.write_text("stale")
+    cache.write(fsync=False)  # nothing changed since the last write: not written again
+    assert cache.path.read_text() == "stale"
+    cache.write(fsync=True)  # written but not yet synced: the flush writes and syncs it
+    assert cache.path.read_text() == "0\n1\n0 0\n"

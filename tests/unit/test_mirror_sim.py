@@ -212,7 +212,17 @@ PLANT_SEEDS: dict[str, list[tuple[int, int]]] = {
 }
 
 
-@pytest.mark.parametrize(("seed", "stretch"), sorted({find for finds in PLANT_SEEDS.values() for find in finds}))
+# Soak finds (seed, stretch) that once failed, kept here once fixed: each must stay safe.
+SOAK_FINDS: list[tuple[int, int]] = [
+    # failback ended a mirrored transaction (east a copy of dr, its copy stopped before the
+    # marker) through east's coordinator, whose transactional id had the same producer id:
+    # east:orders-1's last stable offset never reached its log end
+    (28085677, 3),
+]
+
+
+@pytest.mark.parametrize(("seed", "stretch"),
+                         sorted({*SOAK_FINDS, *(find for finds in PLANT_SEEDS.values() for find in finds)}))
 def test_soak_finds_stay_fixed(seed: int, stretch: int) -> None:
     _assert_safe(_run(seed, stretch), stretch)
 

@@ -63,24 +63,36 @@ def replica_manager(data_dir: Path, image: MetadataImage) -> ReplicaManager:
                           isr_channel=None)  # type: ignore[arg-type]  # no ISR change is sent here
 
 
-def test_new_replicas_get_their_partition_metadata_synced_outside_the_event_loop(
+def test_new_replicas_get_their_small_files_written_outside_the_event_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 50-partition topic appears: `reconcile` opens the 50 replicas without one fsync in
-    the event loop's thread (it did two per replica: on a busy disk the loop stood still for
-    seconds, the quorum lost its leader and the controller fenced the broker); each
-    partition.metadata is then written, fsynced, in a worker thread."""
+    """A 50-partition topic appears: `reconcile` opens the 50 replicas with no fsync and no
+    small file in the event loop's thread beyond each directory and its segment (it did two
+    fsyncs per replica: on a busy disk the loop stood still for seconds, the quorum lost its
+    leader and the controller fenced the broker; and at 10,000 partitions, writing each
+    leader-epoch-checkpoint and creating each index file there held it up for ~20 s). A
+    worker thread then makes the empty index files, writes each partition.metadata and
+    leader-epoch-checkpoint, and syncs the batch once."""
+    import cluster.replication.replica_manager as replica_manager_module
+
     image, topic_id = one_broker_topic(PARTITIONS)
     loop_thread = threading.get_ident()
     synced_in: list[int] = []
-    real_fsync = os.fsync
+    batch_synced_in: list[int] = []
+    real_fsync, real_sync_filesystem = os.fsync, replica_manager_module.sync_filesystem
 
     def fsync(fd: Any) -> None:
         synced_in.append(threading.get_ident())
         real_fsync(fd)
 
+    def sync_filesystem(path: Path) -> None:
+        batch_synced_in.append(threading.get_ident())
+        real_sync_filesystem(path)
+
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(replica_manager_module, "sync_filesystem", sync_filesystem)
     rm = replica_manager(tmp_path, image)
     dirs = [tmp_path / f"t-{i}" for i in range(PARTITIONS)]
+    small_files = ("partition.metadata", "leader-epoch-checkpoint", f"{0:020d}.index", f"{0:020d}.timeindex")
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -89,12 +101,14 @@ def test_new_replicas_get_their_partition_metadata_synced_outside_the_event_loop
             assert sorted(rm.partitions) == [("t", i) for i in range(PARTITIONS)]
             assert all(rm.partitions[("t", i)].is_leader for i in range(PARTITIONS))
             assert synced_in == []
-            assert [d for d in dirs if read_partition_topic_id(d) is not None] == []
+            assert sorted({f.name for d in dirs for f in d.iterdir()}) == [f"{0:020d}.log"]
 
     trio.run(main)
     assert [read_partition_topic_id(d) for d in dirs] == [topic_id] * PARTITIONS
-    assert len(synced_in) == 2 * PARTITIONS  # the file, then its directory
-    assert loop_thread not in synced_in
+    assert all((d / name).exists() for d in dirs for name in small_files)
+    assert {(d / "leader-epoch-checkpoint").read_text() for d in dirs} == {"0\n1\n0 0\n"}
+    assert synced_in == [] and len(batch_synced_in) == 1, "one sync for the batch"
+    assert loop_thread not in batch_synced_in
 
 
 def test_partition_metadata_not_yet_written_is_written_at_close(tmp_path: Path) -> None:
@@ -123,9 +137,9 @@ def test_a_metadata_change_reconciles_only_the_topics_it_names(tmp_path: Path) -
     roles: list[tuple[str, int]] = []
     apply_role = rm._apply_role
 
-    def counted(part: Any, p: Any, now_ms: int) -> None:
+    def counted(part: Any, p: Any, now_ms: int) -> bool:
         roles.append(part.key)
-        apply_role(part, p, now_ms)
+        return apply_role(part, p, now_ms)
 
     rm._apply_role = counted  # type: ignore[method-assign]
     created = ctrl.create_topics({"topics": [{"name": "u", "num_partitions": 3, "replication_factor": 1}]})
@@ -145,3 +159,22 @@ def test_a_metadata_change_reconciles_only_the_topics_it_names(tmp_path: Path) -
     assert changed_topic_ids([{"type": "Acl", "v": 1}, {"type": "ProducerIds", "v": 1}]) == set()
     assert changed_topic_ids([*removal, {"type": "BrokerConfig", "v": 1}]) is None
     assert changed_topic_ids([{"type": "FenceBroker", "v": 1}]) is None
+
+
+def test_many_new_leaderships_are_logged_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A broker taking 10,000 partitions wrote 10,000 INFO lines per change: a few are each
+    logged, many summarized (each stays at DEBUG)."""
+    import logging
+
+    image, _ = one_broker_topic(PARTITIONS)
+    rm = replica_manager(tmp_path, image)
+    with caplog.at_level(logging.INFO, logger="cluster.replication.replica_manager"):
+        rm.reconcile()
+    lines = [r.getMessage() for r in caplog.records if r.name == "cluster.replication.replica_manager"]
+    assert lines == [f"broker 1 leads {PARTITIONS} more partition(s) or in new leader epochs "
+                     f"({', '.join(f't-{i}' for i in range(10))}, ...; each at DEBUG)"]
+    small, _ = one_broker_topic(3)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cluster.replication.replica_manager"):
+        replica_manager(tmp_path / "small", small).reconcile()
+    assert [r.getMessage() for r in caplog.records] == [f"broker 1 leads t-{i} (leader epoch 0)" for i in range(3)]
