@@ -29,6 +29,12 @@ answered sessionless (session id 0) and the fetcher goes on with full fetches. A
 session belongs to the principal that opened it; another principal's use of its id is
 FETCH_SESSION_ID_NOT_FOUND (Kafka does not check; ids are 31-bit random numbers). A follower
 has one session per leader: opening one closes its others.
+
+The partitions cached are bounded too (Kafka bounds only the sessions): a fetch may name
+partitions that do not exist (FetchRequest v7-12 names topics), and incremental fetches add
+to a session request by request. A fetch that would take the cache past MAX_PARTITIONS_CACHED
+closes its session and is answered sessionless; the fetcher goes on with full fetches, each
+bounded by the request size.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ Key = tuple[str, int]
 # Kafka's KafkaBroker.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: a session unused this long
 # may be evicted by any new one; younger ones only by a follower's or a bigger one.
 EVICTION_MS = 120_000
+# Partitions all sessions may hold together (~200 bytes each): 100 consumers of 10,000.
+MAX_PARTITIONS_CACHED = 1_000_000
 
 SESSIONLESS_EPOCH = -1  # Kafka's FetchMetadata.FINAL_EPOCH
 OPEN_EPOCH = 0  # FetchMetadata.INITIAL_EPOCH
@@ -104,9 +112,10 @@ class FetchSessionCache:
     """The leader's sessions, bounded."""
 
     def __init__(self, max_sessions: int = 1000, rng: random.Random | None = None,
-                 eviction_ms: int = EVICTION_MS) -> None:
+                 eviction_ms: int = EVICTION_MS, max_partitions: int = MAX_PARTITIONS_CACHED) -> None:
         self.max_sessions = max_sessions
         self.eviction_ms = eviction_ms
+        self.max_partitions = max_partitions
         # Least recently used first.
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._rng = rng or random.Random()
@@ -172,6 +181,7 @@ class FetchSessionCache:
                 for p in t.partitions:
                     session.partitions.pop((topic, p), None)
                     session.sent.pop((topic, p), None)
+        before = len(session.partitions)
         for t in req.topics:
             topic = str(t.topic_id) if by_topic_id else t.topic
             for fp in t.partitions:
@@ -180,6 +190,9 @@ class FetchSessionCache:
                 session.partitions[key] = SessionPartition(
                     fp.partition, fp.fetch_offset, fp.partition_max_bytes, getattr(fp, "current_leader_epoch", -1),
                     getattr(fp, "log_start_offset", -1))
+        if len(session.partitions) > before and self.partitions_cached > self.max_partitions:
+            del self._sessions[session.session_id]  # too many partitions cached: go on sessionless
+            return None, True, ErrorCode.none
         session.next_epoch = 1 if full else session.next_epoch + 1
         return session, full, ErrorCode.none
 

@@ -19,11 +19,14 @@ Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker sy
   5. kill -9 and restart: until Metadata has a leader for every partition and a write to the
      last partition is acknowledged;
   6. delete: DeleteTopics of every topic until Metadata shows none.
-Nothing is asserted about speed; figures go to tests/perf/results/latest.txt.
+Nothing is asserted about speed; a table per count goes to tests/perf/results/latest.txt as
+soon as it is measured, the medians to tests/perf/results/scale.json
+(`python -m tests.perf.plot_scale` draws docs/images/scale.svg from them).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -178,12 +181,25 @@ def restart_to_write(system: System, bootstrap: str, topics: list[str]) -> float
     return acked[0] - t0
 
 
+ROWS = (  # (key, label, unit)
+    ("create", "create until all have leaders", "s"),
+    ("rss", "resident memory per partition (KiB)", "KiB"),
+    ("metadata_ms", "Metadata, every topic (ms)", "ms"),
+    ("metadata_kib", "Metadata answer (KiB)", "KiB"),
+    ("produce", "produce {records:,} spread (msg/s)", "/s"),
+    ("consume", "consume them, assigned (msg/s)", "/s"),
+    ("restart", "kill -9 to first write (s)", "s"),
+    ("delete", "delete until gone (s)", "s"),
+)
+FIGURES_FILE = Path(__file__).parent / "results" / "scale.json"
+
+
 @pytest.mark.timeout(8 * 3600)
 def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> None:
     records = env_int("DCMIRROR_BENCH_SCALE_RECORDS", 200_000)
     rounds = env_int("DCMIRROR_BENCH_SCALE_ROUNDS", 1)
     figures = Alternated()
-    rows: list[tuple[str, str, str]] = []
+    saved: dict[str, dict[str, dict[str, float | None]]] = {}  # system → count → row → median
     for n in counts():
         topics = topics_for(n)
         total = len(topics) * TOPIC_PARTITIONS
@@ -205,20 +221,17 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
                     figures.add(f"{total}:consume", name, consume_spread(bootstrap, topics, records))
                     figures.add(f"{total}:restart", name, restart_to_write(system, bootstrap, topics))
                     figures.add(f"{total}:delete", name, delete_all(bootstrap, topics))
-        rows += [
-            (f"{total}:create", f"{total:,}: create until all have leaders", "s"),
-            (f"{total}:rss", f"{total:,}: resident memory per partition (KiB)", "KiB"),
-            (f"{total}:metadata_ms", f"{total:,}: Metadata, every topic (ms)", "ms"),
-            (f"{total}:metadata_kib", f"{total:,}: Metadata answer (KiB)", "KiB"),
-            (f"{total}:produce", f"{total:,}: produce {records:,} spread (msg/s)", "/s"),
-            (f"{total}:consume", f"{total:,}: consume them, assigned (msg/s)", "/s"),
-            (f"{total}:restart", f"{total:,}: kill -9 to first write (s)", "s"),
-            (f"{total}:delete", f"{total:,}: delete until gone (s)", "s"),
-        ]
-    emit("\n".join([
-        f"=== {', '.join(f'{c:,}' for c in counts())} partitions on one broker beside Apache Kafka {KAFKA_VERSION} "
-        f"(topics of {TOPIC_PARTITIONS}, RF 1, {rounds} round(s)) ===",
-        "the same broker settings on both sides: " + ", ".join(f"{k}={v}" for k, v in BENCH_BROKER_CONFIG.items()),
-        figures.render("one broker", rows, ("dcmirror", f"Kafka {KAFKA_VERSION}")),
-        "ratio: dcmirror / Kafka (for times and memory lower is better); load: 1-minute load average"]))
-
+        rows = [(f"{total}:{key}", f"{total:,}: " + label.format(records=records), unit) for key, label, unit in ROWS]
+        # A table per count as soon as it is measured: a later count that fails keeps these.
+        emit("\n".join([
+            f"=== {total:,} partitions on one broker beside Apache Kafka {KAFKA_VERSION} "
+            f"(topics of {TOPIC_PARTITIONS}, RF 1, {rounds} round(s)) ===",
+            "the same broker settings on both sides: " + ", ".join(f"{k}={v}" for k, v in BENCH_BROKER_CONFIG.items()),
+            figures.render("one broker", rows, ("dcmirror", f"Kafka {KAFKA_VERSION}")),
+            "ratio: dcmirror / Kafka (for times and memory lower is better); load: 1-minute load average"]))
+        for key, _, _ in ROWS:
+            for system_name, median in zip(("dcmirror", "kafka"), figures.medians(f"{total}:{key}"), strict=True):
+                saved.setdefault(system_name, {}).setdefault(str(total), {})[key] = median
+        FIGURES_FILE.parent.mkdir(parents=True, exist_ok=True)
+        FIGURES_FILE.write_text(json.dumps({"kafka_version": KAFKA_VERSION, "records": records, "rounds": rounds,
+                                            "medians": saved}, indent=1))

@@ -157,3 +157,25 @@ def test_the_follower_lists_only_what_changed() -> None:
     assert fs.build(wanted2) == (77, 2, [], [])
     fs.sent_ok(0, wanted2, [], [])  # a leader without sessions: every fetch stays full
     assert fs.build(wanted2) == (0, 0, [("t", 0), ("t", 2)], [])
+
+
+def test_the_partitions_cached_are_bounded_too() -> None:
+    """A consumer may name topics that do not exist (v7-12) and add to its session fetch by
+    fetch: past the cache's partition bound the session closes and the fetch is answered
+    sessionless, so memory stays bounded whatever the client sends."""
+    cache = FetchSessionCache(rng=random.Random(9), max_partitions=5)
+    other, _, _ = cache.open(request(0, 0, {("t", 0): 0, ("t", 1): 0}), owner="alice", privileged=False)
+    grown, _, _ = cache.open(request(0, 0, {("no-such", i): 0 for i in range(3)}), owner="mallory",
+                             privileged=False)
+    assert other is not None and grown is not None and cache.partitions_cached == 5
+    session, full, error = cache.open(request(grown.session_id, 1, {("no-such", 3): 0}), owner="mallory",
+                                      privileged=False)
+    assert (session, full, error) == (None, True, ErrorCode.none)  # answered sessionless
+    assert cache.partitions_cached == 2 and cache.get(grown.session_id) is None
+    assert cache.open(request(grown.session_id, 2, {}), owner="mallory",
+                      privileged=False)[2] == ErrorCode.fetch_session_id_not_found
+    # A full fetch too big to cache opens no session; what fits still does.
+    assert cache.open(request(0, 0, {("no-such", i): 0 for i in range(4)}), owner="mallory",
+                      privileged=False) == (None, True, ErrorCode.none)
+    again, _, _ = cache.open(request(other.session_id, 1, {("t", 2): 0}), owner="alice", privileged=False)
+    assert again is other and len(other.partitions) == 3
