@@ -57,6 +57,10 @@ class LeaderEpochCache:
         self.entries = entries
         self._version += 1
 
+    def mark_written(self) -> None:
+        """The file holds the entries as they are (loaded, then rebuilt the same)."""
+        self._written_version = self._synced_version = self._version
+
     def persist(self) -> None:
         """Write the entries now (a truncation, recovery)."""
         self._version += 1
@@ -115,9 +119,11 @@ class LeaderEpochCache:
             found = e
         return self.entries[-1][0], log_end_offset
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop epochs that start at or after `end_offset` (the log was cut there)."""
+    def truncate_from_end(self, end_offset: int, *, persist: bool = True) -> None:
+        """Drop epochs that start at or after `end_offset` (the log was cut there); written at
+        once unless `persist` is false (recovery: see Log._load)."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]
         if kept != self.entries:
-            self.entries = kept
-            self.persist()
+            self.replace_entries(kept)
+            if persist:
+                self.write(fsync=False)

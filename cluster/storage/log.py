@@ -248,15 +248,25 @@ class Log:
         self._bases = [s.base_offset for s in self.segments]
 
     def _load(self, recovery_point: int, clean_state: dict[str, int] | None, now_ms: int) -> None:
-        complete_swaps(self.dir)
-        for leftover in self.dir.iterdir():
-            if leftover.suffix in (".tmp", ".deleted", ".cleaned", ".swap"):
-                leftover.unlink()
-        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
-        for suffix in (".index", ".timeindex", ".txnindex"):
-            for p in self.dir.glob("*" + suffix):
-                if not p.stem.isdigit() or int(p.stem) not in bases:
-                    p.unlink()  # an index without its log
+        # One listing of the directory for all of this (a glob each cost ~0.2 ms of Python:
+        # ten per partition made a quarter of loading 10,000 of them).
+        names = os.listdir(self.dir)
+        if any(n.endswith(".log.swap") for n in names):
+            complete_swaps(self.dir)
+            names = os.listdir(self.dir)
+        kept = []
+        for name in names:
+            if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
+                (self.dir / name).unlink()
+            else:
+                kept.append(name)
+        stems = {name: name.partition(".")[0] for name in kept}
+        bases = sorted(int(stem) for name, stem in stems.items() if name == stem + ".log" and stem.isdigit())
+        based = set(bases)
+        for name, stem in stems.items():
+            if name in (stem + ".index", stem + ".timeindex", stem + ".txnindex") and (
+                    not stem.isdigit() or int(stem) not in based):
+                (self.dir / name).unlink()  # an index without its log
         if not bases:
             self._add_segment(0, now_ms, create=True)
             self.recovery_report = RecoveryReport(0, 0, 0, 0, 0, 0, 0, True, [])
@@ -340,9 +350,12 @@ class Log:
         self.log_end_offset = self.active_segment.next_offset
         self._start_offset = min(self._start_offset, self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset) if not clean else self.log_end_offset
-        if self.leader_epochs.entries != epoch_entries_before:
-            self.leader_epochs.persist()
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        if self.leader_epochs.entries == epoch_entries_before:
+            self.leader_epochs.mark_written()
+        # Changed epochs are written later (the replica manager's writer, a flush, close):
+        # what recovery rebuilt lies at or above where it scanned from, which the next load
+        # rebuilds the same way from the same batches if it comes first.
+        self.leader_epochs.truncate_from_end(self.log_end_offset, persist=False)
         report.producer_batches_replayed = self._rebuild_producer_state()
         self.recovery_report = report
         if not clean and (report.bytes_scanned or report.bytes_truncated or report.reasons):
