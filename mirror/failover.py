@@ -216,14 +216,21 @@ async def open_transactions(admin: Admin, topic: str, partition: int) -> list[dr
             for x in p.active_producers if x.current_txn_start_offset >= 0]
 
 
+TXN_IN_PROGRESS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})  # its markers still to be written
+
+
 async def end_transactions(admin: Admin, topic: str, partition: int, txns: Iterable[dr.OpenTxn]) -> None:
     """End open transactions through their coordinator (fencing their producers: one preparing
-    to commit commits, one open aborts); one that no coordinator of the cluster knows, while
-    every broker answered, is hanging and gets an ABORT marker (kafka-transactions abort)."""
+    to commit commits, one open aborts); one that no coordinator of the cluster has in
+    progress on this partition, while every broker answered, is hanging and gets an ABORT
+    marker (kafka-transactions find-hanging, then abort). A transactional id that only has
+    the same producer id is not its owner: ids collide across clusters, and a mirror topic's
+    open transaction is the other cluster's, its coordinator there (fencing the id here would
+    end nothing, ever)."""
     ids = {pid: txn_id for txn_id, _, pid, _ in await admin.list_transactions()}
     for txn in txns:
         txn_id = ids.get(txn.producer_id)
-        if txn_id is not None:
+        if txn_id is not None and await _in_progress_on(admin, txn_id, txn.producer_id, topic, partition):
             with trio.fail_after(FENCE_TIMEOUT_S):
                 await admin.fence_transactional_id(txn_id)
             log.info("%s-%d: the open transaction of %s (producer %d) ended by its coordinator, its producer fenced",
@@ -237,6 +244,21 @@ async def end_transactions(admin: Admin, topic: str, partition: int, txns: Itera
                              code)
         log.warning("%s-%d: the transaction of producer %d, which no coordinator knows, aborted (hanging)", topic,
                     partition, txn.producer_id)
+
+
+async def _in_progress_on(admin: Admin, txn_id: str, producer_id: int, topic: str, partition: int) -> bool:
+    """Whether the coordinator of `txn_id` has its transaction, under `producer_id`, in
+    progress on the partition (DescribeTransactions): then it writes that partition's marker."""
+    with trio.fail_after(FENCE_TIMEOUT_S):
+        conn = await admin.transaction_coordinator(txn_id)
+        resp = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]})
+    s = resp.transaction_states[0]
+    if s.error_code == ErrorCode.transactional_id_not_found:
+        return False
+    if s.error_code:
+        raise KafkaError(f"describing the transaction of {txn_id}", s.error_code)
+    return (s.producer_id == producer_id and s.transaction_state in TXN_IN_PROGRESS
+            and any(t.topic == topic and partition in t.partitions for t in s.topics))
 
 
 async def read_committed(config: Mapping[str, Any], topic: str, partition: int, start: int,

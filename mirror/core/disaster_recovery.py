@@ -143,8 +143,11 @@ class AbortTxn:
 class EndTxns:
     """End these open transactions through their coordinator, which fences their producer
     (a transaction preparing to commit commits, one still open aborts, and its producer's
-    later commit is refused: never answered and then lost); one that no coordinator knows
-    (hanging) gets an ABORT marker."""
+    later commit is refused: never answered and then lost); one that no coordinator has in
+    progress on this partition (hanging, as kafka-transactions find-hanging says: a producer
+    id no transactional id of the cluster has, or one whose transaction there is not open on
+    this partition, such as a mirror topic's copy of another cluster's transaction whose
+    marker the copy never got: producer ids collide across clusters) gets an ABORT marker."""
 
     side: Side
     topic: str
@@ -809,7 +812,8 @@ def failback(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
                 yield from retrying("writing the failover ledger", timeout_s, WriteLedger(entry))
             for p in range(s.source_partitions):
                 # Its own transactions still open end first, through their coordinator: one
-                # it committed is kept, one it never will is aborted, its producer fenced.
+                # it committed is kept, one it never will is aborted, its producer fenced
+                # (those no coordinator of it has open here, hanging, are aborted).
 
                 def ended(p: int = p, topic: str = s.source_topic) -> Step:
                     end = (yield GetEnds("source", topic, p + 1))[p]
