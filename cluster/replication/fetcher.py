@@ -60,6 +60,7 @@ class FollowerContext:
     clock: Clock
     on_log_start_moved: Callable[[], None] = lambda: None  # a follower's log start moved (checkpoint it)
     on_high_watermark_moved: Callable[[Key], None] = lambda key: None  # a follower learned a new one
+    on_epochs_changed: Callable[[Partition], None] = lambda part: None  # a fetched batch began a leader epoch
 
 
 class ReplicaFetcherManager:
@@ -248,6 +249,8 @@ class ReplicaFetcher:
                                 outcome.problem)
                 errors += outcome.retry
                 moved |= outcome.log_start_moved or outcome.restarted_at is not None
+                if part.log.leader_epochs.dirty:
+                    self.replicas.on_epochs_changed(part)
                 if part.high_watermark != hw_before:
                     self.replicas.on_high_watermark_moved(part.key)  # consumers reading here (KIP-392)
         if moved:

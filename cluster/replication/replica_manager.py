@@ -181,7 +181,7 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
         self.fetchers = ReplicaFetcherManager(FollowerContext(node_id, self.partitions, self._leader_address,
                                                               settings.fetcher, clock, self._log_start_moved,
-                                                              self.waiters.notify))
+                                                              self.waiters.notify, self._epochs_changed))
         self._log_start_lock = trio.Lock()  # one writer of the log-start-offset-checkpoint at a time
         # Called after every reconciliation with the keys of replicas dropped or recreated.
         self.on_partitions_changed: list[Callable[[], None]] = []
@@ -357,6 +357,11 @@ class ReplicaManager:
                 or change.isr_shrunk:
             self.waiters.notify(part.key)  # long polls and acks=all waits re-check (strict min ISR: a shrink)
         return change.became_leader or (part.is_leader and change.epoch_changed)
+
+    def _epochs_changed(self, part: Partition) -> None:
+        """A follower's fetched batch began a leader epoch: written soon, by the worker."""
+        self._unwritten_epochs[part.log.dir] = part.log.leader_epochs
+        self._write_topic_ids()
 
     def _log_leadership(self, led: list[Partition]) -> None:
         """One line per new leadership for a few; a summary for many (a broker taking 10,000
