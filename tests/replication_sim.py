@@ -91,6 +91,9 @@ PRODUCERS = 1000
 CONSUMERS = 2000
 ERROR_PAUSE_MS = int(ERROR_PAUSE_S * 1000)  # the replica fetcher's pause after an error
 # Files written atomically with fsync (write_atomic): durable as soon as they exist.
+# Deleted durably (the directory fsynced after the unlink): LogManager.load_all's clean
+# shutdown marker.
+DURABLE_ON_DELETE = (".dcmirror-clean-shutdown",)
 DURABLE_ON_WRITE = ("partition.metadata", "recovery-point-offset-checkpoint", "replication-offset-checkpoint",
                     "meta.properties", "cleaner-offset-checkpoint")
 
@@ -270,7 +273,7 @@ class SimDisk:
             if kept != current:
                 path.write_bytes(kept)
         for rel, content in self.durable.items():
-            if rel not in now:
+            if rel not in now and Path(rel).name not in DURABLE_ON_DELETE:
                 path = self.root / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)  # its deletion never reached the disk

@@ -29,11 +29,16 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     if fsync:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_directory(path.parent)
+
+
+def sync_directory(path: Path) -> None:
+    """fsync a directory: the names created, renamed or deleted in it are durable."""
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)

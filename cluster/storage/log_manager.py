@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from cluster.storage.checkpoint import write_atomic
+from cluster.storage.checkpoint import sync_directory, write_atomic
 from cluster.storage.config import LogConfig
 from cluster.storage.log import Log, parse_partition_dir
 
@@ -90,6 +90,11 @@ class LogManager:
             else:
                 clean = doc.get("logs", {}) if "v" in doc else doc  # v0: the logs' states alone
             marker.unlink()
+            # Durably gone before anything is written: a marker that a machine crash brought
+            # back would have the next start trust logs this run changed and never flushed
+            # (replication simulation seed 1000916: a follower's truncated tail came back
+            # beside the leader epoch that replaced it, and no recovery looked).
+            sync_directory(self.data_dir)
         recovery_points = self.read_recovery_points()
         log_starts = read_offset_checkpoint(self.data_dir / LOG_START_OFFSET_FILE,
                                             "log start offsets fall back to the first segments' base offsets")

@@ -38,6 +38,8 @@ REGRESSION_SEEDS = {
     1000101: 4,  # records first committed by a deposed leader, committed after the destruction
     1000576: 4,  # a segment a truncation deleted, back after a machine crash: the follower looped
     1000828: 4,  # the checker: a record destroyed, written again by a retry, committed, destroyed again
+    1000916: 4,  # the clean shutdown marker's deletion not durable: back after a machine crash, a
+    #              follower's truncated tail was trusted beside the leader epoch that replaced it
     1002326: 4,  # a producer snapshot a truncation deleted, back after a crash: a retry acked as a duplicate
 }
 ALL_BELOW = os.environ.get("DCMIRROR_REPLICATION_SEEDS")  # every seed below it, in place of the fixed set
