@@ -57,6 +57,12 @@ class LogManager:
         # Logs whose segments below an offset await fsync: (log, offset).
         self.pending_flushes: list[tuple[Log, int]] = []
         self.on_flush_request: Callable[[], None] | None = None
+        # Directories renamed `*-delete`, their files still to remove: by LogTasks' deletion
+        # loop in a worker thread when one runs (`on_delete_request` set), else at once.
+        # Removing them in the event loop took ~4 ms a partition: deleting 10,000 held it
+        # up for ~40 s.
+        self.doomed: list[Path] = []
+        self.on_delete_request: Callable[[], None] | None = None
 
     def _request_flush(self, lg: Log, offset: int) -> None:
         self.pending_flushes.append((lg, offset))
@@ -171,7 +177,17 @@ class LogManager:
         # Rename first so a crash mid-delete does not resurrect the partition.
         doomed = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}-delete")
         lg.dir.rename(doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if self.on_delete_request is None:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            self.doomed.append(doomed)
+            self.on_delete_request()
+
+    def remove_doomed(self, doomed: list[Path]) -> None:
+        """Remove directories `delete_log` renamed (runs in a worker thread; a start removes
+        any a crash left)."""
+        for directory in doomed:
+            shutil.rmtree(directory, ignore_errors=True)
 
     # ---- periodic work -----------------------------------------------------------------
 

@@ -47,6 +47,23 @@ class LogTasks:
         nursery.start_soon(self.checkpoint_loop)
         nursery.start_soon(self.retention_loop)
         nursery.start_soon(self.cleaner_loop)
+        nursery.start_soon(self.deletion_loop)
+
+    async def deletion_loop(self) -> None:
+        """Remove the directories of deleted partitions in a worker thread (Kafka deletes them
+        later too, file.delete.delay.ms): renamed `*-delete` at once, gone soon after; one a
+        stop leaves is removed at the next start."""
+        wanted = trio.Event()
+        self.logs.on_delete_request = wanted.set
+        try:
+            while True:
+                await wanted.wait()
+                wanted = trio.Event()
+                self.logs.on_delete_request = wanted.set
+                doomed, self.logs.doomed = self.logs.doomed, []
+                await trio.to_thread.run_sync(self.logs.remove_doomed, doomed)
+        finally:
+            self.logs.on_delete_request = None
 
     async def flush_loop(self) -> None:
         """fsync segments that rolled (or hit flush.messages / flush.ms) and advance recovery points."""
