@@ -41,6 +41,7 @@ from cluster.protocol.internal import (
     rpc_response,
 )
 from cluster.protocol.messages import (
+    EncodedBody,
     decode_request,
     encode_response,
     is_flexible_request,
@@ -50,7 +51,7 @@ from cluster.protocol.messages import (
 )
 from cluster.replication.fetch_sessions import FetchSessionCache
 
-Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | None]]
+Handler = Callable[[int, Any, RequestContext], Awaitable[dict[str, Any] | EncodedBody | None]]
 # An internal call's handler: the frame's payload → the orjson answer.
 InternalHandler = Callable[[memoryview], Awaitable[dict[str, Any]]]
 
@@ -220,7 +221,7 @@ class RequestRouter:
         api = self.apis.get(api_key)
         if api is None or not api.min_version <= version <= api.max_version:
             raise CloseConnection(f"unsupported API {api_name(api_key)} v{version}")
-        encode: Callable[[dict[str, Any]], bytes] | None = None
+        encode: Callable[[Any], bytes] | None = None
         if version < api.legacy_below:
             legacy = api.legacy
             assert legacy is not None
@@ -228,7 +229,7 @@ class RequestRouter:
             read = legacy.decode(version, frame, header.body_offset)
             request, version = read.request, legacy.as_version
 
-            def encode(answer: dict[str, Any]) -> bytes:
+            def encode(answer: Any) -> bytes:
                 return legacy.encode(read, correlation_id, answer)
         else:
             header = parse_request_header(frame, flexible=is_flexible_request(api_key, version))
@@ -240,7 +241,7 @@ class RequestRouter:
                              None if self.security is None else self.security.authorizer())
         assert api.handler is not None
         if encode is None:
-            def encode(answer: dict[str, Any]) -> bytes:
+            def encode(answer: Any) -> bytes:
                 return encode_response(api_key, version, correlation_id, answer)
         if self.quotas is not None and api_key not in _QUOTA_EXEMPT and self._quotas_enabled():
             return await self._handle_with_quotas(api, version, request, ctx, len(frame), encode)
@@ -264,7 +265,7 @@ class RequestRouter:
         return any(m.enabled for m in self.quotas.managers())
 
     async def _handle_with_quotas(self, api: Api, version: int, request: Any, ctx: RequestContext,
-                                  request_bytes: int, encode: Callable[[dict[str, Any]], bytes]) -> Answer:
+                                  request_bytes: int, encode: Callable[[Any], bytes]) -> Answer:
         """A request under client quotas, as Kafka's KafkaApis: produce bytes are recorded
         after the append (the data stays; only the next requests wait), fetch bytes when the
         answer is built (a throttled fetch answers empty, its bytes taken back), handler time
@@ -302,7 +303,7 @@ class RequestRouter:
         request_ms = 0 if acks_zero else quotas.request.record(user, client_id, busy_s * 100, now_ms)
         response: bytes | None = None
         if consumer_fetch:
-            assert answer is not None
+            assert isinstance(answer, dict)
             bandwidth = quotas.fetch
             response = encode(answer)
             fetched = len(response)
@@ -323,7 +324,9 @@ class RequestRouter:
         if answer is None:
             return Answer(None, throttle_ms)  # acks=0: no answer, but the connection is muted all the same
         if throttle_ms > 0 or response is None:
-            if "throttle_time" in response_schema(api_key, version).__dataclass_fields__:
+            if isinstance(answer, EncodedBody):  # a cached answer (Metadata)
+                answer = answer.with_throttle_time(api_key, version, throttle_ms)
+            elif "throttle_time" in response_schema(api_key, version).__dataclass_fields__:
                 answer["throttle_time"] = throttle_ms
             response = encode(answer)
         return Answer(response, throttle_ms, client_throttles(api_key, version))

@@ -17,7 +17,9 @@ from cluster.broker.kafka_configs import KAFKA_BROKER_CONFIGS
 from cluster.broker.metadata_cache import MetadataCache
 from cluster.common.config_def import ConfigDef
 from cluster.controller.image import TopicImage
+from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.messages import EncodedBody, encode_body
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
     NO_LEADER,
@@ -71,11 +73,19 @@ def _invalid_topic_name(name: str) -> str | None:
     return None
 
 
+# Metadata answers kept encoded, for the same question at the same metadata offset (per
+# principal, client address, listener and version): encoding 10,000 partitions in Python
+# took ~300 ms a request, and clients ask again and again while nothing changes.
+METADATA_ANSWERS_CACHED = 64
+
+
 class MetadataHandlers:
     def __init__(self, cache: MetadataCache, auto_topics: AutoTopicCreation, config: DynamicBrokerConfig) -> None:
         self.cache = cache
         self.auto_topics = auto_topics
         self.config = config
+        self._answers: dict[tuple[Any, ...], EncodedBody] = {}
+        self._answers_offset = -1
 
     # ---- Metadata --------------------------------------------------------------------
 
@@ -108,7 +118,34 @@ class MetadataHandlers:
             })
         return out
 
-    async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+    async def handle_metadata(self, version: int, req: Any, ctx: RequestContext) -> EncodedBody:
+        """Metadata v0–12, encoded once per question and metadata offset (the answer depends on
+        nothing else; one that may create a topic is never kept)."""
+        image = self.cache.image
+        if image.offset != self._answers_offset:
+            self._answers.clear()
+            self._answers_offset = image.offset
+        topics_key = None if req.topics is None else tuple(
+            (t.name, str(getattr(t, "topic_id", None))) for t in req.topics)
+        key = (version, topics_key, self.cache.controller_id, self.cache.cluster_id, ctx.listener, ctx.principal,
+               ctx.client_host, bool(getattr(req, "include_topic_authorized_operations", False)),
+               bool(getattr(req, "include_cluster_authorized_operations", False)),
+               bool(getattr(req, "allow_auto_topic_creation", True)))
+        cached = self._answers.get(key)
+        if cached is not None:
+            return cached
+        offset = image.offset
+        raw = await self._metadata(version, req, ctx)
+        answer = encode_body(ApiKey.METADATA, version, raw)
+        # Kept while the metadata stays; not one with a topic error (one being created, one
+        # this request may have started creating: asking again must look again).
+        if self.cache.image.offset == offset and all(t["error_code"] == ErrorCode.none for t in raw["topics"]):
+            if len(self._answers) >= METADATA_ANSWERS_CACHED:
+                self._answers.pop(next(iter(self._answers)))
+            self._answers[key] = answer
+        return answer
+
+    async def _metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """Metadata v0–12. v10+ carry topic ids (KIP-516: a topic deleted and created again
         under its name has a new id, so clients drop what they knew of the old one); v12 asks
         by id (UNKNOWN_TOPIC_ID when none has it). Authorized operations when asked (v8+)."""

@@ -246,16 +246,37 @@ def is_flexible_request(api_key: int, version: int) -> bool:
         return False
 
 
+class EncodedBody(bytes):
+    """A response body already encoded in its version (a cached answer, `encode_body`):
+    `encode_response` puts it after the header as it is."""
+
+    def with_throttle_time(self, api_key: int, version: int, throttle_ms: int) -> EncodedBody:
+        """The same answer saying `throttle_ms` (every response with the field has it first)."""
+        fields = [f for f in response_schema(api_key, version).__dataclass_fields__ if not f.startswith("__")]
+        if not fields or fields[0] != "throttle_time":
+            return self
+        return EncodedBody(_I32.pack(throttle_ms) + self[4:])
+
+
+def encode_body(api_key: int, version: int, body: Mapping[str, Any]) -> EncodedBody:
+    cls = response_schema(api_key, version)
+    out = io.BytesIO()
+    _writer(cls)(out, build(cls, body))
+    return EncodedBody(out.getvalue())
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:
     """Size-prefixed response: header v0 (v1 for flexible versions, never for ApiVersions)."""
     cls = response_schema(api_key, version)
-    entity = body if isinstance(body, cls) else build(cls, body)
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_I32.pack(correlation_id))
     if cls.__flexible__ and api_key != 18:
         out.write(b"\x00")
-    _writer(cls)(out, entity)
+    if isinstance(body, EncodedBody):
+        out.write(body)
+    else:
+        _writer(cls)(out, body if isinstance(body, cls) else build(cls, body))
     buf = out.getbuffer()
     _I32.pack_into(buf, 0, len(buf) - 4)
     del buf

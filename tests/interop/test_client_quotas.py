@@ -469,24 +469,32 @@ def test_request_percentage_throttles_on_handler_time(broker: MetricsBroker, adm
     from cluster.client.connection import BrokerConnection
     from cluster.protocol.api_keys import ApiKey
 
-    # 0.5 % of one handler: 50 ms of handler time in the 10 s window; Metadata costs ~1 ms here.
+    # 0.5 % of one handler: 50 ms of handler time in the 10 s window. Each Metadata names
+    # another (unknown) topic: an answer the broker keeps encoded costs nearly nothing.
     assert admin.alter([({"client-id": "busy"}, {"request_percentage": 0.5})]) == [(0, None)]
     host, port = broker.bootstrap.split(":")
+    cached_throttles: list[float] = []
 
     async def ask(client_id: str, times: int) -> list[float]:
         conn = await BrokerConnection(host, int(port), client_id=client_id).connect()
         throttles = []
         try:
-            for _ in range(times):
-                r = await conn.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False})
+            for i in range(times):
+                r = await conn.request(ApiKey.METADATA, {"topics": [{"name": f"no-such-{i}"}],
+                                                         "allow_auto_topic_creation": False})
                 throttles.append(r.throttle_time.total_seconds())
                 if r.throttle_time.total_seconds() > 0 and len(throttles) > 5:
                     break
+            if client_id == "busy":  # an answer kept encoded says the throttle too
+                for _ in range(2):
+                    r = await conn.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False})
+                    cached_throttles.append(r.throttle_time.total_seconds())
         finally:
             await conn.aclose()
         return throttles
 
     busy = trio.run(ask, "busy", 2000)
+    assert cached_throttles[-1] > 0, cached_throttles
     idle = trio.run(ask, "idle", 200)
     print(f"request_percentage: throttled after {len(busy)} Metadata requests, throttle {max(busy)} s")
     assert 0 < max(busy) <= 1.0  # a request-time throttle is capped at one window (ClientRequestQuotaManager)
