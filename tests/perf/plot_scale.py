@@ -19,9 +19,11 @@ PANELS = (  # (row key, title)
     ("create", "create until all have leaders (s)"),
     ("restart", "kill -9 to first write (s)"),
     ("delete", "delete until gone (s)"),
-    ("metadata_ms", "Metadata, every topic (ms)"),
+    ("metadata_first_ms", "Metadata, every topic, first answer (ms)"),
+    ("metadata_ms", "Metadata, the same again (ms)"),
     ("rss", "resident memory per partition (KiB)"),
     ("produce", "produce spread (msg/s, higher is better)"),
+    ("consume", "consume spread (msg/s, higher is better)"),
 )
 COLORS = {"dcmirror": "#1f77b4", "kafka": "#d62728"}
 W, H, COLS = 310, 210, 3
