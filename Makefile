@@ -106,6 +106,7 @@ soak: venv sysdeps peers
 	$(TEST_ENV) $(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/unit/test_mirror_sim.py \
 	    tests/mirror/test_failover.py tests/spark/test_load_crash.py
 	$(TEST_ENV) DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
+	$(TEST_ENV) DCMIRROR_FUZZ_EXPLORE=1 $(PY) -m pytest -q tests/unit/test_protocol_fuzz.py tests/interop/test_fuzz_broker.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -69,8 +69,9 @@ from cluster.storage.log_manager import (
 from cluster.storage.meta_properties import read_partition_topic_id, write_partition_topic_id
 
 log = logging.getLogger(__name__)
-# Leadership changes logged one line each up to this many per reconcile; more are summarized.
-LEADERSHIP_LINES_MAX = 10
+# Leadership changes logged one line each up to this many per reconcile (operators and tests
+# follow "broker N leads T-P"); more are summarized, the first few named.
+LEADERSHIP_LINES_MAX = 100
 
 Key = tuple[str, int]
 
@@ -372,7 +373,7 @@ class ReplicaManager:
                          part.leader_epoch)
             return
         log.info("broker %d leads %d more partition(s) or in new leader epochs (%s, ...; each at DEBUG)",
-                 self.node_id, len(led), ", ".join(f"{p.topic}-{p.index}" for p in led[:LEADERSHIP_LINES_MAX]))
+                 self.node_id, len(led), ", ".join(f"{p.topic}-{p.index}" for p in led[:10]))
         if log.isEnabledFor(logging.DEBUG):
             for part in led:
                 log.debug("broker %d leads %s-%d (leader epoch %d)", self.node_id, part.topic, part.index,
