@@ -199,7 +199,7 @@ class ReplicaManager:
         # worker (LeaderEpochCache: 10,000 of them in the event loop missed heartbeats).
         self._unwritten_epochs: dict[Path, LeaderEpochCache] = {}
         self._unmade_index_files: dict[Path, Log] = {}  # new logs whose first segment has no index files yet
-        self._topic_id_writer_running = False
+        self._checkpoint_writer_running = False
 
     @property
     def image(self) -> MetadataImage:
@@ -303,7 +303,7 @@ class ReplicaManager:
                 self._abort_carried(part, now)
         self._log_leadership(led)
         self._reconciled_once = True
-        self._write_topic_ids()
+        self._schedule_checkpoints()
         for listener in self.on_partitions_changed:
             listener()
         self.fetchers.update()
@@ -362,7 +362,7 @@ class ReplicaManager:
     def _epochs_changed(self, part: Partition) -> None:
         """A follower's fetched batch began a leader epoch: written soon, by the worker."""
         self._unwritten_epochs[part.log.dir] = part.log.leader_epochs
-        self._write_topic_ids()
+        self._schedule_checkpoints()
 
     def _log_leadership(self, led: list[Partition]) -> None:
         """One line per new leadership for a few; a summary for many (a broker taking 10,000
@@ -389,7 +389,7 @@ class ReplicaManager:
         self.logs.delete_log(*key)
         self.waiters.notify(key)
 
-    def _write_topic_ids(self) -> None:
+    def _schedule_checkpoints(self) -> None:
         """The partition.metadata files new replicas need and the leader epochs role changes
         added: in a worker thread once the replica manager runs (in order: a directory's
         latest id is written last), at once before (and in the sans-IO simulation, whose disk
@@ -398,9 +398,9 @@ class ReplicaManager:
             return
         if self._nursery is None:
             self._write_checkpoints(*self._take_unwritten())
-        elif not self._topic_id_writer_running:
-            self._topic_id_writer_running = True
-            self._nursery.start_soon(self._topic_id_writer)
+        elif not self._checkpoint_writer_running:
+            self._checkpoint_writer_running = True
+            self._nursery.start_soon(self._checkpoint_writer)
 
     def _take_unwritten(self) -> tuple[dict[Path, str], list[LeaderEpochCache], list[Log]]:
         ids, self._unwritten_topic_ids = self._unwritten_topic_ids, {}
@@ -425,12 +425,12 @@ class ReplicaManager:
             except OSError as exc:  # as a failed flush: the next flush or close writes it again
                 log.error("writing %s failed: %s", cache.path, exc)
 
-    async def _topic_id_writer(self) -> None:
+    async def _checkpoint_writer(self) -> None:
         try:
             while self._unwritten_topic_ids or self._unwritten_epochs or self._unmade_index_files:
                 await trio.to_thread.run_sync(self._write_checkpoints, *self._take_unwritten())
         finally:
-            self._topic_id_writer_running = False
+            self._checkpoint_writer_running = False
 
     # ---- produce ---------------------------------------------------------------------
 
