@@ -23,6 +23,7 @@ from kio.serial import entity_reader, entity_writer
 
 from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import ProtocolError
+from cluster.protocol.fetch_response import FETCH_API_KEY, fetch_body_parts
 
 _REQUEST_HEADER = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -266,8 +267,15 @@ def encode_body(api_key: int, version: int, body: Mapping[str, Any]) -> EncodedB
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:
-    """Size-prefixed response: header v0 (v1 for flexible versions, never for ApiVersions)."""
+    """Size-prefixed response: header v0 (v1 for flexible versions, never for ApiVersions).
+    A Fetch answer given as a dict is written by fetch_response.fetch_body_parts (the same
+    bytes; `encode_body` always takes kio's way)."""
     cls = response_schema(api_key, version)
+    if api_key == FETCH_API_KEY and isinstance(body, Mapping):
+        parts = fetch_body_parts(version, body)
+        if parts is not None:
+            size = sum(map(len, parts)) + 4 + cls.__flexible__
+            return b"".join([_I32.pack(size), _I32.pack(correlation_id), b"\x00" if cls.__flexible__ else b"", *parts])
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_I32.pack(correlation_id))

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch
@@ -125,10 +126,9 @@ class FollowerFetch:
     log_start_moved: bool = False  # the follower reported a new log start (DeleteRecords waits on it)
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
+class ReadResult(NamedTuple):
     """One partition's part of a Fetch answer, as the leader (or a replica the debugging
-    consumer reads) gives it."""
+    consumer reads) gives it. A tuple: one is made per partition of every Fetch."""
 
     error: int
     records: bytes = b""
@@ -349,20 +349,30 @@ class Partition:
                                                  and self.local_id in self.replicas)
         if not serves or (replica_id >= 0 and replica_id not in self.replicas):
             return ReadResult(ErrorCode.not_leader_or_follower)
-        hw, log_start = self.high_watermark, self.log.log_start_offset
+        # Every partition a sessionless consumer reads comes through here on every Fetch, most
+        # with nothing new: the high watermark is worked out once, an empty read not at all.
+        log = self.log
+        log_start = log.log_start_offset
+        hw = max(log_start, min(self.hw, log.log_end_offset))  # self.high_watermark
         epoch_error = self.check_leader_epoch(current_leader_epoch, replica_id)
         if epoch_error != ErrorCode.none:
             return ReadResult(epoch_error, b"", hw, log_start)
-        follower = (self.on_follower_fetch(replica_id, fetch_offset, now_ms, replica_log_start)
-                    if replica_id >= 0 else None)
-        hw = self.high_watermark
-        lso = self.last_stable_offset
-        upper = lso if read_committed and replica_id < 0 else self.read_upper_bound(replica_id)
+        follower = None
+        if replica_id >= 0:
+            follower = self.on_follower_fetch(replica_id, fetch_offset, now_ms, replica_log_start)
+            hw = self.high_watermark
+        lso = log.last_stable_offset(hw)
+        if read_committed and replica_id < 0:
+            upper = lso
+        else:
+            upper = log.log_end_offset if replica_id >= 0 or debugging else hw  # read_upper_bound
+        if fetch_offset == upper and fetch_offset >= log_start:
+            return ReadResult(ErrorCode.none, b"", hw, log_start, follower, lso)  # nothing new (Log.read's b"")
         try:
-            data = self.log.read(fetch_offset, max(0, max_bytes), upper, min_one_batch=min_one_batch)
+            data = log.read(fetch_offset, max(0, max_bytes), upper, min_one_batch=min_one_batch)
         except OffsetOutOfRange:
             return ReadResult(ErrorCode.offset_out_of_range, b"", hw, log_start, follower, lso)
-        aborted = self.log.collect_aborted(fetch_offset, upper) if read_committed and data else None
+        aborted = log.collect_aborted(fetch_offset, upper) if read_committed and data else None
         return ReadResult(ErrorCode.none, data, hw, log_start, follower, lso, aborted)
 
     @property

@@ -14,12 +14,14 @@ Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker sy
   2. resident memory of the broker process, minus what it held before the topics, per partition;
   3. Metadata (v12, every topic) answered: the first answer to a new question, the median of
      the next 5, and the answer's bytes;
-  4. librdkafka producing N-spread records (record i to partition i mod N), acks=1, and a
-     librdkafka consumer assigned every partition reading them back (sessionless: librdkafka
-     has no fetch sessions);
-  5. kill -9 and restart: until Metadata has a leader for every partition and a write to the
+  4. a consumer's sessionless Fetch (v13) of every partition while they are empty, answered
+     at once: the first answer, the median of the next 5, and its bytes;
+  5. librdkafka producing N-spread records (record i to partition i mod N), acks=1, and a
+     librdkafka consumer assigned every partition from offset 0 reading them back
+     (sessionless: librdkafka has no fetch sessions);
+  6. kill -9 and restart: until Metadata has a leader for every partition and a write to the
      last partition is acknowledged;
-  6. delete: DeleteTopics of every topic until Metadata shows none.
+  7. delete: DeleteTopics of every topic until Metadata shows none.
 Nothing is asserted about speed; a table per count goes to tests/perf/results/latest.txt as
 soon as it is measured, the medians to tests/perf/results/scale.json
 (`python -m tests.perf.plot_scale` draws docs/images/scale.svg from them).
@@ -37,6 +39,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster.protocol.messages import decode_response, encode_request
 from tests.cluster_helpers import wait_until
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import Alternated, consumer_conf, emit, env_int, progress
@@ -117,6 +120,39 @@ def metadata_round_trip(bootstrap: str, tries: int = 6) -> tuple[float, float, i
     return times[0], rest[len(rest) // 2], size
 
 
+def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 6) -> tuple[float, float, int]:
+    """A consumer's sessionless Fetch (v13, as librdkafka sends it) of every partition at
+    offset 0 while all are empty, answered at once (max wait 0): (seconds of the first answer,
+    median of the next ones, answer bytes). The broker's cost of the request a consumer of N
+    partitions without fetch sessions sends every fetch.wait.max.ms when nothing is new."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall(encode_request(3, 12, 0, b"scale-bench", {"topics": [{"name": t} for t in topics]}))
+        (length,) = struct.unpack(">i", _read(s, 4))
+        metadata = decode_response(3, 12, _read(s, length))
+        ids = {t.name: t.topic_id for t in metadata.topics}
+        request = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 50 << 20, "isolation_level": 0,
+                   "session_id": 0, "session_epoch": -1, "rack_id": "",
+                   "topics": [{"topic_id": ids[t], "partitions": [
+                       {"partition": q, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                        "log_start_offset": -1, "partition_max_bytes": 1 << 20} for q in range(TOPIC_PARTITIONS)]}
+                              for t in topics]}
+        times, size = [], 0
+        for corr in range(1, tries + 1):
+            frame = encode_request(1, 13, corr, b"scale-bench", request)
+            t0 = time.perf_counter()
+            s.sendall(frame)
+            (length,) = struct.unpack(">i", _read(s, 4))
+            answer = decode_response(1, 13, _read(s, length))
+            times.append(time.perf_counter() - t0)
+            size = length
+            parts = [p for t in answer.responses for p in t.partitions]
+            assert answer.error_code == 0 and len(parts) == len(topics) * TOPIC_PARTITIONS, answer.error_code
+            assert all(p.error_code == 0 and not p.records for p in parts), "an empty partition answered records"
+    rest = sorted(times[1:])
+    return times[0], rest[len(rest) // 2], size
+
+
 def _read(s: socket.socket, n: int) -> bytes:
     out = bytearray()
     while len(out) < n:
@@ -150,11 +186,15 @@ def produce_spread(bootstrap: str, topics: list[str], records: int) -> float:
 
 
 def consume_spread(bootstrap: str, topics: list[str], records: int) -> float:
+    """msg/s of a librdkafka consumer assigned every partition from offset 0 (the log start
+    of these new topics). Not OFFSET_BEGINNING: librdkafka then sends a ListOffsets request
+    per partition, and at 10,000 partitions it sent a few hundred of them ~12 s late, against
+    Kafka and dcmirror alike (debug=protocol), which made this row swing 4x from run to run."""
     c = Consumer(consumer_conf(bootstrap))
     try:
         c.list_topics(timeout=30)
         t0 = time.perf_counter()
-        c.assign([TopicPartition(t, q, -2) for t in topics for q in range(TOPIC_PARTITIONS)])
+        c.assign([TopicPartition(t, q, 0) for t in topics for q in range(TOPIC_PARTITIONS)])
         got = 0
         last = time.perf_counter()
         while got < records:
@@ -191,6 +231,9 @@ ROWS = (  # (key, label, unit)
     ("metadata_first_ms", "Metadata, every topic, first answer (ms)", "ms"),
     ("metadata_ms", "Metadata, the same again (ms)", "ms"),
     ("metadata_kib", "Metadata answer (KiB)", "KiB"),
+    ("fetch_first_ms", "Fetch, every partition, none new, first (ms)", "ms"),
+    ("fetch_ms", "Fetch, the same again (ms)", "ms"),
+    ("fetch_kib", "Fetch answer (KiB)", "KiB"),
     ("produce", "produce {records:,} spread (msg/s)", "/s"),
     ("consume", "consume them, assigned (msg/s)", "/s"),
     ("restart", "kill -9 to first write (s)", "s"),
@@ -223,6 +266,10 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
                     figures.add(f"{total}:metadata_first_ms", name, first * 1000)
                     figures.add(f"{total}:metadata_ms", name, rtt * 1000)
                     figures.add(f"{total}:metadata_kib", name, size / 1024)
+                    first, rtt, size = fetch_round_trip(bootstrap, topics)
+                    figures.add(f"{total}:fetch_first_ms", name, first * 1000)
+                    figures.add(f"{total}:fetch_ms", name, rtt * 1000)
+                    figures.add(f"{total}:fetch_kib", name, size / 1024)
                     figures.add(f"{total}:produce", name, produce_spread(bootstrap, topics, records))
                     figures.add(f"{total}:consume", name, consume_spread(bootstrap, topics, records))
                     figures.add(f"{total}:restart", name, restart_to_write(system, bootstrap, topics))

@@ -1,0 +1,75 @@
+"""The Fetch answer writer (cluster/protocol/fetch_response.py) against kio's generic encoder:
+the same bytes for every version from 4 on, on drawn answers (derandomized in make test by
+the Hypothesis profile in tests/conftest.py; make soak draws new ones)."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.protocol.fetch_response import fetch_body_parts
+from cluster.protocol.messages import decode_response, encode_body, encode_response, response_schema
+
+VERSIONS = range(4, 18)
+I32 = st.integers(-2**31, 2**31 - 1)
+I64 = st.integers(-2**63, 2**63 - 1)
+
+aborted = st.fixed_dictionaries({"producer_id": I64, "first_offset": I64})
+partition = st.fixed_dictionaries(
+    {"partition_index": I32, "error_code": st.sampled_from([0, 1, 3, 6, 29, 74, 100])},
+    optional={"high_watermark": I64, "last_stable_offset": I64, "log_start_offset": I64,
+              "preferred_read_replica": I32, "records": st.none() | st.binary(max_size=300),
+              "aborted_transactions": st.none() | st.lists(aborted, max_size=3)})
+topic = st.fixed_dictionaries({"topic": st.text(max_size=20), "topic_id": st.none() | st.uuids(),
+                               "partitions": st.lists(partition, max_size=4)})
+answer = st.fixed_dictionaries({"responses": st.lists(topic, max_size=4)},
+                               optional={"throttle_time": st.integers(0, 2**31 - 1), "error_code": st.just(0),
+                                         "session_id": I32})
+
+
+def generic(version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    cls = response_schema(1, version)
+    encoded = struct.pack(">i", correlation_id) + (b"\x00" if cls.__flexible__ else b"") + encode_body(1, version, body)
+    return struct.pack(">i", len(encoded)) + encoded
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(VERSIONS), body=answer, correlation_id=I32)
+def test_the_fetch_writer_gives_the_generic_encoders_bytes(version: int, body: dict[str, Any],
+                                                           correlation_id: int) -> None:
+    assert encode_response(1, version, correlation_id, body) == generic(version, correlation_id, body)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_as_the_broker_gives_it_reads_back(version: int) -> None:
+    records = bytes(range(256)) * 3
+    body = {"throttle_time": 0, "error_code": 0, "session_id": 7, "responses": [
+        {"topic": "orders", "topic_id": uuid.UUID(int=5), "partitions": [
+            {"partition_index": 0, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
+             "log_start_offset": 0, "preferred_read_replica": -1, "records": records, "aborted_transactions": None},
+            {"partition_index": 1, "error_code": 0, "high_watermark": 3, "last_stable_offset": 2,
+             "log_start_offset": 1, "preferred_read_replica": -1, "records": b"",
+             "aborted_transactions": [{"producer_id": 9, "first_offset": 2}]}]}]}
+    frame = encode_response(1, version, 42, body)
+    assert frame == generic(version, 42, body)
+    (size,) = struct.unpack(">i", frame[:4])
+    assert size == len(frame) - 4
+    back = decode_response(1, version, frame[4:])
+    parts = back.responses[0].partitions
+    assert [p.partition_index for p in parts] == [0, 1]
+    assert parts[0].records == records and parts[0].high_watermark == 10
+    assert parts[1].aborted_transactions[0].producer_id == 9 and getattr(parts[1], "log_start_offset", -1) == (1 if version >= 5 else -1)
+
+
+def test_what_only_the_generic_encoder_writes_goes_its_way() -> None:
+    tagged = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "error_code": 0,
+                                                           "diverging_epoch": {"epoch": 3, "end_offset": 7}}]}]}
+    assert fetch_body_parts(13, tagged) is None
+    assert encode_response(1, 13, 1, tagged) == generic(13, 1, tagged)
+    assert fetch_body_parts(16, {"responses": [], "node_endpoints": []}) is None
+    assert fetch_body_parts(3, {"responses": []}) is None
