@@ -109,7 +109,7 @@ def bootstrap_scram_records(users: dict[str, str]) -> tuple[dict[str, object], .
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from cluster.broker.config import BrokerConfig
-    from cluster.broker.server import serve_until_signalled
+    from cluster.broker.server import serve_until_signalled, tune_garbage_collector
 
     membership = None
     overrides: dict[str, object] = {}
@@ -153,6 +153,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # `kill -USR1 PID` prints every thread's Python stack to stderr (a frozen event loop shows
     # where it is stuck), as jstack does for a Kafka broker.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    tune_garbage_collector()
     try:
         if membership is not None and membership.node_id not in membership.brokers:
             from cluster.broker.config import parse_listen

@@ -19,7 +19,7 @@ from cluster.common.config_def import ConfigDef
 from cluster.controller.image import TopicImage
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.messages import EncodedBody, encode_body
+from cluster.protocol.messages import EncodedBody, encode_item, encode_metadata_body
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
     NO_LEADER,
@@ -77,6 +77,8 @@ def _invalid_topic_name(name: str) -> str | None:
 # principal, client address, listener and version): encoding 10,000 partitions in Python
 # took ~300 ms a request, and clients ask again and again while nothing changes.
 METADATA_ANSWERS_CACHED = 64
+# Topics' encoded Metadata entries (each ~27 bytes a partition), cleared when full.
+METADATA_TOPIC_ENTRIES_CACHED = 100_000
 
 
 class MetadataHandlers:
@@ -85,23 +87,41 @@ class MetadataHandlers:
         self.auto_topics = auto_topics
         self.config = config
         self._answers: dict[tuple[Any, ...], EncodedBody] = {}
+        # (version, topic id, authorized operations, live brokers) -> (topic, its changes, entry)
+        self._topic_entries: dict[tuple[Any, ...], tuple[TopicImage, int, bytes]] = {}
         self._answers_offset = -1
 
     # ---- Metadata --------------------------------------------------------------------
 
-    def _topic_metadata(self, name: str, error: int, ctx: RequestContext, with_operations: bool) -> dict[str, Any]:
-        image = self.cache.image
-        t = image.topic(name)
+    def _topic_metadata(self, version: int, name: str, error: int, ctx: RequestContext, with_operations: bool,
+                        live: frozenset[int]) -> tuple[bytes, bool]:
+        """A topic's entry of a Metadata answer, encoded, and whether it has no error. An
+        entry without error is kept per version, authorized operations and live brokers while
+        its topic does not change (TopicImage.changes): after any metadata change only the
+        topics it touched are encoded again."""
+        t = self.cache.image.topic(name)
         if t is None:
-            return _topic_error(error or ErrorCode.unknown_topic_or_partition, name)
-        return {"error_code": ErrorCode.none, "name": name, "is_internal": t.internal,
-                "partitions": self._partitions(t, sorted(t.partitions)),
-                "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations":
-                    ctx.authorized_operations(ResourceType.TOPIC, name, asked=with_operations)}
+            return encode_item(ApiKey.METADATA, version, "topics",
+                               _topic_error(error or ErrorCode.unknown_topic_or_partition, name)), False
+        operations = ctx.authorized_operations(ResourceType.TOPIC, name, asked=with_operations)
+        key = (version, t.topic_id, operations, live)
+        kept = self._topic_entries.get(key)
+        if kept is not None and kept[0] is t and kept[1] == t.changes:
+            return kept[2], True
+        entry = encode_item(ApiKey.METADATA, version, "topics", {
+            "error_code": ErrorCode.none, "name": name, "is_internal": t.internal,
+            "partitions": self._partitions(t, sorted(t.partitions), live),
+            "topic_id": uuid.UUID(t.topic_id), "topic_authorized_operations": operations})
+        if len(self._topic_entries) >= METADATA_TOPIC_ENTRIES_CACHED:
+            self._topic_entries.clear()
+        self._topic_entries[key] = (t, t.changes, entry)
+        return entry, True
 
-    def _partitions(self, t: TopicImage, indexes: list[int]) -> list[dict[str, Any]]:
+    def _live_brokers(self) -> frozenset[int]:
+        return frozenset(b.broker_id for b in self.cache.image.unfenced_brokers())
+
+    def _partitions(self, t: TopicImage, indexes: list[int], live: frozenset[int]) -> list[dict[str, Any]]:
         """The partitions of a Metadata / DescribeTopicPartitions topic, as the image has them."""
-        live = {b.broker_id for b in self.cache.image.unfenced_brokers()}
         out = []
         for index in indexes:
             p = t.partitions[index]
@@ -135,30 +155,40 @@ class MetadataHandlers:
         if cached is not None:
             return cached
         offset = image.offset
-        raw = await self._metadata(version, req, ctx)
-        answer = encode_body(ApiKey.METADATA, version, raw)
+        raw, topics, all_found = await self._metadata(version, req, ctx)
+        answer = encode_metadata_body(version, raw, topics)
         # Kept while the metadata stays; not one with a topic error (one being created, one
         # this request may have started creating: asking again must look again).
-        if self.cache.image.offset == offset and all(t["error_code"] == ErrorCode.none for t in raw["topics"]):
+        if self.cache.image.offset == offset and all_found:
             if len(self._answers) >= METADATA_ANSWERS_CACHED:
                 self._answers.pop(next(iter(self._answers)))
             self._answers[key] = answer
         return answer
 
-    async def _metadata(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        """Metadata v0–12. v10+ carry topic ids (KIP-516: a topic deleted and created again
-        under its name has a new id, so clients drop what they knew of the old one); v12 asks
-        by id (UNKNOWN_TOPIC_ID when none has it). Authorized operations when asked (v8+)."""
+    async def _metadata(self, version: int, req: Any, ctx: RequestContext) -> tuple[dict[str, Any], list[bytes], bool]:
+        """Metadata v0–12: the answer but its topics, the topics encoded, and whether none has
+        an error. v10+ carry topic ids (KIP-516: a topic deleted and created again under its
+        name has a new id, so clients drop what they knew of the old one); v12 asks by id
+        (UNKNOWN_TOPIC_ID when none has it). Authorized operations when asked (v8+)."""
         requested = req.topics
         image = self.cache.image
         with_operations = bool(getattr(req, "include_topic_authorized_operations", False))
+        live = self._live_brokers()
+        topics: list[bytes] = []
+        all_found = True
+
+        def add(entry: tuple[bytes, bool]) -> None:
+            nonlocal all_found
+            topics.append(entry[0])
+            all_found &= entry[1]
+
         if requested is None or (version == 0 and not requested):
             # Every topic the principal may describe; the others are not mentioned.
-            topics = [self._topic_metadata(n, ErrorCode.none, ctx, with_operations) for n in sorted(image.topics_by_name)
-                      if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+            for n in sorted(image.topics_by_name):
+                if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n):
+                    add(self._topic_metadata(version, n, ErrorCode.none, ctx, with_operations, live))
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
-            topics = []
             ids = list(dict.fromkeys(i for t in requested if (i := getattr(t, "topic_id", None)) is not None and i.int))
             if ids:
                 # A request naming any topic by id is a request by id: Kafka looks at nothing else
@@ -170,19 +200,24 @@ class MetadataHandlers:
                     topic_id = getattr(t, "topic_id", None)
                     found = image.topics.get(str(topic_id)) if topic_id is not None and topic_id.int else None
                     if found is None:
-                        topics.append(_topic_error(ErrorCode.unknown_topic_id, None, topic_id))
+                        add((encode_item(ApiKey.METADATA, version, "topics",
+                                         _topic_error(ErrorCode.unknown_topic_id, None, topic_id)), False))
                         continue
                     name = found.name
                 error: int = ErrorCode.none
                 if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
-                    topics.append(_topic_error(ErrorCode.topic_authorization_failed, None if by_id else name))
+                    add((encode_item(ApiKey.METADATA, version, "topics",
+                                     _topic_error(ErrorCode.topic_authorization_failed, None if by_id else name)),
+                         False))
                     continue
                 if image.topic(name) is None:
                     if allow_auto:
                         _, error = await self.auto_topics.topic(name, ctx)
                     else:
                         error = ErrorCode.unknown_topic_or_partition
-                topics.append(self._topic_metadata(name, error, ctx, with_operations))
+                    # Being created (or not there): asking again must look again.
+                    all_found = False
+                add(self._topic_metadata(version, name, error, ctx, with_operations, self._live_brokers()))
         return {
             "throttle_time": 0,
             "brokers": [{"node_id": b.broker_id, "host": e[0], "port": e[1], "rack": b.rack}
@@ -192,7 +227,7 @@ class MetadataHandlers:
             "topics": topics,
             "cluster_authorized_operations": ctx.authorized_operations(
                 ResourceType.CLUSTER, CLUSTER_NAME, asked=bool(getattr(req, "include_cluster_authorized_operations", False))),
-        }
+        }, topics, all_found
 
     # ---- DescribeTopicPartitions -----------------------------------------------------
 
@@ -238,7 +273,7 @@ class MetadataHandlers:
             taken, rest = indexes[:limit], indexes[limit:]
             limit -= len(taken)
             topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(t.topic_id),
-                           "is_internal": t.internal, "partitions": self._partitions(t, taken),
+                           "is_internal": t.internal, "partitions": self._partitions(t, taken, self._live_brokers()),
                            "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name,
                                                                                     asked=True)})
             if rest:

@@ -4,6 +4,7 @@ the answers go back in order."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from collections.abc import Iterator
@@ -173,6 +174,22 @@ def admin_http_security(config: BrokerConfig) -> admin_http.HttpSecurity:
     return admin_http.HttpSecurity(
         secret(token, "admin.http.auth.token") if token else None,
         https_context(Path(keystore), "admin.http.ssl.keystore.location") if keystore else None)
+
+
+# CPython collects its youngest generation every 700 net allocations. A Fetch of 10,000
+# partitions lives across dozens of such collections, so its objects were promoted, and a
+# broker with 10,000 partitions ran a full collection (115-280 ms with every request stalled)
+# about every second while a consumer polled. Collecting the young generation every 50,000
+# lets a request's objects die young: 19 collections instead of 3,749 in the same run, one
+# of them full. Cyclic garbage still goes; reference counting frees the rest at once.
+GC_YOUNG_THRESHOLD_ALLOCATIONS = 50_000
+GC_MIDDLE_THRESHOLD_COLLECTIONS = 20
+GC_OLD_THRESHOLD_COLLECTIONS = 10
+
+
+def tune_garbage_collector() -> None:
+    """For a broker or controller process (a process-wide setting: its entry point calls it)."""
+    gc.set_threshold(GC_YOUNG_THRESHOLD_ALLOCATIONS, GC_MIDDLE_THRESHOLD_COLLECTIONS, GC_OLD_THRESHOLD_COLLECTIONS)
 
 
 async def serve_until_signalled(data_dir: Path, listen: str, config: BrokerConfig,

@@ -103,6 +103,9 @@ class TopicImage:
     configs: dict[str, str] = field(default_factory=dict)
     internal: bool = False
     partitions: dict[int, PartitionState] = field(default_factory=dict)
+    # Bumped by every record that changes the topic or a partition of it: what a broker
+    # derived from the topic (its encoded Metadata entry) holds while this does. Not saved.
+    changes: int = field(default=0, compare=False)
 
 
 class MetadataImage:
@@ -217,13 +220,16 @@ class MetadataImage:
 
     def _partition(self, r: dict[str, Any]) -> None:
         t = self._topic_of(r)
+        t.changes += 1
         t.partitions[r["partition"]] = PartitionState(
             t.topic_id, r["partition"], list(r["replicas"]), list(r["isr"]), r["leader"], r.get("leader_epoch", 0),
             r.get("partition_epoch", 0), list(r.get("adding", [])), list(r.get("removing", [])),
             list(r.get("elr", [])), list(r.get("last_known_elr", [])))
 
     def _partition_change(self, r: dict[str, Any]) -> None:
-        p = self._topic_of(r).partitions.get(r["partition"])
+        t = self._topic_of(r)
+        t.changes += 1
+        p = t.partitions.get(r["partition"])
         if p is None:
             raise MetadataError(f"PartitionChange for unknown partition {r['topic_id']}-{r['partition']}")
         if "leader" in r and r["leader"] != p.leader:
@@ -236,6 +242,7 @@ class MetadataImage:
 
     def _topic_config(self, r: dict[str, Any]) -> None:
         t = self._topic_of(r)
+        t.changes += 1
         if r.get("value") is None:
             t.configs.pop(r["key"], None)
         else:

@@ -5,7 +5,7 @@ every Fetch, and every answer carries all N, most of them empty. Built as kio da
 written field by field, an answer of 10,000 empty partitions took ~120 ms of the broker's one
 event loop; packed here per partition with `struct`, a few milliseconds. The bytes are the
 generic encoder's (`messages.encode_response`), version for version (4 to the newest):
-tests/unit/test_fetch_response.py checks them against it on drawn answers.
+tests/unit/test_response_writers.py checks them against it on drawn answers.
 
 Only what the broker's fetch handler puts in an answer is written here. An answer with
 anything else (a partition's tagged fields — diverging epoch, current leader, snapshot id —

@@ -183,10 +183,28 @@ def _length_plan(cls: type) -> tuple[tuple[bool, int, Any, str], ...]:
     return tuple(out)
 
 
+@cache
+def _fixed_size(cls: type) -> int | None:
+    """The bytes of an entity whose fields are all fixed-size scalars (a Fetch request's
+    partition), before its tag buffer; None for any other."""
+    plan = _length_plan(cls)
+    if any(is_array or kind != _FIXED for is_array, kind, _, _ in plan):
+        return None
+    return sum(arg for _, _, arg, _ in plan)
+
+
 def _check_lengths(cls: type, buf: bytes | bytearray, pos: int, end: int) -> int:
     """Walk a flexible (compact) encoding of `cls` checking that no declared length or
     count exceeds the bytes left; returns the end position. Raises ProtocolError, or
     IndexError when the frame ends early."""
+    fixed = _fixed_size(cls)
+    if fixed is not None:
+        pos += fixed
+        if pos < end and buf[pos] == 0:
+            return pos + 1  # no tagged fields (the common case: one per partition of a Fetch)
+        if pos >= end:
+            raise IndexError
+        return _check_tags(buf, pos, end)
     for is_array, kind, arg, name in _length_plan(cls):
         count = 1
         if is_array:
@@ -212,6 +230,10 @@ def _check_lengths(cls: type, buf: bytes | bytearray, pos: int, end: int) -> int
                 pos = _check_lengths(arg, buf, pos + (kind == _NULLABLE_STRUCT), end)
         if pos > end:
             raise IndexError
+    return _check_tags(buf, pos, end)
+
+
+def _check_tags(buf: bytes | bytearray, pos: int, end: int) -> int:
     n_tags, pos = _uvarint(buf, pos)
     if n_tags > end - pos:
         raise ProtocolError(f"{n_tags} tagged fields declared in {end - pos} bytes")
@@ -224,8 +246,22 @@ def _check_lengths(cls: type, buf: bytes | bytearray, pos: int, end: int) -> int
     return pos
 
 
+@cache
+def _may_hold_null(cls: type) -> bool:
+    """Whether kio can decode a None into some field of `cls` (arrays, strings, bytes and
+    structs can be null on the wire; fixed-size scalars cannot)."""
+    for plan in _plan(cls):
+        if plan.is_tuple or plan.kafka_type in _VARIABLE or plan.kafka_type not in _FIXED_BYTES:
+            return True
+        if plan.nested is not None and _may_hold_null(plan.nested):
+            return True
+    return False
+
+
 def _null_field(cls: type, value: Any) -> str | None:
     """The first non-nullable field holding None (kio decodes a -1 array count as None)."""
+    if not _may_hold_null(cls):
+        return None
     for plan in _plan(cls):
         v = getattr(value, plan.name)
         if v is None:
@@ -264,6 +300,50 @@ def encode_body(api_key: int, version: int, body: Mapping[str, Any]) -> EncodedB
     out = io.BytesIO()
     _writer(cls)(out, build(cls, body))
     return EncodedBody(out.getvalue())
+
+
+def _array_item_class(api_key: int, version: int, field_name: str) -> type:
+    return typing.get_args(typing.get_type_hints(response_schema(api_key, version))[field_name])[0]
+
+
+@cache
+def _item_writer(api_key: int, version: int, field_name: str) -> tuple[type, Any]:
+    cls = _array_item_class(api_key, version, field_name)
+    return cls, entity_writer(cls)
+
+
+def encode_item(api_key: int, version: int, field_name: str, item: Mapping[str, Any]) -> bytes:
+    """One element of a response's top-level array, as it sits inside the encoded array
+    (kept encoded by a handler, given back to `encode_metadata_body`)."""
+    cls, write = _item_writer(api_key, version, field_name)
+    out = io.BytesIO()
+    write(out, build(cls, item))
+    return out.getvalue()
+
+
+METADATA_API_KEY = 3
+
+
+def encode_metadata_body(version: int, body: Mapping[str, Any], topics: list[bytes]) -> EncodedBody:
+    """A Metadata answer whose topics are already encoded (`encode_item`): the rest is encoded
+    with an empty topic list and the topics go where it was. Only cluster authorized
+    operations (v8-10) and the tag buffer (v9+) follow the topics in every version."""
+    cls = response_schema(METADATA_API_KEY, version)
+    empty = encode_body(METADATA_API_KEY, version, {**body, "topics": []})
+    flexible = bool(cls.__flexible__)
+    after = (4 if 8 <= version <= 10 else 0) + flexible
+    array_start = len(empty) - after - (1 if flexible else 4)
+    count = _uvarint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    return EncodedBody(b"".join([empty[:array_start], count, *topics, empty[len(empty) - after:]]))
+
+
+def _uvarint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:

@@ -1,6 +1,7 @@
-"""The Fetch answer writer (cluster/protocol/fetch_response.py) against kio's generic encoder:
-the same bytes for every version from 4 on, on drawn answers (derandomized in make test by
-the Hypothesis profile in tests/conftest.py; make soak draws new ones)."""
+"""The broker's fast answer writers against kio's generic encoder, on drawn answers
+(derandomized in make test by the Hypothesis profile in tests/conftest.py; make soak draws new
+ones): Fetch (cluster/protocol/fetch_response.py), every version from 4 on, and Metadata with
+its topics encoded apart (messages.encode_metadata_body), every version."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.protocol.fetch_response import fetch_body_parts
-from cluster.protocol.messages import decode_response, encode_body, encode_response, response_schema
+from cluster.protocol.messages import (
+    decode_response,
+    encode_body,
+    encode_item,
+    encode_metadata_body,
+    encode_response,
+    response_schema,
+)
 
 VERSIONS = range(4, 18)
 I32 = st.integers(-2**31, 2**31 - 1)
@@ -73,3 +81,29 @@ def test_what_only_the_generic_encoder_writes_goes_its_way() -> None:
     assert encode_response(1, 13, 1, tagged) == generic(13, 1, tagged)
     assert fetch_body_parts(16, {"responses": [], "node_endpoints": []}) is None
     assert fetch_body_parts(3, {"responses": []}) is None
+
+
+metadata_partition = st.fixed_dictionaries({
+    "error_code": st.sampled_from([0, 5, 9]), "partition_index": I32, "leader_id": I32, "leader_epoch": I32,
+    "replica_nodes": st.lists(I32, max_size=3), "isr_nodes": st.lists(I32, max_size=3),
+    "offline_replicas": st.lists(I32, max_size=2)})
+metadata_topic = st.fixed_dictionaries({
+    "error_code": st.sampled_from([0, 3, 29]), "name": st.text(max_size=12), "is_internal": st.booleans(),
+    "topic_id": st.uuids(), "topic_authorized_operations": I32,
+    "partitions": st.lists(metadata_partition, max_size=3)})
+metadata_answer = st.fixed_dictionaries({
+    "throttle_time": st.integers(0, 2**31 - 1), "cluster_id": st.text(max_size=10), "controller_id": I32,
+    "cluster_authorized_operations": I32,
+    "brokers": st.lists(st.fixed_dictionaries({"node_id": I32, "host": st.text(max_size=9),
+                                               "port": st.integers(0, 65535), "rack": st.none() | st.text(max_size=4)}),
+                        max_size=3),
+    "topics": st.lists(metadata_topic, max_size=4)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(0, 12), body=metadata_answer)
+def test_a_metadata_answer_with_its_topics_encoded_apart_is_the_generic_one(version: int,
+                                                                             body: dict[str, Any]) -> None:
+    topics = [encode_item(3, version, "topics", t) for t in body["topics"]]
+    rest = {k: v for k, v in body.items() if k != "topics"}
+    assert encode_metadata_body(version, rest, topics) == encode_body(3, version, body)
