@@ -21,9 +21,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from cluster.protocol.answer_writers import FETCH_API_KEY, fetch_body_parts, metadata_topic_entry
 from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import ProtocolError
-from cluster.protocol.fetch_response import FETCH_API_KEY, fetch_body_parts
 
 _REQUEST_HEADER = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -315,6 +315,10 @@ def _item_writer(api_key: int, version: int, field_name: str) -> tuple[type, Any
 def encode_item(api_key: int, version: int, field_name: str, item: Mapping[str, Any]) -> bytes:
     """One element of a response's top-level array, as it sits inside the encoded array
     (kept encoded by a handler, given back to `encode_metadata_body`)."""
+    if api_key == METADATA_API_KEY and field_name == "topics":
+        written = metadata_topic_entry(version, item)
+        if written is not None:
+            return written
     cls, write = _item_writer(api_key, version, field_name)
     out = io.BytesIO()
     write(out, build(cls, item))
@@ -348,7 +352,7 @@ def _uvarint_bytes(n: int) -> bytes:
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:
     """Size-prefixed response: header v0 (v1 for flexible versions, never for ApiVersions).
-    A Fetch answer given as a dict is written by fetch_response.fetch_body_parts (the same
+    A Fetch answer given as a dict is written by answer_writers.fetch_body_parts (the same
     bytes; `encode_body` always takes kio's way)."""
     cls = response_schema(api_key, version)
     if api_key == FETCH_API_KEY and isinstance(body, Mapping):

@@ -1,6 +1,6 @@
 """The broker's fast answer writers against kio's generic encoder, on drawn answers
 (derandomized in make test by the Hypothesis profile in tests/conftest.py; make soak draws new
-ones): Fetch (cluster/protocol/fetch_response.py), every version from 4 on, and Metadata with
+ones): Fetch (cluster/protocol/answer_writers.py), every version from 4 on, and Metadata with
 its topics encoded apart (messages.encode_metadata_body), every version."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.protocol.fetch_response import fetch_body_parts
+from cluster.protocol.answer_writers import fetch_body_parts, metadata_topic_entry
 from cluster.protocol.messages import (
     decode_response,
     encode_body,
@@ -86,9 +86,11 @@ def test_what_only_the_generic_encoder_writes_goes_its_way() -> None:
 metadata_partition = st.fixed_dictionaries({
     "error_code": st.sampled_from([0, 5, 9]), "partition_index": I32, "leader_id": I32, "leader_epoch": I32,
     "replica_nodes": st.lists(I32, max_size=3), "isr_nodes": st.lists(I32, max_size=3),
-    "offline_replicas": st.lists(I32, max_size=2)})
+    "offline_replicas": st.lists(I32, max_size=2)},
+    optional={"eligible_leader_replicas": st.lists(I32, max_size=2),
+              "last_known_elr": st.lists(I32, max_size=2)})
 metadata_topic = st.fixed_dictionaries({
-    "error_code": st.sampled_from([0, 3, 29]), "name": st.text(max_size=12), "is_internal": st.booleans(),
+    "error_code": st.sampled_from([0, 3, 29]), "name": st.text(max_size=12) | st.none(), "is_internal": st.booleans(),
     "topic_id": st.uuids(), "topic_authorized_operations": I32,
     "partitions": st.lists(metadata_partition, max_size=3)})
 metadata_answer = st.fixed_dictionaries({
@@ -107,3 +109,8 @@ def test_a_metadata_answer_with_its_topics_encoded_apart_is_the_generic_one(vers
     topics = [encode_item(3, version, "topics", t) for t in body["topics"]]
     rest = {k: v for k, v in body.items() if k != "topics"}
     assert encode_metadata_body(version, rest, topics) == encode_body(3, version, body)
+
+
+def test_a_metadata_topic_the_fast_writer_leaves_to_the_generic_one() -> None:
+    assert metadata_topic_entry(12, {"error_code": 100, "name": None, "topic_id": None, "partitions": []}) is None
+    assert metadata_topic_entry(12, {"name": "t", "unknown_field": 1}) is None
