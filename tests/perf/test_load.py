@@ -12,8 +12,13 @@ load (Python workers and JIT), then
      pinned spark-sql-kafka) from the same broker topic -> the same columns, provenance taken
      from the headers -> Parquet.
 Rates are records/s and MB/s of payload (values). Target from the issue: >= 500k records/s.
-Knob: DCMIRROR_BENCH_LOAD_RECORDS (default 3,000,000; a load has ~1 s of fixed metastore and
-ledger work, which 1M records still feel: 310k records/s there against 486k at 3M).
+Then rounds as a warehouse runs them: N more records into the same topic, and the next load
+takes only them (the ledger) into the same table, against Spark's Kafka source reading the
+same new offsets; the two alternated round by round (A B, B A, ...), medians and the range of
+the per-round ratios printed.
+Knobs: DCMIRROR_BENCH_LOAD_RECORDS (default 3,000,000; a load has ~1 s of fixed metastore and
+ledger work, which 1M records still feel: 310k records/s there against 486k at 3M),
+DCMIRROR_BENCH_LOAD_ROUNDS (default 3).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cluster.client.sync import SyncAdmin
 from spark_aggregate.columns import COLUMNS_BACKEND
@@ -34,7 +39,7 @@ from spark_aggregate.session import start_session, stop_session, warehouse_lock
 from spark_aggregate.settings import WarehouseSettings
 from tests.harness import BrokerProcess
 from tests.peers.fetch import set_dir
-from tests.perf.benchlib import OtherLoad, emit, env_int, producer_conf, progress
+from tests.perf.benchlib import Alternated, OtherLoad, emit, env_int, producer_conf, progress
 from tests.spark.common import write_topology
 from topology import load
 
@@ -105,8 +110,19 @@ def produce(bootstrap: str, topic: str, n: int, json_path: Path | None) -> None:
             lines.close()
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's high watermark."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets", "enable.auto.commit": False})
+    try:
+        return {q: c.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
 def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None:
     n = env_int("DCMIRROR_BENCH_LOAD_RECORDS", 3_000_000)
+    rounds = max(1, env_int("DCMIRROR_BENCH_LOAD_ROUNDS", 3))
+    figures = Alternated()
     broker = BrokerProcess(tmp_path / "broker").start()
     try:
         with SyncAdmin(broker.bootstrap) as admin:
@@ -167,6 +183,32 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
                     write_kafka_source_peer(spark, broker.bootstrap, "bench.east.pageviews", tmp_path / "kafka-table")
                     kafka_s = time.perf_counter() - started
                 assert spark.read.parquet(str(tmp_path / "kafka-table")).count() == n
+                figures.add("load", "dcmirror", n / load_s)
+                figures.add("load", "kafka", n / kafka_s)
+                figures.add("stage", "dcmirror", n / stage_s)
+                for round_no in range(1, rounds):
+                    starts = end_offsets(broker.bootstrap, "bench.east.pageviews")
+                    produce(broker.bootstrap, "bench.east.pageviews", n, None)
+                    progress(f"round {round_no + 1}/{rounds}: {n:,} more records")
+                    order = ("kafka", "dcmirror") if round_no % 2 else ("dcmirror", "kafka")
+                    for system in order:
+                        if system == "dcmirror":
+                            started = time.perf_counter()
+                            [outcome] = Loader(spark, dataclasses.replace(settings, topics=r"bench\..*"), out).run()
+                            seconds = time.perf_counter() - started
+                            [topic] = outcome.topics
+                            assert topic.rows == n, out.getvalue()
+                            figures.add("stage", "dcmirror", n / topic.seconds)
+                        else:
+                            table = tmp_path / f"kafka-table-{round_no}"
+                            started = time.perf_counter()
+                            write_kafka_source_peer(spark, broker.bootstrap, "bench.east.pageviews", table, starts)
+                            seconds = time.perf_counter() - started
+                            assert spark.read.parquet(str(table)).count() == n
+                        figures.add("load", system, n / seconds)
+                total = spark.sql("SELECT count(*) AS n, count(DISTINCT kafka_partition, kafka_offset) AS d "
+                                  "FROM dcmirror.bench_east_pageviews").collect()[0]
+                assert (total.n, total.d) == (n * rounds, n * rounds)
             finally:
                 stop_session(spark)
     finally:
@@ -191,16 +233,24 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
         f"target >= 500,000 records/s",
     ]
     emit("\n".join(lines))
+    emit(figures.render(
+        f"warehouse load rounds: {n:,} new records each into the same topic and table, {rounds} round(s), "
+        "systems alternated", [("load", "records/s of the round's load", "/s"),
+                               ("stage", "of which the Spark job (dcmirror)", "/s")],
+        ("dcmirror load", "Spark Kafka source")))
 
 
-def write_kafka_source_peer(spark: object, bootstrap: str, topic: str, out: Path) -> None:
-    """The same table from Spark's own Kafka source: the provenance columns from the headers."""
+def write_kafka_source_peer(spark: object, bootstrap: str, topic: str, out: Path,
+                            starts: dict[int, int] | None = None) -> None:
+    """The same table from Spark's own Kafka source: the provenance columns from the headers;
+    from `starts` (partition -> offset) to the end, or the whole topic."""
+    starting = "earliest" if starts is None else orjson.dumps({topic: {str(q): o for q, o in starts.items()}}).decode()
 
     def header(name: str, kind: str) -> str:
         return f"CAST(CAST(element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING) AS {kind})"
 
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)  # type: ignore[attr-defined]
-          .option("subscribe", topic).option("includeHeaders", "true").option("startingOffsets", "earliest")
+          .option("subscribe", topic).option("includeHeaders", "true").option("startingOffsets", starting)
           .option("endingOffsets", "latest").load())
     df = df.selectExpr(
         "key", "value", "filter(headers, h -> NOT startswith(h.key, 'dcmirror.')) AS headers", "timestamp",
