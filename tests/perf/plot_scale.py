@@ -24,6 +24,7 @@ PANELS = (  # (row key, title)
     ("rss", "resident memory per partition (KiB)"),
     ("produce", "produce spread (msg/s, higher is better)"),
     ("consume", "consume spread (msg/s, higher is better)"),
+    ("fetch_ms", "sessionless Fetch, none new (ms)"),
 )
 COLORS = {"dcmirror": "#1f77b4", "kafka": "#d62728"}
 W, H, COLS = 310, 210, 3
