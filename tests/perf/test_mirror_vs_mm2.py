@@ -9,7 +9,9 @@ Each phase for each mirror, on a topic of its own (6 partitions, 200-byte record
   2. paced: the source is written at a fixed rate for a while; a consumer on the target takes
      each record's lag (its arrival - its timestamp, which both mirrors keep): p50 and p99.
 Knobs: DCMIRROR_BENCH_MM2_RECORDS (default 300,000), DCMIRROR_BENCH_MM2_PACED_S (10),
-DCMIRROR_BENCH_MM2_RATE (records/s of the paced phase, default 5,000).
+DCMIRROR_BENCH_MM2_RATE (records/s of the paced phase, default 5,000), DCMIRROR_BENCH_MM2_ROUNDS
+(default 3: the two mirrors between dcmirror clusters alternated round by round, then MM2
+between Kafka clusters as many times; medians, and the range of the per-round ratios).
 """
 
 from __future__ import annotations
@@ -170,15 +172,17 @@ def test_mirror_worker_beside_mirrormaker2(tmp_path: Path) -> None:
     n = env_int("DCMIRROR_BENCH_MM2_RECORDS", 300_000)
     paced_s = env_int("DCMIRROR_BENCH_MM2_PACED_S", 10)
     rate = env_int("DCMIRROR_BENCH_MM2_RATE", 5000)
+    rounds = max(1, env_int("DCMIRROR_BENCH_MM2_ROUNDS", 3))
     values = payloads(RECORD_BYTES)
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, list[dict[str, float]]] = {"dc": [], "mm2": [], "mm2_kafka": []}
     source = ClusterProcesses(tmp_path / "source", 1, name="source", **BENCH_BROKER_CONFIG).start()
     target = ClusterProcesses(tmp_path / "target", 1, name="target", **BENCH_BROKER_CONFIG).start()
     try:
-        results["dc"] = run_mirror("dcmirror worker", tmp_path, source, target, "events-dc", start_dcmirror, n,
-                                   rate, paced_s, values)
-        results["mm2"] = run_mirror("MM2, dcmirror clusters", tmp_path, source, target, "events-mm2", start_mm2, n,
-                                    rate, paced_s, values)
+        for r in range(rounds):  # alternated: dcmirror first in even rounds, MM2 first in odd ones
+            runs = [("dc", "dcmirror worker", start_dcmirror), ("mm2", "MM2, dcmirror clusters", start_mm2)]
+            for key, name, start in runs if r % 2 == 0 else runs[::-1]:
+                results[key].append(run_mirror(f"{name}, round {r + 1}/{rounds}", tmp_path, source, target,
+                                               f"events-{key}-{r}", start, n, rate, paced_s, values))
     finally:
         source.stop()
         target.stop()
@@ -186,25 +190,39 @@ def test_mirror_worker_beside_mirrormaker2(tmp_path: Path) -> None:
     kafka_source = KafkaCluster(tmp_path / "kafka-source", 1, config=BENCH_BROKER_CONFIG).start()
     kafka_target = KafkaCluster(tmp_path / "kafka-target", 1, config=BENCH_BROKER_CONFIG).start()
     try:
-        results["mm2_kafka"] = run_mirror("MM2, Kafka clusters", tmp_path / "kafka", kafka_source, kafka_target,
-                                          "events-mm2k", start_mm2, n, rate, paced_s, values)
+        for r in range(rounds):
+            results["mm2_kafka"].append(run_mirror(f"MM2, Kafka clusters, round {r + 1}/{rounds}", tmp_path / "kafka",
+                                                   kafka_source, kafka_target, f"events-mm2k-{r}", start_mm2, n,
+                                                   rate, paced_s, values))
     finally:
         kafka_source.stop()
         kafka_target.stop()
-    dc, mm, mk = results["dc"], results["mm2"], results["mm2_kafka"]
+
+    def median(key: str, figure: str) -> float:
+        got = sorted(run[figure] for run in results[key])
+        return got[len(got) // 2]
+
+    def ratios(figure: str, other: str) -> str:
+        per = sorted(a[figure] / b[figure] for a, b in zip(results["dc"], results[other], strict=True))
+        middle = per[len(per) // 2]
+        return f"{middle:.2f} ({per[0]:.2f}-{per[-1]:.2f})" if len(per) > 1 else f"{middle:.2f}"
+
     head = (f"  {'':<30} {'dcmirror worker':>16} {'MM2 ' + KAFKA_VERSION:>14} {'MM2, Kafka→Kafka':>17} "
-            f"{'dc/MM2':>8} {'dc/MM2 Kafka':>13}")
+            f"{'dc/MM2 (range)':>18} {'dc/MM2 Kafka (range)':>22}")
+
+    def row(label: str, figure: str, fmt: str, with_ratio: bool = True) -> str:
+        cells = "".join(f" {median(k, figure):>{w}{fmt}}" for k, w in (("dc", 16), ("mm2", 14), ("mm2_kafka", 17)))
+        tail = f" {ratios(figure, 'mm2'):>18} {ratios(figure, 'mm2_kafka'):>22}" if with_ratio else ""
+        return f"  {label:<30}{cells}{tail}"
+
     emit("\n".join([
         f"=== mirror worker beside MirrorMaker 2: {n:,} x {RECORD_BYTES}-byte records, {PARTITIONS} partitions; "
-        f"dcmirror and MM2 between the same two dcmirror clusters, and MM2 between two Kafka {KAFKA_VERSION} "
-        f"clusters ===",
+        f"dcmirror and MM2 between the same two dcmirror clusters (alternated), and MM2 between two Kafka "
+        f"{KAFKA_VERSION} clusters; medians of {rounds} round(s), ratios per round ===",
         head,
-        f"  {'bulk rate (records/s)':<30} {dc['rate']:>16,.0f} {mm['rate']:>14,.0f} {mk['rate']:>17,.0f} "
-        f"{dc['rate'] / mm['rate']:>8.2f} {dc['rate'] / mk['rate']:>13.2f}",
-        f"  {'start to first record (s)':<30} {dc['start_s']:>16.1f} {mm['start_s']:>14.1f} {mk['start_s']:>17.1f}",
-        f"  {f'lag p50 at {rate}/s (s)':<30} {dc['p50']:>16.3f} {mm['p50']:>14.3f} {mk['p50']:>17.3f} "
-        f"{dc['p50'] / mm['p50']:>8.2f} {dc['p50'] / mk['p50']:>13.2f}",
-        f"  {f'lag p99 at {rate}/s (s)':<30} {dc['p99']:>16.3f} {mm['p99']:>14.3f} {mk['p99']:>17.3f} "
-        f"{dc['p99'] / mm['p99']:>8.2f} {dc['p99'] / mk['p99']:>13.2f}",
+        row("bulk rate (records/s)", "rate", ",.0f"),
+        row("start to first record (s)", "start_s", ".1f", with_ratio=False),
+        row(f"lag p50 at {rate}/s (s)", "p50", ".3f"),
+        row(f"lag p99 at {rate}/s (s)", "p99", ".3f"),
         "bulk: from the first mirrored record to the last; the process / JVM and connector start is the start row",
     ]))
