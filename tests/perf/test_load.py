@@ -238,6 +238,9 @@ def test_load_throughput_beside_spark_reading_json_lines(tmp_path: Path) -> None
         "systems alternated", [("load", "records/s of the round's load", "/s"),
                                ("stage", "of which the Spark job (dcmirror)", "/s")],
         ("dcmirror load", "Spark Kafka source")))
+    emit("per round, records/s: " + "; ".join(
+        f"{name} " + ", ".join(f"{v:,.0f}" if v else "-" for v in figures.values["load"][system])
+        for system, name in (("dcmirror", "dcmirror load"), ("kafka", "Spark Kafka source"))))
 
 
 def write_kafka_source_peer(spark: object, bootstrap: str, topic: str, out: Path,
