@@ -1167,15 +1167,18 @@ class MirrorWorker(FlowWorker):
         now_ms = self.clock.now_ms()
         parts = []
         consumer = self._consumer
+        # Once, not per partition: a copy of the assignment per partition made this O(n^2),
+        # and a worker of 5,000 partitions spent its whole event loop in it.
+        assigned = consumer.assignment() if consumer else set()
         for tp, pm in sorted(self.partitions.items()):
-            hw = consumer.highwater(tp) if consumer and tp in consumer.assignment() else -1
+            hw = consumer.highwater(tp) if consumer and tp in assigned else -1
             lag = pm.lag_records(hw)
             lag_s = 0.0 if lag == 0 else (None if pm.last_timestamp_ms < 0 else (now_ms - pm.last_timestamp_ms) / 1000)
             # The high watermark is only as fresh as the leader's last answer: a source that
             # stopped answering (cut off, down) may hold anything since, so the lag is at least
             # that long, and keeps growing, rather than the 0 of the last answer.
             # Paused, nothing asks the source's leader: its silence says nothing about the source.
-            silent_s = (consumer.since_last_answer_s(tp) if consumer and tp in consumer.assignment()
+            silent_s = (consumer.since_last_answer_s(tp) if consumer and tp in assigned
                         and not self.flow_pause.paused else None)
             if silent_s is not None and silent_s > SOURCE_SILENT_S:
                 lag_s = max(lag_s or 0.0, silent_s)
