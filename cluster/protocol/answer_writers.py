@@ -42,7 +42,8 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 _ZERO_UUID = bytes(16)
 
 
-def _uvarint(n: int) -> bytes:
+def uvarint_bytes(n: int) -> bytes:
+    """An unsigned varint (compact lengths and counts)."""
     if n < 0x80:
         return bytes((n,))
     out = bytearray()
@@ -75,7 +76,7 @@ def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | Non
     if version >= 7:
         top += _I16.pack(int(body.get("error_code", 0))) + _I32.pack(int(body.get("session_id", 0)))
     topics: Sequence[Mapping[str, Any]] = body.get("responses") or ()
-    top += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    top += uvarint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
     append(bytes(top))
     for topic in topics:
         if not topic.keys() <= _TOPIC_KEYS:
@@ -86,9 +87,9 @@ def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | Non
                 if not isinstance(topic_id, uuid.UUID) else topic_id.bytes
         else:
             name = (topic.get("topic") or "").encode()
-            key = _uvarint(len(name) + 1) + name if flexible else _I16.pack(len(name)) + name
+            key = uvarint_bytes(len(name) + 1) + name if flexible else _I16.pack(len(name)) + name
         partitions: Sequence[Mapping[str, Any]] = topic.get("partitions") or ()
-        append(key + (_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))))
+        append(key + (uvarint_bytes(len(partitions) + 1) if flexible else _I32.pack(len(partitions))))
         for p in partitions:
             if not p.keys() <= _PARTITION_KEYS:
                 return None
@@ -99,7 +100,7 @@ def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | Non
             if aborted is None:
                 chunk += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                chunk += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                chunk += uvarint_bytes(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
                 for a in aborted:
                     chunk += _ABORTED.pack(a["producer_id"], a["first_offset"])
                     if flexible:
@@ -115,7 +116,7 @@ def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | Non
             if not records:
                 append(chunk + (b"\x01\x00" if flexible else b"\x00\x00\x00\x00"))
                 continue
-            append(chunk + (_uvarint(len(records) + 1) if flexible else _I32.pack(len(records))))
+            append(chunk + (uvarint_bytes(len(records) + 1) if flexible else _I32.pack(len(records))))
             append(records if isinstance(records, bytes) else bytes(records))
             if flexible:
                 append(b"\x00")  # the partition's tagged fields: none
@@ -138,7 +139,7 @@ def _int32_array(values: Sequence[int], flexible: bool) -> bytes:
     packer = _INT32S.get(n)
     if packer is None:
         packer = _INT32S[n] = struct.Struct(f">{n}i")
-    return (_uvarint(n + 1) if flexible else _I32.pack(n)) + packer.pack(*values)
+    return (uvarint_bytes(n + 1) if flexible else _I32.pack(n)) + packer.pack(*values)
 
 
 def metadata_topic_entry(version: int, topic: Mapping[str, Any]) -> bytes | None:
@@ -150,14 +151,14 @@ def metadata_topic_entry(version: int, topic: Mapping[str, Any]) -> bytes | None
     flexible = version >= METADATA_FIRST_FLEXIBLE_VERSION
     raw = name.encode()
     out = [_I16.pack(int(topic.get("error_code", 0))),
-           _uvarint(len(raw) + 1) + raw if flexible else _I16.pack(len(raw)) + raw]
+           uvarint_bytes(len(raw) + 1) + raw if flexible else _I16.pack(len(raw)) + raw]
     if version >= 10:
         topic_id = topic.get("topic_id")
         out.append(_ZERO_UUID if topic_id is None else topic_id.bytes)
     if version >= 1:
         out.append(b"\x01" if topic.get("is_internal") else b"\x00")
     partitions: Sequence[Mapping[str, Any]] = topic.get("partitions") or ()
-    out.append(_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
+    out.append(uvarint_bytes(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
     head = _METADATA_PARTITION_HEAD.pack
     for p in partitions:
         chunk = head(int(p.get("error_code", 0)), p.get("partition_index", 0), p.get("leader_id", 0))

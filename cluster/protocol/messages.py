@@ -21,7 +21,12 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from cluster.protocol.answer_writers import FETCH_API_KEY, fetch_body_parts, metadata_topic_entry
+from cluster.protocol.answer_writers import (
+    FETCH_API_KEY,
+    fetch_body_parts,
+    metadata_topic_entry,
+    uvarint_bytes,
+)
 from cluster.protocol.api_keys import api_name
 from cluster.protocol.errors import ProtocolError
 
@@ -337,17 +342,8 @@ def encode_metadata_body(version: int, body: Mapping[str, Any], topics: list[byt
     flexible = bool(cls.__flexible__)
     after = (4 if 8 <= version <= 10 else 0) + flexible
     array_start = len(empty) - after - (1 if flexible else 4)
-    count = _uvarint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    count = uvarint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
     return EncodedBody(b"".join([empty[:array_start], count, *topics, empty[len(empty) - after:]]))
-
-
-def _uvarint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any] | Any) -> bytes:
