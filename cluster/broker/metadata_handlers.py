@@ -217,7 +217,7 @@ class MetadataHandlers:
                         error = ErrorCode.unknown_topic_or_partition
                     # Being created (or not there): asking again must look again.
                     all_found = False
-                add(self._topic_metadata(version, name, error, ctx, with_operations, self._live_brokers()))
+                add(self._topic_metadata(version, name, error, ctx, with_operations, live))
         return {
             "throttle_time": 0,
             "brokers": [{"node_id": b.broker_id, "host": e[0], "port": e[1], "rack": b.rack}

@@ -26,45 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.harness import ClusterProcesses
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import consumer_conf, emit, env_int, progress
-from tests.perf.test_mirror_vs_mm2 import start_dcmirror, start_mm2
+from tests.perf.test_mirror_vs_mm2 import start_dcmirror, start_mm2, stop_process
+from tests.perf.test_scale import TOPIC_PARTITIONS, create_all, produce_spread
 
 pytestmark = pytest.mark.perf
-TOPIC_PARTITIONS = 100
-VALUE = b"v" * 200
 
 
 def topics_named(prefix: str, partitions: int) -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(max(1, partitions // TOPIC_PARTITIONS))]
-
-
-def create_topics(bootstrap: str, topics: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for i in range(0, len(topics), 10):
-        for f in admin.create_topics([NewTopic(t, TOPIC_PARTITIONS, 1) for t in topics[i:i + 10]],
-                                     request_timeout=300).values():
-            f.result(timeout=300)
-
-
-def produce_spread(bootstrap: str, topics: list[str], n: int, first: int = 0) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "log_level": 2,
-                  "queue.buffering.max.messages": 1_000_000})
-    failed: list[Any] = []
-    count = len(topics)
-    for i in range(first, first + n):
-        while True:
-            try:
-                p.produce(topics[i % count], VALUE, partition=(i // count) % TOPIC_PARTITIONS,
-                          on_delivery=lambda err, _m: err and failed.append(err))
-                break
-            except BufferError:
-                p.poll(0.01)
-    assert p.flush(600) == 0 and not failed, failed[:3]
 
 
 def wait_topics(admin: AdminClient, topics: list[str], timeout_s: float = 1800) -> None:
@@ -126,7 +101,7 @@ def run_flow(name: str, root: Path, source: Any, target: Any, prefix: str,
              start: Callable[[Path, Any, Any, str], subprocess.Popen[Any]], partitions: int, n: int,
              m: int) -> dict[str, float]:
     topics = topics_named(prefix, partitions)
-    create_topics(source.bootstrap, topics)
+    create_all(source.bootstrap, topics)
     produce_spread(source.bootstrap, topics, n)
     progress(f"{name}: {n:,} records preloaded into {len(topics) * TOPIC_PARTITIONS:,} partitions")
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
@@ -158,11 +133,7 @@ def run_flow(name: str, root: Path, source: Any, target: Any, prefix: str,
     finally:
         if counter is not None:
             counter.close()
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 @pytest.mark.timeout(4 * 3600)

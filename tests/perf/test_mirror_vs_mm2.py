@@ -154,11 +154,16 @@ def run_mirror(name: str, root: Path, source: Any, target: Any, topic: str, star
         figures["p50"], figures["p99"] = paced_lag(source, topic, target, f"source.{topic}", rate, paced_s, values)
         return figures
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 60 s."""
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 @pytest.mark.timeout(2 * 3600)

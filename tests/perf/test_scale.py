@@ -180,15 +180,16 @@ def _read(s: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def produce_spread(bootstrap: str, topics: list[str], records: int) -> float:
-    """Record i to topic i mod T, partition (i // T) mod 100: msg/s until all are acknowledged."""
+def produce_spread(bootstrap: str, topics: list[str], records: int, first: int = 0) -> float:
+    """Record i (from `first`) to topic i mod T, partition (i // T) mod 100: msg/s until all
+    are acknowledged."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "log_level": 2,
                   "queue.buffering.max.messages": 1_000_000})
     p.list_topics(timeout=30)
     failed = []
     t0 = time.perf_counter()
     count = len(topics)
-    for i in range(records):
+    for i in range(first, first + records):
         while True:
             try:
                 p.produce(topics[i % count], VALUE, partition=(i // count) % TOPIC_PARTITIONS,
