@@ -590,19 +590,30 @@ class MirrorWorker(FlowWorker):
         assert self._consumer is not None
         # Nothing is fetched before a partition is claimed and sought: it would be read twice.
         self._consumer.pause(*tps)
+        if any(topic not in self.topics for topic, _ in tps):
+            await self._sync_topics()
+        pms = []
         for tp in tps:
             topic, p = tp
-            if topic not in self.topics:
-                await self._sync_topics()
             pm = self.partitions[tp] = PartitionMirror(tp, (self.topics[topic], p))
             previous = self._totals.get(tp)
             if previous is not None:
                 pm.records, pm.bytes = previous
-            try:
-                await self._claim(pm)
-            except RETRIABLE as exc:
-                pm.broken = f"claim failed: {exc}"  # the mirror loop claims it again, with backoff
+            pms.append(pm)
+        await self._claim_all(pms)
         self._assigned.set()
+
+    async def _claim_all(self, pms: list[PartitionMirror]) -> bool:
+        """_claim_many; when a whole step fails (a dead connection) every partition is left
+        broken with the reason, and the mirror loop claims them again, with backoff. False
+        then."""
+        try:
+            await self._claim_many(pms)
+        except RETRIABLE as exc:
+            for pm in pms:
+                pm.broken = f"claim failed: {exc}"
+            return False
+        return True
 
     async def _on_revoke(self, tps: list[TopicPartition]) -> None:
         assert self._producer is not None
@@ -618,64 +629,124 @@ class MirrorWorker(FlowWorker):
                 self._totals[tp] = (pm.records, pm.bytes)
 
     async def _claim(self, pm: PartitionMirror) -> None:
-        """Fence the previous writer of the target partition, then resume after the last
+        """_claim_many of one partition; a failed step leaves it broken (claimed again)."""
+        await self._claim_many([pm])
+
+    async def _claim_many(self, pms: list[PartitionMirror]) -> None:
+        """Fence the previous writer of each target partition, then resume after the last
         source record the target holds, once the source confirmed that record's history
         (mirror/history.py): a re-created source topic is mirrored from its start, records
         the source no longer holds as mirrored are reported and the source's records at
-        those offsets mirrored, a target that lost records is refilled."""
-        assert self._producer is not None and self._consumer is not None
-        producer, consumer = self._producer, self._consumer
-        topic, p = pm.target
-        assert self._target_admin is not None
+        those offsets mirrored, a target that lost records is refilled.
+
+        Every step asks about all the partitions at once (mirror/tail.py's `_many`: one
+        request per leader); a partition a step fails for is left broken with the reason and
+        claimed again by the mirror loop. A dead connection fails them all."""
+        assert self._producer is not None and self._consumer is not None and self._target_admin is not None
+        producer = self._producer
         cluster = self._target_admin.cluster
-        if pm.refused:
+        if any(pm.refused for pm in pms):
             # A record was refused for its size: the source's limit may have grown since the
             # last refresh; the target is sized again before it is sent once more.
-            self._target_limits.pop(topic, None)
+            for pm in pms:
+                if pm.refused:
+                    self._target_limits.pop(pm.target[0], None)
             await self._sync_topics()
         await producer.flush(30)
-        await cluster.wait_for_topic(topic, 30)
+        need: dict[str, int] = {}
+        for pm in pms:
+            need[pm.target[0]] = max(need.get(pm.target[0], 0), pm.target[1] + 1)
+        for topic in need:
+            await cluster.wait_for_topic(topic, 30)
         with trio.fail_after(30):
-            while (producer.partitions_for(topic) or 0) <= p:  # e.g. partitions just added
-                await producer.cluster.refresh({topic})
-                if (producer.partitions_for(topic) or 0) <= p:
+            while short := {t for t, n in need.items() if (producer.partitions_for(t) or 0) < n}:
+                await producer.cluster.refresh(short)  # e.g. partitions just added
+                if any((producer.partitions_for(t) or 0) < need[t] for t in short):
                     await trio.sleep(0.2)
-        target_id = producer.cluster.metadata.topic_id(topic)
-        writer = await tail.last_writer(cluster, topic, p)
-        below = None
-        if writer is not None:
-            epoch = min(writer[1] + 1, 32767)
-            producer.claim(topic, p, writer[0], epoch)
-            if not await tail.abort_marker(cluster, topic, p, writer[0], epoch):
-                if not self._fence_records_warned:
-                    self._fence_records_warned = True
-                    log.warning("%s: the target refuses WriteTxnMarkers (not a dcmirror cluster, or no "
-                                "ClusterAction for this principal): fencing with a record instead, which "
-                                "consumers of the target will see", self.name)
-                fence = await producer.send_and_wait(topic, None, None, partition=p,
+        target_ids = {pm.target: producer.cluster.metadata.topic_id(pm.target[0]) for pm in pms}
+        failed: tail.Failed = {}  # by target partition
+        failed_source: tail.Failed = {}  # by source partition
+
+        def live() -> list[PartitionMirror]:
+            return [pm for pm in pms if pm.target not in failed and pm.source not in failed_source]
+
+        offs = await tail.offsets_many(cluster, [pm.target for pm in pms], failed)
+        writers = await tail.last_writers(cluster, {pm.target: offs[pm.target] for pm in live()}, failed)
+        fencing: dict[TopicPartition, tuple[int, int]] = {}
+        for pm in live():
+            writer = writers[pm.target]
+            if writer is not None:
+                fencing[pm.target] = (writer[0], min(writer[1] + 1, 32767))
+                producer.claim(*pm.target, *fencing[pm.target])
+            else:
+                producer.claim(*pm.target, -1, -1)  # nothing to fence; writes resume (an abandoned partition)
+        marked = await tail.abort_markers(cluster, fencing, failed)
+        fence_records: dict[TopicPartition, int] = {}
+        for target, done in marked.items():
+            if done:
+                continue
+            if not self._fence_records_warned:
+                self._fence_records_warned = True
+                log.warning("%s: the target refuses WriteTxnMarkers (not a dcmirror cluster, or no "
+                            "ClusterAction for this principal): fencing with a record instead, which "
+                            "consumers of the target will see", self.name)
+            try:
+                fence = await producer.send_and_wait(target[0], None, None, partition=target[1],
                                                      headers=[(provenance.FENCE, self.name.encode())])
-                below = fence.offset
-        else:
-            producer.claim(topic, p, -1, -1)  # nothing to fence; writes resume (an abandoned partition)
-        if below is None:
-            # The marker is replicated: the high watermark is past it and past every batch
-            # the fenced writer got into the log; nothing of it can land later.
-            _, below = await tail.offsets(cluster, topic, p)
-            fence_at = below - 1  # the marker: nothing else is written meanwhile
-        else:
-            fence_at = below
-        found, epoch_starts = await tail.last_mirrored(cluster, topic, p, below, self.flow.source, pm.source[1])
+            except RETRIABLE as exc:
+                failed[target] = KafkaError(f"fencing {target[0]}-{target[1]} with a record: {exc}",
+                                            getattr(exc, "code", ErrorCode.unknown_server_error))
+                continue
+            fence_records[target] = fence.offset
+        # The markers are replicated: the high watermark is past them and past every batch the
+        # fenced writers got into the log; nothing of theirs can land later.
+        after = await tail.offsets_many(cluster, [pm.target for pm in live()], failed)
+        below = {t: fence_records.get(t, hw) for t, (_, hw) in after.items()}
+        mirrored = await tail.last_mirrored_many(
+            cluster, {pm.target: (after[pm.target][0], below[pm.target], pm.source[1]) for pm in live()},
+            self.flow.source, failed)
         source = self._source_cluster_client()
-        source_id = await self._source_topic_id(pm.source[0])
-        start, hw = await tail.offsets(source, pm.source[0], pm.source[1])
-        reply = None
-        if found is not None and found.leader_epoch >= 0 and (
-                found.topic_id is None or source_id is None or found.topic_id == source_id):
-            reply = await tail.end_offset_for_epoch(source, pm.source[0], pm.source[1], found.leader_epoch)
+        source_ids = await self._source_topic_ids({pm.source[0] for pm in live()}, failed_source, live())
+        source_offs = await tail.offsets_many(source, [pm.source for pm in live()], failed_source)
+        asks = {}
+        for pm in live():
+            found, _ = mirrored[pm.target]
+            source_id = source_ids.get(pm.source[0])
+            if found is not None and found.leader_epoch >= 0 and (
+                    found.topic_id is None or source_id is None or found.topic_id == source_id):
+                asks[pm.source] = found.leader_epoch
+        replies = await tail.end_offsets_for_epochs(source, asks, failed_source)
+        for pm in live():
+            if pm.source in asks and pm.source not in replies:
+                continue
+            fence_at = fence_records.get(pm.target, below[pm.target] - 1)  # the marker: nothing else is written
+            try:
+                await self._resume_claimed(pm, target_ids[pm.target], writers[pm.target], fence_at,
+                                           mirrored[pm.target], source_ids.get(pm.source[0]), source_offs[pm.source],
+                                           replies.get(pm.source))
+            except RETRIABLE as exc:
+                pm.broken = f"claim failed: {exc}"
+        for pm in pms:
+            why = failed.get(pm.target) or failed_source.get(pm.source)
+            if why is not None:
+                pm.broken = f"claim failed: {why}"
+
+    async def _resume_claimed(self, pm: PartitionMirror, target_id: uuid.UUID | None,
+                              writer: tuple[int, int] | None, fence_at: int,
+                              mirrored: tuple[history.MirroredPosition | None, list[tuple[int, int]]],
+                              source_id: uuid.UUID | None, source_offsets: tuple[int, int],
+                              reply: tuple[int, int] | None) -> None:
+        """The end of a claim, once the target is fenced and both sides were asked: where the
+        partition resumes (or why it stops), said in the log, metrics and events."""
+        assert self._consumer is not None and self._producer is not None and self._target_admin is not None
+        consumer = self._consumer
+        topic, p = pm.target
+        found, epoch_starts = mirrored
+        start, hw = source_offsets
         decision = history.resume_point(found, source_id, start, hw, reply, epoch_starts)
         fill = None
         if found is not None and record_copy.needs_hole_check(found, decision):
-            fill = await self._hole(pm, cluster, start, found)
+            fill = await self._hole(pm, self._target_admin.cluster, start, found)
         plan = record_copy.ClaimPlan.of(found, decision, fill, start, pm.source[0], source_id,
                                         self.config.on_topic_recreated)
         resume = plan.resume
@@ -702,15 +773,25 @@ class MirrorWorker(FlowWorker):
     def _claimed(self) -> list[TopicPartition]:
         return [tp for tp, pm in self.partitions.items() if not pm.broken and not pm.stopped and pm.next_offset >= 0]
 
-    async def _source_topic_id(self, topic: str) -> uuid.UUID | None:
+    async def _source_topic_ids(self, topics: set[str], failed: tail.Failed, pms: list[PartitionMirror]
+                                ) -> dict[str, uuid.UUID | None]:
+        """The source's topic ids of `topics` (one Metadata request); the partitions of `pms`
+        whose topic the source answers with an error go into `failed`."""
         assert self._source_admin is not None
-        meta = await self._source_admin.metadata([topic])
+        if not topics:
+            return {}
+        meta = await self._source_admin.metadata(sorted(topics))
+        out: dict[str, uuid.UUID | None] = {}
         for t in meta.topics:
-            if t.name == topic:
-                if t.error_code:
-                    raise KafkaError(f"looking up source topic {topic}", t.error_code)
-                return _topic_id(t)
-        return None
+            if t.name not in topics:
+                continue
+            if t.error_code:
+                for pm in pms:
+                    if pm.source[0] == t.name:
+                        failed[pm.source] = KafkaError(f"looking up source topic {t.name}", t.error_code)
+                continue
+            out[t.name] = _topic_id(t)
+        return out
 
     async def _hole(self, pm: PartitionMirror, cluster: Any, source_start: int,
                     found: history.MirroredPosition) -> tuple[int, int] | None:
@@ -808,13 +889,15 @@ class MirrorWorker(FlowWorker):
         assert self._consumer is not None and self._producer is not None
         consumer = self._consumer
         while True:
-            for broken in [pm for pm in self.partitions.values() if pm.broken and not pm.stopped]:
-                log.warning("re-claiming %s-%d: %s", broken.source[0], broken.source[1], broken.broken)
-                try:
-                    await self._claim(broken)
-                except RETRIABLE as exc:
-                    broken.broken = f"claim failed: {exc}"
-                    log.warning("claiming %s-%d failed: %s", broken.source[0], broken.source[1], exc)
+            broken = [pm for pm in self.partitions.values() if pm.broken and not pm.stopped]
+            if broken:
+                for b in broken:
+                    log.warning("re-claiming %s-%d: %s", b.source[0], b.source[1], b.broken)
+                await self._claim_all(broken)
+                still = [b for b in broken if b.broken]
+                for b in still:
+                    log.warning("claiming %s-%d failed: %s", b.source[0], b.source[1], b.broken)
+                if still:
                     await trio.sleep(1)
             try:
                 chunks = await consumer.getmany_chunks(timeout_s=0.5, max_records=self.config.batch_records)

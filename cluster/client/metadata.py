@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,9 @@ log = logging.getLogger("dcmirror.client")
 
 # leader_request: tries before the last error is raised (each after a metadata refresh).
 LEADER_ATTEMPTS = 5
+# partitions_request: partitions named in one request (bounds its answer).
+PARTITIONS_PER_REQUEST = 1_000
+TopicPartition = tuple[str, int]
 BOOTSTRAP_NODE_BASE = -1000  # bootstrap addresses before their node ids are known
 
 
@@ -333,6 +336,70 @@ class ClientCluster:
                 continue
             return resp
         raise AssertionError("unreachable")
+
+
+    async def partitions_request(
+            self, tps: Iterable[TopicPartition], api_key: ApiKey,
+            body_of: Callable[[Sequence[TopicPartition]], dict[str, Any]],
+            answers_of: Callable[[Any], Iterable[tuple[TopicPartition, int, Any]]], *,
+            per_request: int = PARTITIONS_PER_REQUEST) -> dict[TopicPartition, tuple[int, Any]]:
+        """leader_request for many partitions at once: each leader is asked about its
+        partitions, up to `per_request` in one request (built by `body_of`); `answers_of`
+        splits an answer into (partition, error code, entry). Partitions answered with a
+        metadata error, without a leader or whose leader could not be reached are asked again
+        after a refresh, up to LEADER_ATTEMPTS times; then their last error code stays (an
+        unreachable leader raises the connection error). (error code, entry) per partition."""
+        backoff = Backoff(self.config["retry.backoff.ms"] / 1000, self.config["retry.backoff.max.ms"] / 1000)
+        out: dict[TopicPartition, tuple[int, Any]] = {}
+        todo = list(dict.fromkeys(tps))
+        for attempt in range(LEADER_ATTEMPTS):
+            last = attempt == LEADER_ATTEMPTS - 1
+            if attempt:
+                await backoff.sleep()
+                await self.refresh({t for t, _ in todo})
+            by_leader: dict[int, list[TopicPartition]] = {}
+            again: list[TopicPartition] = []
+            for tp in todo:
+                leader = self.metadata.leader(*tp)
+                if leader < 0 and not attempt:
+                    await self.refresh({t for t, _ in todo})
+                    leader = self.metadata.leader(*tp)
+                if leader < 0:
+                    info = self.metadata.topics.get(tp[0])
+                    code = ErrorCode.leader_not_available
+                    if info is not None and info.error_code:
+                        code = info.error_code
+                    elif info is not None and info.partitions and tp[1] not in info.partitions:
+                        code = ErrorCode.unknown_topic_or_partition
+                    out[tp] = (code, None)
+                    if code not in (ErrorCode.topic_authorization_failed, ErrorCode.invalid_topic_exception):
+                        again.append(tp)
+                    continue
+                by_leader.setdefault(leader, []).append(tp)
+            for leader, mine in by_leader.items():
+                for i in range(0, len(mine), per_request):
+                    part = mine[i:i + per_request]
+                    try:
+                        conn = await self.connection(leader)
+                        resp = await conn.request(api_key, body_of(part))
+                    except KafkaConnectionError:
+                        if last:
+                            raise
+                        again.extend(part)
+                        continue
+                    answered = set()
+                    for tp, code, entry in answers_of(resp):
+                        answered.add(tp)
+                        out[tp] = (code, entry)
+                        if code in METADATA_ERRORS:
+                            again.append(tp)
+                    for tp in part:
+                        if tp not in answered:
+                            out[tp] = (ErrorCode.unknown_server_error, None)
+            todo = again
+            if not todo:
+                break
+        return out
 
 
 def _leaders(meta: ClusterMetadata) -> dict[tuple[str, int], tuple[int, int]]:
