@@ -366,7 +366,7 @@ class ClientCluster:
                     leader = self.metadata.leader(*tp)
                 if leader < 0:
                     info = self.metadata.topics.get(tp[0])
-                    code = ErrorCode.leader_not_available
+                    code: int = ErrorCode.leader_not_available
                     if info is not None and info.error_code:
                         code = info.error_code
                     elif info is not None and info.partitions and tp[1] not in info.partitions:
