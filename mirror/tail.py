@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.client.admin import write_txn_marker
+from cluster.client.admin import write_txn_marker, write_txn_markers_body
 from cluster.client.connection import UnsupportedApi
 from cluster.client.errors import KafkaError
 from cluster.client.metadata import ClientCluster, TopicPartition
@@ -316,9 +316,7 @@ async def abort_markers(cluster: ClientCluster, writers: Mapping[TopicPartition,
         of_writer: dict[tuple[int, int], list[TopicPartition]] = {}
         for tp in part:
             of_writer.setdefault(writers[tp], []).append(tp)
-        return {"markers": [{"producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
-                             "coordinator_epoch": 0,
-                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(tps).items()]}
+        return {"markers": [write_txn_markers_body(pid, epoch, False, 0, tps)["markers"][0]
                             for (pid, epoch), tps in of_writer.items()]}
 
     def answers(resp: Any) -> Iterator[tuple[TopicPartition, int, Any]]:

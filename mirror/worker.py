@@ -628,10 +628,6 @@ class MirrorWorker(FlowWorker):
             if pm is not None:
                 self._totals[tp] = (pm.records, pm.bytes)
 
-    async def _claim(self, pm: PartitionMirror) -> None:
-        """_claim_many of one partition; a failed step leaves it broken (claimed again)."""
-        await self._claim_many([pm])
-
     async def _claim_many(self, pms: list[PartitionMirror]) -> None:
         """Fence the previous writer of each target partition, then resume after the last
         source record the target holds, once the source confirmed that record's history
