@@ -126,6 +126,41 @@ def _flag(request: Request, name: str, default: bool = False) -> bool:
     return default if value is None else value.lower() == "true"
 
 
+INT32_MAX = 2**31 - 1
+SCHEMAS_LIMIT_MAX = 1000
+"""GET /schemas answers at most this many (Confluent's schema.search.default.limit and
+schema.search.max.limit); the other lists are not limited unless asked."""
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    """A query parameter that is a Java int in Confluent's API: `-`? ASCII digits within 32
+    bits, else 404 as JAX-RS answers a parameter it cannot convert."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    digits = raw[1:] if raw.startswith("-") else raw
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10 and -INT32_MAX - 1 <= int(raw) <= INT32_MAX):
+        raise HTTPException(404)
+    return int(raw)
+
+
+def _page(request: Request, items: list[Any], *, limit_max: int | None = None) -> list[Any]:
+    """`offset` and `limit` of Confluent's list endpoints: a limit that is not positive or
+    above `limit_max` means the default (`limit_max`, or everything)."""
+    offset = _int_param(request, "offset", 0)
+    if offset < 0:
+        raise RegistryError(422, 422, f"Invalid offset {offset}: it must not be negative")
+    limit = _int_param(request, "limit", -1)
+    if limit <= 0 or (limit_max is not None and limit > limit_max):
+        limit = limit_max if limit_max is not None else len(items)
+    return items[offset:offset + limit]
+
+
+BODY_MEDIA_TYPES = frozenset({CONTENT_TYPE, "application/vnd.schemaregistry+json", "application/json",
+                              "application/octet-stream"})
+"""The bodies Confluent's resources consume (@Consumes); any other Content-Type is 415."""
+
+
 def _encoded_slashes_kept(scope: Scope) -> Scope:
     """A subject may hold "/" (Confluent's clients send it as %2F): routing sees the path with
     %2F still encoded, so the slash stays inside its segment; `_subject` decodes it."""
@@ -230,6 +265,9 @@ class RegistryApp:
                        exc.status_code)
 
     async def _json(self, request: Request) -> Any:
+        media = request.headers.get("content-type")
+        if media is not None and media.split(";", 1)[0].strip().lower() not in BODY_MEDIA_TYPES:
+            raise RegistryError(415, 415, "HTTP 415 Unsupported Media Type")
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.body_bytes_max):
             raise RegistryError(413, 413, f"Request body larger than {self.body_bytes_max} bytes")
@@ -338,7 +376,7 @@ class RegistryApp:
             prefix = qualify(context if context.startswith(".") else f".{context}", prefix)
         found = self.state.latest_schemas(prefix=prefix, latest_only=_flag(request, "latestOnly"),
                                           deleted=_flag(request, "deleted"))
-        return _answer([sv.body() for sv in found])
+        return _answer([sv.body() for sv in _page(request, found, limit_max=SCHEMAS_LIMIT_MAX)])
 
     async def schema_by_id(self, request: Request) -> Response:
         sv = self.state.schema_by_id(_schema_id(request), subject=_context_subject(request))
@@ -351,12 +389,12 @@ class RegistryApp:
     async def id_subjects(self, request: Request) -> Response:
         pairs = self.state.id_versions(_schema_id(request), subject=_context_subject(request),
                                        deleted=_flag(request, "deleted"))
-        return _answer(sorted({s for s, _ in pairs}))
+        return _answer(_page(request, sorted({s for s, _ in pairs})))
 
     async def id_versions(self, request: Request) -> Response:
         pairs = self.state.id_versions(_schema_id(request), subject=_context_subject(request),
                                        deleted=_flag(request, "deleted"))
-        return _answer([{"subject": s, "version": v} for s, v in pairs])
+        return _answer(_page(request, [{"subject": s, "version": v} for s, v in pairs]))
 
     # -- subjects -----------------------------------------------------------------------
 
@@ -365,10 +403,13 @@ class RegistryApp:
         context = request.path_params.get("context")
         if context and context != DEFAULT_CONTEXT and not prefix.startswith(":."):
             prefix = qualify(context if context.startswith(".") else f".{context}", prefix)
-        return _answer(self.state.subjects(deleted=_flag(request, "deleted"), prefix=prefix))
+        return _answer(_page(request, self.state.subjects(deleted=_flag(request, "deleted"),
+                                                          deleted_only=_flag(request, "deletedOnly"), prefix=prefix)))
 
     async def versions(self, request: Request) -> Response:
-        return _answer(self.state.versions(_subject(request), deleted=_flag(request, "deleted")))
+        return _answer(_page(request, self.state.versions(
+            _subject(request), deleted=_flag(request, "deleted"), deleted_only=_flag(request, "deletedOnly"),
+            deleted_as_negative=_flag(request, "deletedAsNegative"))))
 
     async def version(self, request: Request) -> Response:
         sv = self.state.version(_subject(request), request.path_params["version"], deleted=_flag(request, "deleted"))
@@ -486,7 +527,7 @@ class RegistryApp:
         return _answer({"mode": answer})
 
     async def contexts(self, request: Request) -> Response:
-        return _answer(self.state.contexts())
+        return _answer(_page(request, self.state.contexts()))
 
 
 def _raw_schema(sv: SchemaVersion) -> Response:

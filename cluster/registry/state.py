@@ -376,12 +376,15 @@ class RegistryState:
         found = {DEFAULT_CONTEXT} | {split_context(s)[0] for s in self._subjects}
         return sorted(found)
 
-    def subjects(self, *, deleted: bool = False, prefix: str = "") -> list[str]:
+    def subjects(self, *, deleted: bool = False, deleted_only: bool = False, prefix: str = "") -> list[str]:
+        """GET /subjects: subjects with a live version; `deleted` adds those whose every version
+        is soft-deleted, `deleted_only` lists only those (Confluent's LookupFilter)."""
         out = []
         for name, entry in self._subjects.items():
-            if not name.startswith(prefix):
+            if not name.startswith(prefix) or not entry.versions:
                 continue
-            if entry.live() or (deleted and entry.versions):
+            live = bool(entry.live())
+            if (not live) if deleted_only else (live or deleted):
                 out.append(name)
         return sorted(out)
 
@@ -391,8 +394,15 @@ class RegistryState:
             raise subject_not_found(subject)
         return entry
 
-    def versions(self, subject: str, *, deleted: bool = False) -> list[int]:
-        entry = self._subject(subject, deleted=deleted)
+    def versions(self, subject: str, *, deleted: bool = False, deleted_only: bool = False,
+                 deleted_as_negative: bool = False) -> list[int]:
+        """GET /subjects/{s}/versions: the live versions; `deleted` adds the soft-deleted ones,
+        `deleted_only` answers only those, `deleted_as_negative` all with the deleted negated."""
+        entry = self._subject(subject, deleted=deleted or deleted_only)
+        if deleted_as_negative:
+            return [-v.version if v.deleted else v.version for v in entry.all()]
+        if deleted_only:
+            return [v.version for v in entry.all() if v.deleted]
         return [v.version for v in (entry.all() if deleted else entry.live())]
 
     def version(self, subject: str, version: str | int, *, deleted: bool = False) -> SchemaVersion:
@@ -722,7 +732,11 @@ class RegistryState:
         text_out = parsed.text if normalize else text
         sv = SchemaVersion(subject=subject, version=new_version, schema_id=new_id, schema_type=parsed.schema_type,
                            text=text_out, references=tuple(references))
-        return [schema_record(sv)], new_id
+        # As Confluent: soft-deleted versions of this subject with the same id are tombstoned
+        # (the schema lives on under its new version only).
+        tombstones: list[Record] = [(schema_key(subject, old.version), None) for old in (entry.all() if entry else ())
+                                    if old.deleted and old.schema_id == new_id and old.version < new_version]
+        return [*tombstones, schema_record(sv)], new_id
 
     def plan_delete_version(self, subject: str, version: str | int, *,
                             permanent: bool = False) -> tuple[list[Record], int]:

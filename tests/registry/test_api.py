@@ -253,3 +253,95 @@ def test_subjects_with_slashes_travel_as_percent_2f(http: httpx.Client) -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     assert SchemaRegistryClient({"url": str(http.base_url)}).get_latest_version(subject).schema_id == schema_id
+
+
+def test_registering_a_soft_deleted_schema_again_tombstones_its_old_version(http: httpx.Client) -> None:
+    t1, t2 = avro_record(("a", "int"), name="T"), avro_record(("a", "int"), ("b", {"type": "string", "default": ""}), name="T")
+    id1 = register(http, "api-t-value", t1).json()["id"]
+    id2 = register(http, "api-t-value", t2).json()["id"]
+    assert http.delete("/subjects/api-t-value/versions/2").json() == 2
+    assert register(http, "api-t-value", t2).json() == {"id": id2}        # same schema, same id
+    # Confluent: version 2 (soft-deleted, the same id) is gone; the schema lives as version 3.
+    assert http.get("/subjects/api-t-value/versions", params={"deleted": "true"}).json() == [1, 3]
+    assert http.get("/subjects/api-t-value/versions").json() == [1, 3]
+    error(http.get("/subjects/api-t-value/versions/2", params={"deleted": "true"}), 404, 40402)
+    assert http.get(f"/schemas/ids/{id2}/versions", params={"deleted": "true"}).json() == [
+        {"subject": "api-t-value", "version": 3}]
+    # A soft-deleted version of another schema stays.
+    assert http.delete("/subjects/api-t-value/versions/1").json() == 1
+    assert register(http, "api-t-value", t2).json() == {"id": id2}        # live already: nothing new
+    assert http.get("/subjects/api-t-value/versions", params={"deleted": "true"}).json() == [1, 3]
+    assert register(http, "api-t-value", t1).json() == {"id": id1}
+    assert http.get("/subjects/api-t-value/versions", params={"deleted": "true"}).json() == [3, 4]
+
+
+def test_deleted_only_and_deleted_as_negative(http: httpx.Client) -> None:
+    for schema in (V1, V2):
+        assert register(http, "api-o-value", schema).status_code == 200
+    assert register(http, "api-o-gone", V1).status_code == 200
+    assert http.delete("/subjects/api-o-value/versions/1").json() == 1
+    versions = "/subjects/api-o-value/versions"
+    assert http.get(versions, params={"deletedOnly": "true"}).json() == [1]
+    assert http.get(versions, params={"deletedOnly": "true", "deleted": "true"}).json() == [1]
+    assert http.get(versions, params={"deletedAsNegative": "true"}).json() == [-1, 2]
+    assert http.get(versions, params={"deleted": "true"}).json() == [1, 2]
+    assert http.delete("/subjects/api-o-gone").json() == [1]
+    subjects = "/subjects"
+    prefix = {"subjectPrefix": "api-o-"}
+    assert http.get(subjects, params=prefix).json() == ["api-o-value"]
+    assert http.get(subjects, params={**prefix, "deleted": "true"}).json() == ["api-o-gone", "api-o-value"]
+    # Only subjects whose every version is deleted (a subject with one deleted version is not).
+    assert http.get(subjects, params={**prefix, "deletedOnly": "true"}).json() == ["api-o-gone"]
+    assert http.get(subjects, params={**prefix, "deletedOnly": "true", "deleted": "true"}).json() == ["api-o-gone"]
+    assert http.get("/subjects/api-o-gone/versions", params={"deletedOnly": "true"}).json() == [1]
+    error(http.get("/subjects/api-o-gone/versions"), 404, 40401)
+    error(http.get("/subjects/api-o-gone/versions", params={"deletedAsNegative": "true"}), 404, 40401)
+
+
+def test_offset_and_limit_page_the_lists(http: httpx.Client) -> None:
+    p1, p2, p3 = (avro_record(*fields, name="P") for fields in (
+        [("a", "int")], [("a", "int"), ("b", {"type": "string", "default": ""})], [("a", "int"), ("c", "string")]))
+    names = [f"api-p{i}-value" for i in range(5)]
+    for name in names:
+        assert register(http, name, p1).status_code == 200
+    for schema in (p2, p3):
+        assert http.put("/config/api-p0-value", json={"compatibility": "NONE"}).status_code == 200
+        assert register(http, "api-p0-value", schema).status_code == 200
+    prefix = {"subjectPrefix": "api-p"}
+    assert http.get("/subjects", params=prefix).json() == names
+    assert http.get("/subjects", params={**prefix, "offset": "1", "limit": "2"}).json() == names[1:3]
+    assert http.get("/subjects", params={**prefix, "offset": "4", "limit": "10"}).json() == names[4:]
+    assert http.get("/subjects", params={**prefix, "offset": "9"}).json() == []
+    assert http.get("/subjects", params={**prefix, "limit": "0"}).json() == names     # not positive: all
+    assert http.get("/subjects", params={**prefix, "limit": "-1"}).json() == names
+    assert http.get("/subjects/api-p0-value/versions", params={"offset": "1", "limit": "1"}).json() == [2]
+    page = http.get("/schemas", params={"subjectPrefix": "api-p0", "offset": "1", "limit": "1"}).json()
+    assert [(s["subject"], s["version"]) for s in page] == [("api-p0-value", 2)]
+    one_id = page[0]["id"]
+    assert http.get(f"/schemas/ids/{one_id}/versions", params={"limit": "1"}).json() == [
+        {"subject": "api-p0-value", "version": 2}]
+    first = http.get("/schemas/ids/1/subjects").json()
+    assert http.get("/schemas/ids/1/subjects", params={"offset": "1"}).json() == first[1:]
+    assert http.get("/contexts", params={"limit": "1"}).json() == ["."]
+    # Numbers are Java ints: anything else is JAX-RS's 404, a negative offset a clear 422.
+    for bad in ("x", "1.5", "2147483648", "١", " 1", ""):
+        error(http.get("/subjects", params={"offset": bad}), 404, 404)
+        error(http.get("/subjects", params={"limit": bad}), 404, 404)
+    assert "offset" in error(http.get("/subjects", params={"offset": "-1"}), 422, 422)
+
+
+def test_bodies_of_other_media_types_are_refused_with_415(http: httpx.Client) -> None:
+    body = json.dumps({"schema": V1})
+    for media in ("text/plain", "application/xml", "text/plain; charset=utf-8", "multipart/form-data"):
+        headers = {"Content-Type": media}
+        error(http.post("/subjects/api-m-value/versions", content=body, headers=headers), 415, 415)
+        error(http.post("/subjects/api-m-value", content=body, headers=headers), 415, 415)
+        error(http.post("/compatibility/subjects/api-m-value/versions/latest", content=body, headers=headers),
+              415, 415)
+        error(http.put("/config/api-m-value", content=b'{"compatibility":"NONE"}', headers=headers), 415, 415)
+        error(http.put("/mode/api-m-value", content=b'{"mode":"READWRITE"}', headers=headers), 415, 415)
+    error(http.get("/subjects/api-m-value/versions"), 404, 40401)          # nothing was registered
+    for media in ("application/json", "application/vnd.schemaregistry+json", "application/octet-stream",
+                  "application/json; charset=utf-8", CT.upper()):
+        r = http.post("/subjects/api-m-value/versions", content=body, headers={"Content-Type": media})
+        assert r.status_code == 200, (media, r.text)

@@ -167,8 +167,9 @@ def test_soft_and_hard_deletes() -> None:
     # registering again continues the version numbers; the id of schema 1 is reused
     assert r.write(s.plan_register("a", None, schema(1))) == 1
     assert s.versions("a") == [4]
+    assert s.versions("a", deleted=True) == [3, 4]      # version 1 (the same id) tombstoned, as Confluent
     r.write(s.plan_delete_subject("a"))
-    assert r.write(s.plan_delete_subject("a", permanent=True)) == [1, 3, 4]
+    assert r.write(s.plan_delete_subject("a", permanent=True)) == [3, 4]
     assert s.subjects(deleted=True) == []
     assert error_of(s.schema_by_id, 1) == (404, 40403)
     # ids are never reused while the log holds their records' history
