@@ -28,6 +28,7 @@ from spark_aggregate.service_client import ask_service
 from spark_aggregate.session import (
     WarehouseBusy,
     ensure_database,
+    exception_text,
     metastore_error,
     spark_log_path,
     start_session,
@@ -71,7 +72,7 @@ def _crash_hook() -> Callable[[str], None] | None:
 def _spark_error(exc: BaseException) -> BaseException:
     """The dcmirror error inside a Spark/Py4J exception, if there is one (a task's or the
     planner's DataLossError arrives as text)."""
-    text = str(exc)
+    text = exception_text(exc)
     for marker, kind in (("DataLossError: ", DataLossError), ("OptionError: ", OptionError)):
         if marker in text:
             message = text.split(marker, 1)[1].splitlines()[0]
@@ -143,8 +144,13 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
                 message = str(cause)
             else:
                 log.debug("load failed", exc_info=True)
-                message = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
-                traceback.print_exc(file=err)
+                text = exception_text(cause)
+                message = f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}"
+                try:
+                    traceback.print_exc(file=err)
+                except Exception:  # noqa: BLE001 - a Py4J error's text needs the JVM, which may be gone
+                    print(f"{type(cause).__name__} (its traceback cannot be printed: the Spark session has stopped)",
+                          file=err)
         print(f"{prog}: {message}" + ("" if session is not None or submitted else
                                        f" (Spark's own log: {spark_log_path(settings)})"), file=err)
         if not isinstance(cause, WarehouseBusy):
@@ -206,7 +212,7 @@ def query_rows(spark: Any, settings: WarehouseSettings, query: str,
 
 def query_error_text(exc: BaseException, settings: WarehouseSettings) -> str:
     """What a failed query says to the user: the metastore's trouble, or the error's first line."""
-    return metastore_error(exc, settings) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return metastore_error(exc, settings) or (exception_text(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _row_docs(columns: list[str], rows: list[list[Any]]) -> list[dict[str, Any]]:

@@ -194,9 +194,21 @@ def stop_session(spark: Any) -> None:
     SparkContext._jvm = None
 
 
+def exception_text(exc: BaseException) -> str:
+    """str(exc), also for a Py4J error whose text the JVM would give once the session is gone
+    (its __str__ then fails: SparkContext._jvm is None): its message as it was kept."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure to describe an error must not hide it
+        kept = getattr(exc, "errmsg", None) or getattr(exc, "desc", None)
+        if isinstance(kept, str) and kept:
+            return kept
+        return next((a for a in exc.args if isinstance(a, str) and a), type(exc).__name__)
+
+
 def metastore_error(exc: BaseException, settings: WarehouseSettings) -> str | None:
     """A clear message for a metastore that cannot be opened, else None."""
-    text = str(exc)
+    text = exception_text(exc)
     if "Another instance of Derby" in text or "XSDB6" in text or "Failed to start database" in text:
         return (f"the embedded metastore at {Path(settings.path) / 'metastore_db'} is in use by another JVM "
                 "(a load or a warehouse query still running); wait for it to finish, or configure an "

@@ -512,7 +512,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
     offsets = rows.column("kafka_offset").to_pylist()
     partitions = rows.column("kafka_partition").to_pylist()
     records: list[dict[str, Any]] = []
-    record_rows: list[int] = []  # JSON: the row of each record (its values are checked by Arrow below)
+    record_rows: list[int] = []  # the row of each record (its values are checked by Arrow below)
     latest = {c: schema_id for c, schema_id, _ in table.readers}
     contexts: dict[str | None, str] = {}
     resolved: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -546,6 +546,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
             if isinstance(writer, ProtobufFile):
                 try:
                     records.append(writer.decode(memoryview(value)[WIRE_HEADER_BYTES:]))
+                    record_rows.append(i)
                 except PoisonPayload as exc:
                     reason = f"payload does not decode with schema id {schema_id}: {exc}"
                 except ProtobufSchemaError as exc:
@@ -584,6 +585,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                         reason = f"schema id {schema_id} is not a record schema"
                     else:
                         records.append(record)
+                        record_rows.append(i)
         if reason is not None and table.poison == "fail":
             raise TypedLoadError(f"topic {table.topic!r} partition {partitions[i]} offset "
                                  f"{offsets[i]}: poison record ({reason}) and poison = \"fail\"")
@@ -595,7 +597,13 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
     mask = pa.array(good, pa.bool_())
     kept = rows.filter(mask) if not all(good) else rows
     # One struct array from the dicts, then its fields: far cheaper than a list per column.
-    typed = _typed_columns(table, records)
+    try:
+        typed = _typed_columns(table, records)
+    except _UNFIT as exc:
+        # Values a writer schema resolved into the table's schema that its columns cannot hold
+        # (Avro lets bytes, a decimal's, be read where the latest version has a string).
+        raise _unfit(table, records, record_rows, exc, [
+            (partitions[i], offsets[i], ids[i], contexts.get(clusters[i], "")) for i in range(len(values))]) from None
     part_names = partition_columns
     result = _with_typed_columns(table, kept, typed, part_names)
     bad = pc.invert(mask)
@@ -617,6 +625,27 @@ def _json_struct(table: TypedTable) -> pa.DataType:
     """The JSON columns as Arrow builds them from parsed JSON: timestamps and dates as text."""
     return pa.struct([pa.field(n, pa.string() if t in (TIMESTAMP_TYPE, pa.date32()) else t)
                       for n, t in table.columns])
+
+
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def _unfit(table: TypedTable, records: list[dict[str, Any]], record_rows: list[int], exc: BaseException,
+           coordinates: list[tuple[int, int, int | None, str]]) -> TypedLoadError:
+    """The error naming the first record whose values the table's columns cannot hold."""
+    row = record_rows[0] if record_rows else 0
+    for record, at in zip(records, record_rows, strict=False):
+        try:
+            _typed_columns(table, [record])
+        except _UNFIT as one:
+            exc, row = one, at
+            break
+    partition, offset, schema_id, context = coordinates[row]
+    latest = next((s for c, s, _ in table.readers if c == context), None)
+    return TypedLoadError(f"topic {table.topic!r} partition {partition} offset {offset}: schema id {schema_id} "
+                          f"cannot be read as the table's schema (id {latest}, the latest version in context "
+                          f"{context or '(default)'}): its values do not fit the table's columns "
+                          f"({type(exc).__name__}: {exc}); nothing was committed")
 
 
 def _typed_columns(table: TypedTable, records: list[dict[str, Any]]) -> list[pa.Array]:

@@ -162,3 +162,40 @@ def test_json_schema_payloads_decode_into_the_declared_columns() -> None:
     reasons = dead.column("reason").to_pylist()
     assert reasons[0].startswith("payload is not JSON") and reasons[1].endswith("JSON but not an object")
     assert reasons[2].startswith("JSON values do not fit the table's columns")
+
+
+def test_a_writer_whose_values_do_not_fit_the_columns_stops_naming_the_record() -> None:
+    """Issue 43 (5): a NONE subject where `price` went from decimal to string. The table's
+    columns are the latest version's (string); Avro resolution reads the older decimal bytes
+    as a string's place (bytes and string promote), and the values must not reach Arrow: the
+    load stops naming topic, partition, offset and schema id, and what it said is readable."""
+    v4 = {**V2, "fields": [{"name": "price", "type": "string"} if f["name"] == "price" else f for f in V2["fields"]]}
+    t = TypedTable("t", "http://registry.invalid", "aggregate", ((".east", 4, json.dumps(v4)),),
+                   tuple(record_columns(json.dumps(v4))), "dead-letter")
+    t._cache.update({("writer", ".east", 1): parse_avro(json.dumps(V1)), ("writer", ".east", 4): parse_avro(json.dumps(v4)),
+                     "registry": Unknown()})
+    newer = wire(v4, 4, record(1, price="1.50"))
+    older = wire(V1, 1, record(2))
+    good, _ = decode_rows(t, rows_of([newer, newer], ["east", "east"]), "L", PARTS)
+    assert good.column("price").to_pylist() == ["1.50", "1.50"]
+    for poison in ("dead-letter", "fail"):
+        with pytest.raises(TypedLoadError, match=r"topic 't' partition 3 offset 101: schema id 1 cannot be read as "
+                                                 r"the table's schema \(id 4, the latest version in context \.east\)"):
+            decode_rows(TypedTable(t.topic, t.registry_url, t.loaded_cluster, t.readers, t.columns, poison,
+                                   _cache=dict(t._cache)),
+                        rows_of([newer, older, newer], ["east", "east", "east"]), "L", PARTS)
+
+
+def test_an_error_whose_text_needs_the_gone_jvm_is_still_told() -> None:
+    """Issue 43 (5): the load's error report called str() on a Py4J error after the session
+    stopped, which asserts SparkContext._jvm; the report must say what it kept instead."""
+    from spark_aggregate.session import exception_text
+
+    class JvmGone(Exception):
+        errmsg = "An error occurred while calling o123.save"
+
+        def __str__(self) -> str:
+            raise AssertionError("SparkContext._jvm is None")
+
+    assert exception_text(JvmGone()) == "An error occurred while calling o123.save"
+    assert exception_text(ValueError("plain")) == "plain"
