@@ -284,10 +284,13 @@ async def _consume(config: dict[str, Any], registry: Any, args: argparse.Namespa
     from deploy.console.records import provenance
 
     decoder = None
+    contexts: tuple[tuple[str, str], ...] = ()
     if registry is not None and not args.no_decode:
         from deploy.console.decode import SchemaDecoder, context_of
+        from topology import load
 
         decoder = SchemaDecoder(registry)
+        contexts = load(args.config).schema_contexts(args.target_cluster)  # a registry comes from the topology
     admin_config = {k: v for k, v in config.items() if k != "bootstrap.servers"}
     async with Admin(config["bootstrap.servers"], client_id="dcmirror-consume", config=admin_config) as admin:
         meta = await admin.metadata([args.topic])
@@ -344,7 +347,7 @@ async def _consume(config: dict[str, Any], registry: Any, args: argparse.Namespa
                     decoded: dict[str, tuple[str, str]] = {}
                     if decoder is not None:
                         where = provenance(r)
-                        context = context_of(where["cluster"] if where else None, args.target_cluster or "")
+                        context = context_of(where["cluster"] if where else None, args.target_cluster or "", contexts)
                         for part, data in (("key", r.key), ("value", r.value)):
                             got = await trio.to_thread.run_sync(decoder.decode, data, context)
                             if got is not None:

@@ -513,7 +513,8 @@ class Loader:
                 self._typed[topic] = plan_typed_table(topic, self.settings.registry_url, self.settings.source,
                                                       spec.subject, spec.poison,
                                                       access=self.settings.registry_access,
-                                                      key_subject=spec.key_subject if spec.key else None)
+                                                      key_subject=spec.key_subject if spec.key else None,
+                                                      sources=self.settings.schema_sources(topic))
             except SchemaError as exc:
                 raise LoadConfigError(str(exc)) from None
         return self._typed[topic]

@@ -12,7 +12,7 @@ from mirror.checkpoints import CHECKPOINTS_TOPIC
 from mirror.worker import HEARTBEATS_TOPIC
 from spark_aggregate.load_metrics import textfile_path
 from topology import Topology, TopologyError
-from topology.model import RegistryTableSpec
+from topology.model import MirrorSpec, RegistryTableSpec
 
 DATABASE = "dcmirror"
 LEDGER_TABLE = "loads"
@@ -65,6 +65,15 @@ class WarehouseSettings:
     """The source cluster's schema registry."""
     registry_access: RegistryAccess = RegistryAccess()
     """How the loader authenticates to it and trusts its certificate (references only)."""
+    schema_flows: tuple[MirrorSpec, ...] = field(default=(), hash=False)
+    """The flows into the loaded cluster that copy schemas: the registry context of each
+    source's schema ids (`schema_context`) and its topics' names (`rename`) for typed tables."""
+
+    def schema_sources(self, topic: str) -> tuple[tuple[str, str, str | None], ...]:
+        """(source cluster, its registry context, the source topic named `topic` here or None)
+        of every flow into the loaded cluster that copies schemas."""
+        return tuple((f.source, f.schema_context or f".{f.source}",
+                      f.source_topic(topic, self.datacenters.get(f.source, f.source))) for f in self.schema_flows)
 
     @property
     def embedded_metastore(self) -> bool:
@@ -129,4 +138,5 @@ class WarehouseSettings:
             registry_url=None if registry is None else registry.url,
             registry_access=RegistryAccess() if registry is None else RegistryAccess(
                 registry.auth_token, config.get("registry.basic.auth.user.info", ""), registry.keystore),
+            schema_flows=tuple(m for m in topology.mirrors_into(spec.source) if m.schemas),
         )

@@ -86,11 +86,13 @@ def dead_letter_table(table: str) -> str:
     return f"{table}_dead_letters"
 
 
-def context_of(source_cluster: str | None, loaded_cluster: str) -> str:
-    """The registry context a record's schema id belongs to."""
+def context_of(source_cluster: str | None, loaded_cluster: str,
+               contexts: tuple[tuple[str, str], ...] = ()) -> str:
+    """The registry context a record's schema id belongs to: its flow's `schema_context`
+    (`contexts`: source cluster -> context), else `.<source cluster>`."""
     if source_cluster is None or source_cluster == loaded_cluster:
         return DEFAULT_CONTEXT
-    return f".{source_cluster}"
+    return next((c for s, c in contexts if s == source_cluster), f".{source_cluster}")
 
 
 def qualified(subject: str, context: str) -> str:
@@ -317,6 +319,8 @@ class TypedTable:
     access: RegistryAccess = NO_ACCESS
     key: TypedTable | None = None
     """The key side (keys decoded into the struct column `record_key`), or None: keys stay bytes."""
+    contexts: tuple[tuple[str, str], ...] = ()
+    """Source cluster -> the registry context of its schema ids (its flow's schema_context)."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -338,12 +342,20 @@ class TypedTable:
         return pa.struct(list(self.schema))
 
 
-def subject_candidates(topic: str, context: str, subject: str, role: str = "value") -> list[str]:
+def subject_candidates(topic: str, context: str, subject: str, role: str = "value",
+                       sources: tuple[tuple[str, str, str | None], ...] = ()) -> list[str]:
     """Subjects to look up (TopicNameStrategy): the topic's, and in a source's context also
-    the source topic's (the aggregate's `east.orders` was `orders` in east). `role`: value or key."""
+    the source topic's: the name the flow into this cluster gave it, read back through its
+    `rename` (`sources`: source cluster, context, source topic or None), or, in a context no
+    flow names, the topic without a `<context>.` prefix (`east.orders` was `orders` in east).
+    `role`: value or key."""
     if subject:
         return [subject]
     names = [f"{topic}-{role}"]
+    flows = [source_topic for _, c, source_topic in sources if c == context]
+    if flows:
+        names.extend(f"{t}-{role}" for t in flows if t is not None and f"{t}-{role}" not in names)
+        return names
     prefix = context[1:] + "."
     if context and topic.startswith(prefix):
         names.append(f"{topic[len(prefix):]}-{role}")
@@ -353,14 +365,16 @@ def subject_candidates(topic: str, context: str, subject: str, role: str = "valu
 def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject: str, poison: str,
                      reader: RegistryReader | None = None, *,
                      access: RegistryAccess = NO_ACCESS, role: str = "value",
-                     key_subject: str | None = None) -> TypedTable:
+                     key_subject: str | None = None,
+                     sources: tuple[tuple[str, str, str | None], ...] = ()) -> TypedTable:
     """The table's reader schemas and columns, from the registry now (driver side). `role`
-    "key" plans the key side; `key_subject` (not None) plans the key too, as `TypedTable.key`."""
+    "key" plans the key side; `key_subject` (not None) plans the key too, as `TypedTable.key`.
+    `sources`: the flows into the loaded cluster that copy schemas (WarehouseSettings.schema_sources)."""
     reader = reader or RegistryReader(registry_url, access)
     readers: list[tuple[str, int, str]] = []
     kinds: list[str] = []
     for context in reader.contexts():
-        for name in subject_candidates(topic, context, subject, role):
+        for name in subject_candidates(topic, context, subject, role, sources):
             got = reader.latest(name, context)
             if got is not None:
                 schema_id, kind, text = got
@@ -392,11 +406,11 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                               "decodes into; a table cannot take both")
         try:
             key = plan_typed_table(topic, registry_url, loaded_cluster, key_subject, poison, reader, access=access,
-                                   role="key")
+                                   role="key", sources=sources)
         except SchemaError as exc:
             raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take record schemas)") from None
     return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt,
-                      access, key)
+                      access, key, tuple((cluster, context) for cluster, context, _ in sources))
 
 
 def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
@@ -481,7 +495,7 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
             return None if latest.get(context) == schema_id else _reader_of(table, context)
 
         fast = avro_batch.decode_values(table, rows, writer_of, reader_of,
-                                        lambda cluster: context_of(cluster, table.loaded_cluster))
+                                        lambda cluster: context_of(cluster, table.loaded_cluster, table.contexts))
         if fast is not None:
             dead = _decode_rows_per_record(table, rows.take(pa.array(fast.bad_rows, pa.int64())), load_id,
                                            partition_columns)
@@ -533,7 +547,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
             cluster = clusters[i]
             context = contexts.get(cluster)
             if context is None:
-                context = contexts[cluster] = context_of(cluster, table.loaded_cluster)
+                context = contexts[cluster] = context_of(cluster, table.loaded_cluster, table.contexts)
             schemas = resolved.get((context, schema_id))
             if schemas is None:
                 where = f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}"

@@ -290,6 +290,26 @@ class MirrorSpec:
         """The name ``topic`` gets in the target cluster."""
         return self.rename.format(source=self.source, target=self.target, topic=topic, source_dc=source_dc)
 
+    def source_topic(self, target_topic: str, source_dc: str) -> str | None:
+        """The source topic this flow names ``target_topic`` in the target (the rename template
+        read backwards), or None: no topic this flow copies gets that name."""
+        import string
+
+        pattern, fixed = "", {"source": self.source, "target": self.target, "source_dc": source_dc}
+        seen_topic = False
+        for literal, name, _, _ in string.Formatter().parse(self.rename):
+            pattern += re.escape(literal)
+            if name == "topic":
+                pattern += "(?P=topic)" if seen_topic else "(?P<topic>.+?)"
+                seen_topic = True
+            elif name is not None:
+                pattern += re.escape(fixed.get(name, "{" + name + "}"))
+        found = re.fullmatch(pattern, target_topic) if seen_topic else None
+        if found is None or not self.matches(found["topic"]):
+            return None
+        topic: str = found["topic"]
+        return topic if self.target_topic(topic, source_dc) == target_topic else None
+
 
 # Subject naming strategies of typed warehouse tables (Confluent's names).
 SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
@@ -375,3 +395,8 @@ class Topology:
     def mirrors_into(self, cluster: str) -> list[MirrorSpec]:
         self.cluster(cluster)
         return [m for m in self.mirrors if m.target == cluster]
+
+    def schema_contexts(self, cluster: str) -> tuple[tuple[str, str], ...]:
+        """(source cluster, registry context) of the flows into `cluster` that copy schemas:
+        where the schema ids of records mirrored from each source are (`schema_context`)."""
+        return tuple((m.source, m.schema_context or f".{m.source}") for m in self.mirrors_into(cluster) if m.schemas)

@@ -871,9 +871,10 @@ def _decode_records(console: Console, cluster: str, registry: Any, records: Any)
     if decoder is None:
         decoder = console.decoders[cluster] = SchemaDecoder(registry)
     out: dict[tuple[int, str], tuple[str, str]] = {}
+    contexts = console.topology.schema_contexts(cluster) if cluster in console.topology.clusters else ()
     for r in records:
         where = provenance(r)
-        context = context_of(where["cluster"] if where else None, cluster)
+        context = context_of(where["cluster"] if where else None, cluster, contexts)
         for part, data in (("key", r.key), ("value", r.value)):
             found = decoder.decode(data, context)
             if found is not None:

@@ -87,8 +87,9 @@ class SchemaDecoder:
         return f"{kind}, schema id {schema_id} (shown as bytes)", payload.hex(" ")
 
 
-def context_of(source_cluster: str | None, cluster: str) -> str:
-    """The registry context a record's schema id belongs to (spark_aggregate/typed.py's rule)."""
+def context_of(source_cluster: str | None, cluster: str, contexts: tuple[tuple[str, str], ...] = ()) -> str:
+    """The registry context a record's schema id belongs to (spark_aggregate/typed.py's rule;
+    `contexts`: Topology.schema_contexts of `cluster`)."""
     from spark_aggregate.typed import context_of as typed_context
 
-    return typed_context(source_cluster, cluster)
+    return typed_context(source_cluster, cluster, contexts)

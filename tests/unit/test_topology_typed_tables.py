@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_topology import TWO_CLUSTERS, err, line, ok
+from tests.unit.test_topology import TWO_CLUSTERS, WEST, err, line, ok
 from topology.model import RegistryTableSpec
 
 REGISTRY = '\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:38081"\n'
@@ -60,3 +60,65 @@ def test_the_loaders_registry_credentials_are_references_only() -> None:
     topo = ok(TWO_CLUSTERS + REGISTRY + '\n[warehouse]\nsource = "aggregate"\n' + config + '"${env:REG_USER}"\n')
     assert topo.warehouse is not None
     assert topo.warehouse.config["registry.basic.auth.user.info"] == "${env:REG_USER}"
+
+
+EAST_REGISTRY = '\n[clusters.east.registry]\nlisten = "127.0.0.1:18081"\n'
+
+
+def flows_topology(flow: str) -> str:
+    return (TWO_CLUSTERS + WEST + EAST_REGISTRY + REGISTRY + '\n[clusters.west.registry]\nlisten = "127.0.0.1:28081"\n'
+            + flow + WAREHOUSE + '"from_.*" = { value = true }\n')
+
+
+def test_typed_tables_read_the_flows_schema_context_and_rename() -> None:
+    """Issue 43 (6): a flow's `schema_context` and `rename` decide where a typed table looks
+    for the subject and the schema ids of that source's records."""
+    from spark_aggregate.settings import WarehouseSettings
+    from spark_aggregate.typed import context_of, subject_candidates
+
+    topo = ok(flows_topology(
+        '\n[[mirrors]]\nsource = "east"\ntarget = "aggregate"\ntopics = "orders|carts"\nschemas = true\n'
+        'schema_context = ".emea"\nrename = "from_{source}_{topic}"\n'
+        '\n[[mirrors]]\nsource = "west"\ntarget = "aggregate"\ntopics = ".*"\nschemas = true\n'))
+    settings = WarehouseSettings.from_topology(topo)
+    assert topo.schema_contexts("aggregate") == (("east", ".emea"), ("west", ".west"))
+    sources = settings.schema_sources("from_east_orders")
+    assert sources == (("east", ".emea", "orders"), ("west", ".west", None))
+    assert subject_candidates("from_east_orders", ".emea", "", "value", sources) == [
+        "from_east_orders-value", "orders-value"]
+    assert subject_candidates("from_east_orders", ".emea", "", "key", sources) == [
+        "from_east_orders-key", "orders-key"]
+    # A topic the flow does not copy (rename matches, topics does not): no source subject.
+    assert settings.schema_sources("from_east_refunds")[0] == ("east", ".emea", None)
+    assert subject_candidates("from_east_refunds", ".emea", "", "value",
+                              settings.schema_sources("from_east_refunds")) == ["from_east_refunds-value"]
+    # The default rename and context, and a context no flow names (the prefix rule).
+    assert settings.schema_sources("west.orders")[1] == ("west", ".west", "orders")
+    assert subject_candidates("central.orders", ".central", "") == ["central.orders-value", "orders-value"]
+    contexts = tuple((c, x) for c, x, _ in sources)
+    assert context_of("east", "aggregate", contexts) == ".emea"
+    assert context_of("west", "aggregate", contexts) == ".west"
+    assert context_of("south", "aggregate", contexts) == ".south"
+    assert context_of("aggregate", "aggregate", contexts) == "" and context_of(None, "aggregate", contexts) == ""
+
+
+@pytest.mark.parametrize(("rename", "target", "source_topic"), [
+    ("{source}.{topic}", "east.orders", "orders"),
+    ("{source}.{topic}", "east.a.b", "a.b"),
+    ("{topic}", "orders", "orders"),
+    ("{topic}-{source_dc}-copy", "orders-east-copy", "orders"),
+    ("{topic}-{source_dc}-copy", "orders-west-copy", None),
+    ("{source}.{topic}", "west.orders", None),
+    ("{target}_{topic}_{topic}", "aggregate_x_x", "x"),
+    ("{target}_{topic}_{topic}", "aggregate_x_y", None),
+    ("{target}_{topic}_{topic}", "aggregate_a_b_a_b", "a_b"),
+    ("a.{topic}", "a.b", "b"),
+    ("a.{topic}", "axb", None),
+])
+def test_a_rename_template_read_backwards(rename: str, target: str, source_topic: str | None) -> None:
+    from topology.model import MirrorSpec
+
+    flow = next(m for m in ok(TWO_CLUSTERS + f'\n[[mirrors]]\nsource = "east"\ntarget = "aggregate"\n'
+                                               f'topics = ".*"\nrename = "{rename}"\n').mirrors)
+    assert isinstance(flow, MirrorSpec)
+    assert flow.source_topic(target, "east") == source_topic
