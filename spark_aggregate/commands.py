@@ -21,7 +21,14 @@ import orjson
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import KafkaError
 from spark_aggregate.ledger import LedgerError
-from spark_aggregate.load import LoadConfigError, Loader, summary_table, write_last_load
+from spark_aggregate.load import (
+    LoadConfigError,
+    Loader,
+    TopicsFailed,
+    TopicsRefused,
+    summary_table,
+    write_last_load,
+)
 from spark_aggregate.options import OptionError
 from spark_aggregate.ranges import DataLossError
 from spark_aggregate.service_client import ask_service
@@ -133,6 +140,21 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
                 except Exception as exc:  # noqa: BLE001 - the load is done; the query is the user's
                     query_error = query_error_text(exc, settings)
                     break
+    except TopicsFailed as exc:
+        # Some topics did not load; the others did (and are committed): both are told.
+        loaded = [o for o in exc.outcomes if o.topics]
+        if loaded:
+            print(summary_table(loaded), file=out)
+        rows = sum(o.rows for o in loaded)
+        print(f"loaded {rows:,} rows in {len(loaded)} load(s), {time.time() - started:.1f} s; "
+              f"{len(exc.failed)} topic(s) not loaded", file=out, flush=True)
+        for topic, why in exc.failed.items():
+            print(f"{prog}: {topic}: {why}" if topic not in why else f"{prog}: {why}", file=err)
+        write_last_load(settings, {**last, "status": "failed", "error": str(exc).splitlines()[0],
+                                   "topics_failed": exc.failed, "rows": rows,
+                                   "finished_at": datetime.now().isoformat(timespec="seconds"),
+                                   "seconds": round(time.time() - started, 3)})
+        return 2 if isinstance(exc, TopicsRefused) else 1
     except (LoadConfigError, OptionError) as exc:
         print(f"{prog}: {exc}", file=err)
         return 2

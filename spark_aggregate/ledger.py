@@ -7,11 +7,14 @@ Every load is an append-only story in the ledger, one row per partition and step
                with the plan
     committed  written after the load's data is in its tables: the rows it added
 
-A load is committed when its `committed` rows exist. A load with `planned` rows and no
-`committed` ones was interrupted; the next run finishes it with the same load id and the
-same ranges before it plans anything new, so its data is written exactly once (the data
-write is idempotent per load id, see spark_aggregate/load.py). A partition's next offset is
-the highest end offset of committed loads; partitions never loaded start at their log start.
+A load commits topic by topic: a topic of a load is committed when its `committed` rows
+exist (a topic that cannot load, e.g. a typed topic whose records name a schema id the
+registry does not know, holds no other topic back). A topic of a load with `planned` rows
+and no `committed` ones was interrupted or failed; the next run finishes it with the same
+load id and the same ranges, and plans nothing new for that topic until then, so its data is
+written exactly once (the data write is idempotent per load id, see spark_aggregate/load.py).
+A partition's next offset is the highest end offset of its committed loads; partitions never
+loaded start at their log start.
 """
 
 from __future__ import annotations
@@ -80,9 +83,20 @@ class LoadPlan:
                            self.planned_at_ms, g.describe()) for g in self.gaps]
         return rows
 
+    def all_topics(self) -> list[str]:
+        """The topics of its ranges and of its gaps (a topic may have gaps alone)."""
+        return sorted({r.topic for r in self.ranges} | {g.topic for g in self.gaps})
+
+    def of_topics(self, topics: Iterable[str]) -> LoadPlan:
+        """The same load narrowed to `topics`."""
+        keep = set(topics)
+        return LoadPlan(self.load_id, tuple(r for r in self.ranges if r.topic in keep),
+                        tuple(g for g in self.gaps if g.topic in keep), self.planned_at_ms, self.resumed)
+
     def committed_rows(self, rows_by_partition: Mapping[TopicPartition, int], now_ms: int,
                        read_gaps: Iterable[Gap] = ()) -> list[LedgerRow]:
-        """The commit mark; `read_gaps`: offsets retention deleted while the load read them
+        """The commit mark of every topic of the plan (narrow it with of_topics to commit
+        some); `read_gaps`: offsets retention deleted while the load read them
         (failOnDataLoss=false), recorded with the commit."""
         rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end,
                           rows_by_partition.get((r.topic, r.partition), 0), COMMITTED, self.planned_at_ms, now_ms)
@@ -99,19 +113,39 @@ class LedgerError(Exception):
     """The ledger and the cluster disagree in a way a load cannot fix by itself."""
 
 
-def committed_load_ids(rows: Iterable[LedgerRow]) -> set[str]:
-    return {r.load_id for r in rows if r.status == COMMITTED}
+def committed_topics(rows: Iterable[LedgerRow]) -> set[tuple[str, str]]:
+    """(load id, topic) of every committed topic of a load."""
+    return {(r.load_id, r.topic) for r in rows if r.status == COMMITTED}
+
+
+def finished_load_ids(rows: Iterable[LedgerRow]) -> set[str]:
+    """Loads every topic of which is committed."""
+    rows = list(rows)
+    done = committed_topics(rows)
+    out = {r.load_id for r in rows}
+    for r in rows:
+        if r.status in (PLANNED, GAP) and (r.load_id, r.topic) not in done:
+            out.discard(r.load_id)
+    return out
+
+
+def pending_topics(rows: Iterable[LedgerRow]) -> set[str]:
+    """Topics with a planned range (or gap) some load has not committed yet."""
+    rows = list(rows)
+    done = committed_topics(rows)
+    return {r.topic for r in rows if r.status in (PLANNED, GAP) and (r.load_id, r.topic) not in done}
 
 
 def pending_plans(rows: Iterable[LedgerRow]) -> list[LoadPlan]:
-    """Loads that were planned and never committed, oldest first, as they were planned."""
+    """The topics of loads that were planned and never committed, oldest load first, as
+    they were planned (each plan holds only its uncommitted topics)."""
     rows = list(rows)
-    done = committed_load_ids(rows)
+    done = committed_topics(rows)
     ranges: dict[str, list[OffsetRange]] = {}
     gaps: dict[str, list[Gap]] = {}
     planned_at: dict[str, int] = {}
     for r in rows:
-        if r.load_id in done:
+        if (r.load_id, r.topic) in done:
             continue
         if r.status == PLANNED:
             ranges.setdefault(r.load_id, []).append(OffsetRange(r.topic, r.partition, r.start_offset, r.end_offset))
@@ -129,10 +163,10 @@ def pending_plans(rows: Iterable[LedgerRow]) -> list[LoadPlan]:
 def next_offsets(rows: Iterable[LedgerRow]) -> dict[TopicPartition, int]:
     """Per partition, the offset after the last one a committed load covered."""
     rows = list(rows)
-    done = committed_load_ids(rows)
+    done = committed_topics(rows)
     out: dict[TopicPartition, int] = {}
     for r in rows:
-        if r.load_id in done and r.status in (COMMITTED, GAP):
+        if (r.load_id, r.topic) in done and r.status in (COMMITTED, GAP):
             tp = (r.topic, r.partition)
             out[tp] = max(out.get(tp, r.end_offset), r.end_offset)
     return out
@@ -169,10 +203,13 @@ def plan_load(rows: Iterable[LedgerRow], offsets: Mapping[TopicPartition, Partit
     """
     rows = list(rows)
     loaded = next_offsets(rows)
+    waiting = pending_topics(rows)  # their planned ranges come first (a new plan would overlap them)
     starts: dict[TopicPartition, int] = {}
     available: dict[TopicPartition, int] = {}
     gaps: list[Gap] = []
     for tp in sorted(offsets):
+        if tp[0] in waiting:
+            continue
         log = offsets[tp]
         start = loaded.get(tp, log.log_start)
         if start > log.high_watermark:

@@ -67,14 +67,14 @@ from spark_aggregate.ledger import (
     LedgerError,
     LedgerRow,
     LoadPlan,
-    committed_load_ids,
+    finished_load_ids,
     pending_plans,
     plan_load,
 )
 from spark_aggregate.load_metrics import write_load_metrics
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, cap_ranges, split_ranges
-from spark_aggregate.session import ensure_database
+from spark_aggregate.session import ensure_database, exception_text
 from spark_aggregate.settings import (
     DATABASE,
     LEDGER_TABLE,
@@ -139,6 +139,10 @@ class LoadOutcome:
     plan: LoadPlan
     topics: list[TopicLoad] = field(default_factory=list)
     seconds: float = 0.0
+    failed: dict[str, str] = field(default_factory=dict)
+    """Topics of the plan that did not load (left planned in the ledger), topic -> why."""
+    refused: set[str] = field(default_factory=set)
+    """Of them, those whose table the topology cannot have (LoadConfigError)."""
 
     @property
     def rows(self) -> int:
@@ -147,6 +151,32 @@ class LoadOutcome:
     @property
     def size_bytes(self) -> int:
         return sum(t.size_bytes for t in self.topics)
+
+
+class TopicsFailed(Exception):
+    """Topics that did not load in a run whose other topics did (`outcomes`): each one's
+    error, one per line. Their planned ranges stay in the ledger: the next run tries them
+    again first, and plans nothing new for them until they load."""
+
+    def __init__(self, failed: dict[str, str], outcomes: list[LoadOutcome]) -> None:
+        super().__init__("\n".join(f"{topic}: {why}" if topic not in why else why for topic, why in failed.items()))
+        self.failed = failed
+        self.outcomes = outcomes
+
+
+class TopicsRefused(TopicsFailed, LoadConfigError):
+    """TopicsFailed where every failure is the topology asking for what cannot be done (exit 2)."""
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a topic's failure says: the dcmirror error inside a Spark/Py4J exception (a
+    task's TypedLoadError or DataLossError arrives as text), else its first line."""
+    text = exception_text(exc)
+    for marker in ("TypedLoadError: ", "UnknownSchemaId: ", "DataLossError: ", "SchemaError: ", "LoadConfigError: "):
+        if marker in text:
+            return text.split(marker, 1)[1].strip().splitlines()[0]
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if isinstance(exc, (LoadConfigError, LedgerError)) else f"{type(exc).__name__}: {first}"
 
 
 def new_load_id(now_s: float) -> str:
@@ -196,15 +226,31 @@ class Loader:
         self.ensure_ledger()
         self.ledger = self.read_ledger()
         self.clean_staging()
-        outcomes = [self.execute(plan) for plan in pending_plans(self.ledger)]
+        outcomes = []
+        for pending in pending_plans(self.ledger):
+            gone = [t for t in pending.all_topics() if not self.settings.wanted(t)]
+            if gone:
+                # The topology no longer loads them (a datacenter removed, the topics regex
+                # narrowed): they do not hold the rest back; their planned ranges stay.
+                print(f"load {pending.load_id}: {', '.join(gone)} no longer loaded by this warehouse "
+                      f"(topics = {self.settings.topics!r}); their planned ranges stay in {LEDGER}",
+                      file=self.out, flush=True)
+            rest = [t for t in pending.all_topics() if t not in gone]
+            if rest:
+                outcomes.append(self.execute(pending.of_topics(rest)))
         offsets, tables = self.discover()
+        refused: dict[str, str] = {}
         for topic in sorted(tables):
             if self.settings.registry_schema_of(topic) is not None and not any(
                     o.high_watermark > o.log_start for (t, _), o in offsets.items() if t == topic):
                 # A typed topic that never held a record may have no schema yet (a new
                 # deployment's orders): its table comes with its first records.
                 continue
-            self.ensure_table(topic)
+            try:
+                self.ensure_table(topic)
+            except LoadConfigError as exc:
+                refused[topic] = str(exc)  # this topic only: the others load
+        offsets = {tp: o for tp, o in offsets.items() if tp[0] not in refused}
         now = time.time()
         plan = plan_load(self.ledger, offsets, load_id=new_load_id(now), now_ms=int(now * 1000),
                          fail_on_data_loss=self.settings.fail_on_data_loss,
@@ -215,6 +261,10 @@ class Loader:
             outcomes.append(self.execute(plan))
         if self._ledger_written:
             self.spark.sql(f"REFRESH TABLE {LEDGER}")  # for queries in this session
+        failed = {**refused, **{t: why for o in outcomes for t, why in o.failed.items()}}
+        if failed:
+            config_only = set(failed) <= set(refused) | {t for o in outcomes for t in o.refused}
+            raise (TopicsRefused if config_only else TopicsFailed)(failed, [o for o in outcomes if o.topics])
         return outcomes
 
     def discover(self) -> tuple[dict[TopicPartition, PartitionOffsets], dict[str, str]]:
@@ -241,6 +291,9 @@ class Loader:
     # ---- one load ------------------------------------------------------------------
 
     def execute(self, plan: LoadPlan) -> LoadOutcome:
+        """One load, topic by topic as far as failures go: a topic that cannot load (its
+        table, its records) is left planned and named in the outcome's `failed`, the others
+        commit."""
         started = time.monotonic()
         outcome = LoadOutcome(plan)
         verb = "finishing interrupted load" if plan.resumed else "load"
@@ -248,9 +301,22 @@ class Loader:
               f"{len(plan.topics())} topics", file=self.out, flush=True)
         for gap in plan.gaps:
             print(f"  data loss recorded (failOnDataLoss=false): {gap.describe()}", file=self.out, flush=True)
+        errors: dict[str, BaseException] = {}
         for topic in plan.topics():
-            self.ensure_table(topic)
-        staged = self.stage_all(plan)
+            try:
+                self.ensure_table(topic)
+            except LoadConfigError as exc:
+                errors[topic] = exc
+        staged = self.stage_all(plan.of_topics(t for t in plan.all_topics() if t not in errors), errors)
+        for topic, error in errors.items():
+            outcome.failed[topic] = failure_text(error)
+            if isinstance(error, LoadConfigError):
+                outcome.refused.add(topic)
+            print(f"  {topic}: not loaded: {outcome.failed[topic]}", file=self.out, flush=True)
+        plan = plan.of_topics(t for t in plan.all_topics() if t not in errors)
+        if not plan.all_topics():
+            outcome.seconds = time.monotonic() - started
+            return outcome
         self.crash_hook("staged")
         for topic in plan.topics():
             self.publish(plan, topic)
@@ -280,7 +346,29 @@ class Loader:
         base = f"{self.settings.staging_uri}/{load_id}"
         return base if table is None else f"{base}/{table}"
 
-    def stage_all(self, plan: LoadPlan) -> dict[str, dict[str, Any]]:
+    def stage_all(self, plan: LoadPlan, errors: dict[str, BaseException]) -> dict[str, dict[str, Any]]:
+        """Every topic's ranges as Parquet in staging, topic -> counts (a topic whose
+        `_counts.json` exists is staged already); a topic that cannot be staged goes into
+        `errors` instead (the topics' job is run again topic by topic to find which)."""
+        if len(plan.topics()) <= 1:
+            try:
+                return self._stage_all(plan)
+            except Exception as exc:  # noqa: BLE001 - the caller decides what a failure stops
+                errors.update({t: exc for t in plan.topics()})
+                return {}
+        try:
+            return self._stage_all(plan)
+        except Exception as exc:  # noqa: BLE001 - which topic it was is found below
+            log.info("staging %d topics failed (%s); staging them one by one", len(plan.topics()), failure_text(exc))
+        staged: dict[str, dict[str, Any]] = {}
+        for topic in plan.topics():
+            try:
+                staged.update(self._stage_all(plan.of_topics([topic])))
+            except Exception as exc:  # noqa: BLE001 - this topic only
+                errors[topic] = exc
+        return staged
+
+    def _stage_all(self, plan: LoadPlan) -> dict[str, dict[str, Any]]:
         """Every topic's ranges as Parquet in staging, topic -> counts (a topic whose
         `_counts.json` exists is staged already). Arrow writes from the tasks where it can
         (spark_aggregate/stage.py); topics with a JSON schema go through Spark's writer."""
@@ -634,7 +722,7 @@ class Loader:
 
     def clean_staging(self) -> None:
         """Staging left by loads that committed (killed before removing it)."""
-        done = committed_load_ids(self.ledger)
+        done = finished_load_ids(self.ledger)
         for load_id in self.fs.list_dirs(self.settings.staging_uri):
             if load_id in done:
                 self.fs.delete(self.staging_dir(load_id))

@@ -78,6 +78,11 @@ class TypedLoadError(Exception):
     poison record when poison = "fail"."""
 
 
+class UnknownSchemaId(TypedLoadError):
+    """A record's schema id the registry does not know in its context: poison under
+    poison = "dead-letter" (reason `schema id N is unknown ...`), the topic's stop under "fail"."""
+
+
 class SchemaError(Exception):
     """An Avro schema the warehouse cannot turn into columns, or a registry lookup failed."""
 
@@ -442,7 +447,7 @@ def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, cont
     if key not in table._cache:
         got = registry.schema_by_id(schema_id, context)
         if got is None:
-            raise TypedLoadError(f"{where}: schema id {schema_id} is unknown in registry context "
+            raise UnknownSchemaId(f"{where}: schema id {schema_id} is unknown in registry context "
                                  f"{context or '(default)'} at {table.registry_url}; nothing was committed")
         kind, text = got
         if kind != table.format:
@@ -452,7 +457,7 @@ def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, cont
             try:
                 schema = fetch_protobuf(registry._get, schema_id, context)
                 if schema is None:
-                    raise TypedLoadError(f"{where}: schema id {schema_id} is unknown in registry context "
+                    raise UnknownSchemaId(f"{where}: schema id {schema_id} is unknown in registry context "
                                          f"{context or '(default)'} at {table.registry_url}; nothing was committed")
                 table._cache[key] = schema
             except ProtobufSchemaError as exc:
@@ -463,6 +468,7 @@ def _writer_of(table: TypedTable, registry: RegistryReader, schema_id: int, cont
 
 
 JSON_WRITER = "JSON"  # JSON payloads are read as they are: the table's columns pick their fields
+UNKNOWN_WRITER = "UNKNOWN"  # an id the registry does not know (poison = "dead-letter": a dead letter)
 
 
 def _registry(table: TypedTable) -> RegistryReader:
@@ -551,13 +557,21 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
             schemas = resolved.get((context, schema_id))
             if schemas is None:
                 where = f"topic {table.topic!r} partition {partitions[i]} offset {offsets[i]}"
-                writer = _writer_of(table, registry, schema_id, context, where)
+                try:
+                    writer = _writer_of(table, registry, schema_id, context, where)
+                except UnknownSchemaId:
+                    if table.poison == "fail":
+                        raise
+                    writer = UNKNOWN_WRITER
                 # Written with the latest version: no schema resolution needed.
                 reader = (None if latest.get(context) == schema_id or table.format != "AVRO"
-                          else _reader_of(table, context))
+                          or writer is UNKNOWN_WRITER else _reader_of(table, context))
                 schemas = resolved[(context, schema_id)] = (writer, reader)
             writer, reader = schemas
-            if isinstance(writer, ProtobufFile):
+            if writer is UNKNOWN_WRITER:
+                reason = (f"schema id {schema_id} is unknown in registry context {context or '(default)'} "
+                          f"at {table.registry_url}")
+            elif isinstance(writer, ProtobufFile):
                 try:
                     records.append(writer.decode(memoryview(value)[WIRE_HEADER_BYTES:]))
                     record_rows.append(i)

@@ -6,8 +6,9 @@ context); the load decodes them into typed columns (nested records, arrays, maps
 decimals, timestamps, dates), a new optional field adds a nullable column, poison records
 land in the dead-letter table with their coordinates, JSON Schema values (JSONSerializer) load
 into the columns their schema declares, an incompatible new version stops the load before
-planning, and an unknown schema id stops the load naming topic, partition, offset and id with
-nothing committed.
+planning, an unknown schema id follows the topic's poison policy (a dead letter, or that
+topic stopped with its name, partition, offset and id while the other topics load), and a
+type change the table cannot hold stops the topic naming the record.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from spark_aggregate.load import LoadConfigError, Loader
+from spark_aggregate.load import LoadConfigError, Loader, TopicsFailed
 from spark_aggregate.session import start_session, stop_session, warehouse_lock
 from spark_aggregate.settings import WarehouseSettings
 from tests.harness import BrokerProcess
@@ -93,7 +94,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     '"east[.]events" = { value = true }\n'
                     '"east[.]clicks" = { value = true }\n'
                     '"east[.]carts" = { value = true, key = true }\n'
-                    '"east[.]returns" = { value = true }\n')
+                    '"east[.]returns" = { value = true }\n'
+                    '"east[.]amounts" = { value = true }\n'
+                    '"east[.]stuck" = { value = true, subject = "refunds-value", poison = "fail" }\n'
+                    '"east[.]flowing" = { value = true, subject = "refunds-value" }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -353,7 +357,9 @@ def test_a_typed_topic_without_records_or_schema_yet_waits_for_its_first_record(
     assert len(typed_rows(env, "east_returns", "id, amount")) == 2
 
 
-def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: Env) -> None:
+def test_an_unknown_schema_id_is_a_dead_letter_under_the_dead_letter_policy(env: Env) -> None:
+    """Issue 43 (7): an id the registry does not know follows the topic's poison policy; under
+    "dead-letter" the record goes to the dead-letter table naming the id, the rest loads."""
     topic = "east.unknown_ids"
     create_topics(env.broker.bootstrap, {topic: 1})
     v1 = env.serializer(V1, ":.east:refunds-value")
@@ -363,15 +369,79 @@ def test_an_unknown_schema_id_stops_the_load_naming_it_and_commits_nothing(env: 
     # The registry answers for subject refunds-value in context .east.
     assert httpx.get(f"{env.registry.url}/subjects/:.east:refunds-value/versions").status_code == 200
     bad = next(s for s in env.feed.sent if s.topic == topic and s.value[1:5] == b"\x00\x00\x27\x0f")
+    out = env.load("east[.]unknown_ids")
+    assert "1 poison records into dcmirror.east_unknown_ids_dead_letters" in out, out
+    assert [r[0] for r in typed_rows(env, "east_unknown_ids", "kafka_offset")] == [
+        o for o in range(3) if o != bad.offset]
+    assert typed_rows(env, "east_unknown_ids_dead_letters", "kafka_partition, kafka_offset, schema_id, reason") == [
+        (bad.partition, bad.offset, 9999, f"schema id 9999 is unknown in registry context .east at {env.registry.url}")]
     env.spark.sql("REFRESH TABLE dcmirror.loads")
-    committed_before = env.spark.sql("SELECT count(*) FROM dcmirror.loads WHERE status = 'committed'").first()[0]
-    with pytest.raises(Exception) as caught:
-        env.load("east[.]unknown_ids")
-    message = str(caught.value)
-    assert (f"topic {topic!r} partition {bad.partition} offset {bad.offset}: schema id 9999 is unknown in registry "
-            "context .east") in message, message[-2000:]
+    assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
+                         ).first()[0] == 1
+
+
+def test_a_topic_that_cannot_load_holds_no_other_topic_back(env: Env) -> None:
+    """Issue 43 (7): under poison = "fail" an unknown id stops that topic only: the other
+    topics of the same load commit, the stuck topic stays planned, later loads still take the
+    others' new records, and a warehouse that stops loading the stuck topic (its topics regex
+    narrowed, as an east-only topology) goes on without finishing it."""
+    stuck, flowing = "east.stuck", "east.flowing"
+    create_topics(env.broker.bootstrap, {stuck: 1, flowing: 1})
+    v1 = env.serializer(V1, ":.east:refunds-value")
+    good = v1(order(1))
+    env.feed.produce(stuck, 1, 2, source="east", value=lambda n: b"\x00\x00\x00\x27\x0e" + good[5:])
+    env.feed.produce(flowing, 1, 3, source="east", value=lambda n: good)
+    both = "east[.](stuck|flowing)"
+    with pytest.raises(TopicsFailed) as caught:
+        env.load(both)
+    assert list(caught.value.failed) == [stuck], caught.value.failed
+    assert (f"topic {stuck!r} partition 0 offset 0: schema id 9998 is unknown in registry context .east"
+            in caught.value.failed[stuck]), caught.value.failed
+    assert not isinstance(caught.value, LoadConfigError)
+    assert len(typed_rows(env, "east_flowing", "kafka_offset")) == 3
+
+    def committed(topic: str) -> int:
+        env.spark.sql("REFRESH TABLE dcmirror.loads")
+        return int(env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' "
+                                 "AND status = 'committed'").first()[0])
+
+    assert committed(stuck) == 0 and committed(flowing) == 1
+    env.feed.produce(flowing, 1, 2, source="east", value=lambda n: good)
+    with pytest.raises(TopicsFailed) as again:   # the stuck topic is tried again first, and fails again
+        env.load(both)
+    assert list(again.value.failed) == [stuck]
+    assert [r[0] for r in typed_rows(env, "east_flowing", "kafka_offset")] == [0, 1, 2, 3, 4]
+    assert committed(flowing) == 2 and committed(stuck) == 0
+    # The warehouse stops loading the stuck topic: its interrupted load is not finished, the rest goes on.
+    env.feed.produce(flowing, 1, 1, source="east", value=lambda n: good)
+    out = env.load("east[.]flowing")
+    assert f"{stuck} no longer loaded by this warehouse" in out, out
+    assert [r[0] for r in typed_rows(env, "east_flowing", "kafka_offset")] == [0, 1, 2, 3, 4, 5]
+    assert committed(stuck) == 0
+
+
+def test_a_first_load_that_meets_a_changed_type_stops_naming_the_record(env: Env) -> None:
+    """Issue 43 (5): a NONE subject where `amount` went from decimal to string; the first
+    typed load makes the table of the latest version, and the older records' decimals do not
+    fit it: the load stops naming topic, partition, offset and schema id, commits nothing for
+    the topic, and its error report is whole (it crashed inside Spark before)."""
+    topic = "east.amounts"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    subject = ":.east:amounts-value"
+    assert httpx.put(f"{env.registry.url}/config/{subject}", json={"compatibility": "NONE"}).status_code == 200
+    as_text = {**V1, "fields": [{"name": "amount", "type": "string"} if f["name"] == "amount" else f
+                                for f in V1["fields"]]}
+    older, newer = env.serializer(V1, subject), env.serializer(as_text, subject)
+    env.feed.produce(topic, 1, 2, source="east", value=lambda n: older(order(n)))
+    env.feed.produce(topic, 1, 2, source="east", value=lambda n: newer(order(n, amount=str(n))))
+    older_id = int.from_bytes(older(order(0))[1:5], "big")
+    first = next(s for s in env.feed.sent if s.topic == topic)
+    with pytest.raises(TopicsFailed) as caught:
+        env.load("east[.]amounts")
+    message = caught.value.failed[topic]
+    assert (f"topic {topic!r} partition {first.partition} offset {first.offset}: schema id {older_id} cannot be read "
+            "as the table's schema") in message, message
+    assert "ArrowTypeError" in message and "nothing was committed" in message, message
     env.spark.sql("REFRESH TABLE dcmirror.loads")
-    assert env.spark.sql("SELECT count(*) FROM dcmirror.loads WHERE status = 'committed'").first()[0] \
-        == committed_before
     assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
                          ).first()[0] == 0

@@ -22,6 +22,7 @@ from spark_aggregate.ledger import (
     PLANNED,
     LedgerError,
     LedgerRow,
+    finished_load_ids,
     limit_offsets,
     next_offsets,
     pending_plans,
@@ -169,6 +170,27 @@ def test_plans_start_where_committed_loads_ended() -> None:
     done = {("t", 0): PartitionOffsets(0, 100), ("u", 0): PartitionOffsets(0, 50)}
     assert plan_load(rows + committed + [_row("b", ("t", 0), 40, 70, COMMITTED)], done, load_id="d", now_ms=6,
                      fail_on_data_loss=True) is None
+
+
+def test_a_load_commits_topic_by_topic_and_a_pending_topic_is_not_planned_again() -> None:
+    """Issue 43 (7): a topic that failed stays planned while the load's other topics commit;
+    the next plan leaves it out (its planned range comes first), and the load is finished
+    once its last topic commits."""
+    plan = plan_load([], LOGS, load_id="a", now_ms=1, fail_on_data_loss=False)
+    assert plan is not None and plan.all_topics() == ["t", "u"]
+    rows = plan.planned_rows() + plan.of_topics(["t"]).committed_rows({("t", 0): 90}, now_ms=2)
+    assert next_offsets(rows) == {("t", 0): 100}
+    [pending] = pending_plans(rows)
+    assert (pending.load_id, pending.ranges) == ("a", (OffsetRange("u", 0, 0, 50),))
+    assert finished_load_ids(rows) == set()
+    more = {**LOGS, ("t", 0): PartitionOffsets(10, 120), ("u", 0): PartitionOffsets(0, 70)}
+    later = plan_load(rows, more, load_id="b", now_ms=3, fail_on_data_loss=False)
+    assert later is not None and later.ranges == (OffsetRange("t", 0, 100, 120),)   # u waits for load a
+    rows += later.planned_rows() + later.committed_rows({("t", 0): 20}, now_ms=4)
+    rows += pending.committed_rows({("u", 0): 50}, now_ms=5)
+    assert finished_load_ids(rows) == {"a", "b"} and pending_plans(rows) == []
+    last = plan_load(rows, more, load_id="c", now_ms=6, fail_on_data_loss=False)
+    assert last is not None and last.ranges == (OffsetRange("u", 0, 50, 70),)
 
 
 def test_planning_detects_data_loss_and_truncated_partitions() -> None:

@@ -125,9 +125,17 @@ def test_poison_fail_unknown_ids_and_incompatible_writers_stop_naming_the_record
     good1 = wire(V1, 1, record(1))
     with pytest.raises(TypedLoadError, match=r"topic 't' partition 3 offset 101: poison record \(magic byte 9"):
         decode_rows(table("fail"), rows_of([good1, b"\x09" + good1[1:]], ["east", "east"]), "L", PARTS)
+    unknown = b"\x00\x00\x00\x00\x07" + good1[5:]
     with pytest.raises(TypedLoadError, match=r"topic 't' partition 3 offset 101: schema id 7 is unknown in "
                                              r"registry context \.east"):
-        decode_rows(table(), rows_of([good1, b"\x00\x00\x00\x00\x07" + good1[5:]], ["east", "east"]), "L", PARTS)
+        decode_rows(table("fail"), rows_of([good1, unknown], ["east", "east"]), "L", PARTS)
+    # Issue 43 (7): under poison = "dead-letter" an unknown id is a dead letter, its id kept.
+    good, dead = decode_rows(table(), rows_of([good1, unknown, unknown, good1], ["east"] * 4), "L", PARTS)
+    assert good.column("kafka_offset").to_pylist() == [100, 103]
+    assert dead.column("kafka_offset").to_pylist() == [101, 102] and dead.column("schema_id").to_pylist() == [7, 7]
+    assert dead.column("reason").to_pylist() == [
+        "schema id 7 is unknown in registry context .east at http://registry.invalid"] * 2
+    assert dead.column("value").to_pylist() == [unknown, unknown]
     with pytest.raises(TypedLoadError, match=r"offset 100: schema id 3 cannot be read as the table's schema"):
         decode_rows(table(), rows_of([wire({"type": "record", "name": "O", "fields": [{"name": "zzz", "type": "string"}]},
                                            3, {"zzz": "q"})], ["east"]), "L", PARTS)
