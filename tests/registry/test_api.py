@@ -345,3 +345,43 @@ def test_bodies_of_other_media_types_are_refused_with_415(http: httpx.Client) ->
                   "application/json; charset=utf-8", CT.upper()):
         r = http.post("/subjects/api-m-value/versions", content=body, headers={"Content-Type": media})
         assert r.status_code == 200, (media, r.text)
+
+
+# Confluent Schema Registry's API reference (docs.confluent.io, "Schema Registry API
+# Reference"), every endpoint this registry answers: (method, path, body or None).
+DOCUMENTED_ENDPOINTS = [
+    ("GET", "/", None), ("GET", "/schemas", None), ("GET", "/schemas/types", None),
+    ("GET", "/schemas/ids/{id}", None), ("GET", "/schemas/ids/{id}/schema", None),
+    ("GET", "/schemas/ids/{id}/subjects", None), ("GET", "/schemas/ids/{id}/versions", None),
+    ("GET", "/subjects", None), ("POST", "/subjects/{s}", {"schema": "{s}"}), ("DELETE", "/subjects/{s}", None),
+    ("GET", "/subjects/{s}/versions", None), ("POST", "/subjects/{s}/versions", {"schema": "{s}"}),
+    ("GET", "/subjects/{s}/versions/1", None), ("DELETE", "/subjects/{s}/versions/1", None),
+    ("GET", "/subjects/{s}/versions/1/schema", None), ("GET", "/subjects/{s}/versions/1/referencedby", None),
+    ("POST", "/compatibility/subjects/{s}/versions/1", {"schema": "{s}"}),
+    ("POST", "/compatibility/subjects/{s}/versions", {"schema": "{s}"}),
+    ("GET", "/config", None), ("PUT", "/config", {"compatibility": "BACKWARD"}), ("GET", "/config/{s}", None),
+    ("PUT", "/config/{s}", {"compatibility": "BACKWARD"}), ("DELETE", "/config/{s}", None),
+    ("GET", "/mode", None), ("GET", "/mode/{s}", None), ("PUT", "/mode/{s}", {"mode": "READWRITE"}),
+    ("DELETE", "/mode/{s}", None), ("GET", "/contexts", None),
+]
+
+
+def test_every_documented_endpoint_is_routed_and_other_methods_are_405(http: httpx.Client) -> None:
+    """Each endpoint of Confluent's API reference answers as an endpoint (its own answer or
+    its own error code), under the root and under /contexts/{context}; a method a route does
+    not take is 405, an unknown path 404, both with Confluent's error body."""
+    schema = avro_record(("a", "int"), name="Routed")
+    for prefix in ("", "/contexts/.routed"):
+        subject = "api-routed-value"
+        assert http.post(f"{prefix}/subjects/{subject}/versions", json={"schema": schema}).status_code == 200
+        schema_id = http.get(f"{prefix}/subjects/{subject}/versions/1").json()["id"]
+        for method, path, body in DOCUMENTED_ENDPOINTS:
+            url = prefix + path.replace("{id}", str(schema_id)).replace("{s}", subject)
+            content = None if body is None else json.dumps(body).replace('"{s}"', json.dumps(schema))
+            r = http.request(method, url, content=content)
+            generic = r.status_code in (404, 405) and r.json().get("error_code") in (404, 405)
+            assert not generic, (method, url, r.status_code, r.text)
+            assert r.headers["content-type"].startswith(CT) or url.endswith("/schema"), (url, r.headers)
+    error(http.request("PATCH", "/subjects"), 405, 405)
+    error(http.put("/subjects/api-routed-value/versions"), 405, 405)
+    assert error(http.get("/subjectz"), 404, 404) == "HTTP 404 Not Found"
