@@ -51,6 +51,7 @@ WIRE_HEADER_BYTES = 5
 DEFAULT_CONTEXT = ""
 REGISTRY_TIMEOUT_S = 10.0
 KEY_COLUMN = "record_key"
+PRIMITIVE_KEY_FIELD = "key"  # a primitive key's one field, while it is decoded as a record
 """The struct column a typed key decodes into (the table's `key` column keeps the bytes)."""
 NO_ACCESS = RegistryAccess()  # a registry without authentication, over HTTP or a CA the system trusts
 _DROPPED_LOGICAL_TYPES = frozenset({"time-millis", "time-micros", "uuid"})
@@ -326,13 +327,21 @@ class TypedTable:
     """The key side (keys decoded into the struct column `record_key`), or None: keys stay bytes."""
     contexts: tuple[tuple[str, str], ...] = ()
     """Source cluster -> the registry context of its schema ids (its flow's schema_context)."""
+    primitive: bool = False
+    """A key whose Avro schema is a primitive type (a string, a long): `record_key` holds the
+    value itself; decoded as a record of one field, PRIMITIVE_KEY_FIELD."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def output_schema(self) -> pa.Schema:
         """The typed columns the table has: the value's, then `record_key` for a typed key."""
-        extra = [] if self.key is None else [pa.field(KEY_COLUMN, self.key.struct)]
+        extra = [] if self.key is None else [pa.field(KEY_COLUMN, self.key.key_type)]
         return pa.schema([*self.schema, *extra])
+
+    @property
+    def key_type(self) -> pa.DataType:
+        """The type of `record_key` when this is a key side: its struct, or its primitive type."""
+        return self.columns[0][1] if self.primitive else self.struct
 
     @property
     def output_columns(self) -> list[tuple[str, pa.DataType]]:
@@ -397,8 +406,11 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                           f"(looked for {subject or topic + '-' + role} in every context)")
     columns: dict[str, pa.DataType] = {}
     fmt = kinds[0]
+    primitive = role == "key" and fmt == "AVRO" and all(not _is_avro_record(text) for _, _, text in readers)
     for context, schema_id, text in readers:
-        for name, kind in _columns_of(reader, fmt, schema_id, context, text):
+        found = ([(PRIMITIVE_KEY_FIELD, arrow_type(_plain(json.loads(text))))] if primitive
+                 else _columns_of(reader, fmt, schema_id, context, text))
+        for name, kind in found:
             if name in columns and columns[name] != kind:
                 raise SchemaError(f"topic {topic!r}: field {name!r} is {columns[name]} in one context and {kind} "
                                   f"in context {context or '(default)'} (schema id {schema_id}); one column "
@@ -413,9 +425,15 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
             key = plan_typed_table(topic, registry_url, loaded_cluster, key_subject, poison, reader, access=access,
                                    role="key", sources=sources)
         except SchemaError as exc:
-            raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take record schemas)") from None
+            raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take Avro record and primitive "
+                              "schemas, JSON Schema and Protobuf records)") from None
     return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt,
-                      access, key, tuple((cluster, context) for cluster, context, _ in sources))
+                      access, key, tuple((cluster, context) for cluster, context, _ in sources), primitive)
+
+
+def _is_avro_record(text: str) -> bool:
+    schema = json.loads(text)
+    return isinstance(schema, dict) and schema.get("type") == "record"
 
 
 def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
@@ -486,7 +504,7 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
     Avro batches decode in C (spark_aggregate/avro_batch.py) when it can say exactly what
     fastavro would; the rows it sets aside, and the batches it cannot take, go through the
     per-record fastavro path below, so dead letters and errors are the same."""
-    if table.format == "AVRO":
+    if table.format == "AVRO" and not table.primitive:
         from spark_aggregate import avro_batch
 
         registry = _registry(table)
@@ -609,6 +627,9 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                     if stream.tell() != len(value):
                         reason = (f"{len(value) - stream.tell()} bytes left after the record of schema id "
                                   f"{schema_id}")
+                    elif table.primitive:
+                        records.append({PRIMITIVE_KEY_FIELD: record})
+                        record_rows.append(i)
                     elif not isinstance(record, dict):
                         reason = f"schema id {schema_id} is not a record schema"
                     else:
@@ -721,7 +742,7 @@ def decode_keys(table: TypedTable, rows: pa.RecordBatch, load_id: str,
     names = rows.schema.names
     k_at, v_at = names.index("key"), names.index("value")
     data = len(names) - len(partition_columns)
-    struct = key.struct
+    struct = key.key_type
     present = rows.column(k_at).is_valid()
     keyed = rows.filter(present)
     swapped = keyed.set_column(k_at, "key", keyed.column(v_at)).set_column(v_at, "value", keyed.column(k_at))
@@ -730,7 +751,8 @@ def decode_keys(table: TypedTable, rows: pa.RecordBatch, load_id: str,
     except TypedLoadError as exc:
         raise TypedLoadError(f"key: {exc}") from None
     width = len(key.columns)
-    record_key = pa.StructArray.from_arrays(good.columns[data:data + width], fields=list(key.schema))
+    record_key = (good.columns[data] if key.primitive
+                  else pa.StructArray.from_arrays(good.columns[data:data + width], fields=list(key.schema)))
     good = good.set_column(k_at, "key", good.column(v_at)).set_column(v_at, "value", good.column(k_at))
     arrays = [*good.columns[:data], record_key, *good.columns[data + width:]]
     out_schema = pa.schema([*(rows.schema.field(i) for i in range(data)), pa.field(KEY_COLUMN, struct),

@@ -69,3 +69,60 @@ def test_a_poison_key_with_poison_fail_stops_naming_the_key() -> None:
     typed, _ = decode_rows(t, rows, "L", PARTS)
     with pytest.raises(TypedLoadError, match=r"^key: topic 't' partition 3 offset 100: poison record"):
         decode_keys(t, typed, "L", PARTS)
+
+
+@pytest.mark.parametrize(("schema", "keys", "arrow"), [
+    ("string", ["k-1", "k-2"], pa.string()),
+    ("long", [7, -(2**62)], pa.int64()),
+    ({"type": "string", "logicalType": "uuid"}, ["5f0c8b1e-0000-4000-8000-000000000001", "x"], pa.string()),
+    ({"type": "int", "logicalType": "date"}, [0, 20_000], pa.date32()),
+])
+def test_primitive_keys_decode_into_record_key_itself(schema: object, keys: list[object], arrow: pa.DataType) -> None:
+    """Issue 43 (8): a key whose Avro schema is a primitive (what confluent-kafka's
+    AvroSerializer writes for a string or long key) is no longer refused: `record_key` holds
+    the value itself, of its type."""
+    import datetime
+
+    from spark_aggregate.typed import plan_typed_table
+
+    text = json.dumps(schema)
+
+    class Registry:
+        def contexts(self) -> list[str]:
+            return [".east"]
+
+        def latest(self, name: str, context: str) -> tuple[int, str, str] | None:
+            return {"t-value": (1, "AVRO", json.dumps(V1)), "t-key": (6, "AVRO", text)}.get(name)
+
+    t = plan_typed_table("t", "http://registry.invalid", "aggregate", "", "dead-letter", Registry(),  # type: ignore[arg-type]
+                         key_subject="")
+    assert t.key is not None and t.key.primitive and t.output_schema.field(KEY_COLUMN).type == arrow
+    t._cache.update({("writer", ".east", 1): parse_avro(json.dumps(V1)), "registry": Unknown()})
+    t.key._cache.update({("writer", ".east", 6): parse_avro(text), "registry": Unknown()})
+    values = [wire(V1, 1, record(i)) for i in range(3)]
+    raw = [_wire_primitive(schema, 6, k) for k in keys]
+    rows = with_keys(rows_of(values, ["east"] * 3), [raw[0], None, raw[1]])
+    typed, _ = decode_rows(t, rows, "L", PARTS)
+    good, dead = decode_keys(t, typed, "L", PARTS)
+    expected = [datetime.date(1970, 1, 1) + datetime.timedelta(days=k) if arrow == pa.date32() else k
+                for k in keys]  # type: ignore[operator]
+    assert good.column(KEY_COLUMN).to_pylist() == [expected[0], None, expected[1]]
+    assert good.schema.field(KEY_COLUMN).type == arrow and dead.num_rows == 0
+    # A key written with a record schema where the table's key is primitive cannot be read as
+    # it (as an incompatible value writer): the load stops naming the key's record.
+    bad = with_keys(rows_of(values[:1], ["east"]), [wire(KEY, 5, {"id": 1})])
+    t.key._cache[("writer", ".east", 5)] = parse_avro(json.dumps(KEY))
+    typed, _ = decode_rows(t, bad, "L", PARTS)
+    with pytest.raises(TypedLoadError, match=r"key: topic 't' partition 3 offset 100: schema id 5 cannot be read"):
+        decode_keys(t, typed, "L", PARTS)
+
+
+def _wire_primitive(schema: object, schema_id: int, value: object) -> bytes:
+    import io
+
+    import fastavro
+
+    out = io.BytesIO()
+    out.write(b"\x00" + schema_id.to_bytes(4, "big"))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+    return out.getvalue()
