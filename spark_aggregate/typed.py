@@ -259,9 +259,69 @@ def record_columns(text: str) -> list[tuple[str, pa.DataType]]:
 _JSON_SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 
 
-def json_arrow_type(schema: Any, where: str = "") -> pa.DataType:
+JSON_REF_DEPTH_MAX = 32
+
+
+def json_resolved(schema: Any, root: Any, where: str = "", seen: tuple[str, ...] = ()) -> Any:
+    """`schema` with its `$ref` (to this document: `#/definitions/X`, `#/$defs/X`, JSON
+    pointers) followed and its `allOf` merged (properties, required and type of every part),
+    as far as its own level; nested levels are resolved when their column is made."""
+    return _json_resolve(schema, root, where, seen)[0]
+
+
+def _json_resolve(schema: Any, root: Any, where: str, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+    """json_resolved, and the references followed to get there (with those of the levels above)."""
+    if not isinstance(schema, dict):
+        return schema, seen
+    while "$ref" in schema:
+        ref = schema["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} points into another document; "
+                              "typed tables follow references within the schema (#/definitions/..., #/$defs/...)")
+        if ref in seen or len(seen) >= JSON_REF_DEPTH_MAX:
+            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} refers to itself; a recursive type "
+                              "does not become a column")
+        target = root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} names nothing in the schema")
+        if not isinstance(target, dict):
+            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} is not a schema object")
+        seen = (*seen, ref)
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    parts = schema.get("allOf")
+    if isinstance(parts, list) and parts:
+        merged = {k: v for k, v in schema.items() if k != "allOf"}
+        for part in parts:
+            part = _json_resolve(part, root, where, seen)[0]
+            if not isinstance(part, dict):
+                raise SchemaError(f"JSON Schema {where or '(root)'}: an allOf part is not a schema object")
+            for name, prop in part.get("properties", {}).items():
+                have = merged.setdefault("properties", {})
+                if name in have and have[name] != prop:
+                    raise SchemaError(f"JSON Schema {where or '(root)'}: allOf declares property {name!r} twice, "
+                                      "differently")
+                have[name] = prop
+            for key, value in part.items():
+                if key not in ("properties", "required"):
+                    merged.setdefault(key, value)
+            if part.get("required"):
+                merged["required"] = sorted({*merged.get("required", []), *part["required"]})
+        schema = merged
+    return schema, seen
+
+
+def json_arrow_type(schema: Any, where: str = "", root: Any = None, seen: tuple[str, ...] = ()) -> pa.DataType:
     """The Arrow type of a JSON Schema (draft 7 subset: type, properties, items,
-    additionalProperties, format date-time/date at the top level of a record)."""
+    additionalProperties, format date-time/date at the top level of a record; `$ref` within
+    `root`, the whole document, and `allOf`; `seen`: the references followed above)."""
+    root = schema if root is None else root
+    schema, seen = _json_resolve(schema, root, where, seen)
     if not isinstance(schema, dict):
         raise SchemaError(f"JSON Schema {where or '(root)'}: {json.dumps(schema)} is not a schema object")
     kind = schema.get("type")
@@ -271,32 +331,36 @@ def json_arrow_type(schema: Any, where: str = "") -> pa.DataType:
             raise SchemaError(f"JSON Schema {where or '(root)'}: only a type or a type with null becomes a column")
         kind = others[0]
     if kind is None and "oneOf" in schema:
-        others = [s for s in schema["oneOf"] if s.get("type") != "null"]
+        others = [s for s in schema["oneOf"] if json_resolved(s, root, where).get("type") != "null"]
         if len(others) == 1:
-            return json_arrow_type(others[0], where)
+            return json_arrow_type(others[0], where, root, seen)
+    if kind is None and "properties" in schema:
+        kind = "object"  # allOf parts often leave the type to the whole
     if kind in _JSON_SCALARS:
         return _JSON_SCALARS[kind]
     if kind == "array":
-        return pa.list_(json_arrow_type(schema.get("items", {}), f"{where}[]"))
+        return pa.list_(json_arrow_type(schema.get("items", {}), f"{where}[]", root, seen))
     if kind == "object":
         if schema.get("properties"):
-            return pa.struct([pa.field(n, json_arrow_type(p, f"{where}.{n}"))
+            return pa.struct([pa.field(n, json_arrow_type(p, f"{where}.{n}", root, seen))
                               for n, p in schema["properties"].items()])
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
-            return pa.map_(pa.string(), json_arrow_type(extra, f"{where}.*"))
+            return pa.map_(pa.string(), json_arrow_type(extra, f"{where}.*", root, seen))
     raise SchemaError(f"JSON Schema {where or '(root)'}: type {kind!r} does not become a column")
 
 
 def json_columns(text: str) -> list[tuple[str, pa.DataType]]:
     """A JSON Schema object's properties as (column, Arrow type); top-level strings of format
     date-time are timestamps, of format date dates."""
-    schema = json.loads(text)
+    root = json.loads(text)
+    schema = json_resolved(root, root)
     if not isinstance(schema, dict) or not schema.get("properties"):
         raise SchemaError("a typed table's JSON Schema must be an object with properties")
     out = []
     for name, prop in schema["properties"].items():
-        kind = json_arrow_type(prop, name)
+        kind = json_arrow_type(prop, name, root)
+        prop = json_resolved(prop, root, name)
         fmt = prop.get("format") if isinstance(prop, dict) else None
         if kind == pa.string() and fmt == "date-time":
             kind = TIMESTAMP_TYPE

@@ -207,3 +207,44 @@ def test_an_error_whose_text_needs_the_gone_jvm_is_still_told() -> None:
 
     assert exception_text(JvmGone()) == "An error occurred while calling o123.save"
     assert exception_text(ValueError("plain")) == "plain"
+
+
+def test_json_schema_refs_and_all_of_become_columns() -> None:
+    """Issue 43 (8): `$ref` within the schema (definitions, $defs, JSON pointers) and `allOf`
+    (what JSON Schema generators write for shared and composed types) become columns."""
+    from spark_aggregate.typed import JSON_WRITER, SchemaError, json_columns
+
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "definitions": {"Money": {"type": "object", "properties": {"units": {"type": "integer"},
+                                                                  "currency": {"type": "string"}}},
+                        "When": {"type": "string", "format": "date-time"}},
+        "$defs": {"Base": {"properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+        "allOf": [{"$ref": "#/$defs/Base"},
+                  {"type": "object", "properties": {
+                      "price": {"$ref": "#/definitions/Money"},
+                      "at": {"$ref": "#/definitions/When"},
+                      "history": {"type": "array", "items": {"$ref": "#/definitions/Money"}},
+                      "tag": {"allOf": [{"type": "string"}, {"maxLength": 8}]}}}]}
+    columns = dict(json_columns(json.dumps(schema)))
+    money = pa.struct([pa.field("units", pa.int64()), pa.field("currency", pa.string())])
+    assert columns == {"id": pa.int64(), "price": money, "at": pa.timestamp("us", tz="UTC"),
+                       "history": pa.list_(money), "tag": pa.string()}
+    t = TypedTable("t", "http://registry.invalid", "aggregate", ((".east", 4, json.dumps(schema)),),
+                   tuple(columns.items()), "dead-letter", "JSON")
+    t._cache.update({("writer", ".east", 4): JSON_WRITER, "registry": Unknown()})
+    value = {"id": 3, "price": {"units": 5, "currency": "EUR"}, "at": "2026-01-02T03:04:05Z",
+             "history": [{"units": 1, "currency": "USD"}], "tag": "x"}
+    good, dead = decode_rows(t, rows_of([b"\x00\x00\x00\x00\x04" + json.dumps(value).encode()], ["east"]), "L", PARTS)
+    assert dead.num_rows == 0
+    assert good.column("price").to_pylist() == [{"units": 5, "currency": "EUR"}]
+    assert good.column("history").to_pylist() == [[{"units": 1, "currency": "USD"}]]
+    for bad, problem in (
+            ({"properties": {"a": {"$ref": "other.json#/X"}}}, "points into another document"),
+            ({"definitions": {"N": {"type": "object", "properties": {"next": {"$ref": "#/definitions/N"}}}},
+              "properties": {"a": {"$ref": "#/definitions/N"}}}, "refers to itself"),
+            ({"properties": {"a": {"$ref": "#/definitions/Missing"}}}, "names nothing"),
+            ({"allOf": [{"properties": {"a": {"type": "string"}}}, {"properties": {"a": {"type": "integer"}}}]},
+             "declares property 'a' twice")):
+        with pytest.raises(SchemaError, match=problem):
+            json_columns(json.dumps(bad))
