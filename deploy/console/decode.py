@@ -1,7 +1,9 @@
 """Keys and values in Confluent's wire format (magic byte 0, a 4-byte schema id, the payload)
 decoded through the schema registry of the cluster they are read from, for the record
-browser. Avro with fastavro, JSON Schema as its JSON; Protobuf is named with its schema id and
-shown as bytes (decoding it needs the message descriptors compiled).
+browser. Avro with fastavro, JSON Schema as its JSON, Protobuf through its descriptors built
+from the registry's serialized schema (spark_aggregate/typed_protobuf.py, referenced files
+included) and shown as JSON; a recursive message or a payload that does not decode is shown
+as bytes with the reason.
 
 A record mirrored into another cluster keeps its source's schema id: its schema is looked up
 in the context the flow copied it into (`.<source cluster>`, mirror/schema_sync.py), the
@@ -54,7 +56,15 @@ class SchemaDecoder:
         if found is not None:
             kind, text = found
             try:
-                parsed = (kind, parse_avro(text) if kind == "AVRO" else None)
+                if kind == "PROTOBUF":
+                    from spark_aggregate.typed_protobuf import ProtobufSchemaError, fetch_protobuf
+
+                    try:
+                        parsed = (kind, fetch_protobuf(self.reader._get, schema_id, context))
+                    except (ProtobufSchemaError, SchemaError):
+                        parsed = (kind, None)
+                else:
+                    parsed = (kind, parse_avro(text) if kind == "AVRO" else None)
             except (ValueError, KeyError, TypeError):
                 parsed = (kind, None)
         self._schemas[key] = parsed
@@ -82,6 +92,14 @@ class SchemaDecoder:
             if kind == "JSON":
                 return f"JSON Schema, schema id {schema_id}", json.dumps(json.loads(payload), indent=2,
                                                                          ensure_ascii=False)
+            if kind == "PROTOBUF" and parsed is not None:
+                from spark_aggregate.typed_protobuf import PoisonPayload, ProtobufSchemaError
+
+                try:
+                    row = parsed.decode(memoryview(payload))
+                except (PoisonPayload, ProtobufSchemaError) as exc:
+                    return f"Protobuf, schema id {schema_id}, not decodable: {exc}", payload.hex(" ")
+                return f"Protobuf, schema id {schema_id}", json.dumps(row, indent=2, default=str, ensure_ascii=False)
         except (ValueError, EOFError, IndexError, TypeError, StopIteration):
             return f"{kind}, schema id {schema_id}, not decodable", payload.hex(" ")
         return f"{kind}, schema id {schema_id} (shown as bytes)", payload.hex(" ")

@@ -1,7 +1,7 @@
 """The record browser decodes Confluent wire-format values through the cluster's schema
 registry: a real broker and `dcmirror registry`, records written by confluent-kafka's Avro and
-JSON Schema serializers, read back on the console's records page as their fields; a payload
-whose schema id the registry does not know stays bytes."""
+JSON Schema and Protobuf serializers, read back on the console's records page as their fields;
+a payload whose schema id the registry does not know stays bytes."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ AVRO = json.dumps({"type": "record", "name": "Order", "fields": [
     {"name": "product", "type": {"type": "enum", "name": "Product", "symbols": ["book", "lamp"]}}]})
 JSON_SCHEMA = json.dumps({"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
                           "required": ["id"]})
+PROTO = """syntax = "proto3";
+package shop;
+message Other { string x = 1; }
+message Parcel { string id = 1; int64 grams = 2; repeated string labels = 3; }
+"""
 
 
 def test_values_are_decoded_through_the_registry(broker: BrokerProcess, tmp_path: Path) -> None:
@@ -42,6 +47,19 @@ def test_values_are_decoded_through_the_registry(broker: BrokerProcess, tmp_path
         producer.produce("events", value=as_json({"id": "e-0", "n": 7}, SerializationContext("events", MessageField.VALUE)),
                          partition=0)
         producer.produce("events", value=b"\x00\x00\x00\x03\xe7not a known schema", partition=0)
+        # Protobuf (issue 43, 8): the second message of the file, so the message indexes matter.
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+        from google.protobuf import message_factory
+
+        from cluster.registry import formats
+
+        parcel = message_factory.GetMessageClass(
+            formats.parse("PROTOBUF", PROTO).parsed.pool.FindMessageTypeByName("shop.Parcel"))
+        as_proto = ProtobufSerializer(parcel, client, {"use.deprecated.format": False})
+        ctx = SerializationContext("parcels", MessageField.VALUE)
+        good = as_proto(parcel(id="p-1", grams=1250, labels=["fragile", "up"]), ctx)
+        producer.produce("parcels", value=good, partition=0)
+        producer.produce("parcels", value=good[:7] + b"\x0a\x09cut", partition=0)
         assert producer.flush(15) == 0
 
         path = tmp_path / "topology.toml"
@@ -58,7 +76,7 @@ def test_values_are_decoded_through_the_registry(broker: BrokerProcess, tmp_path
             await console.poller.poll_once()
             transport = httpx.ASGITransport(app=build_app(console))
             async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as web:
-                for topic in ("orders", "events"):
+                for topic in ("orders", "events", "parcels"):
                     r = await web.get(f"/clusters/one/topics/{topic}/records", params={"partition": 0, "offset": 0})
                     assert r.status_code == 200
                     pages[topic] = r.text
@@ -80,3 +98,8 @@ def test_values_are_decoded_through_the_registry(broker: BrokerProcess, tmp_path
     assert re.search(r"Value \(JSON Schema, schema id \d+\)", events) and "&#34;n&#34;: 7" in events
     assert "Value (text)" in events or "Value (hex)" in events  # schema id 999 is unknown: shown as bytes
     assert "Avro, schema id" not in pages["hex"]  # asked for hex: the bytes as they are
+    parcels = pages["parcels"]
+    assert re.search(r"Value \(Protobuf, schema id \d+\)", parcels), parcels[-3000:]
+    assert "&#34;id&#34;: &#34;p-1&#34;" in parcels and "&#34;grams&#34;: 1250" in parcels, parcels[-3000:]
+    assert "&#34;fragile&#34;" in parcels
+    assert re.search(r"Value \(Protobuf, schema id \d+, not decodable: ", parcels), parcels[-3000:]
