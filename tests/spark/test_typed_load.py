@@ -89,6 +89,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         topology = write_topology(root / "topology.toml", broker.bootstrap, root / "warehouse")
         with topology.open("a") as f:
             f.write(f'\n[clusters.aggregate.registry]\nlisten = "127.0.0.1:{registry.port}"\n\n'
+                    # west's flow puts its schemas in context .emea and renames its topics
+                    '[clusters.west.registry]\nlisten = "127.0.0.1:1"\n\n'
+                    '[[mirrors]]\nsource = "west"\ntarget = "aggregate"\ntopics = ".*"\nschemas = true\n'
+                    'schema_context = ".emea"\nrename = "from_{source}_{topic}"\n\n'
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
                     '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
                     '"east[.]events" = { value = true }\n'
@@ -97,7 +101,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     '"east[.]returns" = { value = true }\n'
                     '"east[.]amounts" = { value = true }\n'
                     '"east[.]stuck" = { value = true, subject = "refunds-value", poison = "fail" }\n'
-                    '"east[.]flowing" = { value = true, subject = "refunds-value" }\n')
+                    '"east[.]flowing" = { value = true, subject = "refunds-value" }\n'
+                    '"from_west_.*" = { value = true }\n')
         settings = WarehouseSettings.from_topology(load(topology))
         client = SchemaRegistryClient({"url": registry.url})
         with warehouse_lock(settings, "tests/spark/test_typed_load.py"):
@@ -445,3 +450,19 @@ def test_a_first_load_that_meets_a_changed_type_stops_naming_the_record(env: Env
     env.spark.sql("REFRESH TABLE dcmirror.loads")
     assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
                          ).first()[0] == 0
+
+
+def test_a_flows_schema_context_and_rename_lead_to_the_subject_and_the_ids(env: Env) -> None:
+    """Issue 43 (6): west's flow copies its schemas into context .emea (schema_context) and
+    names its topics from_west_<topic> (rename): the typed load finds subject refunds-value
+    in .emea for topic from_west_refunds and decodes west's records by their ids there."""
+    topic = "from_west_refunds"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    v1 = env.serializer(V1, ":.emea:refunds-value")
+    env.feed.produce(topic, 1, 3, source="west", value=lambda n: v1(order(n)))
+    assert env.settings.schema_sources(topic) == (("west", ".emea", "refunds"),)
+    out = env.load("from_west_refunds")
+    assert "poison" not in out, out
+    rows = typed_rows(env, "from_west_refunds", "id, amount, source_cluster, source_dc")
+    assert [r[2:] for r in rows] == [("west", "dc-west")] * 3
+    assert sorted(r[1] - r[0] for r in rows) == [decimal.Decimal("0.25")] * 3
