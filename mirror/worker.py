@@ -51,6 +51,7 @@ log = logging.getLogger("dcmirror.mirror")
 
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
 SOURCE_SILENT_S = 5.0  # a partition's leader silent longer than this counts as lag (status)
+LOOP_WALK_INTERVAL_S = 0.1  # the mirror loop looks at every partition at most this often (see _mirror_loop)
 EVENTS_MAX = 50  # history events (re-creations, divergences, refills, dead letters) kept for status
 # Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
@@ -884,8 +885,16 @@ class MirrorWorker(FlowWorker):
     async def _mirror_loop(self) -> None:
         assert self._consumer is not None and self._producer is not None
         consumer = self._consumer
+        next_walk_s = 0.0
         while True:
-            broken = [pm for pm in self.partitions.values() if pm.broken and not pm.stopped]
+            # Every partition is looked at (broken ones, positions past markers) at most every
+            # LOOP_WALK_INTERVAL_S: at thousands of partitions a walk after every poll was a
+            # quarter of the worker's time. The partitions of each poll's chunks are looked at always.
+            now_s = trio.current_time()
+            walk = now_s >= next_walk_s
+            if walk:
+                next_walk_s = now_s + LOOP_WALK_INTERVAL_S
+            broken = [pm for pm in self.partitions.values() if pm.broken and not pm.stopped] if walk else []
             if broken:
                 for b in broken:
                     log.warning("re-claiming %s-%d: %s", b.source[0], b.source[1], b.broken)
@@ -914,7 +923,9 @@ class MirrorWorker(FlowWorker):
                     await self._mirror_chunk(pm, chunk)
                 except KafkaError as exc:  # e.g. the target lost the partition's metadata
                     pm.broken = f"producing: {exc}"
-            for tp, pm in self.partitions.items():
+            walked = (self.partitions.items() if walk else
+                      [(c.tp, pm) for c in chunks if (pm := self.partitions.get(c.tp)) is not None])
+            for tp, pm in walked:
                 try:
                     position = consumer.position(tp)
                 except KeyError:

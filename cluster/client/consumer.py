@@ -28,7 +28,7 @@ import re
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -180,6 +180,10 @@ class Consumer:
         self._max_buffered_bytes = c["queued.max.messages.kbytes"] * 1024
         self._errors: list[Exception] = []
         self._changed = trio.Event()  # assignment, positions or buffer room changed
+        # The same, but for the positions and metadata tasks, which walk every assigned
+        # partition when woken: not set by a seek or a resume of partitions with a position
+        # and a leader (a claim of thousands would otherwise wake them thousands of times).
+        self._background_changed = trio.Event()
         self._arrived = trio.Event()  # records (or an error) arrived
         self._fetchers: set[tuple[int, int]] = set()  # (broker, lane) with a fetcher task
         self._rotation = 0
@@ -293,8 +297,8 @@ class Consumer:
         else:
             self._seek_state(state, offset)
             state.topic_id = topic_id
-        self._drop_buffered(lambda t: t == tp)
-        self._signal_changed()
+        self._drop_buffered(lambda t: t == tp, (tp,))
+        self._signal_changed((tp,))
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
         for tp in tps or list(self._assigned):
@@ -313,12 +317,13 @@ class Consumer:
     def pause(self, *tps: TopicPartition) -> None:
         for tp in tps:
             self._state(tp).paused = True
-        self._drop_buffered(lambda t: t in tps)
+        paused = set(tps)
+        self._drop_buffered(lambda t: t in paused, paused)
 
     def resume(self, *tps: TopicPartition) -> None:
         for tp in tps:
             self._state(tp).paused = False
-        self._signal_changed()
+        self._signal_changed(tps)
 
     def _state(self, tp: TopicPartition) -> PartitionPosition:
         state = self._assigned.get(tp)
@@ -539,7 +544,11 @@ class Consumer:
             if record is not None:
                 return record
 
-    def _drop_buffered(self, predicate: Callable[[TopicPartition], bool]) -> None:
+    def _drop_buffered(self, predicate: Callable[[TopicPartition], bool],
+                       tps: Collection[TopicPartition] | None = None) -> None:
+        """Buffered records of the partitions `predicate` names go, and those partitions fetch
+        again from their position; `tps`: those partitions, when the caller knows them (a
+        claim seeks thousands one by one: walking every assignment each time was quadratic)."""
         kept: deque[_Buffered] = deque()
         for item in self._buffer:
             if predicate(item[0]):
@@ -555,15 +564,24 @@ class Consumer:
                 else:
                     raw_kept.append((epoch, chunk))
             self._raw = raw_kept
-        for tp, state in self._assigned.items():
+        states = self._assigned.items() if tps is None else [(tp, self._assigned[tp]) for tp in tps
+                                                              if tp in self._assigned]
+        for tp, state in states:
             if predicate(tp) and state.position is not None:
                 state.fetch_offset = state.position
                 state.epoch += 1
 
-    def _signal_changed(self) -> None:
+    def _signal_changed(self, tps: Collection[TopicPartition] | None = None) -> None:
+        """Wake the background tasks; `tps`: only these partitions changed (their fetchers; the
+        positions and metadata tasks only if one of them lacks a position or a leader)."""
         self._changed.set()
         self._changed = trio.Event()
-        self._ensure_fetchers()
+        meta = self.cluster.metadata
+        if tps is None or any((s := self._assigned.get(tp)) is not None and s.position is None
+                              or meta.leader(*tp) < 0 for tp in tps):
+            self._background_changed.set()
+            self._background_changed = trio.Event()
+        self._ensure_fetchers(tps)
 
     # ---- background: positions, metadata, fetching -------------------------------
 
@@ -583,7 +601,7 @@ class Consumer:
                 backoff.reset()
                 self._signal_changed()
                 continue
-            await self._changed.wait()
+            await self._background_changed.wait()
 
     async def _resolve_positions(self, missing: list[TopicPartition]) -> None:
         committed: dict[TopicPartition, int | None] = {}
@@ -624,7 +642,7 @@ class Consumer:
         while True:
             # Look before waiting: an assignment made before this task first ran has already
             # signalled its change.
-            changed = self._changed
+            changed = self._background_changed
             leaderless = any(self.cluster.metadata.leader(*tp) < 0 for tp in self._assigned)
             if self.cluster.stale() or leaderless:
                 try:
@@ -673,14 +691,14 @@ class Consumer:
                     f"topic {tp[0]} was deleted and created again (topic id {old_id} -> {now_id}): position "
                     f"{state.position} of partition {tp[1]} belongs to the old topic", tp, old_id, now_id))
                 state.parked = True
-                self._drop_buffered(lambda t, tp=tp: t == tp)  # type: ignore[misc]
+                self._drop_buffered(lambda t, tp=tp: t == tp, (tp,))  # type: ignore[misc]
                 self._arrived.set()
                 self._arrived = trio.Event()
             else:
                 log.warning("topic %s was deleted and created again (topic id %s -> %s): partition %d reset to "
                             "the %s offset", tp[0], old_id, now_id, tp[1], self.auto_offset_reset)
                 self._reset_later(tp, state, self.auto_offset_reset)
-                self._drop_buffered(lambda t, tp=tp: t == tp)  # type: ignore[misc]
+                self._drop_buffered(lambda t, tp=tp: t == tp, (tp,))  # type: ignore[misc]
                 self._signal_changed()
 
     def _fetch_node(self, tp: TopicPartition, state: PartitionPosition, now: float) -> int:
@@ -696,11 +714,14 @@ class Consumer:
         """Which of a broker's fetch lanes fetches `tp` (stable, spread by partition)."""
         return 0 if self.fetch_lanes == 1 else (zlib.crc32(tp[0].encode()) + tp[1]) % self.fetch_lanes
 
-    def _ensure_fetchers(self) -> None:
+    def _ensure_fetchers(self, tps: Collection[TopicPartition] | None = None) -> None:
+        """A fetcher for every (node, lane) some partition (of `tps`, default all) fetches from."""
         if self._nursery is None:
             return
         now = trio.current_time()
-        for tp, state in self._assigned.items():
+        states = self._assigned.items() if tps is None else [(tp, self._assigned[tp]) for tp in tps
+                                                              if tp in self._assigned]
+        for tp, state in states:
             node = self._fetch_node(tp, state, now)
             key = (node, self._lane(tp))
             if node >= 0 and key not in self._fetchers:

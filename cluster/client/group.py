@@ -270,8 +270,38 @@ class GroupMembership:
                  " (leader)" if self.leader else "", self.assigned)
         self.set_assignment(self.assigned)
         if self.on_assign is not None:
-            await self.on_assign(list(self.assigned))
+            # As the Java consumer's heartbeat thread: the member stays in the group while its
+            # callback works (a mirror worker claiming thousands of partitions takes longer than
+            # session.timeout.ms); a heartbeat that says rejoin is kept for after the callback.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat_while_assigning)
+                await self.on_assign(list(self.assigned))
+                nursery.cancel_scope.cancel()
         self.stable.set()
+
+    async def _heartbeat_while_assigning(self) -> None:
+        while not self._rejoin.is_set():
+            await trio.sleep(self.heartbeat_s)
+            try:
+                if await self._heartbeat() is not None:
+                    self._rejoin.set()
+            except (KafkaConnectionError, KafkaError) as exc:
+                log.info("group %s: heartbeat during the assignment callback failed: %s", self.group_id, exc)
+
+    async def _heartbeat(self) -> int | None:
+        """One heartbeat: None, or the error that means rejoin (member id forgotten if unknown)."""
+        conn = await self.channel.connection()
+        resp = await conn.request(ApiKey.HEARTBEAT, {
+            "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
+            "group_instance_id": self.instance_id}, timeout_s=self.channel.request_timeout_s)
+        if resp.error_code in REJOIN_ERRORS:
+            if resp.error_code in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id):
+                self.member_id = ""
+            log.info("group %s: heartbeat says %s; rejoining", self.group_id, KafkaError("heartbeat", resp.error_code))
+            return int(resp.error_code)
+        if resp.error_code != 0:
+            raise KafkaError(f"heartbeat in group {self.group_id!r}", resp.error_code)
+        return None
 
     async def _lead(self, protocol: str, members: Any) -> list[dict[str, Any]]:
         """The leader's job: assign every member's subscribed partitions with `protocol`."""
@@ -300,18 +330,8 @@ class GroupMembership:
                 await self._rejoin.wait()
             if self._rejoin.is_set():
                 return
-            conn = await self.channel.connection()
-            resp = await conn.request(ApiKey.HEARTBEAT, {
-                "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
-                "group_instance_id": self.instance_id}, timeout_s=self.channel.request_timeout_s)
-            if resp.error_code in REJOIN_ERRORS:
-                if resp.error_code in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id):
-                    self.member_id = ""
-                log.info("group %s: heartbeat says %s; rejoining", self.group_id,
-                         KafkaError("heartbeat", resp.error_code))
+            if await self._heartbeat() is not None:
                 return
-            if resp.error_code != 0:
-                raise KafkaError(f"heartbeat in group {self.group_id!r}", resp.error_code)
             now = trio.current_time()
             if self.auto_commit and now >= next_commit:
                 next_commit = now + self.auto_commit_s

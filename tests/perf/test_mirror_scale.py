@@ -33,7 +33,7 @@ from tests.harness import ClusterProcesses
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import consumer_conf, emit, env_int, progress
 from tests.perf.test_mirror_vs_mm2 import start_dcmirror, start_mm2, stop_process
-from tests.perf.test_scale import TOPIC_PARTITIONS, create_all, produce_spread
+from tests.perf.test_scale import TOPIC_PARTITIONS, create_all, delete_all, produce_spread
 
 pytestmark = pytest.mark.perf
 
@@ -150,6 +150,11 @@ def test_a_mirror_flow_of_thousands_of_partitions_beside_mirrormaker2(tmp_path: 
     try:
         results["dc"] = run_flow("dcmirror worker", tmp_path, source, target, "wide", start_dcmirror, partitions,
                                  n, m)
+        # Each mirror on topics of its own, the other's gone: a broker holds three descriptors
+        # per partition with index entries (log, offset and time index; Kafka one, its indexes
+        # are mapped), and two flows of 5,000 would pass this machine's 20,000.
+        delete_all(source.bootstrap, topics_named("wide", partitions))
+        delete_all(target.bootstrap, [f"source.{t}" for t in topics_named("wide", partitions)])
         results["mm2"] = run_flow("MM2, dcmirror clusters", tmp_path, source, target, "broad", start_mm2,
                                   partitions, n, m)
     finally:
