@@ -8,9 +8,12 @@ offset, as Kafka does. A file that fails the sanity check is rebuilt from the lo
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
+import threading
 from array import array
+from collections import OrderedDict
 from pathlib import Path
 
 _OFFSET_ENTRY = struct.Struct(">II")  # relative offset, position
@@ -21,16 +24,27 @@ class CorruptIndex(ValueError):
     """An index file whose contents do not fit its segment; the segment rebuilds it."""
 
 
+INDEX_DESCRIPTORS_MAX = 2048
+"""Index files (offset and time) of a process with an open descriptor at once; writing to
+another closes the least recently written one."""
+
+_open_lock = threading.Lock()
+_open_files: OrderedDict[int, _IndexFile] = OrderedDict()  # least recently written first
+
+
 class _IndexFile:
-    """The file under an index: appended entries, fsync, close. Its descriptor is opened at
-    the first write, not with the segment: a broker of 10,000 partitions held three
-    descriptors each (log, offset index, time index) and ran out of them (EMFILE at 20,000)
-    at 6,500, where most partitions never write an index entry (one per index.interval.bytes)."""
+    """The file under an index: entries appended as they are made, fsync, close. Its
+    descriptor is opened at the first write, and at most INDEX_DESCRIPTORS_MAX index files
+    keep theirs: a broker of 10,000 partitions with index entries held three descriptors each
+    (log, offset index, time index; Kafka one: its indexes are memory-mapped) and ran out of
+    them (EMFILE at 20,000). A file whose descriptor was closed with unsynced entries is
+    opened again for its fsync at the next flush."""
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self._fd = -1
+        self._unsynced = False  # written since the last fsync
 
     def open(self) -> None:
         """The file exists (created empty if it did not); the descriptor waits for a write."""
@@ -38,9 +52,24 @@ class _IndexFile:
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
 
     def _writable(self) -> int:
-        if self._fd < 0:
+        with _open_lock:
+            if self._fd >= 0:
+                _open_files.move_to_end(id(self))
+                return self._fd
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+            _open_files[id(self)] = self
+            while len(_open_files) > INDEX_DESCRIPTORS_MAX:
+                _, oldest = _open_files.popitem(last=False)
+                oldest._close_descriptor()
+            return self._fd
+
+    def _close_descriptor(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _written(self) -> None:
+        self._unsynced = True
 
     def _read_entries(self, entry_size: int) -> bytes:
         data = self.path.read_bytes() if self.path.exists() else b""
@@ -50,15 +79,34 @@ class _IndexFile:
 
     def _truncate_file(self, entries: int, entry_size: int) -> None:
         os.ftruncate(self._writable(), entries * entry_size)
+        self._written()
 
     def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        """fsync what was written (runs in a flush thread while the event loop appends)."""
+        if not self._unsynced:
+            return
+        self._unsynced = False
+        fd = self._fd
+        if fd >= 0:
+            try:
+                os.fsync(fd)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBADF:  # closed meanwhile (more index files written than kept open)
+                    raise
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # deleted meanwhile
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with _open_lock:
+            _open_files.pop(id(self), None)
+            self._close_descriptor()
 
 
 class OffsetIndex(_IndexFile):
@@ -103,6 +151,7 @@ class OffsetIndex(_IndexFile):
         self._offsets.append(rel)
         self._positions.append(position)
         os.write(self._writable(), _OFFSET_ENTRY.pack(rel, position))
+        self._written()
 
     def lookup(self, offset: int) -> int:
         """Position of the last indexed batch whose last offset is ≤ offset (0 if none)."""
@@ -155,6 +204,7 @@ class TimeIndex(_IndexFile):
             self._timestamps.append(timestamp)
             self._offsets.append(offset - self.base_offset)
             os.write(self._writable(), _TIME_ENTRY.pack(timestamp, offset - self.base_offset))
+            self._written()
 
     def lookup(self, timestamp: int) -> int:
         """Offset of the last entry whose timestamp is ≤ the target (base offset if none)."""
