@@ -18,6 +18,7 @@ import datetime
 import decimal
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -400,8 +401,9 @@ def test_a_topic_that_cannot_load_holds_no_other_topic_back(env: Env) -> None:
     with pytest.raises(TopicsFailed) as caught:
         env.load(both)
     assert list(caught.value.failed) == [stuck], caught.value.failed
-    assert (f"topic {stuck!r} partition 0 offset 0: schema id 9998 is unknown in registry context .east"
-            in caught.value.failed[stuck]), caught.value.failed
+    # Both records have the unknown id; the range may be read by two tasks, either failing first.
+    assert re.search(rf"topic {re.escape(repr(stuck))} partition 0 offset [01]: schema id 9998 is unknown in "
+                     r"registry context \.east", caught.value.failed[stuck]), caught.value.failed
     assert not isinstance(caught.value, LoadConfigError)
     assert len(typed_rows(env, "east_flowing", "kafka_offset")) == 3
 
@@ -440,12 +442,13 @@ def test_a_first_load_that_meets_a_changed_type_stops_naming_the_record(env: Env
     env.feed.produce(topic, 1, 2, source="east", value=lambda n: older(order(n)))
     env.feed.produce(topic, 1, 2, source="east", value=lambda n: newer(order(n, amount=str(n))))
     older_id = int.from_bytes(older(order(0))[1:5], "big")
-    first = next(s for s in env.feed.sent if s.topic == topic)
+    olders = [s for s in env.feed.sent if s.topic == topic][:2]
     with pytest.raises(TopicsFailed) as caught:
         env.load("east[.]amounts")
     message = caught.value.failed[topic]
-    assert (f"topic {topic!r} partition {first.partition} offset {first.offset}: schema id {older_id} cannot be read "
-            "as the table's schema") in message, message
+    # Either older record may be named first: the range may be read by more than one task.
+    assert any(f"topic {topic!r} partition {o.partition} offset {o.offset}: schema id {older_id} cannot be read "
+               "as the table's schema" in message for o in olders), message
     assert "ArrowTypeError" in message and "nothing was committed" in message, message
     env.spark.sql("REFRESH TABLE dcmirror.loads")
     assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
