@@ -34,6 +34,7 @@ from spark_aggregate.ranges import DataLossError
 from spark_aggregate.service_client import ask_service
 from spark_aggregate.session import (
     WarehouseBusy,
+    embedded_error,
     ensure_database,
     exception_text,
     metastore_error,
@@ -77,13 +78,12 @@ def _crash_hook() -> Callable[[str], None] | None:
 
 
 def _spark_error(exc: BaseException) -> BaseException:
-    """The dcmirror error inside a Spark/Py4J exception, if there is one (a task's or the
-    planner's DataLossError arrives as text)."""
-    text = exception_text(exc)
-    for marker, kind in (("DataLossError: ", DataLossError), ("OptionError: ", OptionError)):
-        if marker in text:
-            message = text.split(marker, 1)[1].splitlines()[0]
-            return kind(message)
+    """The dcmirror error inside a Spark/Py4J exception, if it is one this command answers
+    apart (a task's or the planner's DataLossError arrives as text)."""
+    embedded = embedded_error(exc)
+    kinds: dict[str, type[Exception]] = {"DataLossError": DataLossError, "OptionError": OptionError}
+    if embedded is not None and embedded[0] in kinds:
+        return kinds[embedded[0]](embedded[1])
     return exc
 
 

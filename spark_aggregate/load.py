@@ -74,7 +74,7 @@ from spark_aggregate.ledger import (
 from spark_aggregate.load_metrics import write_load_metrics
 from spark_aggregate.options import ReadOptions
 from spark_aggregate.ranges import Gap, OffsetRange, PartitionOffsets, cap_ranges, split_ranges
-from spark_aggregate.session import ensure_database, exception_text
+from spark_aggregate.session import embedded_error, ensure_database, exception_text
 from spark_aggregate.settings import (
     DATABASE,
     LEDGER_TABLE,
@@ -171,10 +171,10 @@ class TopicsRefused(TopicsFailed, LoadConfigError):
 def failure_text(exc: BaseException) -> str:
     """What a topic's failure says: the dcmirror error inside a Spark/Py4J exception (a
     task's TypedLoadError or DataLossError arrives as text), else its first line."""
+    embedded = embedded_error(exc)
+    if embedded is not None:
+        return embedded[1]
     text = exception_text(exc)
-    for marker in ("TypedLoadError: ", "UnknownSchemaId: ", "DataLossError: ", "SchemaError: ", "LoadConfigError: "):
-        if marker in text:
-            return text.split(marker, 1)[1].strip().splitlines()[0]
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if isinstance(exc, (LoadConfigError, LedgerError)) else f"{type(exc).__name__}: {first}"
 

@@ -206,6 +206,24 @@ def exception_text(exc: BaseException) -> str:
         return next((a for a in exc.args if isinstance(a, str) and a), type(exc).__name__)
 
 
+# dcmirror errors a Spark task or the planner raised, which reach the driver as a Py4J
+# error's text: their class names as the text shows them.
+EMBEDDED_ERRORS = ("TypedLoadError", "UnknownSchemaId", "DataLossError", "SchemaError",
+                   "LoadConfigError", "OptionError")
+
+
+def embedded_error(exc: BaseException) -> tuple[str, str] | None:
+    """(class name, message) of the dcmirror error inside a Spark/Py4J exception, if there is
+    one; the one place that reads them out of an error's text."""
+    text = exception_text(exc)
+    found = [(text.find(f"{name}: "), name) for name in EMBEDDED_ERRORS if f"{name}: " in text]
+    if not found:
+        return None
+    at, name = min(found)
+    message = text[at + len(name) + 2:].strip().splitlines()
+    return name, message[0] if message else ""
+
+
 def metastore_error(exc: BaseException, settings: WarehouseSettings) -> str | None:
     """A clear message for a metastore that cannot be opened, else None."""
     text = exception_text(exc)

@@ -8,7 +8,6 @@ offset, as Kafka does. A file that fails the sanity check is rebuilt from the lo
 from __future__ import annotations
 
 import bisect
-import errno
 import os
 import struct
 import threading
@@ -86,18 +85,15 @@ class _IndexFile:
         if not self._unsynced:
             return
         self._unsynced = False
-        fd = self._fd
-        if fd >= 0:
+        # A descriptor of our own: the shared one may be closed meanwhile (more index files
+        # written than kept open) and its number given to another file.
+        with _open_lock:
+            fd = os.dup(self._fd) if self._fd >= 0 else -1
+        if fd < 0:
             try:
-                os.fsync(fd)
-                return
-            except OSError as exc:
-                if exc.errno != errno.EBADF:  # closed meanwhile (more index files written than kept open)
-                    raise
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # deleted meanwhile
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # deleted meanwhile
         try:
             os.fsync(fd)
         finally:

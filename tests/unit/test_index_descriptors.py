@@ -52,3 +52,28 @@ def test_index_files_share_a_bounded_number_of_descriptors(tmp_path: Path, monke
         offsets.close()
         times.close()
     assert open_descriptors_to(tmp_path) == 0 and not any(id(f) in index._open_files for pair in files for f in pair)
+
+
+def test_a_flush_syncs_its_own_file_when_its_descriptor_number_is_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flush thread read a file's descriptor, the event loop evicted it and opened another
+    index file, which got the same number: the fsync must still reach the first file."""
+    monkeypatch.setattr(index, "INDEX_DESCRIPTORS_MAX", 1)
+    first = OffsetIndex(tmp_path / "a.index", 0, 1000)
+    second = OffsetIndex(tmp_path / "b.index", 0, 1000)
+    first.open()
+    second.open()
+    first.append(5, 7)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def evicting_fsync(fd: int) -> None:          # the eviction lands between lookup and fsync
+        second.append(6, 8)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(index.os, "fsync", evicting_fsync)
+    first.flush()
+    assert synced == [str(tmp_path / "a.index")]
+    first.close()
+    second.close()
