@@ -35,6 +35,7 @@ log = logging.getLogger("dcmirror.mirror")
 
 STATUS_INTERVAL_S = 1.0
 STATUS_TIMEOUT_S = 3.0
+WORKER_FENCED_EXIT = 78  # EX_CONFIG: another worker of the flow runs under this one's name
 WORKER_STOP_TIMEOUT_S = 30.0  # then SIGKILL (a worker hands its partitions over on SIGTERM)
 
 
@@ -215,6 +216,7 @@ def worker_http_security(config: Any) -> Any:
 
 
 def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) -> int:
+    from cluster.client.group import FencedInstanceId
     from cluster.common.taskdump import dump_on_signal
     from mirror.worker import MirrorWorker, ProblemRecorder
 
@@ -264,7 +266,17 @@ def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) ->
 
     log.info("mirror worker %s: %s -> %s, topics /%s/%s", name, flow.source, flow.target, flow.topics,
              f" except /{flow.exclude}/" if flow.exclude else "")
-    trio.run(main)
+    fenced: list[BaseException] = []
+    try:
+        trio.run(main)
+    except* FencedInstanceId as group:
+        fenced.extend(group.exceptions)
+    if fenced:
+        # Another worker runs under this name (a copy on another host): the newer one keeps
+        # the partitions; this one stops rather than take them back in turn.
+        print(f"dcmirror mirror: worker {name}: {fenced[0]}; names are unique per flow "
+              "(--worker N, --name)", file=sys.stderr)
+        return WORKER_FENCED_EXIT
     return 0
 
 

@@ -157,6 +157,7 @@ class TopicMirrorWorker(FlowWorker):
         source_client = self.source.client_config(c.target if self.reverse else c.source)
         target_client = self.target.client_config(c.source if self.reverse else c.target)
         consumer_config = {**source_client, "client.id": self.name, "group.id": self.group,
+                           "group.instance.id": self.name,  # static membership (KIP-345), as the record flow's
                            "enable.auto.commit": False, "auto.offset.reset": "none",
                            # Everything the source holds: aborted data and markers are copied too,
                            # so read_committed on the copy answers as on the source.

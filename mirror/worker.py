@@ -389,6 +389,10 @@ class MirrorWorker(FlowWorker):
                            "enable.idempotence": True, "linger.ms": 5, "max.block.ms": 30000, **c.producer}
         consumer_config = {**source_client, "client.id": self.name,
                            "group.id": group_id(self.flow), "enable.auto.commit": False,
+                           # Static membership (KIP-345): a worker restarted under its name takes
+                           # its partitions back at once, without waiting for its old session to
+                           # expire and a rebalance of every worker.
+                           "group.instance.id": self.name,
                            # Every position is set by a claim; one the source no longer has (a
                            # truncation, a re-created topic) is claimed again, never reset blindly.
                            "auto.offset.reset": "none", "isolation.level": "read_committed",

@@ -179,6 +179,7 @@ class Consumer:
         self._buffered_bytes = 0
         self._max_buffered_bytes = c["queued.max.messages.kbytes"] * 1024
         self._errors: list[Exception] = []
+        self._fatal: Exception | None = None
         self._changed = trio.Event()  # assignment, positions or buffer room changed
         # The same, but for the positions and metadata tasks, which walk every assigned
         # partition when woken: not set by a seek or a resume of partitions with a position
@@ -246,10 +247,17 @@ class Consumer:
         regex = re.compile(pattern) if pattern is not None else None
         if self.group is None:
             self.group = GroupMembership(self.group_channel, list(topics), regex, on_assign, on_revoke,
-                                         positions=self._positions, set_assignment=self._set_assignment)
+                                         positions=self._positions, set_assignment=self._set_assignment,
+                                         fail=self._fail)
             self._nursery.start_soon(self.group.run)
         else:
             self.group.resubscribe(list(topics), regex)
+
+    def _fail(self, exc: Exception) -> None:
+        """A fatal error of the group (FencedInstanceId): raised from every poll from now on."""
+        self._fatal = exc
+        self._arrived.set()
+        self._arrived = trio.Event()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
@@ -460,8 +468,10 @@ class Consumer:
         chunks in offset order)."""
         out: list[FetchedChunk] = []
         with trio.move_on_after(timeout_s):
-            while not self._buffer and not self._errors:
+            while not self._buffer and not self._errors and self._fatal is None:
                 await self._arrived.wait()
+        if self._fatal is not None:
+            raise self._fatal
         if self._errors:
             raise self._errors.pop(0)
         budget = math.inf if max_records is None else max_records
@@ -507,8 +517,10 @@ class Consumer:
         to its next_offset. Chunks of a partition paused, sought or revoked since are dropped."""
         out: list[RawChunk] = []
         with trio.move_on_after(timeout_s):
-            while not self._raw and not self._errors:
+            while not self._raw and not self._errors and self._fatal is None:
                 await self._arrived.wait()
+        if self._fatal is not None:
+            raise self._fatal
         if self._errors:
             raise self._errors.pop(0)
         budget = math.inf if max_bytes is None else max_bytes

@@ -44,6 +44,12 @@ class CommitFailed(KafkaError):
     """The group rebalanced (or this member was removed) before the commit landed."""
 
 
+class FencedInstanceId(KafkaError):
+    """Another member joined the group with this member's group.instance.id (Java's
+    FencedInstanceIdException): fatal for this member, which stops taking part, so the two
+    never fence each other in turn."""
+
+
 class _Rejoin(Exception):
     pass
 
@@ -108,6 +114,8 @@ class GroupCoordinatorChannel:
                 if not codes:
                     return
                 code = codes.pop()
+                if code == ErrorCode.fenced_instance_id and member is not None:
+                    raise member.fence(what)
                 if code in REJOIN_ERRORS:
                     if member is not None:
                         member.request_rejoin()
@@ -145,7 +153,8 @@ class GroupMembership:
                  on_assign: Callable[[list[TopicPartition]], Awaitable[None]] | None,
                  on_revoke: Callable[[list[TopicPartition]], Awaitable[None]] | None, *,
                  positions: Callable[[], dict[TopicPartition, int]],
-                 set_assignment: Callable[[list[TopicPartition]], None]) -> None:
+                 set_assignment: Callable[[list[TopicPartition]], None],
+                 fail: Callable[[Exception], None] | None = None) -> None:
         c = channel.config
         self.channel = channel
         self.cluster = channel.cluster
@@ -158,6 +167,8 @@ class GroupMembership:
         self.on_revoke = on_revoke
         self.assignors = assignor_for(c["partition.assignment.strategy"])
         self.instance_id: str | None = c["group.instance.id"] or None
+        self.fail = fail  # told a fatal error (the consumer raises it from its next poll)
+        self.fenced: FencedInstanceId | None = None
         self.member_id = ""
         self.generation = -1
         self.leader = False
@@ -178,6 +189,22 @@ class GroupMembership:
     def request_rejoin(self) -> None:
         self._rejoin.set()
 
+    def fence(self, what: str) -> FencedInstanceId:
+        """This member's group.instance.id was taken over: drop the assignment (no revocation:
+        the partitions are the other member's now), tell the consumer, stop."""
+        if self.fenced is None:
+            self.fenced = FencedInstanceId(
+                f"{what}: another member joined group {self.group_id!r} with group.instance.id "
+                f"{self.instance_id!r}; this one stops", ErrorCode.fenced_instance_id)
+            log.error("%s", self.fenced)
+            self.assigned = []
+            self.stable = trio.Event()
+            self.set_assignment([])
+            if self.fail is not None:
+                self.fail(self.fenced)
+        self._rejoin.set()
+        return self.fenced
+
     def _subscribed_topics(self) -> list[str]:
         if self.pattern is None:
             return sorted(self.topics)
@@ -191,13 +218,15 @@ class GroupMembership:
     async def run(self) -> None:
         c = self.channel.config
         backoff = Backoff(c["retry.backoff.ms"] / 1000, c["retry.backoff.max.ms"] / 1000)
-        while True:
+        while self.fenced is None:
             try:
                 await self._join_and_sync()
                 backoff.reset()
                 await self._heartbeat_until_rejoin()
             except _Rejoin:
                 continue
+            except FencedInstanceId:
+                return
             except (KafkaConnectionError, KafkaError) as exc:
                 delay_s = backoff.next_delay_s()
                 log.info("group %s: %s; retrying in %.2f s", self.group_id, exc, delay_s)
@@ -245,6 +274,8 @@ class GroupMembership:
                 continue
             if resp.error_code == ErrorCode.rebalance_in_progress:
                 continue
+            if resp.error_code == ErrorCode.fenced_instance_id:
+                raise self.fence(f"joining group {self.group_id!r}")
             if resp.error_code != 0:
                 raise KafkaError(f"joining group {self.group_id!r}", resp.error_code)
             break
@@ -258,6 +289,8 @@ class GroupMembership:
             "group_instance_id": self.instance_id, "protocol_type": "consumer",
             "protocol_name": resp.protocol_name, "assignments": assignments},
             timeout_s=self.rebalance_timeout_ms / 1000 + self.channel.request_timeout_s)
+        if sync.error_code == ErrorCode.fenced_instance_id:
+            raise self.fence(f"syncing group {self.group_id!r}")
         if sync.error_code in REJOIN_ERRORS:
             if sync.error_code == ErrorCode.unknown_member_id:
                 self.member_id = ""
@@ -277,6 +310,8 @@ class GroupMembership:
                 nursery.start_soon(self._heartbeat_while_assigning)
                 await self.on_assign(list(self.assigned))
                 nursery.cancel_scope.cancel()
+            if self.fenced is not None:
+                raise self.fenced
         self.stable.set()
 
     async def _heartbeat_while_assigning(self) -> None:
@@ -285,6 +320,8 @@ class GroupMembership:
             try:
                 if await self._heartbeat() is not None:
                     self._rejoin.set()
+            except FencedInstanceId:
+                return
             except (KafkaConnectionError, KafkaError) as exc:
                 log.info("group %s: heartbeat during the assignment callback failed: %s", self.group_id, exc)
 
@@ -294,8 +331,10 @@ class GroupMembership:
         resp = await conn.request(ApiKey.HEARTBEAT, {
             "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
             "group_instance_id": self.instance_id}, timeout_s=self.channel.request_timeout_s)
+        if resp.error_code == ErrorCode.fenced_instance_id:
+            raise self.fence(f"heartbeat in group {self.group_id!r}")
         if resp.error_code in REJOIN_ERRORS:
-            if resp.error_code in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id):
+            if resp.error_code == ErrorCode.unknown_member_id:
                 self.member_id = ""
             log.info("group %s: heartbeat says %s; rejoining", self.group_id, KafkaError("heartbeat", resp.error_code))
             return int(resp.error_code)
@@ -349,7 +388,7 @@ class GroupMembership:
 
     async def leave(self) -> None:
         """Commit (with enable.auto.commit) and leave, so the group rebalances at once."""
-        if not self.member_id:
+        if not self.member_id or self.fenced is not None:
             return
         try:
             await self._revoke_all()

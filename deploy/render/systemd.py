@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from cluster.broker.config import BrokerConfig
+from deploy.mirror_cmd import WORKER_FENCED_EXIT
 from deploy.render.secrets import SecretFiles
 from topology.model import Topology
 
@@ -162,7 +163,9 @@ def render(topology: Topology, options: SystemdOptions, secrets: SecretFiles | N
                                    "--flow ${DCMIRROR_FLOW} --worker ${DCMIRROR_WORKER}"),
                      # SIGTERM hands the worker's partitions over to the others.
                      ("KillSignal", "SIGTERM"), ("TimeoutStopSec", str(MIRROR_STOP_S)),
-                     ("Restart", "always"), ("RestartSec", "5"), *service_common]),
+                     ("Restart", "always"), ("RestartSec", "5"),
+                     # Fenced: another worker runs under this name; restarting would fence it in turn.
+                     ("RestartPreventExitStatus", str(WORKER_FENCED_EXIT)), *service_common]),
         ("Install", [("WantedBy", TARGET)]),
     ])
     registries = registry_instances(topology)

@@ -26,6 +26,7 @@ import trio
 
 from cluster.client.admin import Admin
 from cluster.client.consumer import Consumer, FetchedChunk, OffsetOutOfRange, TopicIdChanged
+from cluster.client.group import FencedInstanceId
 from cluster.client.producer import Producer
 from cluster.protocol.records import Record
 from tests.harness import BrokerProcess, free_port
@@ -774,3 +775,64 @@ def test_topic_created_after_subscribe_is_picked_up(mbroker: BrokerProcess, how:
             assert waited < 5.0, f"picked up the new topic only after {waited:.1f}s"
 
     run(main, 40)
+
+
+def test_static_members_come_back_without_a_rebalance_and_a_fenced_one_stops(mbroker: BrokerProcess) -> None:
+    """Static membership (KIP-345), as the mirror workers use it (group.instance.id = the
+    worker's name): a member that died without leaving comes back under its instance id and
+    gets its partitions at once — long before its old session would expire — while the other
+    member is neither revoked nor moved to a new generation. A second copy under the same
+    instance id fences the first: its every poll raises FencedInstanceId and it never joins
+    again (two copies taking the partitions from each other in turn would both stall)."""
+    bs = mbroker.bootstrap
+    topic = group = "static-members"
+    partitions = 4
+    create_topic(bs, topic, partitions)
+    delivered = produce(bs, topic, 40, partitions, topic)
+    all_tps = {(topic, p) for p in range(partitions)}
+    revoked_b: list[list[TopicPartition]] = []
+
+    async def on_revoke_b(tps: list[TopicPartition]) -> None:
+        revoked_b.append(tps)
+
+    async def no_goodbye() -> None:  # a member that is killed sends no LeaveGroup
+        return None
+
+    async def main() -> None:
+        conf = ours_conf(bs, **{"group.id": group, "partition.assignment.strategy": "range",
+                                "session.timeout.ms": 30_000})
+        async with Consumer({**conf, "group.instance.id": "w1"}) as b:
+            async with Consumer({**conf, "group.instance.id": "w0"}) as a:
+                a.subscribe([topic])
+                await poll_until(lambda: a.group.stable.is_set() and a.assignment() == all_tps, 20, "a alone")
+                b.subscribe([topic], on_revoke=on_revoke_b)
+                await poll_until(lambda: a.group.stable.is_set() and b.group.stable.is_set()
+                                 and a.assignment() and b.assignment()
+                                 and a.assignment() | b.assignment() == all_tps, 30, "a and b split")
+                a_share, b_share, generation = a.assignment(), b.assignment(), b.group.generation
+                revoked_b.clear()
+                a.group.leave = no_goodbye  # type: ignore[method-assign]
+            started = time.monotonic()
+            async with Consumer({**conf, "group.instance.id": "w0"}) as again:
+                again.subscribe([topic])
+                await poll_until(lambda: again.group.stable.is_set(), 20, "w0 back")
+                back_s = time.monotonic() - started
+                assert again.assignment() == a_share and again.group.generation == generation
+                got = await read_until(again, {tp: 10 for tp in a_share})
+                assert sorted(got) == sorted(a_share) and all(offsets(r) == list(range(10)) for r in got.values())
+                async with Consumer({**conf, "group.instance.id": "w0"}) as copy:
+                    copy.subscribe([topic])
+                    await poll_until(lambda: copy.group.stable.is_set(), 20, "the copy of w0 in the group")
+                    for _ in range(2):  # fatal: every poll says so
+                        with pytest.raises(FencedInstanceId, match="group.instance.id 'w0'"):
+                            await again.getmany(timeout_s=5.0)
+                    assert again.assignment() == set() and again.group.fenced is not None
+                    assert copy.assignment() == a_share and copy.group.generation == generation
+                    await trio.sleep(1.5)  # three heartbeats of each: the fenced one stays out
+                    assert copy.group.stable.is_set() and copy.group.generation == generation
+                    assert again.assignment() == set()
+            assert b.assignment() == b_share and b.group.generation == generation and revoked_b == []
+        assert back_s < 10.0, f"w0 came back after {back_s:.1f} s (its session: 30 s)"
+
+    run(main, 60)
+    assert len(delivered) == 40

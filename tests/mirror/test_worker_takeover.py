@@ -193,3 +193,50 @@ def test_worker_stopped_with_sigterm_hands_over_at_once(mirror_lab: Callable[...
     if took_s > 8 or exited_s > 10:
         raise SlowHandover(f"{survivor} took over {took_s:.1f} s after the SIGTERM (session timeout "
                            f"{session_timeout_s} s); {leaver} had exited by {exited_s:.1f} s")
+
+
+@pytest.mark.timeout(240)
+def test_worker_restarted_under_its_name_takes_its_partitions_back_at_once(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    """Static membership (group.instance.id = the worker's name, KIP-345): a worker killed -9
+    and started again under its name gets its own partitions back long before its old session
+    (30 s) expires, and the other worker is not disturbed (no rebalance: it claims nothing
+    again). A second copy of that worker started beside it fences it: the older exits 78
+    saying why, instead of the two taking the partitions from each other in turn; the copy
+    goes on, and every source record is in the target exactly once."""
+    session_timeout_s = 30.0
+    lab, writer = start(mirror_lab, int(session_timeout_s * 1000))
+    victim, survivor = f"{FLOW}-w1", f"{FLOW}-w0"
+    owners = lab.owners(FLOW)
+    victim_partitions = {p for (_, p), w in owners.items() if w == victim}
+    survivor_partitions = {p for (_, p), w in owners.items() if w == survivor}
+    mark = len(lab.mirror_log())
+    lab.kill_worker(FLOW, 1, signal.SIGKILL)
+    killed_at = time.monotonic()
+    lab.workers[FLOW, 1].wait(30)
+    lab.start_worker(FLOW, 1)
+    wait_for(lambda: len(takeover_claims(lab, victim, victim_partitions, mark)) == len(victim_partitions),
+             session_timeout_s + 60, f"{victim} claims {sorted(victim_partitions)} again", interval_s=0.2,
+             on_timeout=lab.mirror_log_tail)
+    back_s = time.monotonic() - killed_at
+    print(f"kill -9 {victim} after {writer.sent} records sent; started again, it claimed "
+          f"{sorted(victim_partitions)} after {back_s:.1f} s (session timeout {session_timeout_s:g} s)", flush=True)
+    assert back_s < session_timeout_s, "the restarted worker waited for its old session to expire"
+    assert takeover_claims(lab, survivor, victim_partitions | survivor_partitions, mark) == {}, \
+        f"{survivor} claimed partitions again: the group rebalanced"
+
+    mark = len(lab.mirror_log())
+    older = lab.workers[FLOW, 1]
+    copy = lab._spawn(["--flow", FLOW, "--worker", "1"])
+    wait_for(lambda: older.poll() is not None, 60, f"the older {victim} exits, fenced by its copy",
+             on_timeout=lab.mirror_log_tail)
+    lab.workers[FLOW, 1] = copy
+    assert older.returncode == 78, lab.mirror_log_tail()
+    said = lab.mirror_log()[mark:]
+    assert f"worker {victim}: " in said and "group.instance.id" in said and "names are unique per flow" in said
+    wait_for(lambda: len(takeover_claims(lab, victim, victim_partitions, mark)) == len(victim_partitions),
+             60, f"the copy of {victim} claims {sorted(victim_partitions)}", interval_s=0.2,
+             on_timeout=lab.mirror_log_tail)
+    assert copy.poll() is None and lab.workers[FLOW, 0].poll() is None
+    writer.stop_after(AFTER_TAKEOVER_RECORDS)
+    finish(lab, writer)
