@@ -89,6 +89,8 @@ CONSUMER: dict[str, ConfigDef] = COMMON | {d.name: d for d in [
     _d("fetch.max.wait.ms", int, 500, "Longest broker wait for fetch.min.bytes", 0),
     _d("fetch.max.bytes", int, 50 << 20, "Largest fetch response", 1),
     _d("max.partition.fetch.bytes", int, 1 << 20, "Largest data per partition in a fetch", 1),
+    _d("fetch.sessions.enable", bool, True, "dcmirror's: incremental fetch sessions (KIP-227) where the broker "
+       "speaks Fetch v7+, as the Java consumer always does; false: every fetch lists every partition, as librdkafka"),
     _d("isolation.level", str, "read_uncommitted", "read_uncommitted or read_committed",
        choices=("read_uncommitted", "read_committed")),
     _d("queued.max.messages.kbytes", int, 64 << 10, "Fetched but unconsumed data per consumer (KiB)", 1),

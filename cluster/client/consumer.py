@@ -44,6 +44,7 @@ from cluster.client.topic_partition import TopicPartition
 from cluster.common.backoff import Backoff
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
+from cluster.protocol.fetch_session import FetcherSession
 from cluster.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     InvalidRecordBatch,
@@ -194,7 +195,8 @@ class Consumer:
         self.group: GroupMembership | None = None  # when subscribed
         self.group_channel = GroupCoordinatorChannel(self.cluster, self.group_id, c)
         self._pending_reset: dict[TopicPartition, str] = {}
-        self.metrics = {"records": 0, "bytes": 0, "fetches": 0}
+        self.metrics = {"records": 0, "bytes": 0, "fetches": 0, "fetch_partitions_listed": 0}
+        self._sessions: dict[tuple[int, int], FetcherSession] = {}  # (node, lane) -> its fetch session
         self.cluster.on_update(self._metadata_updated)
 
     # ---- lifecycle ----------------------------------------------------------------
@@ -750,7 +752,7 @@ class Consumer:
         """Keep a Fetch in flight to `node` while the prefetch buffer has room. The next
         fetch goes out as soon as an answer's batch headers say where it ends, before its
         records are decoded, so the broker works while this side decodes."""
-        pending: tuple[Any, dict[TopicPartition, tuple[int, int]], dict[uuid.UUID | None, str] | None] | None = None
+        pending: _SentFetch | None = None
         try:
             while True:
                 if pending is None:
@@ -767,16 +769,35 @@ class Consumer:
                         with trio.move_on_after(0.2):
                             await self._changed.wait()
                         continue
-                answer, requested, names = pending
+                answer, requested, names, listing = pending
                 pending = None
+                session = self._sessions.get((node, lane))
                 try:
                     resp = await answer.wait(self.request_timeout_s + self.config["fetch.max.wait.ms"] / 1000)
                 except KafkaConnectionError as exc:
                     log.debug("fetch from broker %d failed: %s", node, exc)
+                    if session is not None:
+                        session.reset()
                     self._leave_read_replica(node, list(requested))
                     await self._backoff_partitions(list(requested))
                     continue
                 self.metrics["fetches"] += 1
+                if resp.error_code != ErrorCode.none:
+                    # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH (the broker
+                    # restarted or evicted the session), FETCH_SESSION_TOPIC_ID_ERROR: the
+                    # next fetch is a full one that opens a new session.
+                    log.debug("fetch from broker %d: %s; opening a new fetch session", node,
+                              KafkaError("fetch", resp.error_code))
+                    if session is not None:
+                        session.reset()
+                    if resp.error_code not in SESSION_ERRORS:
+                        await self._backoff_partitions(list(requested))
+                    continue
+                if session is not None and listing is not None:
+                    session.sent_ok(resp.session_id, *listing)
+                    self.metrics["fetch_partitions_listed"] += len(listing[1])
+                    if resp.session_id:
+                        self._answered_unchanged(requested)
                 decode = self._handle_fetch(resp, requested, node, names)
                 if decode:
                     pending = await self._send_fetch(node, lane)
@@ -785,8 +806,12 @@ class Consumer:
             log.debug("no more fetching from broker %d (lane %d)", node, lane)
             self._fetchers.discard((node, lane))
 
-    async def _send_fetch(self, node: int, lane: int = 0) -> tuple[Any, dict[TopicPartition, tuple[int, int]],
-                                                                   dict[uuid.UUID | None, str] | None] | None:
+    async def _send_fetch(self, node: int, lane: int = 0) -> _SentFetch | None:
+        """A Fetch of the partitions `node` serves this lane. In an incremental fetch session
+        (KIP-227, FetchRequest v7+, as the Java consumer) it lists only the partitions whose
+        fetch offset changed since the broker last heard of them, and the broker answers only
+        the partitions with something new: at thousands of partitions the request and the
+        answer are a few partitions, not all of them."""
         c = self.config
         parts = (self._fetchable(node, trio.current_time(), lane) if self._buffered_bytes < self._max_buffered_bytes
                  else [])
@@ -802,32 +827,72 @@ class Consumer:
         # One incarnation per topic name in a request: a partition whose position belongs to
         # another one than the others waits for the next request.
         ids: dict[str, uuid.UUID | None] = {}
-        topics: dict[str, list[dict[str, Any]]] = {}
         for (t, p), s in parts:
             if ids.setdefault(t, s.topic_id) != s.topic_id:
                 del requested[(t, p)]
-                continue
-            topics.setdefault(t, []).append({
-                "partition": p, "current_leader_epoch": -1, "fetch_offset": s.fetch_offset,
-                "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": c["max.partition.fetch.bytes"]})
-        body = {"replica_id": CONSUMER_REPLICA_ID, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
-                "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
-                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": c["client.rack"],
-                "topics": [{"topic": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]}
+        partition_max_bytes = c["max.partition.fetch.bytes"]
         try:
             conn = await self.cluster.connection(node, "data" if lane == 0 else f"fetch-{lane}")
-            # KIP-516: by topic id wherever every topic's is known and the broker speaks v13,
-            # so an answer can only come from the incarnation each position belongs to.
-            by_id = all(ids.values()) and conn.versions.get(ApiKey.FETCH, (0, -1))[1] >= FETCH_BY_TOPIC_ID_VERSION
-            answer = await conn.send(ApiKey.FETCH, body, version=FETCH_BY_TOPIC_ID_VERSION if by_id else None)
-            names = {topic_id: t for t, topic_id in ids.items()} if by_id else None
         except KafkaConnectionError as exc:
             log.debug("fetch from broker %d failed: %s", node, exc)
             self._leave_read_replica(node, list(requested))
             await self._backoff_partitions(list(requested))
             return None
-        return answer, requested, names
+        top_version = conn.versions.get(ApiKey.FETCH, (0, -1))[1]
+        # KIP-516: by topic id wherever every topic's is known and the broker speaks v13,
+        # so an answer can only come from the incarnation each position belongs to.
+        by_id = all(ids.values()) and top_version >= FETCH_BY_TOPIC_ID_VERSION
+        session = self._sessions.get((node, lane))
+        if top_version >= FETCH_SESSION_VERSION and c["fetch.sessions.enable"]:
+            if session is None:
+                session = self._sessions[node, lane] = FetcherSession()
+            if session.by_id != by_id:
+                session.reset()  # a session keeps partitions by topic name or by id, not both
+                session.by_id = by_id
+            wanted: dict[TopicPartition, tuple[int, ...]] = {
+                tp: (offset, partition_max_bytes) for tp, (offset, _) in requested.items()}
+            session_id, session_epoch, listed, forgotten = session.build(wanted)
+            listing: tuple[dict[TopicPartition, tuple[int, ...]], list[TopicPartition], list[TopicPartition]] | None \
+                = (wanted, listed, forgotten)
+        else:
+            session_id, session_epoch, listed, forgotten, listing = 0, -1, list(requested), [], None
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for t, p in listed:
+            topics.setdefault(t, []).append({
+                "partition": p, "current_leader_epoch": -1, "fetch_offset": requested[(t, p)][0],
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes})
+        gone: dict[str, list[int]] = {}
+        for t, p in forgotten:
+            gone.setdefault(t, []).append(p)
+        # v13 forgets by topic id: the one this fetch names, else the metadata's.
+        gone_ids = {t: ids.get(t) or self.cluster.metadata.topic_id(t) for t in gone}
+        body = {"replica_id": CONSUMER_REPLICA_ID, "max_wait": c["fetch.max.wait.ms"], "min_bytes": c["fetch.min.bytes"],
+                "max_bytes": c["fetch.max.bytes"], "isolation_level": self._isolation_level(),
+                "session_id": session_id, "session_epoch": session_epoch, "rack_id": c["client.rack"],
+                "forgotten_topics_data": [{"topic": t, "topic_id": gone_ids[t], "partitions": ps}
+                                          for t, ps in gone.items()],
+                "topics": [{"topic": t, "topic_id": ids[t], "partitions": ps} for t, ps in topics.items()]}
+        try:
+            answer = await conn.send(ApiKey.FETCH, body, version=FETCH_BY_TOPIC_ID_VERSION if by_id else None)
+        except KafkaConnectionError as exc:
+            log.debug("fetch from broker %d failed: %s", node, exc)
+            if session is not None:
+                session.reset()
+            self._leave_read_replica(node, list(requested))
+            await self._backoff_partitions(list(requested))
+            return None
+        names = {topic_id: t for t, topic_id in ids.items()} if by_id else None
+        return answer, requested, names, listing
+
+    def _answered_unchanged(self, requested: dict[TopicPartition, tuple[int, int]]) -> None:
+        """In a session the answer leaves out the partitions with nothing new: they were
+        answered too (a source that stops answering shows as silence, never these)."""
+        now = trio.current_time()
+        assigned = self._assigned
+        for tp, asked in requested.items():
+            state = assigned.get(tp)
+            if state is not None and (state.fetch_offset, state.epoch) == asked:
+                state.answered_at_s = now
 
     def _leave_read_replica(self, node: int, tps: list[TopicPartition]) -> None:
         """A read replica that failed: back to the leader (which may name it again)."""
@@ -1007,6 +1072,13 @@ class Consumer:
 
 _EMPTY_CHUNK_BYTES = 64
 FETCH_BY_TOPIC_ID_VERSION = 13  # KIP-516
+FETCH_SESSION_VERSION = 7  # KIP-227
+SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
+                            ErrorCode.fetch_session_topic_id_error})
+# A Fetch in flight: its answer, the partitions asked (position, seek epoch), topic id ->
+# name of a fetch by id, and for a session what build() listed (wanted, listed, forgotten).
+_SentFetch = tuple[Any, dict[TopicPartition, tuple[int, int]], dict[uuid.UUID | None, str] | None,
+                   tuple[dict[TopicPartition, tuple[int, ...]], list[TopicPartition], list[TopicPartition]] | None]
 # A buffered chunk: partition, seek epoch, records, weight, offset after its last batch,
 # (topic id, leader epochs).
 _Buffered = tuple[TopicPartition, int, list[Record], int, int, tuple[uuid.UUID | None, list[tuple[int, int]]]]

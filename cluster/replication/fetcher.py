@@ -23,8 +23,8 @@ from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode, ProtocolError
+from cluster.protocol.fetch_session import FetcherSession
 from cluster.protocol.sentinels import READ_UNCOMMITTED
-from cluster.replication.fetch_sessions import FollowerSession
 from cluster.replication.partition import Partition
 from cluster.security.connector import PLAINTEXT, LinkSecurity
 from cluster.storage.log import StorageError
@@ -103,7 +103,7 @@ class ReplicaFetcher:
         self._cancel = trio.CancelScope()
         self._changed = trio.Event()
         self._conn: BrokerConnection | None = None
-        self.session = FollowerSession()
+        self.session = FetcherSession()
         self._address: tuple[str, int] | None = None
 
     def stop(self) -> None:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from cluster.protocol.errors import ErrorCode
-from cluster.replication.fetch_sessions import FetchSessionCache, FollowerSession
+from cluster.protocol.fetch_session import FetcherSession
+from cluster.replication.fetch_sessions import FetchSessionCache
 
 
 def request(session_id: int, epoch: int, listed: dict[tuple[str, int], int],
@@ -147,7 +148,7 @@ def test_eviction_follows_kafkas_ranks() -> None:
 
 
 def test_the_follower_lists_only_what_changed() -> None:
-    fs = FollowerSession()
+    fs = FetcherSession()
     wanted = {("t", 0): (5, 0, 3, 1024), ("t", 1): (7, 0, 3, 1024)}
     assert fs.build(wanted) == (0, 0, [("t", 0), ("t", 1)], [])
     fs.sent_ok(77, wanted, [("t", 0), ("t", 1)], [])
