@@ -242,8 +242,9 @@ async def offsets_many(cluster: ClientCluster, tps: Iterable[TopicPartition], fa
 
 
 async def fetch_many(cluster: ClientCluster, at: Mapping[TopicPartition, int], failed: Failed, *,
-                     to_log_end: bool = False) -> dict[TopicPartition, Fetched]:
-    """fetch of many partitions, each from its offset in `at` (up to TAIL_FETCH_BYTES each).
+                     to_log_end: bool = False, partition_max_bytes: int = TAIL_FETCH_BYTES
+                     ) -> dict[TopicPartition, Fetched]:
+    """fetch of many partitions, each from its offset in `at` (up to `partition_max_bytes` each).
     A partition holding batches there gets at least one; an answer cut at its size may give
     it fewer than it would alone (callers go on from the last, as from any fetch)."""
     out: dict[TopicPartition, Fetched] = {}
@@ -258,13 +259,13 @@ async def fetch_many(cluster: ClientCluster, at: Mapping[TopicPartition, int], f
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
                 "topics": [{"topic": t, "partitions": [{
                     "partition": p, "current_leader_epoch": -1, "fetch_offset": todo[(t, p)],
-                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": TAIL_FETCH_BYTES}
+                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes}
                     for p in ps]} for t, ps in _by_topic(part).items()]}
 
         def answers(resp: Any, cut: set[TopicPartition] = cut) -> Iterator[tuple[TopicPartition, int, Any]]:
             total = sum(len(p.records or b"") for r in resp.responses for p in r.partitions)
             # Past this a leader may have left later partitions empty (KIP-74): asked again.
-            maybe_cut = total + TAIL_FETCH_BYTES > TAIL_FETCH_RESPONSE_BYTES
+            maybe_cut = total + partition_max_bytes > TAIL_FETCH_RESPONSE_BYTES
             for r in resp.responses:
                 for p in r.partitions:
                     if maybe_cut and not p.error_code and not p.records:

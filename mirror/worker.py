@@ -52,6 +52,7 @@ log = logging.getLogger("dcmirror.mirror")
 HEARTBEATS_TOPIC = "dcmirror.heartbeats"
 SOURCE_SILENT_S = 5.0  # a partition's leader silent longer than this counts as lag (status)
 LOOP_WALK_INTERVAL_S = 0.1  # the mirror loop looks at every partition at most this often (see _mirror_loop)
+HOLE_PROBE_BYTES = 16 << 10  # of a target partition's first batches, to find its first mirrored record
 EVENTS_MAX = 50  # history events (re-creations, divergences, refills, dead letters) kept for status
 # Failures a worker rides out (brokers down, leaders moving): the partition is claimed again.
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
@@ -717,14 +718,23 @@ class MirrorWorker(FlowWorker):
                     found.topic_id is None or source_id is None or found.topic_id == source_id):
                 asks[pm.source] = found.leader_epoch
         replies = await tail.end_offsets_for_epochs(source, asks, failed_source)
+        answered = [pm for pm in live() if pm.source not in asks or pm.source in replies]
+        decisions = {pm.source: history.resume_point(mirrored[pm.target][0], source_ids.get(pm.source[0]),
+                                                     *source_offs[pm.source], replies.get(pm.source),
+                                                     mirrored[pm.target][1]) for pm in answered}
+        # Holes below the tail, for the partitions on the same history whose target starts at 0.
+        fills = await self._holes_many(
+            {pm.source: (pm, found, source_offs[pm.source][0]) for pm in answered
+             if (found := mirrored[pm.target][0]) is not None and after[pm.target][0] == 0
+             and record_copy.needs_hole_check(found, decisions[pm.source])}, failed, failed_source)
         for pm in live():
-            if pm.source in asks and pm.source not in replies:
+            if pm.source not in decisions:
                 continue
             fence_at = fence_records.get(pm.target, below[pm.target] - 1)  # the marker: nothing else is written
             try:
                 await self._resume_claimed(pm, target_ids[pm.target], writers[pm.target], fence_at,
                                            mirrored[pm.target], source_ids.get(pm.source[0]), source_offs[pm.source],
-                                           replies.get(pm.source))
+                                           decisions[pm.source], fills.get(pm.source))
             except RETRIABLE as exc:
                 pm.broken = f"claim failed: {exc}"
         for pm in pms:
@@ -736,18 +746,14 @@ class MirrorWorker(FlowWorker):
                               writer: tuple[int, int] | None, fence_at: int,
                               mirrored: tuple[history.MirroredPosition | None, list[tuple[int, int]]],
                               source_id: uuid.UUID | None, source_offsets: tuple[int, int],
-                              reply: tuple[int, int] | None) -> None:
+                              decision: history.Resume, fill: tuple[int, int] | None) -> None:
         """The end of a claim, once the target is fenced and both sides were asked: where the
         partition resumes (or why it stops), said in the log, metrics and events."""
         assert self._consumer is not None and self._producer is not None and self._target_admin is not None
         consumer = self._consumer
         topic, p = pm.target
         found, epoch_starts = mirrored
-        start, hw = source_offsets
-        decision = history.resume_point(found, source_id, start, hw, reply, epoch_starts)
-        fill = None
-        if found is not None and record_copy.needs_hole_check(found, decision):
-            fill = await self._hole(pm, self._target_admin.cluster, start, found)
+        start, _ = source_offsets
         plan = record_copy.ClaimPlan.of(found, decision, fill, start, pm.source[0], source_id,
                                         self.config.on_topic_recreated)
         resume = plan.resume
@@ -794,16 +800,43 @@ class MirrorWorker(FlowWorker):
             out[t.name] = _topic_id(t)
         return out
 
-    async def _hole(self, pm: PartitionMirror, cluster: Any, source_start: int,
-                    found: history.MirroredPosition) -> tuple[int, int] | None:
-        """Source offsets [source_start, F) missing below the first record F of the source
-        partition's current incarnation in a target partition that never lost a record at
-        its start (log start 0): what a re-created target got from retried writes of the
-        old one before it was refilled. (F, where to go on once the hole is filled) or None."""
-        tstart, _ = await tail.offsets(cluster, *pm.target)
-        if tstart != 0:
-            return None  # the target's own retention moved its start: nothing can be told
-        batches = await tail.fetch_batches(cluster, pm.target[0], pm.target[1], 0, max_bytes=16 << 10)
+    async def _holes_many(self, asks: dict[TopicPartition, tuple[PartitionMirror, history.MirroredPosition, int]],
+                          failed: tail.Failed, failed_source: tail.Failed) -> dict[TopicPartition, tuple[int, int]]:
+        """Per source partition, source offsets [source_start, F) missing below the first record
+        F of the source partition's current incarnation in a target partition that never lost
+        a record at its start (log start 0; `asks`: source partition -> (its mirror, its tail,
+        the source's log start)): what a re-created target got from retried writes of the old
+        one before it was refilled. (F, where to go on once the hole is filled) for those that
+        have one. Both sides are asked once for all the partitions (a claim of thousands asked
+        twice per partition, one after another: 20 s of a restart at 5,000)."""
+        assert self._target_admin is not None
+        heads = await tail.fetch_many(self._target_admin.cluster, {pm.target: 0 for pm, _, _ in asks.values()},
+                                      failed, partition_max_bytes=HOLE_PROBE_BYTES)
+        firsts: dict[TopicPartition, int] = {}
+        for source_tp, (pm, found, source_start) in asks.items():
+            head = heads.get(pm.target)
+            first = None if head is None else self._first_mirrored(pm, head.batches, found)
+            if first is not None and first > source_start:
+                firsts[source_tp] = first
+        if not firsts:
+            return {}
+        held = await tail.fetch_many(self._source_cluster_client(), {tp: asks[tp][2] for tp in firsts},
+                                     failed_source, partition_max_bytes=HOLE_PROBE_BYTES)
+        out = {}
+        for tp, first in firsts.items():
+            if tp not in held:
+                continue
+            # Compaction or aborted transactions may have left the source nothing there.
+            starts = [r.offset for sb in held[tp].batches for r in sb.records[:1]]
+            fill = record_copy.hole(first, asks[tp][2], starts[0] if starts else None, asks[tp][1])
+            if fill is not None:
+                out[tp] = fill
+        return out
+
+    def _first_mirrored(self, pm: PartitionMirror, batches: list[tail.Batch],
+                        found: history.MirroredPosition) -> int | None:
+        """The source offset of the first record of the source partition's current incarnation
+        in the target's first batches; None if an older incarnation comes first or none is there."""
         for b in batches:
             for r in b.records:
                 pos = provenance.source_position(r, self.flow.source)
@@ -812,14 +845,7 @@ class MirrorWorker(FlowWorker):
                 topic_id, _ = provenance.incarnation_of(r)
                 if found.topic_id is not None and topic_id != found.topic_id:
                     return None  # an older incarnation first: no hole of this one can be told
-                first = pos[1]
-                if first <= source_start:
-                    return None
-                # Compaction or aborted transactions may have left the source nothing there.
-                source = self._source_cluster_client()
-                held = await tail.fetch_batches(source, pm.source[0], pm.source[1], source_start, max_bytes=16 << 10)
-                firsts = [r.offset for sb in held for r in sb.records[:1]]
-                return record_copy.hole(first, source_start, firsts[0] if firsts else None, found)
+                return pos[1]
         return None
 
     def _report_history(self, pm: PartitionMirror, found: history.MirroredPosition | None,

@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
+from mirror import provenance
 from tests.cluster_helpers import NotYet, admin, metadata_from, partitions_of
 from tests.harness import REPO
 from tests.mirror.lab import (
@@ -348,3 +349,35 @@ def test_an_aggregate_topic_deleted_under_a_running_flow_is_refilled_from_the_so
     assert "lost records mirrored from east/events" in lab.mirror_log(), lab.mirror_log_tail()
     wait_for(lambda: worker_doc(lab)["target_refills"] >= 2, 10, "both partitions' refills in the status")
 
+
+
+def test_a_target_holding_only_the_later_records_has_the_hole_below_filled_once(
+        mirror_lab: Callable[..., MirrorLab]) -> None:
+    """A target partition that starts (log start 0) with source offsets 60..99 of the source's
+    current incarnation — what retried writes leave in a re-created target before the flow
+    refills it — is claimed: the claim finds the hole 0..59 below (asked of all partitions
+    at once), copies it, then goes on after 99. Each source record once; partition 1, whose
+    target holds nothing, is copied from 0 in order."""
+    lab = mirror_lab({"east": 1, "aggregate": 1})
+    east, aggregate = lab.bootstrap("east"), lab.bootstrap("aggregate")
+    new_topic(east, "events", 2)
+    write(east, "events", 2, 200, "held")
+    new_topic(aggregate, "east.events", 2)
+    tid = topic_id_of(east, "events")
+    source = read_topic(east, "events")
+    assert [r.offset for r in source[0]] == list(range(100))
+    producer = Producer({"bootstrap.servers": aggregate, "enable.idempotence": True})
+    for r in source[0][60:]:
+        producer.produce("east.events", key=r.key, value=r.value, partition=0,
+                         headers=list(provenance.mirrored_headers((), "east", 0, r.offset, tid)))
+    assert producer.flush(30) == 0
+    lab.write_topology([Flow("east", "aggregate", "events", config=FAST)])
+    lab.start_worker(FLOW, 0)
+    lab.wait_caught_up({FLOW: {("events", 0): 100, ("events", 1): 100}}, 90, count_mirrored=True)
+    target = read_topic(aggregate, "east.events")
+    got = mirrored_history(target[0])
+    assert [m.offset for m in got] == list(range(60, 100)) + list(range(60)), [m.offset for m in got]
+    assert [(m.key, m.value) for m in got] == [(r.key, r.value) for r in source[0][60:] + source[0][:60]]
+    assert_history(mirrored_history(target[1]), [(tid, r) for r in source[1]], "east.events-1")
+    said = lab.mirror_log()
+    assert "holds source offsets 60..99 but not 0..59; refilling from source offset 0" in said, lab.mirror_log_tail()
