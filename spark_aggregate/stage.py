@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,10 @@ TASK_RESULT_DDL = "task INT, rows BIGINT, bytes BIGINT, files INT, gaps STRING, 
 # ranges touch. A range spanning more days than this (a backfill) is refused with advice
 # rather than running the worker out of file descriptors.
 MAX_OPEN_FILES_PER_TASK = 256
+# Ranges of one table that one Spark task writes one after another share their Parquet files
+# up to this many offsets: a load of 5,000 partitions with a few records each wrote 5,000
+# files of 40 rows (and publishing them cost a minute of filesystem calls through Py4J).
+SHARED_FILE_OFFSETS_MAX = 1_000_000
 
 
 class TooManyTablePartitions(Exception):
@@ -270,34 +274,81 @@ class PartitionWriters:
 def write_task(task: StageTask, options: ReadOptions, ctx: RowContext, filesystem: Any, *,
                max_open_files: int = MAX_OPEN_FILES_PER_TASK) -> TaskResult:
     """Read the task's range and write its Parquet files (each whole or not at all)."""
-    result = TaskResult()
-    attempt = secrets.token_hex(4)
-    typed = task.typed
-    schema = DATA_SCHEMA if typed is None else pa.schema([*DATA_SCHEMA, *typed.output_schema])
-    tables = PartitionWriters(filesystem, task.table_dir, task.file_name, schema, attempt, task.range, max_open_files)
-    dead = PartitionWriters(filesystem, task.dead_letter_dir, task.file_name, DEAD_LETTER_SCHEMA, attempt,
-                            task.range, max_open_files)
+    return write_tasks([task], options, ctx, filesystem, max_open_files=max_open_files)[0]
+
+
+def write_tasks(tasks: Sequence[StageTask], options: ReadOptions, ctx: RowContext, filesystem: Any, *,
+                max_open_files: int = MAX_OPEN_FILES_PER_TASK,
+                shared_file_offsets_max: int = SHARED_FILE_OFFSETS_MAX) -> list[TaskResult]:
+    """Read each task's range and write its rows; consecutive tasks of one table share their
+    files (named after the first one's range, so a retried Spark task writes the same names)
+    up to `shared_file_offsets_max` offsets. A result per task; a file's count goes to the
+    task whose rows closed it."""
+    results: list[TaskResult] = []
+    shared: _SharedFiles | None = None
     try:
+        for task in tasks:
+            if shared is not None and not shared.takes(task, shared_file_offsets_max):
+                results[-1].files += shared.close()
+                shared = None
+            if shared is None:
+                shared = _SharedFiles(task, filesystem, max_open_files)
+            results.append(shared.write(task, options, ctx))
+        if shared is not None:
+            results[-1].files += shared.close()
+            shared = None
+    except BaseException:
+        if shared is not None:
+            shared.abort()
+        raise
+    return results
+
+
+class _SharedFiles:
+    """The table (and dead-letter) files a run of tasks of one table writes."""
+
+    def __init__(self, first: StageTask, filesystem: Any, max_open_files: int) -> None:
+        self.first = first
+        self.offsets = 0
+        attempt = secrets.token_hex(4)
+        typed = first.typed
+        schema = DATA_SCHEMA if typed is None else pa.schema([*DATA_SCHEMA, *typed.output_schema])
+        self.tables = PartitionWriters(filesystem, first.table_dir, first.file_name, schema, attempt, first.range,
+                                       max_open_files)
+        self.dead = PartitionWriters(filesystem, first.dead_letter_dir, first.file_name, DEAD_LETTER_SCHEMA, attempt,
+                                     first.range, max_open_files)
+
+    def takes(self, task: StageTask, offsets_max: int) -> bool:
+        return (task.table_dir == self.first.table_dir and task.dead_letter_dir == self.first.dead_letter_dir
+                and task.typed is self.first.typed and self.offsets + task.range.size <= offsets_max)
+
+    def write(self, task: StageTask, options: ReadOptions, ctx: RowContext) -> TaskResult:
+        result = TaskResult()
+        self.offsets += task.range.size
+        self.tables.where = self.dead.where = task.range
+        typed = task.typed
         for rows in table_batches(task, options, ctx, result.gaps):
             if typed is not None:
                 rows, poison = decode_rows(typed, rows, ctx.load_id, [c for c, *_ in PARTITION_COLUMNS])
                 if poison.num_rows:
                     result.dead_letters += poison.num_rows
-                    dead.write(poison)
+                    self.dead.write(poison)
                 if typed.key is not None:
                     rows, poison = decode_keys(typed, rows, ctx.load_id, [c for c, *_ in PARTITION_COLUMNS])
                     if poison.num_rows:
                         result.dead_letters += poison.num_rows
-                        dead.write(poison)
+                        self.dead.write(poison)
             result.rows += rows.num_rows
             result.size_bytes += payload_bytes(rows)
-            tables.write(rows)
-        result.files = tables.close() + dead.close()
-    except BaseException:
-        tables.abort()
-        dead.abort()
-        raise
-    return result
+            self.tables.write(rows)
+        return result
+
+    def close(self) -> int:
+        return self.tables.close() + self.dead.close()
+
+    def abort(self) -> None:
+        self.tables.abort()
+        self.dead.abort()
 
 
 def filesystem_of(uri: str) -> tuple[Any, str] | None:
@@ -354,8 +405,8 @@ def write_tasks_function(tasks: list[StageTask], groups: list[list[int]], option
             raise OSError(f"Arrow cannot open the warehouse filesystem {filesystem_uri} on this executor")
         filesystem = opened[0]
         for batch in batches:
-            for task_id in (i for group in batch.column(0).to_pylist() for i in groups[group]):
-                got = write_task(tasks[task_id], options, ctx, filesystem)
+            ids = [i for group in batch.column(0).to_pylist() for i in groups[group]]
+            for task_id, got in zip(ids, write_tasks([tasks[i] for i in ids], options, ctx, filesystem), strict=True):
                 gaps = orjson.dumps([[g.topic, g.partition, g.start, g.end, g.log_start] for g in got.gaps])
                 yield pa.RecordBatch.from_pylist(
                     [{"task": task_id, "rows": got.rows, "bytes": got.size_bytes, "files": got.files,

@@ -34,6 +34,7 @@ from spark_aggregate.stage import (
     table_batch,
     unescape_partition_value,
     write_task,
+    write_tasks,
 )
 from tests.harness import BrokerProcess
 
@@ -193,5 +194,18 @@ def test_a_task_writes_whole_files_named_by_its_range(tmp_path: Path) -> None:
         assert write_task(whole, options, CTX, filesystem).rows == 80_000
         [written] = (tmp_path / "staging" / "big").rglob("*.parquet")
         assert pq.read_table(written).column("kafka_offset").to_pylist() == list(range(80_000))
+        # Ranges of one table written by one Spark task share files (named after the first),
+        # up to the bound; another table's range starts its own. A result per range.
+        runs = [StageTask(OffsetRange("agg.big", 0, start, start + 1000), f"{root}/shared") for start in
+                range(0, 5000, 1000)] + [StageTask(OffsetRange("agg.t", 0, 0, 1000), f"{root}/other")]
+        results = write_tasks(runs, options, CTX, filesystem, shared_file_offsets_max=3000)
+        assert [r.rows for r in results] == [1000] * 6 and sum(r.files for r in results) == 1 + 1 + 2
+        shared = {p.name: pq.read_table(p).column("kafka_offset").to_pylist()
+                  for p in (tmp_path / "staging" / "shared").rglob("*.parquet")}
+        assert shared == {"p0-o0.parquet": list(range(3000)), "p0-o3000.parquet": list(range(3000, 5000))}
+        assert sorted(p.name for p in (tmp_path / "staging" / "other").rglob("*.parquet")) == ["p0-o0.parquet"] * 2
+        assert write_tasks(runs, options, CTX, filesystem, shared_file_offsets_max=3000) == results  # again: the same
+        assert {p.name: pq.read_table(p).column("kafka_offset").to_pylist()
+                for p in (tmp_path / "staging" / "shared").rglob("*.parquet")} == shared
     finally:
         broker.stop()
