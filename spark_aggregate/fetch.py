@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from cluster.client.config import consumer_config, isolation_level
+from cluster.client.config import ClientConfig, consumer_config, isolation_level
 from cluster.client.connection import KafkaConnectionError
 from cluster.client.errors import METADATA_ERRORS, KafkaError
 from cluster.client.metadata import ClientCluster
@@ -57,26 +59,21 @@ class RangeGap(Exception):
     reader skips them and reports the gap)."""
 
 
-class RangeFetcher:
-    """Fetches one range into a bounded channel (use as `async with`)."""
+class FetchClient:
+    """What every range an executor process reads with one client config shares: the
+    cluster's metadata and one connection per broker (use as `async with`, in a TrioThread).
+    A load of 5,000 partitions read a range per partition, and each one started a thread,
+    asked for metadata and connected anew: most of a 40-second staging job."""
 
-    def __init__(self, config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: float,
-                 fail_on_data_loss: bool) -> None:
+    def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = consumer_config(config)
         self.cluster = ClientCluster(self.config)
-        self.range = r
-        self.isolation_level = isolation_level(self.config)
-        self.poll_timeout_s = poll_timeout_s
-        self.fail_on_data_loss = fail_on_data_loss
-        self.gaps: list[Gap] = []
-        self._send, self._receive = trio.open_memory_channel[Chunk | BaseException | None](PREFETCH_CHUNKS)
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: Any = None
 
-    async def __aenter__(self) -> RangeFetcher:
+    async def __aenter__(self) -> FetchClient:
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
-        self._nursery.start_soon(self._run)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -84,6 +81,40 @@ class RangeFetcher:
         self._nursery.cancel_scope.cancel()
         await self._nursery_cm.__aexit__(None, None, None)
         await self.cluster.aclose()
+
+    def start(self, r: OffsetRange, *, poll_timeout_s: float, fail_on_data_loss: bool) -> RangeFetcher:
+        """A fetcher of `r`, running until its range is read or stop()."""
+        assert self._nursery is not None
+        fetcher = RangeFetcher(self.cluster, self.config, r, poll_timeout_s=poll_timeout_s,
+                               fail_on_data_loss=fail_on_data_loss)
+        self._nursery.start_soon(fetcher.run)
+        return fetcher
+
+
+class RangeFetcher:
+    """Fetches one range into a bounded channel (started by FetchClient.start)."""
+
+    def __init__(self, cluster: ClientCluster, config: ClientConfig, r: OffsetRange, *, poll_timeout_s: float,
+                 fail_on_data_loss: bool) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.range = r
+        self.isolation_level = isolation_level(self.config)
+        self.poll_timeout_s = poll_timeout_s
+        self.fail_on_data_loss = fail_on_data_loss
+        self.gaps: list[Gap] = []
+        self._send, self._receive = trio.open_memory_channel[Chunk | BaseException | None](PREFETCH_CHUNKS)
+        self._scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        with self._scope:
+            try:
+                await self._run()
+            except Exception as exc:  # noqa: BLE001 - the reader raises it; the shared client goes on
+                await self._send.send(exc)
+
+    def stop(self) -> None:
+        self._scope.cancel()
 
     async def next_chunk(self) -> Chunk | None:
         """The next fetched chunk in offset order; None after the range's end."""
@@ -210,14 +241,39 @@ def without_aborted(data: bytes, aborted: list[tuple[int, int]]) -> bytes:
     return b"".join(data[pos:pos + header.size_bytes] for pos, header in iter_committed(data, aborted))
 
 
+# The fetch clients of this process by client config, most recently used last (each a trio
+# thread with its connections; Spark reuses a Python worker for task after task).
+_fetch_clients: OrderedDict[str, TrioThread] = OrderedDict()
+_fetch_clients_lock = threading.Lock()
+FETCH_CLIENTS_MAX = 4
+
+
+def fetch_client(config: Mapping[str, Any]) -> TrioThread:
+    """This process's FetchClient for `config` (in its trio thread), made at first use."""
+    key = repr(sorted((str(k), repr(v)) for k, v in config.items()))
+    with _fetch_clients_lock:
+        thread = _fetch_clients.get(key)
+        if thread is not None and thread.alive:
+            _fetch_clients.move_to_end(key)
+            return thread
+        thread = TrioThread(lambda: FetchClient(config), "dcmirror-range-fetcher")
+        _fetch_clients[key] = thread
+        while len(_fetch_clients) > FETCH_CLIENTS_MAX:
+            _, oldest = _fetch_clients.popitem(last=False)
+            oldest.close()
+        return thread
+
+
 def read_chunks(config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: float = math.inf,
                 fail_on_data_loss: bool = True, gaps: list[Gap] | None = None) -> Iterator[Chunk]:
-    """The chunks of range `r`, synchronously (the fetcher runs in its own trio thread).
-    Gaps skipped with fail_on_data_loss=False are appended to `gaps`."""
-    thread = TrioThread(lambda: RangeFetcher(config, r, poll_timeout_s=poll_timeout_s,
-                                              fail_on_data_loss=fail_on_data_loss), "dcmirror-range-fetcher")
+    """The chunks of range `r`, synchronously (the fetcher runs in this process's trio thread
+    for `config`, shared by every range read with it). Gaps skipped with
+    fail_on_data_loss=False are appended to `gaps`."""
+    thread = fetch_client(config)
+    client: FetchClient = thread.client
+    fetcher: RangeFetcher = thread.run_sync(client.start, r, poll_timeout_s=poll_timeout_s,
+                                            fail_on_data_loss=fail_on_data_loss)
     try:
-        fetcher: RangeFetcher = thread.client
         while True:
             chunk = thread.run(fetcher.next_chunk)
             if chunk is None:
@@ -226,4 +282,4 @@ def read_chunks(config: Mapping[str, Any], r: OffsetRange, *, poll_timeout_s: fl
         if gaps is not None:
             gaps.extend(fetcher.gaps)
     finally:
-        thread.close()
+        thread.run_sync(fetcher.stop)

@@ -73,6 +73,11 @@ class TrioThread:
     def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return trio.from_thread.run_sync(functools.partial(fn, *args, **kwargs), trio_token=self._token)
 
+    @property
+    def alive(self) -> bool:
+        """The thread runs and its client is open."""
+        return self._thread.is_alive() and self._stop is not None and not self._stop.is_set()
+
     def close(self, timeout_s: float = 60.0) -> None:
         if self._thread.is_alive() and self._stop is not None:
             try:
