@@ -510,11 +510,13 @@ class Loader:
     def publish_table(self, plan: LoadPlan, table: str) -> None:
         staging = self.staging_dir(plan.load_id, table)
         location = self.table_location(table)
+        made: set[str] = set()
         for entry in self.fs.list_files(staging):
             folder, _, name = entry.relative.rpartition("/")
             target = f"{location}/{folder}/{plan.load_id}-{name}" if folder else f"{location}/{plan.load_id}-{name}"
-            if folder:
+            if folder and folder not in made:
                 self.fs.mkdirs(f"{location}/{folder}")
+                made.add(folder)
             if self.fs.exists(target):
                 self.fs.delete(target)  # an earlier attempt's copy of the same staged file
             if not self.fs.rename(entry.path, target):
@@ -545,7 +547,9 @@ class Loader:
             if not catalog.tableExists(ident):
                 return None
             meta = catalog.getTableMetadata(ident)
-            return str(meta.location().toString()).rstrip("/"), {str(n).lower() for n in meta.schema().fieldNames()}
+            # The schema as one JSON text: iterating its Java array costs a Py4J call per column.
+            fields = orjson.loads(str(meta.schema().json()))["fields"]
+            return str(meta.location().toString()).rstrip("/"), {str(f["name"]).lower() for f in fields}
         except Exception:  # noqa: BLE001 - py4j errors: ask with SQL instead
             log.debug("catalog lookup of %s failed", table, exc_info=True)
             return None
