@@ -216,7 +216,6 @@ def worker_http_security(config: Any) -> Any:
 
 
 def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) -> int:
-    from cluster.client.group import FencedInstanceId
     from cluster.common.taskdump import dump_on_signal
     from mirror.worker import MirrorWorker, ProblemRecorder
 
@@ -266,15 +265,17 @@ def run_worker(topology: Any, flow: Any, index: int, name: str | None = None) ->
 
     log.info("mirror worker %s: %s -> %s, topics /%s/%s", name, flow.source, flow.target, flow.topics,
              f" except /{flow.exclude}/" if flow.exclude else "")
-    fenced: list[BaseException] = []
     try:
         trio.run(main)
-    except* FencedInstanceId as group:
-        fenced.extend(group.exceptions)
-    if fenced:
+    except BaseException:
+        # Fenced, the worker stops wherever it was (a poll, a claim): any error then is that.
+        if worker.fenced() is None:
+            raise
+    fenced = worker.fenced()
+    if fenced is not None:
         # Another worker runs under this name (a copy on another host): the newer one keeps
         # the partitions; this one stops rather than take them back in turn.
-        print(f"dcmirror mirror: worker {name}: {fenced[0]}; names are unique per flow "
+        print(f"dcmirror mirror: worker {name}: {fenced}; names are unique per flow "
               "(--worker N, --name)", file=sys.stderr)
         return WORKER_FENCED_EXIT
     return 0

@@ -663,6 +663,9 @@ class MirrorTopicsFlowWorker:
             nursery.start_soon(self.forward.stop)
             nursery.start_soon(self.backward.stop)
 
+    def fenced(self) -> Exception | None:
+        return self.forward.fenced() or self.backward.fenced()
+
     def status(self) -> dict[str, Any]:
         forward, backward = self.forward.status(), self.backward.status()
         out = dict(forward)

@@ -315,6 +315,11 @@ class FlowWorker:
         self._stopping.set()
         await self._stopped.wait()
 
+    def fenced(self) -> Exception | None:
+        """Another worker joined the flow's group under this one's name (FencedInstanceId)."""
+        consumer = self._consumer
+        return consumer.group.fenced if consumer is not None and consumer.group is not None else None
+
     async def _stop_when_asked(self, consumer: Consumer, nursery: trio.Nursery) -> None:
         await self._stopping.wait()
         try:
@@ -750,6 +755,8 @@ class MirrorWorker(FlowWorker):
         """The end of a claim, once the target is fenced and both sides were asked: where the
         partition resumes (or why it stops), said in the log, metrics and events."""
         assert self._consumer is not None and self._producer is not None and self._target_admin is not None
+        if (fenced := self.fenced()) is not None:
+            raise fenced  # fenced while claiming: the partitions are the other copy's
         consumer = self._consumer
         topic, p = pm.target
         found, epoch_starts = mirrored
@@ -917,6 +924,8 @@ class MirrorWorker(FlowWorker):
         consumer = self._consumer
         next_walk_s = 0.0
         while True:
+            if (fenced := self.fenced()) is not None:
+                raise fenced  # another copy of this worker took its partitions: stop, claim nothing
             # Every partition is looked at (broken ones, positions past markers) at most every
             # LOOP_WALK_INTERVAL_S: at thousands of partitions a walk after every poll was a
             # quarter of the worker's time. The partitions of each poll's chunks are looked at always.

@@ -181,12 +181,15 @@ def test_chained_flows_copy_records_once_and_not_fences(mirror_lab: Callable[...
         raise CycleLeak(f"{len(copied_fences)} fence records of the aggregate copied into dr as mirrored records "
                         f"({FENCE} and provenance headers), e.g. partition {p}: {sample}")
 
-    # A takeover in the first flow: new fences (transaction markers, invisible) are now the
+    # Takeovers in the first flow: new fences (transaction markers, invisible) are now the
     # last offsets of every partition of aggregate/east.pageviews; the second flow's consumer
-    # moves past them and the flow counts them done (lag 0).
+    # moves past them and the flow counts them done (lag 0). Both workers are killed: each,
+    # restarted by the supervisor under its name (a static member), claims its own partitions
+    # again without a rebalance of the other.
     before = {p: end for p, end in end_offsets(aggregate, "east.pageviews").items()}
-    pid = lab.kill_worker("east-to-aggregate", 0)
-    print(f"kill -9 east-to-aggregate-w0 (pid {pid})", flush=True)
+    for index in (0, 1):
+        pid = lab.kill_worker("east-to-aggregate", index)
+        print(f"kill -9 east-to-aggregate-w{index} (pid {pid})", flush=True)
     wait_for(lambda: all(e > before[p] for p, e in end_offsets(aggregate, "east.pageviews").items()), 60,
              "new fences in every partition of aggregate/east.pageviews", on_timeout=lab.mirror_log_tail)
     tail_fences = read_topic(aggregate, "east.pageviews")
