@@ -377,7 +377,13 @@ public final class JavaClients {
                             if (everyoneOwns && all.size() == partitions && total == partitions) split.set(true);
                         }
                     }
-                    result.put("committed", c.committed(owned.get(member)).entrySet().stream().collect(
+                    // The partitions this member owned at the split: at the end the other member's
+                    // close may have revoked them in this one's last poll (owned then empty).
+                    Set<TopicPartition> mine = new HashSet<>();
+                    @SuppressWarnings("unchecked")
+                    List<Integer> split_assignment = (List<Integer>) result.getOrDefault("assignment", List.of());
+                    for (int q : split_assignment) mine.add(new TopicPartition(topic, q));
+                    result.put("committed", c.committed(mine).entrySet().stream().collect(
                         java.util.stream.Collectors.toMap(e -> e.getKey().partition(),
                                                           e -> e.getValue() == null ? -1 : e.getValue().offset())));
                     result.put("group_metadata_generation", c.groupMetadata().generationId());
