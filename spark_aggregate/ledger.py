@@ -7,6 +7,11 @@ Every load is an append-only story in the ledger, one row per partition and step
                with the plan
     committed  written after the load's data is in its tables: the rows it added
 
+A *reload* is a load whose ranges are dead letters of schema ids the registry did not know
+when they were loaded and knows now (their `planned` rows carry the note RELOAD_NOTE): the
+same records read again from the topic, decoded into the table, exactly once like any load;
+an offset a reload planned is never planned again (plan_reload).
+
 A load commits topic by topic: a topic of a load is committed when its `committed` rows
 exist (a topic that cannot load, e.g. a typed topic whose records name a schema id the
 registry does not know, holds no other topic back). A topic of a load with `planned` rows
@@ -19,7 +24,7 @@ loaded start at their log start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from spark_aggregate.ranges import (
@@ -34,6 +39,9 @@ PLANNED = "planned"
 GAP = "gap"
 COMMITTED = "committed"
 STATUSES = (PLANNED, GAP, COMMITTED)
+RELOAD_NOTE = "reload of dead letters"
+RELOAD_OFFSETS_MAX = 100_000
+"""Dead letters one reload takes at most (the rest: the next load)."""
 TopicPartition = tuple[str, int]
 
 LEDGER_COLUMNS = (
@@ -65,6 +73,8 @@ class LoadPlan:
     gaps: tuple[Gap, ...]
     planned_at_ms: int
     resumed: bool = False
+    reload: bool = False
+    """Its ranges are dead letters read again (plan_reload): planned with RELOAD_NOTE."""
 
     def topics(self) -> list[str]:
         return sorted({r.topic for r in self.ranges})
@@ -77,8 +87,9 @@ class LoadPlan:
         return sum(r.size for r in self.ranges)
 
     def planned_rows(self) -> list[LedgerRow]:
-        rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end, None, PLANNED, self.planned_at_ms)
-                for r in self.ranges]
+        note = RELOAD_NOTE if self.reload else None
+        rows = [LedgerRow(self.load_id, r.topic, r.partition, r.start, r.end, None, PLANNED, self.planned_at_ms,
+                          None, note) for r in self.ranges]
         rows += [LedgerRow(self.load_id, g.topic, g.partition, g.start, g.end, 0, GAP, self.planned_at_ms,
                            self.planned_at_ms, g.describe()) for g in self.gaps]
         return rows
@@ -91,7 +102,8 @@ class LoadPlan:
         """The same load narrowed to `topics`."""
         keep = set(topics)
         return LoadPlan(self.load_id, tuple(r for r in self.ranges if r.topic in keep),
-                        tuple(g for g in self.gaps if g.topic in keep), self.planned_at_ms, self.resumed)
+                        tuple(g for g in self.gaps if g.topic in keep), self.planned_at_ms, self.resumed,
+                        self.reload)
 
     def committed_rows(self, rows_by_partition: Mapping[TopicPartition, int], now_ms: int,
                        read_gaps: Iterable[Gap] = ()) -> list[LedgerRow]:
@@ -144,6 +156,7 @@ def pending_plans(rows: Iterable[LedgerRow]) -> list[LoadPlan]:
     ranges: dict[str, list[OffsetRange]] = {}
     gaps: dict[str, list[Gap]] = {}
     planned_at: dict[str, int] = {}
+    reloads = {r.load_id for r in rows if r.status == PLANNED and r.note == RELOAD_NOTE}
     for r in rows:
         if (r.load_id, r.topic) in done:
             continue
@@ -156,7 +169,7 @@ def pending_plans(rows: Iterable[LedgerRow]) -> list[LoadPlan]:
             continue
         planned_at[r.load_id] = r.planned_at_ms
     return [LoadPlan(load_id, tuple(sorted(ranges.get(load_id, []))), tuple(gaps.get(load_id, [])),
-                     planned_at[load_id], resumed=True)
+                     planned_at[load_id], resumed=True, reload=load_id in reloads)
             for load_id in sorted(planned_at, key=lambda i: (planned_at[i], i))]
 
 
@@ -231,3 +244,74 @@ def plan_load(rows: Iterable[LedgerRow], offsets: Mapping[TopicPartition, Partit
     if not ranges and not gaps:
         return None
     return LoadPlan(load_id, ranges, tuple(gaps), now_ms)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter whose schema id was unknown: where its record is, and the id."""
+
+    topic: str
+    partition: int
+    offset: int
+    schema_id: int
+    context: str
+    """The registry context the id is in (its source's)."""
+    key: bool = False
+    """The key's schema id was the unknown one (reason "key: ...")."""
+
+
+def reloaded_offsets(rows: Iterable[LedgerRow]) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of every dead letter a reload planned (committed or not)."""
+    out: set[tuple[str, int, int]] = set()
+    for r in rows:
+        if r.status == PLANNED and r.note == RELOAD_NOTE:
+            out.update((r.topic, r.partition, o) for o in range(r.start_offset, r.end_offset))
+    return out
+
+
+def plan_reload(rows: Iterable[LedgerRow], dead: Iterable[DeadLetter], known: Callable[[DeadLetter], bool],
+                log_starts: Mapping[TopicPartition, int], *, load_id: str, now_ms: int,
+                max_offsets: int = RELOAD_OFFSETS_MAX) -> tuple[LoadPlan | None, list[DeadLetter]]:
+    """The reload of the dead letters whose schema id the registry knows now (`known`), never
+    planned before, whose records the topic still holds (each offset a range of its own, or
+    runs of consecutive ones joined), and the dead letters that cannot be reloaded any more
+    (their records deleted from the topic: their values stay in the dead-letter table). A
+    topic with a load pending is left for later, as plan_load leaves it."""
+    rows = list(rows)
+    done = reloaded_offsets(rows)
+    waiting = pending_topics(rows)
+    offsets: dict[TopicPartition, set[int]] = {}
+    gone: list[DeadLetter] = []
+    verdicts: dict[tuple[str, int, bool], bool] = {}
+    taken = 0
+    for d in sorted(dead, key=lambda d: (d.topic, d.partition, d.offset)):
+        if (d.topic, d.partition, d.offset) in done or d.topic in waiting or taken >= max_offsets:
+            continue
+        tp = (d.topic, d.partition)
+        if tp not in log_starts:
+            continue  # the topic is not loaded any more: left alone
+        verdict = verdicts.get((d.context, d.schema_id, d.key))
+        if verdict is None:
+            verdict = verdicts[(d.context, d.schema_id, d.key)] = known(d)
+        if not verdict:
+            continue
+        if d.offset < log_starts[tp]:
+            gone.append(d)
+            continue
+        if d.offset not in offsets.setdefault(tp, set()):
+            offsets[tp].add(d.offset)
+            taken += 1
+    ranges: list[OffsetRange] = []
+    for (topic, partition), found in sorted(offsets.items()):
+        run_start = prev = None
+        for o in sorted(found):
+            if prev is not None and o == prev + 1:
+                prev = o
+                continue
+            if run_start is not None and prev is not None:
+                ranges.append(OffsetRange(topic, partition, run_start, prev + 1))
+            run_start = prev = o
+        if run_start is not None and prev is not None:
+            ranges.append(OffsetRange(topic, partition, run_start, prev + 1))
+    plan = LoadPlan(load_id, tuple(sorted(ranges)), (), now_ms, reload=True) if ranges else None
+    return plan, gone

@@ -57,6 +57,7 @@ from typing import Any, TextIO
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cluster.client.admin import EARLIEST, LATEST
 from cluster.client.config import isolation_level
@@ -64,12 +65,14 @@ from cluster.client.sync import SyncAdmin
 from spark_aggregate.hadoop import HadoopFs
 from spark_aggregate.ledger import (
     LEDGER_COLUMNS,
+    DeadLetter,
     LedgerError,
     LedgerRow,
     LoadPlan,
     finished_load_ids,
     pending_plans,
     plan_load,
+    plan_reload,
 )
 from spark_aggregate.load_metrics import write_load_metrics
 from spark_aggregate.options import ReadOptions
@@ -97,10 +100,13 @@ from spark_aggregate.stage import (
 )
 from spark_aggregate.typed import (
     DEAD_LETTER_COLUMNS,
+    UNKNOWN_ID_REASON,
     SchemaError,
     TypedTable,
+    context_of,
     dead_letter_table,
     plan_typed_table,
+    registry_of,
     spark_type,
 )
 
@@ -259,6 +265,11 @@ class Loader:
             self.append_ledger(plan.planned_rows())
             self.crash_hook("planned")
             outcomes.append(self.execute(plan))
+        failed = {**refused, **{t: why for o in outcomes for t, why in o.failed.items()}}
+        reload = self.plan_reload({tp: o for tp, o in offsets.items() if tp[0] not in failed})
+        if reload is not None:
+            self.append_ledger(reload.planned_rows())
+            outcomes.append(self.execute(reload))
         if self._ledger_written:
             self.spark.sql(f"REFRESH TABLE {LEDGER}")  # for queries in this session
         failed = {**refused, **{t: why for o in outcomes for t, why in o.failed.items()}}
@@ -266,6 +277,70 @@ class Loader:
             config_only = set(failed) <= set(refused) | {t for o in outcomes for t in o.refused}
             raise (TopicsRefused if config_only else TopicsFailed)(failed, [o for o in outcomes if o.topics])
         return outcomes
+
+    def plan_reload(self, offsets: dict[TopicPartition, PartitionOffsets]) -> LoadPlan | None:
+        """The reload of dead letters whose schema id the registry knows now (ledger.plan_reload):
+        the typed topics' dead-letter tables are read for unknown-id reasons."""
+        dead: list[DeadLetter] = []
+        for topic in sorted({t for t, _ in offsets}):
+            if self.settings.registry_schema_of(topic) is None:
+                continue
+            name = dead_letter_table(table_name(topic))
+            known = self.catalog_table(name)
+            if known is None:
+                continue
+            dead += self.unknown_id_dead_letters(topic, name, known[0])
+        if not dead:
+            return None
+
+        def registry_knows(d: DeadLetter) -> bool:
+            try:
+                typed = self.typed_table(d.topic)
+            except LoadConfigError:
+                return False
+            side = typed.key if (typed is not None and d.key) else typed
+            return side is not None and registry_of(side).schema_by_id(d.schema_id, d.context) is not None
+
+        now = time.time()
+        plan, gone = plan_reload(self.ledger, dead, registry_knows, {tp: o.log_start for tp, o in offsets.items()},
+                                 load_id=new_load_id(now), now_ms=int(now * 1000))
+        for topic in sorted({d.topic for d in gone}):
+            lost = [d for d in gone if d.topic == topic]
+            print(f"  {topic}: {len(lost):,} dead letters whose schema id the registry knows now cannot be "
+                  f"reloaded: retention deleted their records from the topic (their values stay in "
+                  f"{DATABASE}.{dead_letter_table(table_name(topic))}; first: partition {lost[0].partition} offset "
+                  f"{lost[0].offset})", file=self.out, flush=True)
+        if plan is not None:
+            ids = sorted({d.schema_id for d in dead if d.topic in plan.topics()})
+            print(f"reloading {plan.offsets:,} dead letters of {', '.join(plan.topics())}: the registry knows "
+                  f"their schema ids now (of ids {', '.join(map(str, ids[:10]))})", file=self.out, flush=True)
+        return plan
+
+    def unknown_id_dead_letters(self, topic: str, table: str, location: str) -> list[DeadLetter]:
+        """The dead letters of `topic` whose reason is an unknown schema id (value or key)."""
+        typed = self.typed_table(topic)
+        if typed is None:
+            return []
+        columns = ["kafka_partition", "kafka_offset", "schema_id", "source_cluster", "reason"]
+        opened = filesystem_of(location)
+        if opened is not None:
+            import pyarrow.dataset as ds
+
+            filesystem, path = opened
+            try:
+                data = ds.dataset(path, format="parquet", filesystem=filesystem).to_table(
+                    columns=columns, filter=pc.match_substring(ds.field("reason"), UNKNOWN_ID_REASON))
+            except (FileNotFoundError, pa.ArrowInvalid):
+                return []
+            found: Iterable[tuple[Any, ...]] = zip(*(data.column(c).to_pylist() for c in columns), strict=True)
+        else:
+            self.spark.sql(f"REFRESH TABLE {DATABASE}.{table}")
+            found = ((r[0], r[1], r[2], r[3], r[4]) for r in self.spark.sql(
+                f"SELECT {', '.join(columns)} FROM {DATABASE}.{table} "
+                f"WHERE reason LIKE '%{UNKNOWN_ID_REASON}%'").collect())
+        return [DeadLetter(topic, partition, offset, schema_id,
+                           context_of(cluster, typed.loaded_cluster, typed.contexts), reason.startswith("key: "))
+                for partition, offset, schema_id, cluster, reason in found if schema_id is not None]
 
     def discover(self) -> tuple[dict[TopicPartition, PartitionOffsets], dict[str, str]]:
         """Log start offsets and high watermarks of the wanted partitions, and topic -> table."""
@@ -296,7 +371,7 @@ class Loader:
         commit."""
         started = time.monotonic()
         outcome = LoadOutcome(plan)
-        verb = "finishing interrupted load" if plan.resumed else "load"
+        verb = ("finishing interrupted " if plan.resumed else "") + ("reload" if plan.reload else "load")
         print(f"{verb} {plan.load_id}: {plan.offsets:,} offsets in {len(plan.ranges)} partitions of "
               f"{len(plan.topics())} topics", file=self.out, flush=True)
         for gap in plan.gaps:

@@ -38,12 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster.client.registry import RegistryAccess
+from cluster.registry import json_refs
 from spark_aggregate.columns import TIMESTAMP_TYPE
 from spark_aggregate.typed_protobuf import (
     PoisonPayload,
     ProtobufFile,
     ProtobufSchemaError,
     fetch_protobuf,
+    referenced_bodies,
 )
 
 MAGIC_BYTE = 0
@@ -51,6 +53,9 @@ WIRE_HEADER_BYTES = 5
 DEFAULT_CONTEXT = ""
 REGISTRY_TIMEOUT_S = 10.0
 KEY_COLUMN = "record_key"
+UNKNOWN_ID_REASON = "is unknown in registry context"
+"""In the reason of a dead letter whose schema id the registry did not know (a load reloads it
+once the registry does: ledger.plan_reload)."""
 PRIMITIVE_KEY_FIELD = "key"  # a primitive key's one field, while it is decoded as a record
 """The struct column a typed key decodes into (the table's `key` column keeps the bytes)."""
 NO_ACCESS = RegistryAccess()  # a registry without authentication, over HTTP or a CA the system trusts
@@ -260,52 +265,65 @@ _JSON_SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.floa
 
 
 JSON_REF_DEPTH_MAX = 32
+JSON_REFERENCED_DOCUMENTS_MAX = 256
 
 
-def json_resolved(schema: Any, root: Any, where: str = "", seen: tuple[str, ...] = ()) -> Any:
-    """`schema` with its `$ref` (to this document: `#/definitions/X`, `#/$defs/X`, JSON
-    pointers) followed and its `allOf` merged (properties, required and type of every part),
-    as far as its own level; nested levels are resolved when their column is made."""
-    return _json_resolve(schema, root, where, seen)[0]
+@dataclass(frozen=True)
+class JsonDocuments:
+    """A JSON Schema document and the documents its registry references name (reference name
+    -> parsed document): `$ref: "customer.json#/definitions/Address"` is a pointer into the
+    reference named customer.json, as the registry resolves it (cluster/registry/json_refs.py)."""
+
+    root: Any
+    docs: dict[str, Any] = field(default_factory=dict)
 
 
-def _json_resolve(schema: Any, root: Any, where: str, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
-    """json_resolved, and the references followed to get there (with those of the levels above)."""
+def json_resolved(schema: Any, refs: JsonDocuments, where: str = "", doc: str | None = None) -> Any:
+    """`schema` (in document `doc`, None for the root) with its `$ref` followed (JSON pointers
+    in its document or in a referenced one) and its `allOf` merged (properties, required and
+    type of every part), as far as its own level; nested levels are resolved when their column
+    is made."""
+    return _json_resolve(schema, refs, where, (), doc)[0]
+
+
+def _json_resolve(schema: Any, refs: JsonDocuments, where: str, seen: tuple[str, ...],
+                  doc: str | None) -> tuple[Any, tuple[str, ...], str | None]:
+    """json_resolved, the references followed to get there (with those of the levels above)
+    and the document the result is in."""
     if not isinstance(schema, dict):
-        return schema, seen
+        return schema, seen, doc
+    at = where or "(root)"
     while "$ref" in schema:
         ref = schema["$ref"]
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} points into another document; "
-                              "typed tables follow references within the schema (#/definitions/..., #/$defs/...)")
-        if ref in seen or len(seen) >= JSON_REF_DEPTH_MAX:
-            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} refers to itself; a recursive type "
+        if not isinstance(ref, str):
+            raise SchemaError(f"JSON Schema {at}: $ref {ref!r} is not a string")
+        try:
+            target, doc = json_refs.resolve(ref, doc, refs.root, refs.docs)
+        except LookupError as exc:
+            if ref.partition("#")[0]:
+                raise SchemaError(f"JSON Schema {at}: $ref {ref!r} points into another document, and {exc} "
+                                  "(another document is one of the schema's references in the registry, "
+                                  "by its reference name)") from None
+            raise SchemaError(f"JSON Schema {at}: $ref {ref!r} names nothing in the schema ({exc})") from None
+        followed = f"{doc or ''}#{ref.partition('#')[2]}"
+        if followed in seen or len(seen) >= JSON_REF_DEPTH_MAX:
+            raise SchemaError(f"JSON Schema {at}: $ref {ref!r} refers to itself; a recursive type "
                               "does not become a column")
-        target = root
-        for part in [p for p in ref[1:].split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and part in target:
-                target = target[part]
-            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-                target = target[int(part)]
-            else:
-                raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} names nothing in the schema")
         if not isinstance(target, dict):
-            raise SchemaError(f"JSON Schema {where or '(root)'}: $ref {ref!r} is not a schema object")
-        seen = (*seen, ref)
+            raise SchemaError(f"JSON Schema {at}: $ref {ref!r} is not a schema object")
+        seen = (*seen, followed)
         schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
     parts = schema.get("allOf")
     if isinstance(parts, list) and parts:
         merged = {k: v for k, v in schema.items() if k != "allOf"}
         for part in parts:
-            part = _json_resolve(part, root, where, seen)[0]
+            part = _json_resolve(part, refs, where, seen, doc)[0]
             if not isinstance(part, dict):
-                raise SchemaError(f"JSON Schema {where or '(root)'}: an allOf part is not a schema object")
+                raise SchemaError(f"JSON Schema {at}: an allOf part is not a schema object")
             for name, prop in part.get("properties", {}).items():
                 have = merged.setdefault("properties", {})
                 if name in have and have[name] != prop:
-                    raise SchemaError(f"JSON Schema {where or '(root)'}: allOf declares property {name!r} twice, "
-                                      "differently")
+                    raise SchemaError(f"JSON Schema {at}: allOf declares property {name!r} twice, differently")
                 have[name] = prop
             for key, value in part.items():
                 if key not in ("properties", "required"):
@@ -313,15 +331,15 @@ def _json_resolve(schema: Any, root: Any, where: str, seen: tuple[str, ...]) -> 
             if part.get("required"):
                 merged["required"] = sorted({*merged.get("required", []), *part["required"]})
         schema = merged
-    return schema, seen
+    return schema, seen, doc
 
 
-def json_arrow_type(schema: Any, where: str = "", root: Any = None, seen: tuple[str, ...] = ()) -> pa.DataType:
+def json_arrow_type(schema: Any, refs: JsonDocuments, where: str = "", seen: tuple[str, ...] = (),
+                    doc: str | None = None) -> pa.DataType:
     """The Arrow type of a JSON Schema (draft 7 subset: type, properties, items,
     additionalProperties, format date-time/date at the top level of a record; `$ref` within
-    `root`, the whole document, and `allOf`; `seen`: the references followed above)."""
-    root = schema if root is None else root
-    schema, seen = _json_resolve(schema, root, where, seen)
+    its document or into a referenced one, and `allOf`; `seen`: the references followed above)."""
+    schema, seen, doc = _json_resolve(schema, refs, where, seen, doc)
     if not isinstance(schema, dict):
         raise SchemaError(f"JSON Schema {where or '(root)'}: {json.dumps(schema)} is not a schema object")
     kind = schema.get("type")
@@ -331,43 +349,76 @@ def json_arrow_type(schema: Any, where: str = "", root: Any = None, seen: tuple[
             raise SchemaError(f"JSON Schema {where or '(root)'}: only a type or a type with null becomes a column")
         kind = others[0]
     if kind is None and "oneOf" in schema:
-        others = [s for s in schema["oneOf"] if json_resolved(s, root, where).get("type") != "null"]
+        others = [s for s in schema["oneOf"] if json_resolved(s, refs, where, doc).get("type") != "null"]
         if len(others) == 1:
-            return json_arrow_type(others[0], where, root, seen)
+            return json_arrow_type(others[0], refs, where, seen, doc)
     if kind is None and "properties" in schema:
         kind = "object"  # allOf parts often leave the type to the whole
     if kind in _JSON_SCALARS:
         return _JSON_SCALARS[kind]
     if kind == "array":
-        return pa.list_(json_arrow_type(schema.get("items", {}), f"{where}[]", root, seen))
+        return pa.list_(json_arrow_type(schema.get("items", {}), refs, f"{where}[]", seen, doc))
     if kind == "object":
         if schema.get("properties"):
-            return pa.struct([pa.field(n, json_arrow_type(p, f"{where}.{n}", root, seen))
+            return pa.struct([pa.field(n, json_arrow_type(p, refs, f"{where}.{n}", seen, doc))
                               for n, p in schema["properties"].items()])
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
-            return pa.map_(pa.string(), json_arrow_type(extra, f"{where}.*", root, seen))
+            return pa.map_(pa.string(), json_arrow_type(extra, refs, f"{where}.*", seen, doc))
     raise SchemaError(f"JSON Schema {where or '(root)'}: type {kind!r} does not become a column")
 
 
-def json_columns(text: str) -> list[tuple[str, pa.DataType]]:
+def _json_column_type(schema: Any, refs: JsonDocuments, where: str, doc: str | None = None) -> pa.DataType:
+    """A column's type: json_arrow_type, a string of format date-time a timestamp, of format
+    date a date."""
+    kind = json_arrow_type(schema, refs, where, (), doc)
+    resolved = json_resolved(schema, refs, where, doc)
+    fmt = resolved.get("format") if isinstance(resolved, dict) else None
+    if kind == pa.string() and fmt == "date-time":
+        return TIMESTAMP_TYPE
+    if kind == pa.string() and fmt == "date":
+        return pa.date32()
+    return kind
+
+
+def json_documents(text: str, referenced: dict[str, str] | None = None) -> JsonDocuments:
+    """A schema's text and its referenced schemas' (reference name -> text), parsed."""
+    docs = {}
+    for name, body in (referenced or {}).items():
+        try:
+            docs[name] = json.loads(body)
+        except ValueError as exc:
+            raise SchemaError(f"JSON Schema reference {name!r} is not JSON: {exc}") from None
+    return JsonDocuments(json.loads(text), docs)
+
+
+def json_columns(text: str, referenced: dict[str, str] | None = None) -> list[tuple[str, pa.DataType]]:
     """A JSON Schema object's properties as (column, Arrow type); top-level strings of format
-    date-time are timestamps, of format date dates."""
-    root = json.loads(text)
-    schema = json_resolved(root, root)
+    date-time are timestamps, of format date dates. `referenced`: the schemas its registry
+    references name (reference name -> text), which its `$ref` may point into."""
+    refs = json_documents(text, referenced)
+    schema, _, doc = _json_resolve(refs.root, refs, "", (), None)
     if not isinstance(schema, dict) or not schema.get("properties"):
         raise SchemaError("a typed table's JSON Schema must be an object with properties")
-    out = []
-    for name, prop in schema["properties"].items():
-        kind = json_arrow_type(prop, name, root)
-        prop = json_resolved(prop, root, name)
-        fmt = prop.get("format") if isinstance(prop, dict) else None
-        if kind == pa.string() and fmt == "date-time":
-            kind = TIMESTAMP_TYPE
-        elif kind == pa.string() and fmt == "date":
-            kind = pa.date32()
-        out.append((name, kind))
-    return out
+    return [(name, _json_column_type(prop, refs, name, doc)) for name, prop in schema["properties"].items()]
+
+
+def json_is_object(text: str, referenced: dict[str, str] | None = None) -> bool:
+    """Whether a JSON Schema describes objects (a record), not a string, number, array...
+    (a primitive key: `record_key` holds the value itself)."""
+    refs = json_documents(text, referenced)
+    schema = json_resolved(refs.root, refs)
+    if not isinstance(schema, dict):
+        return True  # `true`/`false` schemas: json_columns refuses them with its message
+    kind = schema.get("type")
+    kinds = [k for k in kind if k != "null"] if isinstance(kind, list) else [kind]
+    return kinds == ["object"] or (kind is None and ("properties" in schema or "additionalProperties" in schema))
+
+
+def json_value_column(text: str, referenced: dict[str, str] | None = None) -> pa.DataType:
+    """The type of a primitive JSON key (a string of format date-time: a timestamp)."""
+    refs = json_documents(text, referenced)
+    return _json_column_type(refs.root, refs, "")
 
 
 # ---- the table's plan (driver) and decoding (executors) ------------------------------------------
@@ -392,7 +443,7 @@ class TypedTable:
     contexts: tuple[tuple[str, str], ...] = ()
     """Source cluster -> the registry context of its schema ids (its flow's schema_context)."""
     primitive: bool = False
-    """A key whose Avro schema is a primitive type (a string, a long): `record_key` holds the
+    """A key whose Avro or JSON schema is a primitive type (a string, a long): `record_key` holds the
     value itself; decoded as a record of one field, PRIMITIVE_KEY_FIELD."""
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -470,10 +521,16 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
                           f"(looked for {subject or topic + '-' + role} in every context)")
     columns: dict[str, pa.DataType] = {}
     fmt = kinds[0]
-    primitive = role == "key" and fmt == "AVRO" and all(not _is_avro_record(text) for _, _, text in readers)
+    referenced = {(c, i): _json_referenced(reader, i, c) if fmt == "JSON" else {} for c, i, _ in readers}
+    primitive = role == "key" and (
+        (fmt == "AVRO" and all(not _is_avro_record(text) for _, _, text in readers))
+        or (fmt == "JSON" and all(not json_is_object(text, referenced[c, i]) for c, i, text in readers)))
     for context, schema_id, text in readers:
-        found = ([(PRIMITIVE_KEY_FIELD, arrow_type(_plain(json.loads(text))))] if primitive
-                 else _columns_of(reader, fmt, schema_id, context, text))
+        if primitive:
+            found = [(PRIMITIVE_KEY_FIELD, arrow_type(_plain(json.loads(text))) if fmt == "AVRO"
+                      else json_value_column(text, referenced[context, schema_id]))]
+        else:
+            found = _columns_of(reader, fmt, schema_id, context, text, referenced[context, schema_id])
         for name, kind in found:
             if name in columns and columns[name] != kind:
                 raise SchemaError(f"topic {topic!r}: field {name!r} is {columns[name]} in one context and {kind} "
@@ -489,8 +546,8 @@ def plan_typed_table(topic: str, registry_url: str, loaded_cluster: str, subject
             key = plan_typed_table(topic, registry_url, loaded_cluster, key_subject, poison, reader, access=access,
                                    role="key", sources=sources)
         except SchemaError as exc:
-            raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take Avro record and primitive "
-                              "schemas, JSON Schema and Protobuf records)") from None
+            raise SchemaError(f"the key of topic {topic!r}: {exc} (typed keys take Avro and JSON Schema records "
+                              "and primitives, and Protobuf messages)") from None
     return TypedTable(topic, registry_url, loaded_cluster, tuple(readers), tuple(columns.items()), poison, fmt,
                       access, key, tuple((cluster, context) for cluster, context, _ in sources), primitive)
 
@@ -500,12 +557,27 @@ def _is_avro_record(text: str) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "record"
 
 
+def _json_referenced(reader: RegistryReader, schema_id: int, context: str) -> dict[str, str]:
+    """The schemas a JSON schema id's registry references name, and theirs (reference name ->
+    text): the documents its `$ref` may point into."""
+    params = None if context == DEFAULT_CONTEXT else {"subject": f":{context}:"}
+    body = reader._get(f"/schemas/ids/{schema_id}", params)
+    if not body or not body.get("references"):
+        return {}
+    try:
+        bodies = referenced_bodies(reader._get, schema_id, context, body["references"], None,
+                                   JSON_REFERENCED_DOCUMENTS_MAX)
+    except LookupError as exc:
+        raise SchemaError(f"JSON schema id {schema_id} in context {context or '(default)'}: {exc}") from None
+    return {name: got["schema"] for name, got in bodies.items()}
+
+
 def _columns_of(reader: RegistryReader, fmt: str, schema_id: int, context: str,
-                text: str) -> list[tuple[str, pa.DataType]]:
+                text: str, referenced: dict[str, str]) -> list[tuple[str, pa.DataType]]:
     if fmt == "AVRO":
         return record_columns(text)
     if fmt == "JSON":
-        return json_columns(text)
+        return json_columns(text, referenced)
     try:
         schema = fetch_protobuf(reader._get, schema_id, context)
         if schema is None:
@@ -553,7 +625,8 @@ JSON_WRITER = "JSON"  # JSON payloads are read as they are: the table's columns 
 UNKNOWN_WRITER = "UNKNOWN"  # an id the registry does not know (poison = "dead-letter": a dead letter)
 
 
-def _registry(table: TypedTable) -> RegistryReader:
+def registry_of(table: TypedTable) -> RegistryReader:
+    """The table's registry reader (one per process and table, its answers cached)."""
     if "registry" not in table._cache:
         table._cache["registry"] = RegistryReader(table.registry_url, table.access)
     reg: RegistryReader = table._cache["registry"]
@@ -571,7 +644,7 @@ def decode_rows(table: TypedTable, rows: pa.RecordBatch, load_id: str,
     if table.format == "AVRO" and not table.primitive:
         from spark_aggregate import avro_batch
 
-        registry = _registry(table)
+        registry = registry_of(table)
         latest = {c: schema_id for c, schema_id, _ in table.readers}
         offsets, partitions = rows.column("kafka_offset"), rows.column("kafka_partition")
 
@@ -608,7 +681,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
     from fastavro import schemaless_reader
     from fastavro._read_common import SchemaResolutionError
 
-    registry = _registry(table)
+    registry = registry_of(table)
     values = rows.column("value").to_pylist()
     clusters = rows.column("source_cluster").to_pylist()
     offsets = rows.column("kafka_offset").to_pylist()
@@ -651,7 +724,7 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                 schemas = resolved[(context, schema_id)] = (writer, reader)
             writer, reader = schemas
             if writer is UNKNOWN_WRITER:
-                reason = (f"schema id {schema_id} is unknown in registry context {context or '(default)'} "
+                reason = (f"schema id {schema_id} {UNKNOWN_ID_REASON} {context or '(default)'} "
                           f"at {table.registry_url}")
             elif isinstance(writer, ProtobufFile):
                 try:
@@ -669,7 +742,10 @@ def _decode_rows_per_record(table: TypedTable, rows: pa.RecordBatch, load_id: st
                 except orjson.JSONDecodeError as exc:
                     reason = f"payload is not JSON (schema id {schema_id}): {exc}"
                 else:
-                    if isinstance(record, dict):
+                    if table.primitive:
+                        records.append({PRIMITIVE_KEY_FIELD: record})
+                        record_rows.append(i)
+                    elif isinstance(record, dict):
                         records.append(record)
                         record_rows.append(i)
                     else:

@@ -176,8 +176,16 @@ class ProtobufFile:
         return desc
 
     def columns(self) -> list[tuple[str, pa.DataType]]:
-        """The first message type's fields as (column, Arrow type)."""
-        return [(f.name, f.type) for f in message_arrow_type(self.message_type())]
+        """The first message type's fields as (column, Arrow type). google/protobuf/wrappers.proto
+        itself (what ProtobufSerializer registers for a StringValue or Int64Value key) is refused:
+        its records name one of nine message types, each `value` of another type."""
+        first = self.message_type()
+        if first.full_name == "google.protobuf.DoubleValue" and len(self._top) > 1:
+            raise ProtobufSchemaError("the schema is google/protobuf/wrappers.proto (records written as wrapper "
+                                      "types, StringValue, Int64Value...): each record may name another of its "
+                                      "message types, so no one set of columns fits; leave it untyped (for a "
+                                      "key: key = false)")
+        return [(f.name, f.type) for f in message_arrow_type(first)]
 
     def decode(self, payload: memoryview) -> dict[str, Any]:
         """A payload after the 5-byte header (message indexes, then the message) as a row."""
@@ -305,11 +313,35 @@ def _qualified(subject: str, context: str) -> str:
     return subject if not context or subject.startswith(":.") else f":{context}:{subject}"
 
 
+def referenced_bodies(get: RegistryGet, schema_id: int, context: str, references: list[Any],
+                      params: dict[str, str] | None, max_files: int) -> dict[str, Any]:
+    """Every schema `references` names, and those they name in turn (reference name -> the
+    registry's answer for that subject version, in `context`). Raises LookupError naming a
+    reference the registry does not have, or more than `max_files` of them."""
+    import urllib.parse
+
+    found: dict[str, Any] = {}
+    pending = list(references or ())
+    while pending:
+        ref = pending.pop()
+        name = ref["name"]
+        if name in found:
+            continue
+        if len(found) >= max_files:
+            raise LookupError(f"schema id {schema_id} references more than {max_files} schemas")
+        subject = urllib.parse.quote(_qualified(ref["subject"], context), safe="")
+        got = get(f"/subjects/{subject}/versions/{int(ref['version'])}", params)
+        if got is None:
+            raise LookupError(f"schema id {schema_id} references {name!r} (subject {ref['subject']!r} "
+                              f"version {ref['version']}), which the registry does not have")
+        found[name] = got
+        pending.extend(got.get("references") or ())
+    return found
+
+
 def fetch_protobuf(get: RegistryGet, schema_id: int, context: str) -> ProtobufFile | None:
     """Schema id `schema_id` of registry context `context` ("" for the default) with every file
     it references, built; None if the id is unknown there."""
-    import urllib.parse
-
     params = {"format": "serialized"}
     body = get(f"/schemas/ids/{schema_id}", params | ({"subject": f":{context}:"} if context else {}))
     if body is None:
@@ -317,20 +349,9 @@ def fetch_protobuf(get: RegistryGet, schema_id: int, context: str) -> ProtobufFi
     if body.get("schemaType") != "PROTOBUF":
         raise ProtobufSchemaError(f"schema id {schema_id} is a {body.get('schemaType', 'AVRO')} schema")
     main = file_proto(body["schema"], f"__dcmirror_schema_{schema_id}.proto")
-    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-    pending = list(body.get("references") or ())
-    while pending:
-        ref = pending.pop()
-        name = ref["name"]
-        if name in files:
-            continue
-        if len(files) >= MAX_REFERENCE_FILES:
-            raise ProtobufSchemaError(f"schema id {schema_id} references more than {MAX_REFERENCE_FILES} files")
-        subject = urllib.parse.quote(_qualified(ref["subject"], context), safe="")
-        got = get(f"/subjects/{subject}/versions/{int(ref['version'])}", params)
-        if got is None:
-            raise ProtobufSchemaError(f"schema id {schema_id} references {name!r} (subject {ref['subject']!r} "
-                                      f"version {ref['version']}), which the registry does not have")
-        files[name] = file_proto(got["schema"], name)
-        pending.extend(got.get("references") or ())
-    return ProtobufFile(main, files)
+    try:
+        bodies = referenced_bodies(get, schema_id, context, body.get("references") or [], params,
+                                   MAX_REFERENCE_FILES)
+    except LookupError as exc:
+        raise ProtobufSchemaError(str(exc)) from None
+    return ProtobufFile(main, {name: file_proto(got["schema"], name) for name, got in bodies.items()})

@@ -33,6 +33,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, text_forma
 from proto_schema_parser import ast as proto_ast
 from proto_schema_parser.parser import Parser as ProtoParser
 
+from cluster.registry import json_refs
+
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
 COMPATIBILITY_LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE",
@@ -707,9 +709,9 @@ def _parse_json(text: str, referenced: dict[str, str], normalize: bool) -> tuple
                                 f"{e}") from None
     schema, validator = _json_document(text)
     for where, doc in [(None, schema), *docs.items()]:
-        for ref in _json_refs(doc):
+        for ref in json_refs.refs_in(doc):
             try:
-                _json_resolve(ref, where, schema, docs)
+                json_refs.resolve(ref, where, schema, docs)
             except LookupError as e:
                 in_ref = f" (in reference {where!r})" if where else ""
                 raise InvalidSchema(f"Invalid JSON schema: $ref {ref!r}{in_ref} does not "
@@ -735,42 +737,6 @@ def _json_document(text: str) -> tuple[Any, Any]:
     except jsonschema.SchemaError as e:
         raise InvalidSchema(f"Invalid JSON schema: at {e.json_path}: {e.message}") from None
     return schema, validator
-
-
-def _json_refs(node: Any) -> list[str]:
-    """The $ref values in a schema document (every "$ref" key whose value is a string)."""
-    found: list[str] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, dict):
-            if isinstance(n.get("$ref"), str):
-                found.append(n["$ref"])
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
-    return found
-
-
-def _json_resolve(ref: str, doc: str | None, root: Any,
-                  docs: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """The schema `ref` names from document `doc` (None: the schema being parsed), and the
-    document it is in. Raises LookupError."""
-    name, _, pointer = ref.partition("#")
-    if name:
-        if name not in docs:
-            raise LookupError(f"{name!r} is not one of the schema's references")
-        doc = name
-    node = docs[doc] if doc is not None else root
-    for token in [t for t in pointer.split("/") if t]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise LookupError(f"no {token!r} at '#{pointer}'")
-    return node, doc
 
 
 @dataclass
@@ -825,7 +791,7 @@ class _JsonDiff:
         for _ in range(_JSON_REF_DEPTH_MAX):
             if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)):
                 break
-            node, doc = _json_resolve(node["$ref"], doc, side.schema, side.referenced)
+            node, doc = json_refs.resolve(node["$ref"], doc, side.schema, side.referenced)
         if isinstance(node, bool):
             return _JsonView("empty" if node else "false", node, doc)
         parts = [_JsonView("combined", node, doc, part=c, criterion=c,

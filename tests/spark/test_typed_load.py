@@ -97,6 +97,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     '[warehouse.registry_schemas]\n"east[.]orders" = { value = true }\n'
                     '"east[.]unknown_ids" = { value = true, subject = "refunds-value" }\n'
                     '"east[.]events" = { value = true }\n'
+                    '"east[.]shipments" = { value = true, key = true }\n'
                     '"east[.]clicks" = { value = true }\n'
                     '"east[.]carts" = { value = true, key = true }\n'
                     '"east[.]returns" = { value = true }\n'
@@ -245,6 +246,41 @@ def test_json_schema_values_load_into_the_declared_columns(env: Env) -> None:
     assert [r[0] for r in dead] == [3] and dead[0][1].startswith("payload is not JSON"), dead
 
 
+def test_json_schema_references_and_primitive_json_keys_load(env: Env) -> None:
+    """Issue 43: a JSON schema whose `$ref` points into another registered schema (a
+    reference by name, as JSONSerializer resolves it) loads into the columns of both; a key
+    whose JSON Schema is a string loads into record_key as the string itself."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    topic = "east.shipments"
+    create_topics(env.broker.bootstrap, {topic: 1})
+    address = {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"Address": {
+        "type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}}}}
+    env.client.register_schema(":.east:address", Schema(json.dumps(address), "JSON"))
+    shipment = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {
+        "id": {"type": "integer"}, "to": {"$ref": "address.json#/definitions/Address"}}}
+    value_ser = JSONSerializer(Schema(json.dumps(shipment), "JSON",
+                                      [SchemaReference("address.json", ":.east:address", 1)]), env.client,
+                               conf={"auto.register.schemas": True,
+                                     "subject.name.strategy": lambda ctx, name: ":.east:shipments-value"})
+    key_ser = JSONSerializer(json.dumps({"type": "string"}), env.client,
+                             conf={"auto.register.schemas": True,
+                                   "subject.name.strategy": lambda ctx, name: ":.east:shipments-key"})
+    sent = env.feed.produce(
+        topic, 1, 3, source="east",
+        value=lambda n: value_ser({"id": n, "to": {"city": f"c{n}", "zip": 1000 + n}},
+                                  SerializationContext(topic, MessageField.VALUE)),
+        key=lambda n: key_ser(f"k{n}", SerializationContext(topic, MessageField.KEY)))
+    out = env.load("east[.]shipments")
+    assert "3 offsets" in out and "poison" not in out, out
+    schema_of = {f.name: f.dataType.simpleString() for f in env.spark.table("dcmirror.east_shipments").schema.fields}
+    assert (schema_of["to"], schema_of["record_key"]) == ("struct<city:string,zip:bigint>", "string"), schema_of
+    ids = [json.loads(s.value[5:])["id"] for s in sent]
+    assert typed_rows(env, "east_shipments", "kafka_offset, id, `to`.city, `to`.zip, record_key") == [
+        (i, ids[i], f"c{ids[i]}", 1000 + ids[i], f"k{ids[i]}") for i in range(3)]
+
+
 CLICK_PROTO = """
 syntax = "proto3";
 package web;
@@ -384,6 +420,23 @@ def test_an_unknown_schema_id_is_a_dead_letter_under_the_dead_letter_policy(env:
     env.spark.sql("REFRESH TABLE dcmirror.loads")
     assert env.spark.sql(f"SELECT count(*) FROM dcmirror.loads WHERE topic = '{topic}' AND status = 'committed'"
                          ).first()[0] == 1
+    # Nothing new, the id still unknown: nothing reloaded.
+    assert "reload" not in env.load("east[.]unknown_ids")
+    # The schema appears under id 9999 (imported, as a mirror's schema sync would): the next
+    # load reloads the dead letter into the table, once; it stays in the dead-letter table.
+    late = ":.east:late-value"
+    assert httpx.put(f"{env.registry.url}/mode/{late}", json={"mode": "IMPORT"}).status_code == 200
+    assert httpx.post(f"{env.registry.url}/subjects/{late}/versions",
+                      json={"schema": json.dumps(V1), "id": 9999}).json() == {"id": 9999}
+    out = env.load("east[.]unknown_ids")
+    assert "reloading 1 dead letters of east.unknown_ids" in out and "poison" not in out, out
+    assert typed_rows(env, "east_unknown_ids", "kafka_offset, id") == [(o, 1) for o in range(3)]
+    assert "reload" not in env.load("east[.]unknown_ids")
+    assert len(typed_rows(env, "east_unknown_ids", "kafka_offset")) == 3
+    assert len(typed_rows(env, "east_unknown_ids_dead_letters", "kafka_offset")) == 1
+    env.spark.sql("REFRESH TABLE dcmirror.loads")
+    assert env.spark.sql(f"SELECT start_offset, end_offset, rows FROM dcmirror.loads WHERE topic = '{topic}' "
+                         "AND note = 'reload of dead letters'").collect() == [(bad.offset, bad.offset + 1, None)]
 
 
 def test_a_topic_that_cannot_load_holds_no_other_topic_back(env: Env) -> None:

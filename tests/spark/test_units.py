@@ -20,6 +20,8 @@ from spark_aggregate.ledger import (
     COMMITTED,
     GAP,
     PLANNED,
+    RELOAD_NOTE,
+    DeadLetter,
     LedgerError,
     LedgerRow,
     finished_load_ids,
@@ -27,6 +29,7 @@ from spark_aggregate.ledger import (
     next_offsets,
     pending_plans,
     plan_load,
+    plan_reload,
 )
 from spark_aggregate.options import EARLIEST, LATEST, OffsetSpec, OptionError, parse_options
 from spark_aggregate.ranges import (
@@ -191,6 +194,49 @@ def test_a_load_commits_topic_by_topic_and_a_pending_topic_is_not_planned_again(
     assert finished_load_ids(rows) == {"a", "b"} and pending_plans(rows) == []
     last = plan_load(rows, more, load_id="c", now_ms=6, fail_on_data_loss=False)
     assert last is not None and last.ranges == (OffsetRange("u", 0, 50, 70),)
+
+
+def test_dead_letters_of_ids_the_registry_knows_now_are_reloaded_once() -> None:
+    """Issue 43: dead letters whose schema id was unknown are planned as a reload once the
+    registry knows the id (runs of offsets joined), never twice (a reload interrupted is
+    finished as planned, its offsets not planned again), not while the topic has a load
+    pending, and those retention deleted are named, not planned."""
+    plan = plan_load([], LOGS, load_id="a", now_ms=1, fail_on_data_loss=False)
+    assert plan is not None
+    rows = plan.planned_rows() + plan.committed_rows({("t", 0): 97, ("u", 0): 50}, now_ms=2)
+    dead = [DeadLetter("t", 0, o, 9, ".east") for o in (10, 11, 12, 40)] + [
+        DeadLetter("t", 0, 5, 9, ".east"), DeadLetter("t", 0, 60, 8, ".east"), DeadLetter("u", 0, 3, 9, ".east", key=True)]
+    asked: list[tuple[int, bool]] = []
+
+    def known(d: DeadLetter) -> bool:
+        asked.append((d.schema_id, d.key))
+        return d.schema_id == 9
+
+    starts = {("t", 0): 10, ("u", 0): 0}
+    reload, gone = plan_reload(rows, dead, known, starts, load_id="r", now_ms=3)
+    assert reload is not None and reload.reload and reload.load_id == "r"
+    assert reload.ranges == (OffsetRange("t", 0, 10, 13), OffsetRange("t", 0, 40, 41), OffsetRange("u", 0, 3, 4))
+    assert gone == [DeadLetter("t", 0, 5, 9, ".east")]  # below the log start: its value stays a dead letter
+    assert sorted(asked) == [(8, False), (9, False), (9, True)]  # once per id and side
+    planned = reload.planned_rows()
+    assert {r.note for r in planned} == {RELOAD_NOTE}
+    # Interrupted after planning: the same reload is finished, nothing planned again.
+    rows += planned
+    [pending] = pending_plans(rows)
+    assert pending.reload and pending.ranges == reload.ranges and pending.load_id == "r"
+    assert plan_reload(rows, dead, known, starts, load_id="s", now_ms=4)[0] is None
+    rows += pending.committed_rows({("t", 0): 4, ("u", 0): 1}, now_ms=5)
+    assert pending_plans(rows) == [] and finished_load_ids(rows) >= {"a", "r"}
+    assert next_offsets(rows) == {("t", 0): 100, ("u", 0): 50}  # a reload moves no partition's next offset
+    # A topic with a load pending waits; one more dead letter is planned alone.
+    later = plan_load(rows, {**LOGS, ("t", 0): PartitionOffsets(10, 110)}, load_id="b", now_ms=6,
+                      fail_on_data_loss=False)
+    assert later is not None
+    waiting = rows + later.planned_rows()
+    more = [*dead, DeadLetter("t", 0, 99, 9, ".east")]
+    assert plan_reload(waiting, more, known, starts, load_id="s", now_ms=7)[0] is None
+    again, _ = plan_reload(rows, more, known, starts, load_id="s", now_ms=7)
+    assert again is not None and again.ranges == (OffsetRange("t", 0, 99, 100),)
 
 
 def test_planning_detects_data_loss_and_truncated_partitions() -> None:

@@ -248,3 +248,97 @@ def test_json_schema_refs_and_all_of_become_columns() -> None:
              "declares property 'a' twice")):
         with pytest.raises(SchemaError, match=problem):
             json_columns(json.dumps(bad))
+
+
+def test_json_schema_refs_into_referenced_documents_become_columns() -> None:
+    """Issue 43: `$ref` into another document, one of the schema's registry references by its
+    reference name (`address.json#/definitions/Address`), and from there pointers within that
+    document and into a third; the registry answers the references (and theirs) once each."""
+    from spark_aggregate.typed import SchemaError, json_columns, plan_typed_table
+
+    address = {"definitions": {"Address": {"type": "object", "properties": {
+        "city": {"type": "string"}, "geo": {"$ref": "#/definitions/Geo"}, "since": {"$ref": "time.json"}}},
+        "Geo": {"type": "object", "properties": {"lat": {"type": "number"}}}}}
+    time = {"type": "string", "format": "date-time"}
+    order = {"type": "object", "properties": {"id": {"type": "integer"},
+                                              "ship_to": {"$ref": "address.json#/definitions/Address"},
+                                              "placed": {"$ref": "time.json"}}}
+    columns = dict(json_columns(json.dumps(order), {"address.json": json.dumps(address), "time.json": json.dumps(time)}))
+    assert columns == {"id": pa.int64(), "ship_to": pa.struct([
+        pa.field("city", pa.string()), pa.field("geo", pa.struct([pa.field("lat", pa.float64())])),
+        pa.field("since", pa.string())]), "placed": pa.timestamp("us", tz="UTC")}
+    with pytest.raises(SchemaError, match=r"ship_to: \$ref 'address.json#/definitions/Address' points into another "
+                                          r"document, and 'address.json' is not one of the schema's references"):
+        json_columns(json.dumps(order), {"time.json": json.dumps(time)})
+    loop = {"definitions": {"A": {"type": "object", "properties": {"b": {"$ref": "main.json#/definitions/B"}}}}}
+    main = {"definitions": {"B": {"type": "object", "properties": {"a": {"$ref": "loop.json#/definitions/A"}}}},
+            "properties": {"x": {"$ref": "#/definitions/B"}}}
+    with pytest.raises(SchemaError, match="refers to itself"):
+        json_columns(json.dumps(main), {"loop.json": json.dumps(loop), "main.json": json.dumps(main)})
+
+    asked: list[str] = []
+
+    class Registry:
+        url = "http://registry.invalid"
+
+        def contexts(self) -> list[str]:
+            return [".east"]
+
+        def latest(self, name: str, context: str) -> tuple[int, str, str] | None:
+            return (9, "JSON", json.dumps(order)) if name == "t-value" else None
+
+        def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+            asked.append(path)
+            return {"/schemas/ids/9": {"schema": json.dumps(order), "schemaType": "JSON", "references": [
+                        {"name": "address.json", "subject": "address", "version": 2},
+                        {"name": "time.json", "subject": "time", "version": 1}]},
+                    "/subjects/%3A.east%3Aaddress/versions/2": {"schema": json.dumps(address), "references": [
+                        {"name": "time.json", "subject": "time", "version": 1}]},
+                    "/subjects/%3A.east%3Atime/versions/1": {"schema": json.dumps(time)}}.get(path)
+
+    t = plan_typed_table("t", "http://registry.invalid", "aggregate", "", "dead-letter", Registry())  # type: ignore[arg-type]
+    assert dict(t.columns) == columns and t.format == "JSON"
+    assert sorted(asked) == ["/schemas/ids/9", "/subjects/%3A.east%3Aaddress/versions/2",
+                             "/subjects/%3A.east%3Atime/versions/1"]
+
+
+@pytest.mark.parametrize(("schema", "keys", "arrow", "expected"), [
+    ({"type": "string"}, ['"k-1"', '"k-2"'], pa.string(), ["k-1", "k-2"]),
+    ({"type": "integer"}, ["7", str(-(2**62))], pa.int64(), [7, -(2**62)]),
+    ({"type": ["null", "string"], "format": "date-time"}, ['"2026-01-02T03:04:05Z"', "null"],
+     pa.timestamp("us", tz="UTC"), [datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC), None]),
+])
+def test_primitive_json_keys_decode_into_record_key_itself(schema: dict[str, Any], keys: list[str],
+                                                            arrow: pa.DataType, expected: list[Any]) -> None:
+    """Issue 43: a key whose JSON Schema is not an object (what JSONSerializer writes for a
+    string or integer key) reads into `record_key` as the value itself; a key payload that is
+    not of that type is a dead letter starting "key: "."""
+    from spark_aggregate.typed import JSON_WRITER, KEY_COLUMN, decode_keys, plan_typed_table
+
+    class Registry:
+        url = "http://registry.invalid"
+
+        def contexts(self) -> list[str]:
+            return [".east"]
+
+        def latest(self, name: str, context: str) -> tuple[int, str, str] | None:
+            return {"t-value": (1, "AVRO", json.dumps(V1)), "t-key": (6, "JSON", json.dumps(schema))}.get(name)
+
+        def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+            return {"schema": json.dumps(schema), "schemaType": "JSON"}
+
+    t = plan_typed_table("t", "http://registry.invalid", "aggregate", "", "dead-letter", Registry(),  # type: ignore[arg-type]
+                         key_subject="")
+    assert t.key is not None and t.key.primitive and t.output_schema.field(KEY_COLUMN).type == arrow
+    t._cache.update({("writer", ".east", 1): parse_avro(json.dumps(V1)), "registry": Unknown()})
+    t.key._cache.update({("writer", ".east", 6): JSON_WRITER, "registry": Unknown()})
+    values = [wire(V1, 1, record(i)) for i in range(4)]
+    raw = [b"\x00\x00\x00\x00\x06" + k.encode() for k in [*keys, '{"an": "object"}']]
+    rows = rows_of(values, ["east"] * 4)
+    rows = rows.set_column(rows.schema.names.index("key"), "key", pa.array([raw[0], None, raw[1], raw[2]], pa.binary()))
+    typed, _ = decode_rows(t, rows, "L", PARTS)
+    good, dead = decode_keys(t, typed, "L", PARTS)
+    assert good.column(KEY_COLUMN).to_pylist() == [expected[0], None, expected[1]]
+    assert good.schema.field(KEY_COLUMN).type == arrow
+    assert dead.column("kafka_offset").to_pylist() == [103]
+    assert dead.column("reason").to_pylist()[0].startswith("key: JSON values do not fit the table's columns")

@@ -224,3 +224,20 @@ def test_decode_rows_reads_protobuf_by_context_with_evolution_and_poison() -> No
     t_fail._cache.update(t._cache)
     with pytest.raises(TypedLoadError, match=r"offset 102: poison record"):
         decode_rows(t_fail, rows_of(values, ["east"] * 4), "L", PARTS)
+
+
+def test_wrappers_proto_itself_is_refused_as_a_table_schema() -> None:
+    """What ProtobufSerializer registers for a StringValue key is google/protobuf/wrappers.proto:
+    its records name one of its nine message types, each `value` of another type, so its first
+    message's columns would make every other a dead letter; it is refused, saying to leave it
+    untyped. A file that declares a single wrapper-like message is a message like any other."""
+    wrappers = ('syntax = "proto3"; package google.protobuf; message DoubleValue { double value = 1; } '
+                'message StringValue { string value = 1; } message Int64Value { int64 value = 1; }')
+    get, _ = _registry(wrappers, {})
+    schema = fetch_protobuf(get, 7, "")
+    assert schema is not None
+    with pytest.raises(ProtobufSchemaError, match=r"wrappers.proto .*key = false"):
+        schema.columns()
+    get, _ = _registry('syntax = "proto3"; package p; message DoubleValue { double value = 1; }', {})
+    one = fetch_protobuf(get, 7, "")
+    assert one is not None and one.columns() == [("value", pa.float64())]
