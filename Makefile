@@ -101,12 +101,15 @@ FAULT_SCHEDULES := \
 # (DCMIRROR_MIRROR_SOAK_SEEDS; make test runs seeds 0..999); the example failover test the
 # simulation and tests/mirror/test_dr_faults.py now cover; loads killed at every step under new
 # seeds, each printed (DCMIRROR_SOAK_CRASH_RUNS runs); the fault schedules above under new
-# seeds, each printed (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>).
+# seeds, each printed (replay: DCMIRROR_FAULT_SEED=<seed> pytest <the test>); the share
+# partition's model check over 20,000 new seeds (a failure names its seed).
 soak: venv sysdeps peers
 	$(TEST_ENV) $(PY) -m pytest -m soak -q -s tests/unit/test_replication_sim.py tests/unit/test_mirror_sim.py \
 	    tests/mirror/test_failover.py tests/spark/test_load_crash.py
 	$(TEST_ENV) DCMIRROR_FAULT_NEW_SEEDS=1 $(PY) -m pytest -q -s $(FAULT_SCHEDULES)
 	$(TEST_ENV) DCMIRROR_FUZZ_EXPLORE=1 $(PY) -m pytest -q tests/unit/test_protocol_fuzz.py tests/interop/test_fuzz_broker.py
+	$(TEST_ENV) DCMIRROR_SHARE_SEEDS=20000 DCMIRROR_SHARE_SEED_BASE=$$(date +%s) $(PY) -m pytest -q \
+	    tests/unit/test_share_partition.py -k seeded
 
 lint: venv
 	$(VENV)/bin/ruff check .

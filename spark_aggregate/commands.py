@@ -196,7 +196,8 @@ def run_load(config: str | WarehouseSettings, *, out: TextIO = sys.stdout, err: 
     write_last_load(settings, {
         **last, "status": "ok", "finished_at": datetime.now().isoformat(timespec="seconds"),
         "seconds": round(time.time() - started, 3), "rows": rows,
-        "loads": [{"load_id": o.plan.load_id, "resumed": o.plan.resumed, "rows": o.rows, "offsets": o.plan.offsets,
+        "loads": [{"load_id": o.plan.load_id, "resumed": o.plan.resumed, "reload": o.plan.reload, "rows": o.rows,
+                   "offsets": o.plan.offsets,
                    "tables": {t.table: t.rows for t in o.topics}} for o in outcomes],
     })
     return 0 if query_error is None else 1

@@ -1,0 +1,337 @@
+"""A share partition (KIP-932, Kafka 4.2's queues): which records of one topic partition a
+share group has delivered, to whom, and with what outcome (sans-IO: no clock, no log, no
+network; the broker's shell feeds it fetched offsets, acknowledgements and the time).
+
+Records from the share-partition start offset (SPSO) to the end offset (SPEO, exclusive) are
+*in flight*, each in one state:
+
+    AVAILABLE     may be acquired (never delivered yet, or released, or its lock timed out)
+    ACQUIRED      delivered to one member, locked for `lock_duration_ms`
+    ACKNOWLEDGED  accepted: done
+    ARCHIVED      rejected, delivered `delivery_count_limit` times without success, a gap
+                  (an offset without a record: compaction, transaction markers) or an aborted
+                  transaction's record (read_committed): never delivered again
+
+Every acquisition counts a delivery. An acquired record goes back to AVAILABLE when its member
+releases it, its lock times out or its member leaves, unless it has been delivered
+`delivery_count_limit` times: then it is ARCHIVED. No record is ever ACQUIRED by two members at
+once, and none leaves the in-flight window before it is ACKNOWLEDGED or ARCHIVED: the SPSO
+moves only over those (or past offsets retention deleted from the log).
+
+What is kept durable (the share coordinator's state, `snapshot`/`restore`) is the SPSO and
+the in-flight records that are not plain AVAILABLE-and-never-delivered; an ACQUIRED record is
+kept as AVAILABLE with its delivery count, as Kafka's share coordinator keeps it: after a
+broker failure its lock is void and it is delivered again, unless that was its last delivery
+(then it is archived, as when its lock times out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from cluster.protocol.errors import ErrorCode
+
+LOCK_DURATION_MS_DEFAULT = 30_000  # group.share.record.lock.duration.ms
+DELIVERY_COUNT_LIMIT_DEFAULT = 5  # group.share.delivery.count.limit
+MAX_IN_FLIGHT_DEFAULT = 2_000  # group.share.partition.max.record.locks
+ACQUIRE_RECORDS_MAX = 10_000  # records one acquisition takes at most, whatever the fetch asks
+
+
+class RecordState(IntEnum):
+    """A record's state, numbered as in Kafka's share-group state records."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+class AcknowledgeType(IntEnum):
+    """ShareFetch/ShareAcknowledge acknowledgement types (KIP-932; RENEW from KIP-1222)."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+@dataclass(frozen=True)
+class AcquiredRecords:
+    """ShareFetch's AcquiredRecords: offsets [first, last] delivered `delivery_count` times."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+@dataclass
+class _InFlight:
+    state: RecordState = RecordState.AVAILABLE
+    delivery_count: int = 0
+    member_id: str | None = None
+    lock_deadline_ms: int = 0
+
+
+@dataclass(frozen=True)
+class StateBatch:
+    """A run of in-flight records with one state and delivery count, as kept durable."""
+
+    first_offset: int
+    last_offset: int
+    state: RecordState
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class ShareState:
+    """What the share coordinator keeps of a share partition."""
+
+    start_offset: int
+    state_epoch: int
+    batches: tuple[StateBatch, ...] = ()
+
+
+@dataclass
+class SharePartition:
+    """One share group's view of one topic partition (see the module's docstring)."""
+
+    start_offset: int
+    lock_duration_ms: int = LOCK_DURATION_MS_DEFAULT
+    delivery_count_limit: int = DELIVERY_COUNT_LIMIT_DEFAULT
+    max_in_flight: int = MAX_IN_FLIGHT_DEFAULT
+    state_epoch: int = 0
+    _records: dict[int, _InFlight] = field(default_factory=dict)
+    _end_offset: int = -1
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0:
+            raise ValueError(f"start offset {self.start_offset} is negative")
+        if self.lock_duration_ms <= 0 or self.delivery_count_limit <= 0 or self.max_in_flight <= 0:
+            raise ValueError("lock duration, delivery count limit and in-flight records must be positive")
+        if self._end_offset < self.start_offset:
+            self._end_offset = self.start_offset
+
+    # ---- what a fetch reads ------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        """SPEO: the offset after the last record ever acquired (or archived as a gap)."""
+        return self._end_offset
+
+    def in_flight(self) -> int:
+        return self._end_offset - self.start_offset
+
+    def fetch_offset(self) -> int | None:
+        """Where the next acquisition starts reading: the first AVAILABLE in-flight record, or
+        the SPEO when none is and the in-flight window has room; None when it is full."""
+        for offset in range(self.start_offset, self._end_offset):
+            got = self._records.get(offset)
+            if got is None or got.state == RecordState.AVAILABLE:
+                return offset
+        return self._end_offset if self.in_flight() < self.max_in_flight else None
+
+    def acquire(self, member_id: str, offsets: Iterable[int], now_ms: int, max_records: int,
+                *, skipped: Iterable[int] = ()) -> list[AcquiredRecords]:
+        """Acquire for `member_id` the records at `offsets` (ascending: the record offsets a
+        fetch read, from fetch_offset() on) that are AVAILABLE, or new ones beyond the SPEO
+        while the in-flight window has room, at most `max_records`. `skipped`: offsets of the
+        read range that are no records to deliver (transaction markers, an aborted
+        transaction's records under read_committed): archived as they are passed. Answers the
+        acquired ranges (runs of consecutive offsets with one delivery count)."""
+        limit = min(max(0, max_records), ACQUIRE_RECORDS_MAX)
+        skip = set(skipped)
+        got: list[int] = []
+        for offset in sorted(set(offsets) | skip):
+            if len(got) >= limit:
+                break
+            if offset < self.start_offset:
+                continue
+            if offset >= self._end_offset:
+                if self.in_flight() >= self.max_in_flight:
+                    break
+                for gap in range(self._end_offset, offset):  # offsets the log does not hold
+                    self._records[gap] = _InFlight(RecordState.ARCHIVED)
+                self._end_offset = offset + 1
+                record = self._records[offset] = _InFlight()
+            else:
+                record = self._records.setdefault(offset, _InFlight())
+                if record.state != RecordState.AVAILABLE:
+                    continue
+            if offset in skip:
+                record.state = RecordState.ARCHIVED
+                continue
+            record.state = RecordState.ACQUIRED
+            record.delivery_count += 1
+            record.member_id = member_id
+            record.lock_deadline_ms = now_ms + self.lock_duration_ms
+            got.append(offset)
+        self._advance()
+        return self._runs(got)
+
+    def _runs(self, offsets: Sequence[int]) -> list[AcquiredRecords]:
+        out: list[AcquiredRecords] = []
+        for offset in offsets:
+            count = self._records[offset].delivery_count
+            last = out[-1] if out else None
+            if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
+                out[-1] = AcquiredRecords(last.first_offset, offset, count)
+            else:
+                out.append(AcquiredRecords(offset, offset, count))
+        return out
+
+    # ---- acknowledgements --------------------------------------------------------------
+
+    def acknowledge(self, member_id: str, batches: Sequence[tuple[int, int, Sequence[int]]],
+                    now_ms: int) -> ErrorCode:
+        """ShareAcknowledge's (or ShareFetch's) AcknowledgementBatches of one partition: (first
+        offset, last offset, types: one for the whole range or one per offset). All of them or
+        none: INVALID_REQUEST for a malformed batch, INVALID_RECORD_STATE when an offset is not
+        acquired by `member_id` (never delivered, already acknowledged, its lock timed out and
+        taken by another)."""
+        plan: list[tuple[int, AcknowledgeType]] = []
+        for first, last, types in batches:
+            if last < first or not types or (len(types) != 1 and len(types) != last - first + 1) \
+                    or last - first + 1 > self.max_in_flight:
+                return ErrorCode.invalid_request
+            for i, offset in enumerate(range(first, last + 1)):
+                raw = types[0] if len(types) == 1 else types[i]
+                try:
+                    kind = AcknowledgeType(raw)
+                except ValueError:
+                    return ErrorCode.invalid_request
+                record = self._records.get(offset)
+                if record is None or record.state != RecordState.ACQUIRED or record.member_id != member_id \
+                        or not self.start_offset <= offset < self._end_offset:
+                    return ErrorCode.invalid_record_state
+                plan.append((offset, kind))
+        for offset, kind in plan:
+            record = self._records[offset]
+            if kind == AcknowledgeType.ACCEPT:
+                self._settle(record, RecordState.ACKNOWLEDGED)
+            elif kind in (AcknowledgeType.REJECT, AcknowledgeType.GAP):
+                self._settle(record, RecordState.ARCHIVED)
+            elif kind == AcknowledgeType.RELEASE:
+                self._release(record)
+            else:  # RENEW: the lock starts again
+                record.lock_deadline_ms = now_ms + self.lock_duration_ms
+        self._advance()
+        return ErrorCode.none
+
+    @staticmethod
+    def _settle(record: _InFlight, state: RecordState) -> None:
+        record.state, record.member_id, record.lock_deadline_ms = state, None, 0
+
+    def _release(self, record: _InFlight) -> None:
+        final = record.delivery_count >= self.delivery_count_limit
+        self._settle(record, RecordState.ARCHIVED if final else RecordState.AVAILABLE)
+
+    # ---- time and membership -----------------------------------------------------------
+
+    def expire_locks(self, now_ms: int) -> int:
+        """Release the acquired records whose lock has run out; how many."""
+        expired = 0
+        for record in self._records.values():
+            if record.state == RecordState.ACQUIRED and record.lock_deadline_ms <= now_ms:
+                self._release(record)
+                expired += 1
+        if expired:
+            self._advance()
+        return expired
+
+    def next_lock_deadline_ms(self) -> int | None:
+        """When expire_locks next has work, None while nothing is acquired."""
+        deadlines = [r.lock_deadline_ms for r in self._records.values() if r.state == RecordState.ACQUIRED]
+        return min(deadlines) if deadlines else None
+
+    def release_member(self, member_id: str) -> int:
+        """A member left or was fenced: its acquired records are released; how many."""
+        released = 0
+        for record in self._records.values():
+            if record.state == RecordState.ACQUIRED and record.member_id == member_id:
+                self._release(record)
+                released += 1
+        if released:
+            self._advance()
+        return released
+
+    def acquired_by(self, member_id: str) -> list[int]:
+        return sorted(o for o, r in self._records.items()
+                      if r.state == RecordState.ACQUIRED and r.member_id == member_id)
+
+    def state_of(self, offset: int) -> tuple[RecordState, int] | None:
+        """(state, delivery count) of an in-flight offset (a never-fetched one is AVAILABLE, 0);
+        None outside the window (below it: settled and gone; above: not read yet)."""
+        if not self.start_offset <= offset < self._end_offset:
+            return None
+        record = self._records.get(offset)
+        return (RecordState.AVAILABLE, 0) if record is None else (record.state, record.delivery_count)
+
+    def move_log_start(self, log_start_offset: int) -> None:
+        """Retention (or DeleteRecords) removed the records below `log_start_offset`: the
+        window starts there at least (those records cannot be delivered any more)."""
+        if log_start_offset <= self.start_offset:
+            return
+        for offset in range(self.start_offset, min(log_start_offset, self._end_offset)):
+            self._records.pop(offset, None)
+        self.start_offset = log_start_offset
+        self._end_offset = max(self._end_offset, log_start_offset)
+        self._advance()
+
+    def reset(self, start_offset: int) -> None:
+        """AlterShareGroupOffsets (the group empty): the window starts over at `start_offset`."""
+        if start_offset < 0:
+            raise ValueError(f"start offset {start_offset} is negative")
+        self._records.clear()
+        self.start_offset = self._end_offset = start_offset
+        self.state_epoch += 1
+
+    def _advance(self) -> None:
+        """The SPSO moves over settled records (acknowledged or archived)."""
+        while self.start_offset < self._end_offset:
+            record = self._records.get(self.start_offset)
+            if record is None or record.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
+                break
+            del self._records[self.start_offset]
+            self.start_offset += 1
+
+    # ---- durable state -----------------------------------------------------------------
+
+    def snapshot(self) -> ShareState:
+        """The share partition as the share coordinator keeps it: ACQUIRED as AVAILABLE (a
+        lock does not survive), runs of one state and delivery count joined, never-delivered
+        available records left out."""
+        batches: list[StateBatch] = []
+        for offset in range(self.start_offset, self._end_offset):
+            record = self._records.get(offset)
+            if record is None or (record.state == RecordState.AVAILABLE and record.delivery_count == 0):
+                continue
+            state = RecordState.AVAILABLE if record.state == RecordState.ACQUIRED else record.state
+            last = batches[-1] if batches else None
+            if last is not None and last.last_offset == offset - 1 and (last.state, last.delivery_count) == (
+                    state, record.delivery_count):
+                batches[-1] = StateBatch(last.first_offset, offset, state, record.delivery_count)
+            else:
+                batches.append(StateBatch(offset, offset, state, record.delivery_count))
+        return ShareState(self.start_offset, self.state_epoch, tuple(batches))
+
+    @classmethod
+    def restore(cls, state: ShareState, *, lock_duration_ms: int = LOCK_DURATION_MS_DEFAULT,
+                delivery_count_limit: int = DELIVERY_COUNT_LIMIT_DEFAULT,
+                max_in_flight: int = MAX_IN_FLIGHT_DEFAULT) -> SharePartition:
+        """The share partition a snapshot kept (a new leader, a broker restarted)."""
+        part = cls(state.start_offset, lock_duration_ms, delivery_count_limit, max_in_flight, state.state_epoch)
+        for batch in state.batches:
+            if batch.first_offset < state.start_offset or batch.last_offset < batch.first_offset:
+                raise ValueError(f"state batch [{batch.first_offset}, {batch.last_offset}] is outside the share "
+                                 f"partition starting at {state.start_offset}")
+            kind = RecordState.AVAILABLE if batch.state == RecordState.ACQUIRED else batch.state
+            if kind == RecordState.AVAILABLE and batch.delivery_count >= delivery_count_limit:
+                kind = RecordState.ARCHIVED  # its last delivery ended with the failure: as a lock timing out
+            for offset in range(batch.first_offset, batch.last_offset + 1):
+                part._records[offset] = _InFlight(kind, batch.delivery_count)
+            part._end_offset = max(part._end_offset, batch.last_offset + 1)
+        part._advance()
+        return part
