@@ -7,6 +7,14 @@ Run with `make bench` (or `pytest -m perf -q -s tests/perf/test_scale.py`). Knob
   DCMIRROR_BENCH_SCALE_PARTITIONS  partition counts, comma-separated (default 1000,10000)
   DCMIRROR_BENCH_SCALE_RECORDS     records produced and consumed across them (default 200,000)
   DCMIRROR_BENCH_SCALE_ROUNDS      rounds per count, systems alternated (default 1)
+  DCMIRROR_BENCH_SCALE_BROKERS     brokers per system (default 1): a cluster of 3 combined
+                                   broker+controller nodes on both sides; memory is the sum
+                                   of the nodes', the Fetch row one broker's Fetch of the
+                                   partitions it leads, kill -9 and restart node 1. A broker
+                                   holds partitions / brokers; on this machine a process may
+                                   open at most 20,000 files (hard limit), and Kafka keeps
+                                   each partition's segment open: 3 x 10,000 fits, 100,000
+                                   on 3 brokers does not.
 
 Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker system:
   1. create: CreateTopics of every topic (10 per request) until Metadata shows every
@@ -120,7 +128,7 @@ def metadata_round_trip(bootstrap: str, tries: int = 6) -> tuple[float, float, i
     return times[0], rest[len(rest) // 2], size
 
 
-def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple[float, int]:
+def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple[float, int, int]:
     """A consumer's sessionless Fetch (v13, as librdkafka sends it) of every partition at
     offset 0 while all are empty, answered at once (max wait 0): (median seconds, answer
     bytes). The broker's cost of the request a consumer of N partitions without fetch
@@ -133,12 +141,17 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
         (length,) = struct.unpack(">i", _read(s, 4))
         metadata = decode_response(3, 12, _read(s, length))
         ids = {t.name: t.topic_id for t in metadata.topics}
+        # The partitions this broker leads (all of them on one broker).
+        node = next(b.node_id for b in metadata.brokers if (b.host, b.port) == (host, int(port)))
+        led = {t.name: sorted(p.partition_index for p in t.partitions if p.leader_id == node)
+               for t in metadata.topics}
         request = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 50 << 20, "isolation_level": 0,
                    "session_id": 0, "session_epoch": -1, "rack_id": "",
                    "topics": [{"topic_id": ids[t], "partitions": [
                        {"partition": q, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
-                        "log_start_offset": -1, "partition_max_bytes": 1 << 20} for q in range(TOPIC_PARTITIONS)]}
-                              for t in topics]}
+                        "log_start_offset": -1, "partition_max_bytes": 1 << 20} for q in led[t]]}
+                              for t in topics if led.get(t)]}
+        wanted = sum(len(t["partitions"]) for t in request["topics"])
         correlation = 0
 
         def once() -> tuple[float, int, list[tuple[int, int, int]]]:
@@ -151,7 +164,7 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
             answer = decode_response(1, 13, _read(s, length))
             took = time.perf_counter() - t0
             parts = [p for t in answer.responses for p in t.partitions]
-            assert answer.error_code == 0 and len(parts) == len(topics) * TOPIC_PARTITIONS, answer.error_code
+            assert answer.error_code == 0 and len(parts) == wanted, answer.error_code
             return took, length, [(p.partition_index, p.error_code, len(p.records or b"")) for p in parts
                                   if p.error_code or p.records]
 
@@ -167,7 +180,7 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
             assert not odd, f"empty partitions answered errors or records: {odd[:5]} ({len(odd)} in all)"
             times.append(took)
     times.sort()
-    return times[len(times) // 2], size
+    return times[len(times) // 2], size, wanted
 
 
 def _read(s: socket.socket, n: int) -> bytes:
@@ -263,6 +276,10 @@ FIGURES_FILE = Path(__file__).parent / "results" / "scale.json"
 def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> None:
     records = env_int("DCMIRROR_BENCH_SCALE_RECORDS", 200_000)
     rounds = env_int("DCMIRROR_BENCH_SCALE_ROUNDS", 1)
+    brokers = env_int("DCMIRROR_BENCH_SCALE_BROKERS", 1)
+    where = "one broker" if brokers == 1 else f"{brokers} brokers"
+    figures_file = FIGURES_FILE if brokers == 1 else FIGURES_FILE.with_name(f"scale-{brokers}-brokers.json")
+    fetched = 0
     figures = Alternated()
     saved: dict[str, dict[str, dict[str, float | None]]] = {}  # system → count → row → median
     for n in counts():
@@ -272,18 +289,19 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
             order = SYSTEMS if round_no % 2 == 0 else SYSTEMS[::-1]
             for name, start in order:
                 progress(f"{total:,} partitions, round {round_no + 1}/{rounds}: {name}")
-                with start(tmp_path / f"{name}-{total}-{round_no}", 1) as system:
+                with start(tmp_path / f"{name}-{total}-{round_no}", brokers) as system:
                     bootstrap = system.bootstrap
                     time.sleep(2)
-                    base_mib = rss_mib(system.pids[0])
+                    base_mib = sum(rss_mib(pid) for pid in system.pids)
                     figures.add(f"{total}:create", name, create_all(bootstrap, topics))
                     time.sleep(2)
-                    figures.add(f"{total}:rss", name, (rss_mib(system.pids[0]) - base_mib) * 1024 / total)
+                    figures.add(f"{total}:rss", name,
+                                (sum(rss_mib(pid) for pid in system.pids) - base_mib) * 1024 / total)
                     first, rtt, size = metadata_round_trip(bootstrap)
                     figures.add(f"{total}:metadata_first_ms", name, first * 1000)
                     figures.add(f"{total}:metadata_ms", name, rtt * 1000)
                     figures.add(f"{total}:metadata_kib", name, size / 1024)
-                    rtt, size = fetch_round_trip(bootstrap, topics)
+                    rtt, size, fetched = fetch_round_trip(bootstrap, topics)
                     figures.add(f"{total}:fetch_ms", name, rtt * 1000)
                     figures.add(f"{total}:fetch_kib", name, size / 1024)
                     figures.add(f"{total}:produce", name, produce_spread(bootstrap, topics, records))
@@ -293,14 +311,16 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
         rows = [(f"{total}:{key}", f"{total:,}: " + label.format(records=records), unit) for key, label, unit in ROWS]
         # A table per count as soon as it is measured: a later count that fails keeps these.
         emit("\n".join([
-            f"=== {total:,} partitions on one broker beside Apache Kafka {KAFKA_VERSION} "
+            f"=== {total:,} partitions on {where} beside Apache Kafka {KAFKA_VERSION} "
             f"(topics of {TOPIC_PARTITIONS}, RF 1, {rounds} round(s)) ===",
             "the same broker settings on both sides: " + ", ".join(f"{k}={v}" for k, v in BENCH_BROKER_CONFIG.items()),
-            figures.render("one broker", rows, ("dcmirror", f"Kafka {KAFKA_VERSION}")),
+            *([] if brokers == 1 else [f"memory: the {brokers} nodes' sum; the Fetch row: node 1's Fetch of the "
+                                       f"{fetched:,} partitions it leads; restart: node 1"]),
+            figures.render(where, rows, ("dcmirror", f"Kafka {KAFKA_VERSION}")),
             "ratio: dcmirror / Kafka (for times and memory lower is better); load: 1-minute load average"]))
         for key, _, _ in ROWS:
             for system_name, median in zip(("dcmirror", "kafka"), figures.medians(f"{total}:{key}"), strict=True):
                 saved.setdefault(system_name, {}).setdefault(str(total), {})[key] = median
-        FIGURES_FILE.parent.mkdir(parents=True, exist_ok=True)
-        FIGURES_FILE.write_text(json.dumps({"kafka_version": KAFKA_VERSION, "records": records, "rounds": rounds,
-                                            "medians": saved}, indent=1))
+        figures_file.parent.mkdir(parents=True, exist_ok=True)
+        figures_file.write_text(json.dumps({"kafka_version": KAFKA_VERSION, "records": records, "rounds": rounds,
+                                            "brokers": brokers, "medians": saved}, indent=1))
