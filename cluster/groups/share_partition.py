@@ -185,26 +185,34 @@ class SharePartition:
     # ---- acknowledgements --------------------------------------------------------------
 
     def acknowledge(self, member_id: str, batches: Sequence[tuple[int, int, Sequence[int]]],
-                    now_ms: int) -> ErrorCode:
+                    now_ms: int, *, renew_allowed: bool = True) -> ErrorCode:
         """ShareAcknowledge's (or ShareFetch's) AcknowledgementBatches of one partition: (first
-        offset, last offset, types: one for the whole range or one per offset). All of them or
-        none: INVALID_REQUEST for a malformed batch, INVALID_RECORD_STATE when an offset is not
-        acquired by `member_id` (never delivered, already acknowledged, its lock timed out and
-        taken by another)."""
+        offset, last offset, types: one for the whole range or one per offset), in ascending
+        order. All of them or none, as Kafka checks them: INVALID_REQUEST for a malformed batch
+        (last before first, out of order, no types or neither one nor one per offset, an
+        unknown type, RENEW where the request version or flag does not allow it, a range past
+        the end offset); INVALID_RECORD_STATE when an offset is not acquired by `member_id`
+        (never delivered, already acknowledged, its lock timed out and taken by another).
+        Offsets below the start offset are skipped: already settled."""
         plan: list[tuple[int, AcknowledgeType]] = []
+        previous_last = -1
         for first, last, types in batches:
-            if last < first or not types or (len(types) != 1 and len(types) != last - first + 1) \
-                    or last - first + 1 > self.max_in_flight:
+            if last < first or first <= previous_last or not types \
+                    or (len(types) != 1 and len(types) != last - first + 1):
                 return ErrorCode.invalid_request
-            for i, offset in enumerate(range(first, last + 1)):
-                raw = types[0] if len(types) == 1 else types[i]
+            previous_last = last
+            if last >= self._end_offset:
+                return ErrorCode.invalid_request
+            for offset in range(max(first, self.start_offset), last + 1):
+                raw = types[0] if len(types) == 1 else types[offset - first]
                 try:
                     kind = AcknowledgeType(raw)
                 except ValueError:
                     return ErrorCode.invalid_request
+                if kind == AcknowledgeType.RENEW and not renew_allowed:
+                    return ErrorCode.invalid_request
                 record = self._records.get(offset)
-                if record is None or record.state != RecordState.ACQUIRED or record.member_id != member_id \
-                        or not self.start_offset <= offset < self._end_offset:
+                if record is None or record.state != RecordState.ACQUIRED or record.member_id != member_id:
                     return ErrorCode.invalid_record_state
                 plan.append((offset, kind))
         for offset, kind in plan:

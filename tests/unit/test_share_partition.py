@@ -44,7 +44,11 @@ def test_records_are_acquired_once_acknowledged_and_the_start_moves_over_settled
     assert sp.acknowledge("m3", [(12, 12, [A])], now_ms=3) == ErrorCode.none
     assert sp.acknowledge("m2", [(13, 14, [A])], now_ms=3) == ErrorCode.none
     assert (sp.start_offset, sp.end_offset, sp.in_flight()) == (15, 15, 0)
-    assert sp.acknowledge("m2", [(13, 14, [A])], now_ms=3) == ErrorCode.invalid_record_state  # twice: refused
+    assert sp.acknowledge("m2", [(13, 14, [A])], now_ms=3) == ErrorCode.none  # below the start: settled
+    sp.acquire("m1", range(15, 17), now_ms=4, max_records=10)
+    assert sp.acknowledge("m1", [(15, 15, [A])], now_ms=5) == ErrorCode.none
+    assert sp.acknowledge("m1", [(15, 15, [A])], now_ms=5) == ErrorCode.none  # settled: skipped
+    assert sp.acknowledge("m2", [(16, 16, [A])], now_ms=5) == ErrorCode.invalid_record_state
 
 
 @pytest.mark.parametrize(("batches", "code"), [
@@ -52,14 +56,31 @@ def test_records_are_acquired_once_acknowledged_and_the_start_moves_over_settled
     ([(0, 2, [A, A])], ErrorCode.invalid_request),    # neither one type nor one per offset
     ([(0, 0, [])], ErrorCode.invalid_request),
     ([(0, 0, [9])], ErrorCode.invalid_request),       # no such type
-    ([(0, 10**9, [A])], ErrorCode.invalid_request),   # wider than the window could ever be
-    ([(3, 3, [A])], ErrorCode.invalid_record_state),  # never delivered
+    ([(0, 10**9, [A])], ErrorCode.invalid_request),   # past the end offset
+    ([(3, 3, [A])], ErrorCode.invalid_request),       # past the end offset: never read
+    ([(1, 2, [A]), (0, 0, [A])], ErrorCode.invalid_request),  # out of order
+    ([(0, 1, [A]), (1, 2, [A])], ErrorCode.invalid_request),  # overlapping
+    ([(0, 0, [N])], "renew"),                                 # RENEW without IsRenewAck (or in v1)
 ])
-def test_malformed_acknowledgements_change_nothing(batches: list[tuple[int, int, list[int]]], code: ErrorCode) -> None:
+def test_malformed_acknowledgements_change_nothing(batches: list[tuple[int, int, list[int]]],
+                                                  code: ErrorCode | str) -> None:
     sp = SharePartition(0)
     sp.acquire("m", range(3), now_ms=0, max_records=10)
-    assert sp.acknowledge("m", batches, now_ms=0) == code
+    if code == "renew":
+        assert sp.acknowledge("m", batches, now_ms=0, renew_allowed=False) == ErrorCode.invalid_request
+    else:
+        assert sp.acknowledge("m", batches, now_ms=0) == code
     assert sp.acquired_by("m") == [0, 1, 2]
+    assert sp.acknowledge("m", [(0, 2, [A])], now_ms=0) == ErrorCode.none
+
+
+def test_acknowledgements_below_the_start_offset_are_skipped() -> None:
+    """A batch that reaches below the start offset (settled, gone) is taken for the rest."""
+    sp = SharePartition(0)
+    sp.acquire("m", range(4), now_ms=0, max_records=10)
+    assert sp.acknowledge("m", [(0, 1, [A])], now_ms=0) == ErrorCode.none and sp.start_offset == 2
+    assert sp.acknowledge("m", [(0, 3, [A, A, X, A])], now_ms=0) == ErrorCode.none
+    assert sp.start_offset == 4
 
 
 def test_locks_time_out_renew_extends_them_and_the_delivery_limit_archives() -> None:
@@ -137,7 +158,7 @@ def test_the_snapshot_keeps_outcomes_and_counts_and_voids_locks() -> None:
 
 # ---- the model check ---------------------------------------------------------------------------
 
-SEEDS = int(os.environ.get("DCMIRROR_SHARE_SEEDS", "200"))
+SEEDS = int(os.environ.get("DCMIRROR_SHARE_SEEDS", "1000"))
 SEED_BASE = int(os.environ.get("DCMIRROR_SHARE_SEED_BASE", "0"))
 
 
