@@ -289,7 +289,11 @@ class Loader:
             known = self.catalog_table(name)
             if known is None:
                 continue
-            dead += self.unknown_id_dead_letters(topic, name, known[0])
+            try:
+                dead += self.unknown_id_dead_letters(topic, name, known[0])
+            except (LoadConfigError, SchemaError, OSError, pa.ArrowException) as exc:
+                # A reload is a chance, never a failure: the topic's own load reports its trouble.
+                log.warning("dead letters of %s not checked for a reload: %s", topic, exc)
         if not dead:
             return None
 
@@ -299,7 +303,10 @@ class Loader:
             except LoadConfigError:
                 return False
             side = typed.key if (typed is not None and d.key) else typed
-            return side is not None and registry_of(side).schema_by_id(d.schema_id, d.context) is not None
+            try:
+                return side is not None and registry_of(side).schema_by_id(d.schema_id, d.context) is not None
+            except SchemaError:  # the registry cannot be asked now: the next load asks again
+                return False
 
         now = time.time()
         plan, gone = plan_reload(self.ledger, dead, registry_knows, {tp: o.log_start for tp, o in offsets.items()},
@@ -327,11 +334,11 @@ class Loader:
             import pyarrow.dataset as ds
 
             filesystem, path = opened
-            try:
-                data = ds.dataset(path, format="parquet", filesystem=filesystem).to_table(
-                    columns=columns, filter=pc.match_substring(ds.field("reason"), UNKNOWN_ID_REASON))
-            except (FileNotFoundError, pa.ArrowInvalid):
-                return []
+            dataset = ds.dataset(path, format="parquet", filesystem=filesystem)
+            if "reason" not in dataset.schema.names:
+                return []  # no dead letter written yet
+            data = dataset.to_table(columns=columns,
+                                    filter=pc.match_substring(ds.field("reason"), UNKNOWN_ID_REASON))
             found: Iterable[tuple[Any, ...]] = zip(*(data.column(c).to_pylist() for c in columns), strict=True)
         else:
             self.spark.sql(f"REFRESH TABLE {DATABASE}.{table}")
