@@ -101,12 +101,12 @@ from spark_aggregate.stage import (
 from spark_aggregate.typed import (
     DEAD_LETTER_COLUMNS,
     UNKNOWN_ID_REASON,
+    RegistryReader,
     SchemaError,
     TypedTable,
     context_of,
     dead_letter_table,
     plan_typed_table,
-    registry_of,
     spark_type,
 )
 
@@ -297,14 +297,19 @@ class Loader:
         if not dead:
             return None
 
+        readers: dict[str, RegistryReader] = {}  # the driver's own: a table's cache travels to the executors
+
         def registry_knows(d: DeadLetter) -> bool:
             try:
                 typed = self.typed_table(d.topic)
             except LoadConfigError:
                 return False
             side = typed.key if (typed is not None and d.key) else typed
+            if side is None:
+                return False
+            reader = readers.setdefault(side.registry_url, RegistryReader(side.registry_url, side.access))
             try:
-                return side is not None and registry_of(side).schema_by_id(d.schema_id, d.context) is not None
+                return reader.schema_by_id(d.schema_id, d.context) is not None
             except SchemaError:  # the registry cannot be asked now: the next load asks again
                 return False
 
