@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster.client.registry import RegistryAccess
-from cluster.registry import json_refs
+from cluster.common import json_refs
 from spark_aggregate.columns import TIMESTAMP_TYPE
 from spark_aggregate.typed_protobuf import (
     PoisonPayload,
@@ -272,7 +272,7 @@ JSON_REFERENCED_DOCUMENTS_MAX = 256
 class JsonDocuments:
     """A JSON Schema document and the documents its registry references name (reference name
     -> parsed document): `$ref: "customer.json#/definitions/Address"` is a pointer into the
-    reference named customer.json, as the registry resolves it (cluster/registry/json_refs.py)."""
+    reference named customer.json, as the registry resolves it (cluster/common/json_refs.py)."""
 
     root: Any
     docs: dict[str, Any] = field(default_factory=dict)

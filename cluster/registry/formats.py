@@ -33,7 +33,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, text_forma
 from proto_schema_parser import ast as proto_ast
 from proto_schema_parser.parser import Parser as ProtoParser
 
-from cluster.registry import json_refs
+from cluster.common import json_refs
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
