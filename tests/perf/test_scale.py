@@ -28,8 +28,10 @@ Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker sy
      librdkafka consumer assigned every partition from offset 0 reading them back
      (sessionless: librdkafka has no fetch sessions);
   6. kill -9 and restart: until Metadata has a leader for every partition and a write to the
-     last partition is acknowledged;
+     last partition is acknowledged; with several brokers also a kill -9 of the active
+     controller (DescribeQuorum's leader) until a new topic is created;
   7. delete: DeleteTopics of every topic until Metadata shows none.
+Also DescribeTopicPartitions (KIP-966) of every topic, every page of 2,000 partitions.
 Nothing is asserted about speed; a table per count goes to tests/perf/results/latest.txt as
 soon as it is measured, the medians to tests/perf/results/scale.json
 (`python -m tests.perf.plot_scale` draws docs/images/scale.svg from them).
@@ -183,6 +185,82 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
     return times[len(times) // 2], size, wanted
 
 
+def _ask(s: socket.socket, api_key: int, version: int, correlation: int, body: dict[str, object]) -> tuple[object, int]:
+    """One request over a raw socket: (decoded answer, answer bytes)."""
+    s.sendall(encode_request(api_key, version, correlation, b"scale-bench", body))
+    (length,) = struct.unpack(">i", _read(s, 4))
+    return decode_response(api_key, version, _read(s, length)), length
+
+
+def describe_partitions_round_trip(bootstrap: str, topics: list[str], tries: int = 4) -> tuple[float, float, int, int]:
+    """DescribeTopicPartitions (v0, KIP-966) of every topic, every page (the answer holds at
+    most 2,000 partitions; its cursor names where the next page starts): (seconds of the first
+    whole walk, median seconds of the next ones, bytes of a walk, pages)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    times: list[float] = []
+    size = pages = 0
+    with socket.create_connection((host, int(port)), timeout=120) as s:
+        for attempt in range(tries):
+            cursor = None
+            size = pages = 0
+            t0 = time.perf_counter()
+            while True:
+                answer, length = _ask(s, 75, 0, attempt * 10_000 + pages, {
+                    "topics": [{"name": t} for t in topics], "response_partition_limit": 2000, "cursor": cursor})
+                size += length
+                pages += 1
+                nxt = answer.next_cursor  # type: ignore[attr-defined]
+                if nxt is None:
+                    break
+                cursor = {"topic_name": nxt.topic_name, "partition_index": nxt.partition_index}
+            times.append(time.perf_counter() - t0)
+    rest = sorted(times[1:])
+    return times[0], rest[len(rest) // 2], size, pages
+
+
+def active_controller(bootstrap: str) -> int:
+    """The KRaft leader (DescribeQuorum through a broker, as kafka-metadata-quorum asks)."""
+    for address in bootstrap.split(","):
+        host, port = address.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                answer, _ = _ask(s, 55, 2, 1, {"topics": [{"topic_name": "__cluster_metadata",
+                                                           "partitions": [{"partition_index": 0}]}]})
+            leader = int(answer.topics[0].partitions[0].leader_id)  # type: ignore[attr-defined]
+            if leader >= 0:
+                return leader
+        except OSError:
+            continue
+    raise AssertionError(f"no broker of {bootstrap} named the active controller")
+
+
+def controller_failover(system: System, bootstrap: str, topics: list[str]) -> float:
+    """kill -9 of the active controller until a new topic is created (CreateTopics answered
+    and the topic has a leader); the killed node is then started again and every partition
+    waited for, outside the time."""
+    node = active_controller(bootstrap)
+    system.kill9(node)
+    t0 = time.perf_counter()
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    name = f"scale-failover-{int(t0)}"
+
+    def created() -> bool:
+        try:
+            admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name].result(timeout=15)
+        except Exception as exc:  # noqa: BLE001 - retried until the new controller answers
+            if "already exists" not in str(exc):
+                return False
+        return leaders_ready(admin, [name], 1)
+
+    wait_until(created, 1800, "a topic created after the controller's kill -9", interval_s=0.2)
+    took = time.perf_counter() - t0
+    system.restart(node)
+    wait_until(lambda: leaders_ready(admin, topics, TOPIC_PARTITIONS), 1800, "leaders after the restart",
+               interval_s=0.5)
+    admin.delete_topics([name])
+    return took
+
+
 def _read(s: socket.socket, n: int) -> bytes:
     out = bytearray()
     while len(out) < n:
@@ -262,11 +340,15 @@ ROWS = (  # (key, label, unit)
     ("metadata_first_ms", "Metadata, every topic, first answer (ms)", "ms"),
     ("metadata_ms", "Metadata, the same again (ms)", "ms"),
     ("metadata_kib", "Metadata answer (KiB)", "KiB"),
+    ("dtp_first_ms", "DescribeTopicPartitions, every page, first walk (ms)", "ms"),
+    ("dtp_ms", "DescribeTopicPartitions, every page, again (ms)", "ms"),
+    ("dtp_kib", "DescribeTopicPartitions answers (KiB)", "KiB"),
     ("fetch_ms", "Fetch of every partition, none new (ms)", "ms"),
     ("fetch_kib", "Fetch answer (KiB)", "KiB"),
     ("produce", "produce {records:,} spread (msg/s)", "/s"),
     ("consume", "consume them, assigned (msg/s)", "/s"),
     ("restart", "kill -9 to first write (s)", "s"),
+    ("failover", "kill -9 of the active controller to a topic created (s)", "s"),
     ("delete", "delete until gone (s)", "s"),
 )
 FIGURES_FILE = Path(__file__).parent / "results" / "scale.json"
@@ -301,12 +383,18 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
                     figures.add(f"{total}:metadata_first_ms", name, first * 1000)
                     figures.add(f"{total}:metadata_ms", name, rtt * 1000)
                     figures.add(f"{total}:metadata_kib", name, size / 1024)
+                    first, rtt, size, _pages = describe_partitions_round_trip(bootstrap, topics)
+                    figures.add(f"{total}:dtp_first_ms", name, first * 1000)
+                    figures.add(f"{total}:dtp_ms", name, rtt * 1000)
+                    figures.add(f"{total}:dtp_kib", name, size / 1024)
                     rtt, size, fetched = fetch_round_trip(bootstrap, topics)
                     figures.add(f"{total}:fetch_ms", name, rtt * 1000)
                     figures.add(f"{total}:fetch_kib", name, size / 1024)
                     figures.add(f"{total}:produce", name, produce_spread(bootstrap, topics, records))
                     figures.add(f"{total}:consume", name, consume_spread(bootstrap, topics, records))
                     figures.add(f"{total}:restart", name, restart_to_write(system, bootstrap, topics))
+                    if brokers > 1:  # one broker is its own controller: nothing to fail over to
+                        figures.add(f"{total}:failover", name, controller_failover(system, bootstrap, topics))
                     figures.add(f"{total}:delete", name, delete_all(bootstrap, topics))
         rows = [(f"{total}:{key}", f"{total:,}: " + label.format(records=records), unit) for key, label, unit in ROWS]
         # A table per count as soon as it is measured: a later count that fails keeps these.
