@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 from tests.harness import ClusterProcesses
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import consumer_conf, emit, env_int, progress
-from tests.perf.test_mirror_vs_mm2 import start_dcmirror, start_mm2, stop_process
+from tests.perf.test_mirror_vs_mm2 import start_dcmirror, start_mm2, stop_process, topology
 from tests.perf.test_scale import TOPIC_PARTITIONS, create_all, delete_all, produce_spread
 
 pytestmark = pytest.mark.perf
@@ -187,4 +188,42 @@ def test_a_mirror_flow_of_thousands_of_partitions_beside_mirrormaker2(tmp_path: 
         row("records read from the target then", "after_restart", ",.0f"),
         f"ratio bulk dcmirror/MM2: {dc['rate'] / mm['rate']:.2f} (dcmirror clusters), "
         f"{dc['rate'] / mk['rate']:.2f} (Kafka clusters)",
+    ]))
+
+
+def start_dcmirror_topics(root: Path, source: Any, target: Any, topic: str) -> subprocess.Popen[Any]:
+    """The dcmirror worker of a mirror-topics flow (same offsets) over the same topics."""
+    path = topology(root, source, target, topic)
+    path.write_text(path.read_text().replace('workers = 1', 'workers = 1\nmirror_topics = true'))
+    return subprocess.Popen([sys.executable, "-m", "deploy.cli", "--log-level", "WARNING", "mirror", "--config",
+                             str(path), "--flow", "bench", "--worker", "0"])
+
+
+@pytest.mark.timeout(3600)
+def test_mirror_topics_of_thousands_of_partitions(tmp_path: Path) -> None:
+    """The same steps for a mirror-topics flow (each target partition at its source's offsets,
+    byte for byte): dcmirror only, MirrorMaker 2 has no such mode. After the kill -9 and
+    restart the target holds exactly the source's records (a mirror topic cannot hold a copy
+    twice: the same offsets)."""
+    from tests.perf.test_vs_kafka import BENCH_BROKER_CONFIG
+
+    partitions = env_int("DCMIRROR_BENCH_MIRROR_PARTITIONS", 5_000)
+    n = env_int("DCMIRROR_BENCH_MIRROR_RECORDS", 200_000)
+    m = env_int("DCMIRROR_BENCH_MIRROR_RESTART_RECORDS", 50_000)
+    source = ClusterProcesses(tmp_path / "source", 1, name="source", **BENCH_BROKER_CONFIG).start()
+    target = ClusterProcesses(tmp_path / "target", 1, name="target", **BENCH_BROKER_CONFIG).start()
+    try:
+        got = run_flow("dcmirror mirror topics", tmp_path, source, target, "same", start_dcmirror_topics,
+                       partitions, n, m)
+    finally:
+        source.stop()
+        target.stop()
+    assert got["after_restart"] == n + m, f"mirror topics hold each record once: {got['after_restart']:,}"
+    emit("\n".join([
+        f"=== a mirror-topics flow of {partitions:,} partitions (topics of {TOPIC_PARTITIONS}, one worker): "
+        f"{n:,} records preloaded, {m:,} more across a kill -9 of the worker; one round ===",
+        f"  start to every target topic created: {got['topics_s']:.1f} s",
+        f"  start to the first mirrored record: {got['start_s']:.1f} s",
+        f"  bulk rate: {got['rate']:,.0f} records/s",
+        f"  restart to all {n + m:,} mirrored: {got['restart_s']:.1f} s ({got['after_restart']:,.0f} read)",
     ]))
