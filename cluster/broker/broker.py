@@ -255,6 +255,10 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.OFFSET_DELETE, 0, 0, groups.handle_offset_delete),
         Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, groups.handle_consumer_group_heartbeat),  # flexible only
         Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, groups.handle_consumer_group_describe),  # flexible only
+        # KIP-932 share groups, a preview (docs/share_groups.md); v0 was Kafka 4.0's early access
+        Api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, groups.handle_share_group_heartbeat),
+        Api(ApiKey.SHARE_FETCH, 1, 1, replicas.handle_share_fetch),
+        Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, replicas.handle_share_acknowledge),
         Api(ApiKey.API_VERSIONS, 0, 3, None),
         Api(ApiKey.CREATE_TOPICS, 2, 7, admin.handle_create_topics),  # v5: the created topic's configs
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),

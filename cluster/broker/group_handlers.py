@@ -20,6 +20,7 @@ from cluster.controller.service import ControllerUnavailable
 from cluster.groups.assignors import TopicPartitions
 from cluster.groups.consumer_group import HeartbeatRequest
 from cluster.groups.service import GroupService
+from cluster.groups.share_group import ShareGroup
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -74,10 +75,14 @@ class _SubscribableTopics(Mapping[str, tuple[str, int]]):
         return sum(1 for _ in self)
 
 
+SHARE_GROUPS_MAX = 10_000  # share groups one coordinator holds (a preview: in memory)
+
+
 class GroupHandlers:
     def __init__(self, service: GroupService, find_transaction_coordinator: FindTxnCoordinator | None = None) -> None:
         self.service = service
         self.find_transaction_coordinator = find_transaction_coordinator
+        self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, the groups this coordinator holds
 
     async def handle_find_coordinator(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
@@ -358,6 +363,53 @@ class GroupHandlers:
                 "member_id": answer["member_id"], "member_epoch": answer["member_epoch"],
                 "heartbeat_interval": answer.get("heartbeat_interval_ms", 0),
                 "assignment": None if assignment is None else {"topic_partitions": self._by_id(image, assignment)}}
+
+    async def handle_share_group_heartbeat(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """ShareGroupHeartbeat (KIP-932), a preview: the group's membership lives in its
+        coordinator's memory (cluster/groups/share_group.py); a member whose group the
+        coordinator does not know (it moved) is answered UNKNOWN_MEMBER_ID and joins again."""
+        def refused(code: int, message: str | None) -> dict[str, Any]:
+            return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+                    "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
+
+        if not req.group_id:
+            return refused(ErrorCode.invalid_request, "GroupId can not be empty")
+        if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return refused(ErrorCode.group_authorization_failed, f"{ctx.principal} may not use group {req.group_id}")
+        if not self.service.owns(req.group_id):
+            return refused(ErrorCode.not_coordinator, "this broker does not coordinate the group")
+        if req.group_id in self.service.coordinator.groups:
+            return refused(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a share group.")
+        names = req.subscribed_topic_names
+        if names is not None:
+            denied = sorted(n for n in names if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n))
+            if denied:
+                return refused(ErrorCode.topic_authorization_failed, f"Topics not authorized: {', '.join(denied)}")
+        now = self.service.clock.now_ms()
+        group = self.share_groups.get(req.group_id)
+        if group is None:
+            if req.member_epoch != 0:
+                return refused(ErrorCode.unknown_member_id, f"member {req.member_id} is not in group {req.group_id}")
+            if len(self.share_groups) >= SHARE_GROUPS_MAX:
+                return refused(ErrorCode.group_max_size_reached, "this coordinator holds no more share groups")
+            group = self.share_groups[req.group_id] = ShareGroup(req.group_id)
+        group.expire(now)
+        image = self.service.image
+        wanted = {t for m in group.members.values() for t in m.subscribed} | set(names or ())
+        partitions = {t: len(topic.partitions) for t in wanted if (topic := image.topic(t)) is not None}
+        answer = group.heartbeat(req.member_id or "", req.member_epoch, None if names is None else list(names),
+                                 req.rack_id, client_id=ctx.client_id, client_host=ctx.client_host, now_ms=now,
+                                 partitions=partitions)
+        if not group.members:
+            self.share_groups.pop(req.group_id, None)
+        if answer.error != ErrorCode.none:
+            return refused(answer.error, answer.message)
+        assignment = None if answer.assignment is None else {"topic_partitions": [
+            {"topic_id": uuid.UUID(topic.topic_id), "partitions": list(parts)}
+            for name, parts in answer.assignment.items() if (topic := image.topic(name)) is not None]}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "member_id": answer.member_id, "member_epoch": answer.member_epoch,
+                "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
 
     async def handle_consumer_group_describe(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         groups = []

@@ -62,6 +62,9 @@ class ReplicaHandlers:
         # KIP-890: asks the transaction coordinator before a transaction's first batch
         # lands on a partition (a late produce after the abort would otherwise hang open).
         self.verify_transaction = verify_transaction
+        from cluster.broker.share_handlers import ShareHandlers
+
+        self.shares = ShareHandlers(replicas)
 
     # ---- Produce ---------------------------------------------------------------------
 
@@ -156,6 +159,14 @@ class ReplicaHandlers:
                               "error_message": f"partition {topic}-{index} is not in an ongoing transaction "
                                                f"of {txn_id}" if code == ErrorCode.invalid_txn_state else None}
         return out
+
+    # ---- ShareFetch, ShareAcknowledge (KIP-932, cluster/broker/share_handlers.py) ------
+
+    async def handle_share_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        return await self.shares.handle_share_fetch(version, req, ctx)
+
+    async def handle_share_acknowledge(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        return await self.shares.handle_share_acknowledge(version, req, ctx)
 
     # ---- Fetch -----------------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+"""Share groups (KIP-932, a preview: docs/share_groups.md) with librdkafka's share consumer
+(confluent-kafka's ShareConsumer) against a real broker process: members that outnumber the
+partitions share them and every record is delivered to one of them once; explicit
+acknowledgements release (delivered again, its delivery count 2), reject (never again) and
+accept; a member that closes gives back what it held.
+
+A share partition starts at the log end when a member first fetches it
+(`share.auto.offset.reset=latest`, Kafka's default), so each test first writes warm-up records
+until every partition has delivered one (progress, not a guessed time), then the records it
+counts."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.harness import BrokerProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+PROGRESS_S = 60.0  # the longest a step may go without a record arriving
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("share") / "broker", group_initial_rebalance_delay_ms=0).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def make_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: a collected client cancels its futures
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def consumer(bootstrap: str, group: str, topic: str, explicit: bool = False) -> ShareConsumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    c = ShareConsumer(conf)
+    c.subscribe([topic])
+    return c
+
+
+def warm_up(bootstrap: str, topic: str, partitions: int, consumers: list[ShareConsumer]) -> None:
+    """Warm-up records (value "warm") to every partition until each has delivered one: the
+    share partitions have started. Explicit consumers accept them."""
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    seen: set[int] = set()
+    last = time.monotonic()
+    while len(seen) < partitions:
+        for q in range(partitions):
+            p.produce(topic, b"warm", partition=q)
+        p.flush(10)
+        for c in consumers:
+            for m in c.poll(0.3):
+                if m.error() is None:
+                    assert m.value() == b"warm", "a counted record before the counting began"
+                    seen.add(m.partition())
+                    if _explicit(c):
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    last = time.monotonic()
+        assert time.monotonic() - last < PROGRESS_S, f"partitions {sorted(seen)} of {partitions} delivered"
+
+
+_EXPLICIT: set[int] = set()
+
+
+def _explicit(c: ShareConsumer) -> bool:
+    return id(c) in _EXPLICIT
+
+
+def produce_counted(bootstrap: str, topic: str, partitions: int, count: int, tag: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 5})
+    for i in range(count):
+        p.produce(topic, f"{tag}-{i}".encode(), partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def test_members_outnumbering_partitions_share_them_and_each_record_is_delivered_once(broker: BrokerProcess) -> None:
+    topic, partitions, count = "share-three-on-two", 2, 400
+    make_topic(broker.bootstrap, topic, partitions)
+    members = [consumer(broker.bootstrap, "sg-three", topic) for _ in range(3)]
+    try:
+        warm_up(broker.bootstrap, topic, partitions, members)
+        produce_counted(broker.bootstrap, topic, partitions, count, "job")
+        got: Counter[bytes] = Counter()
+        last = time.monotonic()
+        while sum(got.values()) < count:
+            for c in members:
+                for m in c.poll(0.2):
+                    if m.error() is None and m.value() != b"warm":
+                        got[m.value()] += 1
+                        last = time.monotonic()
+            assert time.monotonic() - last < PROGRESS_S, f"{sum(got.values())} of {count} delivered"
+        for c in members:  # a moment more: nothing is delivered a second time
+            for m in c.poll(0.5):
+                if m.error() is None and m.value() != b"warm":
+                    got[m.value()] += 1
+        assert set(got) == {f"job-{i}".encode() for i in range(count)}
+        assert max(got.values()) == 1, [v for v, n in got.items() if n > 1][:5]
+        # (Which member gets how many is timing: the first to fetch may take all; that they
+        # share the partitions is the assignor's test, tests/unit/test_share_group.py.)
+    finally:
+        for c in members:
+            c.close()
+
+
+def test_explicit_acknowledgements_release_reject_and_accept(broker: BrokerProcess) -> None:
+    """RELEASE: delivered again with delivery count 2; REJECT: never again; ACCEPT: done."""
+    topic, partitions, count = "share-explicit", 1, 60
+    make_topic(broker.bootstrap, topic, partitions)
+    c = consumer(broker.bootstrap, "sg-explicit", topic, explicit=True)
+    _EXPLICIT.add(id(c))
+    try:
+        warm_up(broker.bootstrap, topic, partitions, [c])
+        produce_counted(broker.bootstrap, topic, partitions, count, "task")
+        deliveries: list[tuple[int, int, int]] = []  # (task number, offset, delivery count)
+        accepted: set[int] = set()
+        last = time.monotonic()
+        rejected = {i for i in range(count) if i % 10 == 7}
+        while len(accepted) + len(rejected) < count or len([d for d in deliveries if d[0] in rejected]) < len(rejected):
+            for m in c.poll(0.3):
+                if m.error() is not None or m.value() == b"warm":
+                    if m.error() is None:
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    continue
+                n = int(m.value().split(b"-")[1])
+                deliveries.append((n, m.offset(), m.delivery_count()))
+                last = time.monotonic()
+                if n in rejected:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                elif n % 3 == 0 and m.delivery_count() == 1:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    assert n not in accepted, f"task {n} accepted twice"
+                    accepted.add(n)
+            assert time.monotonic() - last < PROGRESS_S, f"{len(accepted)} accepted of {count - len(rejected)}"
+        for m in c.poll(1.0):  # nothing more comes: every record is settled
+            assert m.error() is not None or m.value() == b"warm", m.value()
+        assert accepted == set(range(count)) - rejected
+        times = Counter(n for n, _, _ in deliveries)
+        released = {n for n in range(count) if n % 3 == 0 and n not in rejected}
+        assert {n for n, k in times.items() if k == 2} == released and max(times.values()) == 2
+        assert Counter(k for n, _, k in deliveries if n in released) == Counter({1: len(released), 2: len(released)})
+        assert all(times[n] == 1 for n in rejected)
+    finally:
+        c.close()
+
+
+def test_a_member_that_closes_gives_back_what_it_held(broker: BrokerProcess) -> None:
+    """A member polls records and closes without acknowledging them (explicit mode): its
+    share session closes and the records go back at once (no lock timeout waited: 30 s),
+    so another member of the group gets each of them."""
+    topic, partitions, count = "share-handover", 1, 40
+    make_topic(broker.bootstrap, topic, partitions)
+    first = consumer(broker.bootstrap, "sg-handover", topic, explicit=True)
+    _EXPLICIT.add(id(first))
+    second = consumer(broker.bootstrap, "sg-handover", topic)
+    try:
+        warm_up(broker.bootstrap, topic, partitions, [first])
+        produce_counted(broker.bootstrap, topic, partitions, count, "held")
+        held: set[bytes] = set()
+        last = time.monotonic()
+        while not held:
+            held = {m.value() for m in first.poll(0.3) if m.error() is None and m.value() != b"warm"}
+            assert time.monotonic() - last < PROGRESS_S, "the first member got nothing"
+        started = time.monotonic()
+        first.close()
+        got: set[bytes] = set()
+        last = time.monotonic()
+        while not held <= got:
+            got |= {m.value() for m in second.poll(0.3) if m.error() is None}
+            if got:
+                last = time.monotonic()
+            assert time.monotonic() - last < PROGRESS_S, f"{len(held - got)} held records never came back"
+        assert time.monotonic() - started < 25, "the records came back only at their lock timeout (30 s)"
+    finally:
+        second.close()
