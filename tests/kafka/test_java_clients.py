@@ -581,3 +581,23 @@ def test_admin_client_answers_as_kafka(driver: JavaDriver, dcmirror_broker: Brok
     stale = [p for p in KNOWN_DIFFERENCES if not any(fnmatch.fnmatch(path, p) for path in differ)]
     assert not stale, f"listed in KNOWN_DIFFERENCES but the answers agree now: {stale}"
     assert theirs["createTopics.new.partitions"] == 3 and theirs["deleteRecords.to_4"] == 4  # the run did run
+
+
+# --------------------------------------------------------------------------- share groups (KIP-932)
+
+
+def test_java_share_consumer_releases_and_accepts(driver: JavaDriver, dcmirror_broker: BrokerProcess) -> None:
+    """Kafka's own KafkaShareConsumer (explicit acknowledgements) on a dcmirror broker, a
+    preview (docs/share_groups.md): every record accepted once, each released one delivered
+    again with delivery count 2, commitSync without errors."""
+    topic, partitions, count = "java-share", 2, 200
+    create_topic(dcmirror_broker.bootstrap, topic, partitions, 1)
+    [out] = driver.run("share", timeout_s=180, bootstrap=dcmirror_broker.bootstrap, topic=topic, group="java-share",
+                       count=count, partitions=partitions)
+    assert "error" not in out, out
+    assert out["accepted"] == count
+    deliveries = Counter(n for _, _, _, n in out["records"])
+    released = {n for n in range(count) if n % 4 == 0}
+    assert {n for n, k in deliveries.items() if k == 2} == released and max(deliveries.values()) == 2
+    assert sorted(d for _, _, d, n in out["records"] if n in released) == [1] * len(released) + [2] * len(released)
+    assert all(d == 1 for _, _, d, n in out["records"] if n not in released)

@@ -30,7 +30,9 @@ import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -118,8 +120,81 @@ public final class JavaClients {
             case "group" -> group(a);
             case "admin" -> admin(a);
             case "sessions" -> sessions(a);
+            case "share" -> share(a);
             default -> throw new IllegalArgumentException("unknown mode " + argv[0]);
         }
+    }
+
+    /**
+     * A KafkaShareConsumer (KIP-932) in explicit acknowledgement mode: warm-up records until
+     * every partition delivered one (a share partition starts at the log end), then `count`
+     * records "job-N"; every fourth is RELEASEd on its first delivery, the rest ACCEPTed, each
+     * commitSync's results checked. Emits {"records": [[partition, offset, deliveryCount,
+     * n]], "accepted": k} or {"error": ...}.
+     */
+    static void share(Map<String, String> a) throws Exception {
+        String topic = a.get("topic");
+        int count = Integer.parseInt(a.get("count"));
+        int partitions = Integer.parseInt(a.get("partitions"));
+        Properties c = new Properties();
+        c.put("bootstrap.servers", a.get("bootstrap"));
+        c.put("group.id", a.get("group"));
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        c.put("share.acknowledgement.mode", "explicit");
+        List<List<Integer>> records = new ArrayList<>();
+        Set<Integer> accepted = new HashSet<>();
+        try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(c);
+             KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(a))) {
+            consumer.subscribe(List.of(topic));
+            Set<Integer> warm = new HashSet<>();
+            long last = System.currentTimeMillis();
+            while (warm.size() < partitions) {
+                for (int q = 0; q < partitions; q++) producer.send(new ProducerRecord<>(topic, q, null, "warm"));
+                producer.flush();
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(300))) {
+                    if (!r.value().equals("warm")) throw new IllegalStateException("a job before the warm-up ended");
+                    if (warm.add(r.partition())) last = System.currentTimeMillis();
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                if (System.currentTimeMillis() - last > 60_000) {
+                    emit(line("error", "warm-up: partitions " + warm + " delivered"));
+                    return;
+                }
+            }
+            for (int i = 0; i < count; i++) producer.send(new ProducerRecord<>(topic, i % partitions, null, "job-" + i));
+            producer.flush();
+            last = System.currentTimeMillis();
+            while (accepted.size() < count) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(300))) {
+                    last = System.currentTimeMillis();
+                    if (r.value().equals("warm")) {
+                        consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                        continue;
+                    }
+                    int n = Integer.parseInt(r.value().substring(4));
+                    int delivery = r.deliveryCount().map(Short::intValue).orElse(-1);
+                    records.add(List.of(r.partition(), (int) r.offset(), delivery, n));
+                    if (n % 4 == 0 && delivery == 1) {
+                        consumer.acknowledge(r, AcknowledgeType.RELEASE);
+                    } else {
+                        consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                        accepted.add(n);
+                    }
+                }
+                for (var e : consumer.commitSync().entrySet()) {
+                    if (e.getValue().isPresent()) {
+                        emit(line("error", "commitSync " + e.getKey() + ": " + errorName(e.getValue().get())));
+                        return;
+                    }
+                }
+                if (System.currentTimeMillis() - last > 60_000) {
+                    emit(line("error", "no record for 60 s: " + accepted.size() + " of " + count + " accepted"));
+                    return;
+                }
+            }
+        }
+        emit(line("records", records, "accepted", accepted.size()));
     }
 
     static Properties producerProps(Map<String, String> a) {
