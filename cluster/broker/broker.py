@@ -257,6 +257,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, groups.handle_consumer_group_describe),  # flexible only
         # KIP-932 share groups, a preview (docs/share_groups.md); v0 was Kafka 4.0's early access
         Api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, groups.handle_share_group_heartbeat),
+        Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, groups.handle_share_group_describe),
         Api(ApiKey.SHARE_FETCH, 1, 1, replicas.handle_share_fetch),
         Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, replicas.handle_share_acknowledge),
         Api(ApiKey.API_VERSIONS, 0, 3, None),

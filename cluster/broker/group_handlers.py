@@ -411,6 +411,48 @@ class GroupHandlers:
                 "member_id": answer.member_id, "member_epoch": answer.member_epoch,
                 "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
 
+    async def handle_share_group_describe(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """ShareGroupDescribe (KIP-932): the share groups this coordinator holds (in memory,
+        a preview); GROUP_ID_NOT_FOUND for a classic or consumer group or none."""
+        groups = []
+        asked = bool(req.include_authorized_operations)
+        now = self.service.clock.now_ms()
+        for group_id in req.group_ids:
+            def error(code: int, message: str) -> dict[str, Any]:
+                return {"error_code": code, "error_message": message, "group_id": group_id,  # noqa: B023
+                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                        "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append(error(ErrorCode.group_authorization_failed,
+                                    f"{ctx.principal} may not describe group {group_id}"))
+                continue
+            if not self.service.owns(group_id):
+                groups.append(error(ErrorCode.not_coordinator, "this broker does not coordinate the group"))
+                continue
+            group = self.share_groups.get(group_id)
+            if group is not None:
+                group.expire(now)
+            if group is None:
+                other = group_id in self.service.coordinator.groups
+                groups.append(error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
+                                    if other else f"Group {group_id} not found."))
+                continue
+            image = self.service.image
+            groups.append({
+                "error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                "group_state": group.state, "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch, "assignor_name": "simple",
+                "members": [{
+                    "member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed),
+                    "assignment": {"topic_partitions": self._by_id(image, {t: set(ps) for t, ps in m.assignment.items()},
+                                                                   with_names=True)},
+                } for m in group.members.values()],
+                "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id, asked=asked),
+            })
+        return {"throttle_time": 0, "groups": groups}
+
     async def handle_consumer_group_describe(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         groups = []
         asked = bool(req.include_authorized_operations)

@@ -77,6 +77,29 @@ def _explicit(c: ShareConsumer) -> bool:
     return id(c) in _EXPLICIT
 
 
+def describe(bootstrap: str, group: str) -> object:
+    """ShareGroupDescribe v1 of one group over a raw socket (one broker: the coordinator)."""
+    import socket
+    import struct
+
+    from cluster.protocol.messages import decode_response, encode_request
+
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(encode_request(77, 1, 1, b"test", {"group_ids": [group], "include_authorized_operations": False}))
+        (length,) = struct.unpack(">i", _read(s, 4))
+        return decode_response(77, 1, _read(s, length)).groups[0]  # type: ignore[attr-defined]
+
+
+def _read(s: object, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))  # type: ignore[attr-defined]
+        assert chunk, "closed"
+        out += chunk
+    return out
+
+
 def produce_counted(bootstrap: str, topic: str, partitions: int, count: int, tag: str) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 5})
     for i in range(count):
@@ -106,8 +129,19 @@ def test_members_outnumbering_partitions_share_them_and_each_record_is_delivered
                     got[m.value()] += 1
         assert set(got) == {f"job-{i}".encode() for i in range(count)}
         assert max(got.values()) == 1, [v for v, n in got.items() if n > 1][:5]
-        # (Which member gets how many is timing: the first to fetch may take all; that they
-        # share the partitions is the assignor's test, tests/unit/test_share_group.py.)
+        # Which member gets how many records is timing (the first to fetch may take all); the
+        # assignment is not: three members on two partitions, each partition read by two.
+        # A member's assignment is what its last heartbeat (every 5 s) answered: converging.
+        deadline = time.monotonic() + 3 * 5 + PROGRESS_S / 4
+        while True:
+            described = describe(broker.bootstrap, "sg-three")
+            assert (described.error_code, described.group_state, len(described.members)) == (0, "Stable", 3)
+            held = Counter(p for m in described.members for t in m.assignment.topic_partitions for p in t.partitions)
+            if held == Counter({0: 2, 1: 2}) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert held == Counter({0: 2, 1: 2}), held
+        assert all(t.topic_name == topic for m in described.members for t in m.assignment.topic_partitions)
     finally:
         for c in members:
             c.close()
