@@ -238,7 +238,7 @@ class RequestRouter:
             return encode_response(api_key, version, correlation_id, self._sasl_request(api_key, version, request,
                                                                                        session))
         ctx = RequestContext(header.client_id or "", "/" + session.client_ip, session.principal, session.listener,
-                             None if self.security is None else self.security.authorizer())
+                             None if self.security is None else self.security.authorizer(), session)
         assert api.handler is not None
         if encode is None:
             def encode(answer: Any) -> bytes:

@@ -138,7 +138,9 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        apis = api_table(ReplicaHandlers(self.replicas, self.transactions.verify), MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
+        replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify)
+        self.shares = replica_handlers.shares  # share sessions end with their connection (server.py)
+        apis = api_table(replica_handlers, MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller,
                                        lambda configs: self.dynamic_config.describe_topic(configs, None, False)),
                          GroupHandlers(self.groups, txns.find_coordinator), txns,

@@ -52,6 +52,8 @@ class RequestContext:
     principal: KafkaPrincipal = ANONYMOUS
     listener: str = "PLAINTEXT"
     authorizer: Authorizer | None = None
+    connection: object = None
+    """The client's connection (its session object): share sessions end with it."""
 
     @property
     def client_ip(self) -> str:

@@ -70,6 +70,7 @@ class BrokerServer:
             return
         self.connections += 1
         transport: trio.abc.Stream = stream
+        session = None
         try:
             accepted = await self.security.accept_tls(stream, listener, peer, self.tls_handshake_timeout_s)
             if accepted is None:
@@ -89,6 +90,9 @@ class BrokerServer:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             self.connections -= 1
+            shares = getattr(self.broker, "shares", None)
+            if session is not None and shares is not None:
+                shares.connection_closed(session)  # share sessions end with it: their records go back
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     await transport.aclose()

@@ -3,8 +3,9 @@ share sessions (cluster/groups/share_session.py) and the share partitions
 (cluster/groups/share_partition.py) of the partitions this broker leads.
 
 A preview: the share partitions live in this broker's memory (a leader change or a restart
-starts them again at the log end, `share.auto.offset.reset=latest`), and a closed connection
-leaves its member's records to their lock timeout. docs/share_groups.md says what comes next.
+starts them again at the log end, `share.auto.offset.reset=latest`). A connection that ends
+takes its share sessions with it, and their members' records go back. docs/share_groups.md
+says what comes next.
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ class ShareHandlers:
         return bytes(data[begin:finish]), [{"first_offset": r.first_offset, "last_offset": r.last_offset,
                                             "delivery_count": r.delivery_count} for r in got]
 
+    def connection_closed(self, connection: object) -> None:
+        """A client's connection ended (closed, or the client died): its share sessions end
+        and what their members held goes back (Kafka's ShareSessionCache does the same)."""
+        self._release(tuple(self.sessions.connection_closed(connection)))
+
     # ---- ShareFetch --------------------------------------------------------------------
 
     async def handle_share_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
@@ -149,7 +155,7 @@ class ShareHandlers:
         if epoch == 0 and acking:
             return self._refused(ErrorCode.invalid_request, "a share session's first fetch acknowledges nothing",
                                  lock)
-        update = self.sessions.fetch(group_id, member_id, epoch, None,
+        update = self.sessions.fetch(group_id, member_id, epoch, ctx.connection,
                                      add=[(str(t.topic_id), int(p.partition_index)) for t in req.topics
                                           for p in t.partitions],
                                      forget=[(str(t.topic_id), int(p)) for t in req.forgotten_topics_data

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
@@ -46,6 +47,8 @@ def consumer(bootstrap: str, group: str, topic: str, explicit: bool = False) -> 
         conf["share.acknowledgement.mode"] = "explicit"
     c = ShareConsumer(conf)
     c.subscribe([topic])
+    if explicit:
+        _EXPLICIT[id(c)] = c  # held: an id is never reused while its consumer is in here
     return c
 
 
@@ -70,11 +73,11 @@ def warm_up(bootstrap: str, topic: str, partitions: int, consumers: list[ShareCo
         assert time.monotonic() - last < PROGRESS_S, f"partitions {sorted(seen)} of {partitions} delivered"
 
 
-_EXPLICIT: set[int] = set()
+_EXPLICIT: dict[int, ShareConsumer] = {}
 
 
 def _explicit(c: ShareConsumer) -> bool:
-    return id(c) in _EXPLICIT
+    return _EXPLICIT.get(id(c)) is c
 
 
 def describe(bootstrap: str, group: str) -> object:
@@ -152,7 +155,6 @@ def test_explicit_acknowledgements_release_reject_and_accept(broker: BrokerProce
     topic, partitions, count = "share-explicit", 1, 60
     make_topic(broker.bootstrap, topic, partitions)
     c = consumer(broker.bootstrap, "sg-explicit", topic, explicit=True)
-    _EXPLICIT.add(id(c))
     try:
         warm_up(broker.bootstrap, topic, partitions, [c])
         produce_counted(broker.bootstrap, topic, partitions, count, "task")
@@ -197,7 +199,6 @@ def test_a_member_that_closes_gives_back_what_it_held(broker: BrokerProcess) -> 
     topic, partitions, count = "share-handover", 1, 40
     make_topic(broker.bootstrap, topic, partitions)
     first = consumer(broker.bootstrap, "sg-handover", topic, explicit=True)
-    _EXPLICIT.add(id(first))
     second = consumer(broker.bootstrap, "sg-handover", topic)
     try:
         warm_up(broker.bootstrap, topic, partitions, [first])
@@ -219,3 +220,58 @@ def test_a_member_that_closes_gives_back_what_it_held(broker: BrokerProcess) -> 
         assert time.monotonic() - started < 25, "the records came back only at their lock timeout (30 s)"
     finally:
         second.close()
+
+
+KILLED_MEMBER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "log_level": 3,
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+while True:
+    held = [m for m in c.poll(0.3) if m.error() is None and m.value().startswith(b"held")]
+    if held:
+        print(" ".join(m.value().decode() for m in held), flush=True)
+        time.sleep(3600)  # holds them, acknowledging nothing, until killed
+"""
+
+
+def test_a_member_killed_9_gives_back_what_it_held_when_its_connection_ends(broker: BrokerProcess,
+                                                                             tmp_path: Path) -> None:
+    """A member process killed -9 while holding records never says goodbye: its connection
+    ending ends its share session, and the records go back at once (not after their 30 s lock)."""
+    import signal
+    import subprocess
+    import sys
+
+    topic, partitions, count = "share-killed", 1, 30
+    make_topic(broker.bootstrap, topic, partitions)
+    survivor = consumer(broker.bootstrap, "sg-killed", topic)
+    script = tmp_path / "member.py"
+    script.write_text(KILLED_MEMBER)
+    member = subprocess.Popen([sys.executable, str(script), broker.bootstrap, "sg-killed", topic],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        warm_up(broker.bootstrap, topic, partitions, [survivor])
+        # The survivor stops polling (it would take everything); the member gets the records.
+        produce_counted(broker.bootstrap, topic, partitions, count, "held")
+        assert member.stdout is not None
+        line = member.stdout.readline()  # blocks until the member holds records (or dies)
+        held = set(line.split())
+        assert held, "the member got nothing"
+        member.send_signal(signal.SIGKILL)
+        member.wait(30)
+        started = time.monotonic()
+        got: set[str] = set()
+        last = time.monotonic()
+        while not held <= got:
+            fresh = {m.value().decode() for m in survivor.poll(0.3) if m.error() is None}
+            if fresh - got:
+                last = time.monotonic()
+            got |= fresh
+            assert time.monotonic() - last < PROGRESS_S, f"{len(held - got)} held records never came back"
+        assert time.monotonic() - started < 25, "the records came back only at their lock timeout (30 s)"
+    finally:
+        if member.poll() is None:
+            member.kill()
+        survivor.close()
