@@ -496,13 +496,16 @@ class GroupHandlers:
 
     async def handle_list_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """ListGroups; v4 filters by state (KIP-518), v5 by type and answers each group's type
-        ("classic" or KIP-848's "consumer"). Filters are case-insensitive, as in Kafka."""
+        ("classic", KIP-848's "consumer" or KIP-932's "share"). Filters are case-insensitive,
+        as in Kafka."""
         cluster_ok = ctx.allowed_on_cluster(AclOperation.DESCRIBE)
         states = {s.lower() for s in getattr(req, "states_filter", ())}
         types = {t.lower() for t in getattr(req, "types_filter", ())}
+        share = [(g, "share", group.state, "share") for g, group in sorted(self.share_groups.items())
+                 if self.service.owns(g)]
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": [
             {"group_id": g, "protocol_type": ptype, "group_state": state, "group_type": gtype}
-            for g, ptype, state, gtype in self.service.coordinator.list_groups()
+            for g, ptype, state, gtype in [*self.service.coordinator.list_groups(), *share]
             if (not states or state.lower() in states) and (not types or gtype in types)
             and (cluster_ok or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g))
         ]}

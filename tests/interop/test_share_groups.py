@@ -145,6 +145,8 @@ def test_members_outnumbering_partitions_share_them_and_each_record_is_delivered
             time.sleep(0.5)
         assert held == Counter({0: 2, 1: 2}), held
         assert all(t.topic_name == topic for m in described.members for t in m.assignment.topic_partitions)
+        listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_consumer_groups().result(30)
+        assert "sg-three" not in {g.group_id for g in listed.valid}  # consumer groups only (types filter)
     finally:
         for c in members:
             c.close()
