@@ -30,6 +30,7 @@ SHARE_FETCH_POLL_S = 0.05
 SHARE_FETCH_READ_BYTES = 1 << 20  # log bytes read per partition and fetch
 SHARE_FETCH_RECORDS_MAX = 10_000  # MaxRecords is capped here
 SHARE_PARTITIONS_MAX = 100_000  # share partitions one broker keeps (groups x partitions)
+EXPIRY_CHECK_MS = 100  # how often requests look for locks that ran out
 
 
 class ShareHandlers:
@@ -38,6 +39,7 @@ class ShareHandlers:
         self.sessions = ShareSessionCache()
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}  # (group, topic, partition)
         self.lock_duration_ms = LOCK_DURATION_MS_DEFAULT
+        self._expire_at_ms = 0
 
     # ---- shared steps ------------------------------------------------------------------
 
@@ -59,6 +61,11 @@ class ShareHandlers:
         return None
 
     def _expire(self, now_ms: int) -> None:
+        """Locks that ran out, released: checked by the requests that come, at most every
+        EXPIRY_CHECK_MS (a walk over every share partition's records in flight)."""
+        if now_ms < self._expire_at_ms:
+            return
+        self._expire_at_ms = now_ms + EXPIRY_CHECK_MS
         for sp in self.partitions.values():
             sp.expire_locks(now_ms)
 
