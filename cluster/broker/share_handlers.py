@@ -167,10 +167,14 @@ class ShareHandlers:
                                           for p in t.partitions],
                                      forget=[(str(t.topic_id), int(p)) for t in req.forgotten_topics_data
                                              for p in t.partitions])
-        self._release(update.released)
         if update.error != ErrorCode.none or update.session is None:
+            self._release(update.released)
             return self._refused(update.error, f"share session: {ErrorCode(update.error).name}", lock)
+        if epoch == 0:
+            self._release(update.released)  # the member's previous session: replaced
         acks = self._acknowledge(group_id, member_id, req.topics, now, ctx)
+        if epoch == -1:
+            self._release(update.released)  # closing: acknowledged first, what is left goes back
         keys = sorted(acks) if epoch == -1 else sorted(update.session.partitions | set(acks))
         answers: dict[SharePartitionKey, dict[str, Any]] = {}
         ready: list[tuple[SharePartitionKey, str, Partition]] = []

@@ -277,3 +277,74 @@ def test_a_member_killed_9_gives_back_what_it_held_when_its_connection_ends(brok
         if member.poll() is None:
             member.kill()
         survivor.close()
+
+
+def test_a_closing_share_fetch_acknowledges_before_it_gives_back(broker: BrokerProcess) -> None:
+    """ShareFetch with session epoch -1 carrying acknowledgements (raw protocol): the accepted
+    records stay accepted, only the rest goes back to the group (acknowledged first, then the
+    session's records released)."""
+    import socket
+    import struct
+    import uuid
+
+    from cluster.protocol.messages import decode_response, encode_request
+
+    topic, group = "share-final-fetch", "sg-final"
+    make_topic(broker.bootstrap, topic, 1)
+    host, port = broker.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        correlation = 0
+
+        def ask(api: int, body: dict[str, object]) -> object:
+            nonlocal correlation
+            correlation += 1
+            s.sendall(encode_request(api, 1, correlation, b"raw", body))
+            (length,) = struct.unpack(">i", _read(s, 4))
+            return decode_response(api, 1, _read(s, length))
+
+        member = "raw-member-000000000001"
+        joined = ask(76, {"group_id": group, "member_id": member, "member_epoch": 0, "rack_id": None,
+                          "subscribed_topic_names": [topic]})
+        topic_id = joined.assignment.topic_partitions[0].topic_id  # type: ignore[attr-defined]
+        fetch = {"group_id": group, "member_id": member, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                 "max_records": 100, "batch_size": 100, "forgotten_topics_data": []}
+        first = ask(78, {**fetch, "share_session_epoch": 0,
+                         "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                                                                           "acknowledgement_batches": []}]}]})
+        assert first.error_code == 0, first  # type: ignore[attr-defined]
+        produce_counted(broker.bootstrap, topic, 1, 6, "final")  # after the share partition started
+        acquired: list[tuple[int, int]] = []
+        epoch = 1
+        last = time.monotonic()
+        while not acquired:
+            got = ask(78, {**fetch, "share_session_epoch": epoch, "max_wait": 500, "topics": []})
+            epoch += 1
+            acquired = [(r.first_offset, r.last_offset) for t in got.responses  # type: ignore[attr-defined]
+                        for p in t.partitions for r in p.acquired_records]
+            assert time.monotonic() - last < PROGRESS_S, "nothing acquired"
+        first_offset, last_offset = acquired[0][0], acquired[-1][1]
+        assert last_offset - first_offset + 1 == 6, acquired
+        # Close the session accepting the first three only.
+        closing = ask(78, {**fetch, "share_session_epoch": -1, "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": first_offset, "last_offset": first_offset + 2, "acknowledge_types": [1]}]}]}]})
+        codes = [p.acknowledge_error_code for t in closing.responses for p in t.partitions]  # type: ignore[attr-defined]
+        assert closing.error_code == 0 and codes == [0], closing  # type: ignore[attr-defined]
+        ask(76, {"group_id": group, "member_id": member, "member_epoch": -1, "rack_id": None,
+                 "subscribed_topic_names": None})
+    other = consumer(broker.bootstrap, group, topic)
+    try:
+        got: set[bytes] = set()
+        last = time.monotonic()
+        while len(got) < 3:
+            fresh = {m.value() for m in other.poll(0.3) if m.error() is None}
+            if fresh - got:
+                last = time.monotonic()
+            got |= fresh
+            assert time.monotonic() - last < PROGRESS_S, f"released records never came back: {got}"
+        for m in other.poll(1.0):
+            got.add(m.value())
+        assert got == {b"final-3", b"final-4", b"final-5"}, got  # the accepted three never again
+        assert uuid.UUID(str(topic_id))
+    finally:
+        other.close()
