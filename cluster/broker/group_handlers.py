@@ -75,6 +75,13 @@ class _SubscribableTopics(Mapping[str, tuple[str, int]]):
         return sum(1 for _ in self)
 
 
+def _describe_error(group_id: str, code: int, message: str) -> dict[str, Any]:
+    """A ConsumerGroupDescribe or ShareGroupDescribe group entry carrying an error."""
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
 SHARE_GROUPS_MAX = 10_000  # share groups one coordinator holds (a preview: in memory)
 
 
@@ -411,6 +418,16 @@ class GroupHandlers:
                 "member_id": answer.member_id, "member_epoch": answer.member_epoch,
                 "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
 
+    def _describe_refused(self, group_id: str, ctx: RequestContext) -> dict[str, Any] | None:
+        """ConsumerGroupDescribe's and ShareGroupDescribe's group entry when the group may not
+        be described here (no DESCRIBE on it, another coordinator), else None."""
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return _describe_error(group_id, ErrorCode.group_authorization_failed,
+                                   f"{ctx.principal} may not describe group {group_id}")
+        if not self.service.owns(group_id):
+            return _describe_error(group_id, ErrorCode.not_coordinator, "this broker does not coordinate the group")
+        return None
+
     async def handle_share_group_describe(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         """ShareGroupDescribe (KIP-932): the share groups this coordinator holds (in memory,
         a preview); GROUP_ID_NOT_FOUND for a classic or consumer group or none."""
@@ -418,24 +435,18 @@ class GroupHandlers:
         asked = bool(req.include_authorized_operations)
         now = self.service.clock.now_ms()
         for group_id in req.group_ids:
-            def error(code: int, message: str) -> dict[str, Any]:
-                return {"error_code": code, "error_message": message, "group_id": group_id,  # noqa: B023
-                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-                        "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
-            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-                groups.append(error(ErrorCode.group_authorization_failed,
-                                    f"{ctx.principal} may not describe group {group_id}"))
-                continue
-            if not self.service.owns(group_id):
-                groups.append(error(ErrorCode.not_coordinator, "this broker does not coordinate the group"))
+            refused = self._describe_refused(group_id, ctx)
+            if refused is not None:
+                groups.append(refused)
                 continue
             group = self.share_groups.get(group_id)
             if group is not None:
                 group.expire(now)
             if group is None:
                 other = group_id in self.service.coordinator.groups
-                groups.append(error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
-                                    if other else f"Group {group_id} not found."))
+                groups.append(_describe_error(group_id, ErrorCode.group_id_not_found,
+                                              f"Group {group_id} is not a share group." if other
+                                              else f"Group {group_id} not found."))
                 continue
             image = self.service.image
             groups.append({
@@ -457,22 +468,16 @@ class GroupHandlers:
         groups = []
         asked = bool(req.include_authorized_operations)
         for group_id in req.group_ids:
-            def error(code: int, message: str) -> dict[str, Any]:
-                return {"error_code": code, "error_message": message, "group_id": group_id,  # noqa: B023
-                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-                        "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
-            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-                groups.append(error(ErrorCode.group_authorization_failed,
-                                    f"{ctx.principal} may not describe group {group_id}"))
-                continue
-            if not self.service.owns(group_id):
-                groups.append(error(ErrorCode.not_coordinator, "this broker does not coordinate the group"))
+            refused = self._describe_refused(group_id, ctx)
+            if refused is not None:
+                groups.append(refused)
                 continue
             cg = self.service.coordinator.consumer_group(group_id)
             if cg is None:
                 exists = group_id in self.service.coordinator.groups
-                groups.append(error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
-                                    if exists else f"Group {group_id} not found."))
+                groups.append(_describe_error(group_id, ErrorCode.group_id_not_found,
+                                              f"Group {group_id} is not a consumer group." if exists
+                                              else f"Group {group_id} not found."))
                 continue
             image = self.service.image
             groups.append({
