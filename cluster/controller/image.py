@@ -17,6 +17,8 @@ Record types (field "type", format version "v"):
   TopicConfig     topic_id key value|null
   BrokerConfig    resource_name key value|null   (KIP-226 dynamic broker config: resource name ""
                   is the cluster-wide default, "<id>" that broker; Kafka's ConfigRecord of type BROKER)
+  GroupConfig     group key value|null   (KIP-848/KIP-932 dynamic group config; Kafka's ConfigRecord
+                  of type GROUP)
   RemoveTopic     topic_id
   ProducerIds     broker_id next_producer_id   (a block [previous next, next) went to the broker)
   ScramCredential name mechanism salt iterations stored_key server_key   (base64; never a password)
@@ -123,6 +125,8 @@ class MetadataImage:
         # Dynamic broker configs by resource name ("" the cluster default, "<id>" one broker),
         # raw strings as the admin APIs gave them.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # Dynamic group configs by group id (cluster/groups/group_configs.py), raw strings.
+        self.group_configs: dict[str, dict[str, str]] = {}
         # Client quotas (KIP-546) by entity ((type, name|None) pairs sorted by type): key → value
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
         self.quota_version = 0  # bumped by every quota change
@@ -134,7 +138,7 @@ class MetadataImage:
     def is_empty(self) -> bool:
         """Nothing was ever recorded: a new cluster's log (bootstrap records go in first)."""
         return (not self.brokers and not self.topics and not self.scram and not self.acls and not self.broker_configs
-                and not self.client_quotas and not self.features
+                and not self.group_configs and not self.client_quotas and not self.features
                 and self.next_producer_id == 0 and self.next_broker_epoch == 1)
 
     @property
@@ -257,6 +261,16 @@ class MetadataImage:
         if not configs:
             del self.broker_configs[str(r["resource_name"])]
 
+    def _group_config(self, r: dict[str, Any]) -> None:
+        group = str(r["group"])
+        configs = self.group_configs.setdefault(group, {})
+        if r.get("value") is None:
+            configs.pop(r["key"], None)
+        else:
+            configs[r["key"]] = str(r["value"])
+        if not configs:
+            del self.group_configs[group]
+
     def _remove_topic(self, r: dict[str, Any]) -> None:
         t = self.topics.pop(r["topic_id"], None)
         if t is not None:
@@ -319,6 +333,7 @@ class MetadataImage:
             "scram": [{"name": n, "mechanism": m, **c} for (n, m), c in self.scram.items()],
             "acls": [{"id": i, **a} for i, a in self.acls.items()],
             "broker_configs": self.broker_configs,
+            "group_configs": self.group_configs,
             "client_quotas": [{"entity": [list(p) for p in e], "values": v} for e, v in self.client_quotas.items()],
             "features": self.features,
         })
@@ -348,6 +363,8 @@ class MetadataImage:
         image.security_version = len(image.scram) + len(image.acls)
         image.broker_configs = {str(name): {str(k): str(v) for k, v in configs.items()}
                                 for name, configs in doc.get("broker_configs", {}).items() if configs}
+        image.group_configs = {str(group): {str(k): str(v) for k, v in configs.items()}
+                               for group, configs in doc.get("group_configs", {}).items() if configs}
         for q in doc.get("client_quotas", []):
             entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in q["entity"]))
             image.client_quotas[entity] = {str(k): float(v) for k, v in q["values"].items()}
@@ -369,6 +386,7 @@ _APPLY = {
     "PartitionChange": MetadataImage._partition_change,
     "TopicConfig": MetadataImage._topic_config,
     "BrokerConfig": MetadataImage._broker_config,
+    "GroupConfig": MetadataImage._group_config,
     "RemoveTopic": MetadataImage._remove_topic,
     "ProducerIds": MetadataImage._producer_ids,
     "ScramCredential": MetadataImage._scram,
