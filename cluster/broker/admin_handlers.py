@@ -22,6 +22,7 @@ from cluster.protocol.sentinels import (
     CONFIG_OP_DELETE,
     CONFIG_OP_SET,
     CONFIG_OP_SUBTRACT,
+    CONFIG_RESOURCE_GROUP,
     ELECTION_PREFERRED,
     ELECTION_UNCLEAN,
     RESOURCE_BROKER,
@@ -158,6 +159,7 @@ class AdminHandlers:
         responses: list[dict[str, Any]] = []
         specs: list[dict[str, Any]] = []
         broker_specs: list[dict[str, Any]] = []
+        group_specs: list[dict[str, Any]] = []
         for r in req.resources:
             base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
             if r.resource_type == RESOURCE_TOPIC and not ctx.allowed(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC,
@@ -165,11 +167,18 @@ class AdminHandlers:
                 responses.append({**base, "error_code": ErrorCode.topic_authorization_failed,
                                   "error_message": f"{ctx.principal} may not alter the configs of {r.resource_name}"})
                 continue
-            if r.resource_type != RESOURCE_TOPIC and not ctx.allowed_on_cluster(AclOperation.ALTER_CONFIGS):
+            if r.resource_type == CONFIG_RESOURCE_GROUP and not ctx.allowed(AclOperation.ALTER_CONFIGS,
+                                                                            ResourceType.GROUP, r.resource_name):
+                responses.append({**base, "error_code": ErrorCode.group_authorization_failed,
+                                  "error_message": f"{ctx.principal} may not alter the configs of group "
+                                                   f"{r.resource_name}"})
+                continue
+            if r.resource_type not in (RESOURCE_TOPIC, CONFIG_RESOURCE_GROUP) and not ctx.allowed_on_cluster(
+                    AclOperation.ALTER_CONFIGS):
                 responses.append({**base, "error_code": ErrorCode.cluster_authorization_failed,
                                   "error_message": "ALTER_CONFIGS on the cluster is needed"})
                 continue
-            if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
+            if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER, CONFIG_RESOURCE_GROUP):
                 responses.append({**base, "error_code": ErrorCode.invalid_request,
                                   "error_message": f"Unknown resource type {r.resource_type}"})
                 continue
@@ -183,7 +192,7 @@ class AdminHandlers:
                 responses.append({**base, "error_code": ErrorCode.invalid_request, "error_message": bad})
                 continue
             spec = {"name": r.resource_name, "ops": ops, "replace": not incremental}
-            (specs if r.resource_type == RESOURCE_TOPIC else broker_specs).append(spec)
+            {RESOURCE_TOPIC: specs, CONFIG_RESOURCE_GROUP: group_specs}.get(r.resource_type, broker_specs).append(spec)
         if specs:
             result = await self._call("alter_configs", {"topics": specs, "validate_only": req.validate_only})
             for r in self._each(result, "topics", [s["name"] for s in specs]):
@@ -194,6 +203,12 @@ class AdminHandlers:
                                                                "validate_only": req.validate_only})
             for r in self._each(result, "resources", [s["name"] for s in broker_specs]):
                 responses.append({"resource_type": RESOURCE_BROKER, "resource_name": r["name"],
+                                  "error_code": r["error_code"], "error_message": r.get("error_message")})
+        if group_specs:
+            result = await self._call("alter_group_configs", {"groups": group_specs,
+                                                              "validate_only": req.validate_only})
+            for r in self._each(result, "groups", [s["name"] for s in group_specs]):
+                responses.append({"resource_type": CONFIG_RESOURCE_GROUP, "resource_name": r["name"],
                                   "error_code": r["error_code"], "error_message": r.get("error_message")})
         return {"throttle_time": 0, "responses": responses}
 

@@ -15,6 +15,7 @@ from cluster.broker.config import (
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.controller.controller import ControllerConfig
 from cluster.controller.service import MetadataService
+from cluster.groups.group_configs import validate_group_configs
 from cluster.quorum.raft import RaftConfig
 from cluster.security.connector import PLAINTEXT, LinkSecurity
 
@@ -47,5 +48,7 @@ def build_metadata_service(node_id: int, voters: dict[int, tuple[str, int]], dat
         ),
         validate_configs=config.log_config,  # InvalidConfig is a ValueError
         validate_broker_configs=validate_dynamic_configs, broker_config_defs=ALTERABLE_BROKER_CONFIG_DEFS,
+        # the group configs' bounds are the broker's group.* settings (read-only, as in Kafka)
+        validate_group_configs=lambda configs: validate_group_configs(configs, config.values),
         snapshot_bytes=int(config["metadata.log.max.record.bytes.between.snapshots"]),
     )

@@ -77,6 +77,14 @@ TopicConfigValidator = Callable[[dict[str, str]], object]  # raises ValueError w
 # (resource name, the dynamic configs it would hold) → raises ConfigUpdateRefused (INVALID_REQUEST)
 # or another ValueError (INVALID_CONFIG)
 BrokerConfigValidator = Callable[[str, dict[str, str]], object]
+# A group's configs after an alter → the values to store; raises ValueError (INVALID_CONFIG)
+GroupConfigValidator = Callable[[dict[str, str]], dict[str, str]]
+
+
+def _no_group_configs(configs: dict[str, str]) -> dict[str, str]:
+    if configs:
+        raise ValueError(f"Unknown group config name: {sorted(configs)[0]}")
+    return configs
 
 
 def _no_dynamic_broker_configs(resource_name: str, configs: dict[str, str]) -> None:
@@ -96,12 +104,14 @@ class QuorumController:
     def __init__(self, image: MetadataImage, config: ControllerConfig, validate_configs: TopicConfigValidator,
                  rng: random.Random, now_ms: int, *,
                  validate_broker_configs: BrokerConfigValidator | None = None,
-                 broker_config_defs: Mapping[str, ConfigDef] | None = None) -> None:
+                 broker_config_defs: Mapping[str, ConfigDef] | None = None,
+                 validate_group_configs: GroupConfigValidator | None = None) -> None:
         self.image = image
         self.config = config
         self.validate_configs = validate_configs
         self.validate_broker_configs = validate_broker_configs or _no_dynamic_broker_configs
         self.broker_config_defs: Mapping[str, ConfigDef] = broker_config_defs or {}
+        self.validate_group_configs = validate_group_configs or _no_group_configs
         self.rng = rng
         self._records: list[dict[str, Any]] = []
         # Liveness is the controller's own memory: a new controller gives every broker a
@@ -580,6 +590,32 @@ class QuorumController:
                     self._clear_elr([t for t in self.image.topics_by_name.values() if MIN_ISR not in t.configs])
             results.append(_ok(name=name))
         return _ok(resources=results)
+
+    def alter_group_configs(self, args: dict[str, Any]) -> Result:
+        """Dynamic group configs (KIP-848/KIP-932): `groups` [{name, ops, replace}], ops as
+        alter_configs. A group need not exist (Kafka keeps a group's configs apart from the
+        group); "" is refused as Kafka refuses a default group resource."""
+        results = []
+        for spec in args["groups"]:
+            name = str(spec["name"])
+            if not name:
+                results.append(_err(ErrorCode.invalid_request, "Default group resources are not allowed.", name=name))
+                continue
+            current = self.image.group_configs.get(name, {})
+            configs = dict(current) if not spec.get("replace") else {}
+            try:
+                # APPEND/SUBTRACT: no group config is a LIST (Kafka's "Can't APPEND ..." refusal)
+                _apply_config_ops(configs, spec["ops"], {})
+                configs = self.validate_group_configs(configs)
+            except ValueError as exc:
+                results.append(_err(ErrorCode.invalid_config, str(exc), name=name))
+                continue
+            if not args.get("validate_only"):
+                for key in sorted(set(current) | set(configs)):
+                    if current.get(key) != configs.get(key):
+                        self._emit(record("GroupConfig", group=name, key=key, value=configs.get(key)))
+            results.append(_ok(name=name))
+        return _ok(groups=results)
 
     # ---- feature levels (KIP-584) --------------------------------------------------------
 

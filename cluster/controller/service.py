@@ -23,6 +23,7 @@ from cluster.common.config_def import ConfigDef
 from cluster.controller.controller import (
     BrokerConfigValidator,
     ControllerConfig,
+    GroupConfigValidator,
     QuorumController,
     TopicConfigValidator,
 )
@@ -46,6 +47,7 @@ OPERATIONS: dict[str, bool] = {
     "create_partitions": False,
     "alter_configs": False,
     "alter_broker_configs": False,
+    "alter_group_configs": False,
     "elect_leaders": False,
     "alter_partition": False,
     "alter_partitions": False,
@@ -81,7 +83,8 @@ class MetadataService:
                  raft_config: RaftConfig, controller_config: ControllerConfig,
                  validate_configs: TopicConfigValidator,
                  validate_broker_configs: BrokerConfigValidator | None = None,
-                 broker_config_defs: Mapping[str, ConfigDef] | None = None, commit_timeout_s: float = 10.0,
+                 broker_config_defs: Mapping[str, ConfigDef] | None = None,
+                 validate_group_configs: GroupConfigValidator | None = None, commit_timeout_s: float = 10.0,
                  snapshot_bytes: int = 20 << 20, seed: int | None = None, clock: Clock = SYSTEM_CLOCK,
                  link: LinkSecurity = PLAINTEXT, bootstrap_records: Sequence[dict[str, Any]] = ()) -> None:
         self.link = link
@@ -95,6 +98,7 @@ class MetadataService:
         self.validate_configs = validate_configs
         self.validate_broker_configs = validate_broker_configs
         self.broker_config_defs = broker_config_defs
+        self.validate_group_configs = validate_group_configs
         self.commit_timeout_s = commit_timeout_s
         self.snapshot_bytes = snapshot_bytes
         self._bytes_since_snapshot = 0
@@ -185,7 +189,8 @@ class MetadataService:
             self._controller = QuorumController(self.image.copy(), self.controller_config, self.validate_configs,
                                                 self._rng, self.clock.now_ms(),
                                                 validate_broker_configs=self.validate_broker_configs,
-                                                broker_config_defs=self.broker_config_defs)
+                                                broker_config_defs=self.broker_config_defs,
+                                                validate_group_configs=self.validate_group_configs)
             if self._controller.image.is_empty:
                 # A new cluster: its first records (proposed with the first operation).
                 self._controller.bootstrap(self.bootstrap_records)

@@ -219,13 +219,8 @@ def describe_group_configs(configs: Mapping[str, str], broker: BrokerValues, key
         own = name in configs
         entries.append({"name": name, "value": configs[name] if own else default, "read_only": False,
                         "config_source": source_group if own else source_default, "is_sensitive": False,
-                        "synonyms": synonyms if with_synonyms else [],
-                        "config_type": _CONFIG_TYPES[definition.kafka_type], "documentation": definition.doc})
+                        "synonyms": synonyms if with_synonyms else []})
     return entries
-
-
-# DescribeConfigs v3 ConfigType ids (Kafka's DescribeConfigsResponse.ConfigType).
-_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 
 
 @dataclass(frozen=True, slots=True)

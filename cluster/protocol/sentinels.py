@@ -45,6 +45,9 @@ RESOURCE_GROUP = 3
 RESOURCE_BROKER = 4
 RESOURCE_CLUSTER = 4
 RESOURCE_TRANSACTIONAL_ID = 5
+# DescribeConfigs / IncrementalAlterConfigs resource type of a group's configs (Kafka's
+# ConfigResource.Type.GROUP; ACLs number their GROUP resource 3)
+CONFIG_RESOURCE_GROUP = 32
 
 # DescribeConfigs config sources.
 CONFIG_SOURCE_TOPIC = 1
@@ -52,6 +55,7 @@ CONFIG_SOURCE_DYNAMIC_BROKER = 2
 CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
+CONFIG_SOURCE_GROUP = 8  # a group's own config (KIP-848 group configs)
 
 # IncrementalAlterConfigs operations.
 CONFIG_OP_SET = 0
