@@ -6,6 +6,7 @@
     LogManager        the partition logs on disk, their background work (cluster/storage)
     ReplicaManager    the partition replicas: appends, reads, ISR, followers (cluster/replication)
     GroupService      the consumer-group coordinator's shell (cluster/groups)
+    ShareStateService the share coordinator's shell and the share-partition leaders' way to it
     RequestRouter     every Kafka API this broker answers, from one table (apis.py)
 
 Network I/O lives in server.py; each handler module gets only the parts it uses.
@@ -40,11 +41,14 @@ from cluster.broker.quotas import ClientQuotas, QuotaWindow
 from cluster.broker.replica_handlers import LIST_OFFSETS_MAX_VERSION, ReplicaHandlers
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
+from cluster.broker.share_state_handlers import ShareStateHandlers
 from cluster.broker.txn_handlers import TxnHandlers
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.groups.consumer_group import ConsumerGroupConfig
 from cluster.groups.coordinator import GroupConfig, GroupCoordinator
 from cluster.groups.service import GroupService, OffsetsTopicSettings
+from cluster.groups.share_coordinator import ShareCoordinator
+from cluster.groups.share_state_service import ShareStateService, ShareStateTopicSettings
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
 from cluster.replication.fetcher import FetcherSettings
@@ -120,6 +124,16 @@ class Broker:
             clock=clock, image=lambda: self.metadata.image, cluster_size=lambda: self.cluster_size,
             create_topics=self.controller.create_topics)
         self.replicas.on_partitions_changed.append(self.groups.on_partitions_changed)
+        self.share_state = ShareStateService(
+            ShareCoordinator(), self.replicas, ShareStateTopicSettings(
+                num_partitions=int(config["share.coordinator.state.topic.num.partitions"]),
+                replication_factor=int(config["share.coordinator.state.topic.replication.factor"]),
+                min_isr=int(config["share.coordinator.state.topic.min.isr"]),
+                segment_bytes=int(config["share.coordinator.state.topic.segment.bytes"]),
+                write_timeout_ms=int(config["share.coordinator.write.timeout.ms"])),
+            clock=clock, image=lambda: self.metadata.image, cluster_size=lambda: self.cluster_size,
+            create_topics=self.controller.create_topics)
+        self.replicas.on_partitions_changed.append(self.share_state.on_partitions_changed)
         self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
         self.transactions = TransactionService(
             TransactionCoordinator(TransactionConfig(
@@ -138,7 +152,7 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify)
+        replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify, self.share_state)
         self.shares = replica_handlers.shares  # share sessions end with their connection (server.py)
         apis = api_table(replica_handlers, MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller,
@@ -146,7 +160,8 @@ class Broker:
                          GroupHandlers(self.groups, txns.find_coordinator), txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
                          ClientQuotaHandlers(lambda: self.metadata.image, self.controller),
-                         QuorumHandlers(self.controller, membership.voters, self.security.inter_broker))
+                         QuorumHandlers(self.controller, membership.voters, self.security.inter_broker),
+                         ShareStateHandlers(self.share_state))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.quotas = ClientQuotas(QuotaWindow(int(config["quota.window.num"]),
                                                int(config["quota.window.size.seconds"]) * 1000))
@@ -183,6 +198,7 @@ class Broker:
             self._logs_loaded = True
             self.replicas.reconcile()
             self.groups.open()
+            self.share_state.open()
             await nursery.start(self.transactions.run)
             self.transactions.open()
             log.info("broker %d loaded %d partition(s) in %.3f s", self.node_id, len(self.replicas.partitions),
@@ -203,6 +219,7 @@ class Broker:
             interval_s = int(self.config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
             nursery.start_soon(self.replicas.high_watermark_checkpoint_loop, interval_s, self.ready)
             nursery.start_soon(self.groups.timer_loop)
+            nursery.start_soon(self.shares.writer_loop)
             task_status.started()
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
@@ -232,7 +249,7 @@ class Broker:
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
               txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers,
-              quotas: ClientQuotaHandlers, quorum: QuorumHandlers) -> list[Api]:
+              quotas: ClientQuotaHandlers, quorum: QuorumHandlers, share_state: ShareStateHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -262,6 +279,12 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, groups.handle_share_group_describe),
         Api(ApiKey.SHARE_FETCH, 1, 1, replicas.handle_share_fetch),
         Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, replicas.handle_share_acknowledge),
+        # the share coordinator's inter-broker calls (share-partition leaders send them)
+        Api(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0, share_state.handle_initialize_share_group_state),
+        Api(ApiKey.READ_SHARE_GROUP_STATE, 0, 0, share_state.handle_read_share_group_state),
+        Api(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1, share_state.handle_write_share_group_state),
+        Api(ApiKey.DELETE_SHARE_GROUP_STATE, 0, 0, share_state.handle_delete_share_group_state),
+        Api(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, share_state.handle_read_share_group_state_summary),
         Api(ApiKey.API_VERSIONS, 0, 3, None),
         Api(ApiKey.CREATE_TOPICS, 2, 7, admin.handle_create_topics),  # v5: the created topic's configs
         Api(ApiKey.DELETE_TOPICS, 1, 3, admin.handle_delete_topics),
@@ -309,7 +332,7 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
     """API key → (min, max) version, as every broker advertises them in ApiVersions."""
     nothing: Any = _Unwired()
     return {api.key: (api.min_version, api.max_version)
-            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
+            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
 
 
 SUPPORTED_APIS = advertised_versions()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -29,6 +29,9 @@ from cluster.protocol.sentinels import (
 from cluster.replication.replica_manager import FetchPartition, ReplicaManager, mirror_topic_refusal
 from cluster.security.acl import AclOperation, ResourceType
 from cluster.storage.config import MIRROR_SOURCE
+
+if TYPE_CHECKING:
+    from cluster.groups.share_state_service import ShareStateService
 
 
 def _topic_id(image: Any, name: str) -> uuid.UUID | None:
@@ -57,14 +60,14 @@ Verifier = Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple
 
 class ReplicaHandlers:
     def __init__(self, replicas: ReplicaManager,
-                 verify_transaction: Verifier | None = None) -> None:
+                 verify_transaction: Verifier | None = None, share_state: ShareStateService | None = None) -> None:
         self.replicas = replicas
         # KIP-890: asks the transaction coordinator before a transaction's first batch
         # lands on a partition (a late produce after the abort would otherwise hang open).
         self.verify_transaction = verify_transaction
         from cluster.broker.share_handlers import ShareHandlers
 
-        self.shares = ShareHandlers(replicas)
+        self.shares = ShareHandlers(replicas, share_state)
 
     # ---- Produce ---------------------------------------------------------------------
 

@@ -2,23 +2,39 @@
 share sessions (cluster/groups/share_session.py) and the share partitions
 (cluster/groups/share_partition.py) of the partitions this broker leads.
 
-A preview: the share partitions live in this broker's memory (a leader change or a restart
-starts them again at the log end, `share.auto.offset.reset=latest`). A connection that ends
-takes its share sessions with it, and their members' records go back. docs/share_groups.md
-says what comes next.
+A share partition's durable state lives with the share coordinator (`__share_group_state`,
+cluster/groups/share_state_service.py): before a leader first acquires records of a share
+partition it reads that state (ReadShareGroupState with its leader epoch, which fences the
+previous leader; a share partition never started begins where `share.auto.offset.reset`
+says, and that start is written before anything is acquired); while the read is not done,
+ShareFetch answers the partition with no records and no error. Every change that must
+survive a crash (acknowledgements, releases, locks that ran out) marks the share partition
+dirty; one writer task writes each dirty partition's snapshot (WriteShareGroupState),
+coalescing what changed meanwhile, and an acknowledgement is answered only once the
+snapshot holding it is written: an accepted record is never delivered again after the
+leader dies. A write the coordinator fences (a newer leader or state epoch) drops the share
+partition from memory; acquisitions are not written (as Kafka: a crash makes them available
+again). A connection that ends takes its share sessions with it, and their members' records
+go back. docs/share_groups.md says what comes next.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from cluster.broker.context import RequestContext
+from cluster.common.backoff import Backoff
+from cluster.groups.group_configs import share_group_config
 from cluster.groups.share_group import MEMBER_ID_MAX_CHARS
-from cluster.groups.share_partition import LOCK_DURATION_MS_DEFAULT, SharePartition
+from cluster.groups.share_partition import LOCK_DURATION_MS_DEFAULT, SharePartition, ShareState
 from cluster.groups.share_session import SharePartitionKey, ShareSessionCache
+from cluster.groups.share_state_records import UNINITIALIZED, ShareKey, ShareStateValue
+from cluster.groups.share_state_service import ShareStateService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import iter_headers
 from cluster.replication.partition import Partition
@@ -31,15 +47,49 @@ SHARE_FETCH_READ_BYTES = 1 << 20  # log bytes read per partition and fetch
 SHARE_FETCH_RECORDS_MAX = 10_000  # MaxRecords is capped here
 SHARE_PARTITIONS_MAX = 100_000  # share partitions one broker keeps (groups x partitions)
 EXPIRY_CHECK_MS = 100  # how often requests look for locks that ran out
+ACK_DURABLE_WAIT_S = 30.0  # an acknowledgement waits this long at most for its state to be written
+WRITE_RETRY_S = 30.0  # a snapshot the coordinator could not take now is tried again this long
+_RETRIABLE_WRITE_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                                     ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
+                                     ErrorCode.not_enough_replicas, ErrorCode.unknown_topic_or_partition})
+
+log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, str, int]  # (group, topic name, partition)
+
+
+@dataclass
+class _Durability:
+    """How far one loaded share partition's changes are written."""
+
+    topic_id: str
+    leader_epoch: int
+    version: int = 0  # changes made that must survive
+    written: int = 0  # of those, how many the share coordinator holds
+    failed: int = ErrorCode.none  # the write that failed for good: the share partition was dropped
+
+
+def _ack_error(code: int) -> int:
+    """What an acknowledgement answers when its state could not be written (as Kafka's
+    SharePartition maps its persister's errors)."""
+    if code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch, ErrorCode.not_leader_or_follower):
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.coordinator_not_available
 
 
 class ShareHandlers:
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, persister: ShareStateService | None = None) -> None:
         self.replicas = replicas
+        self.persister = persister  # None: share partitions in memory only
         self.sessions = ShareSessionCache()
-        self.partitions: dict[tuple[str, str, int], SharePartition] = {}  # (group, topic, partition)
+        self.partitions: dict[PartitionKey, SharePartition] = {}
         self.lock_duration_ms = LOCK_DURATION_MS_DEFAULT
         self._expire_at_ms = 0
+        self._durability: dict[PartitionKey, _Durability] = {}
+        self._loading: set[PartitionKey] = set()
+        self._dirty: set[PartitionKey] = set()
+        self._wake = trio.Event()
+        self._written = trio.Event()  # set (and replaced) whenever a write ends
 
     # ---- shared steps ------------------------------------------------------------------
 
@@ -66,21 +116,25 @@ class ShareHandlers:
         if now_ms < self._expire_at_ms:
             return
         self._expire_at_ms = now_ms + EXPIRY_CHECK_MS
-        for sp in self.partitions.values():
-            sp.expire_locks(now_ms)
+        for key, sp in self.partitions.items():
+            if sp.expire_locks(now_ms):
+                self._changed(key)
 
     def _release(self, released: tuple[tuple[str, str, frozenset[SharePartitionKey]], ...]) -> None:
         for group_id, member_id, keys in released:
             for topic_id, index in keys:
                 name = self._name(topic_id)
                 sp = self.partitions.get((group_id, name, index)) if name is not None else None
-                if sp is not None:
-                    sp.release_member(member_id)
+                if sp is not None and sp.release_member(member_id):
+                    self._changed((group_id, name, index))  # type: ignore[arg-type]
 
     def _acknowledge(self, group_id: str, member_id: str, topics: Any, now_ms: int,
-                     ctx: RequestContext) -> dict[SharePartitionKey, int]:
-        """Each partition's acknowledgement batches applied: its error code."""
+                     ctx: RequestContext) -> tuple[dict[SharePartitionKey, int], dict[SharePartitionKey, tuple[
+                         _Durability, int]]]:
+        """Each partition's acknowledgement batches applied: its error code, and for those
+        applied the change whose write the answer waits for (`_durable`)."""
         out: dict[SharePartitionKey, int] = {}
+        waits: dict[SharePartitionKey, tuple[_Durability, int]] = {}
         for t in topics:
             topic_id = str(t.topic_id)
             name = self._name(topic_id)
@@ -93,12 +147,158 @@ class ShareHandlers:
                 elif not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name):
                     out[key] = ErrorCode.topic_authorization_failed
                 else:
-                    sp = self.partitions.get((group_id, name, key[1]))
+                    part, code = self.replicas.leader_partition(name, key[1])
+                    if part is None:
+                        out[key] = code
+                        continue
+                    sp = self._current((group_id, name, key[1]), part)
                     batches = [(int(b.first_offset), int(b.last_offset), [int(x) for x in b.acknowledge_types])
                                for b in p.acknowledgement_batches]
                     out[key] = (ErrorCode.invalid_record_state if sp is None
                                 else sp.acknowledge(member_id, batches, now_ms, renew_allowed=False))
+                    if out[key] == ErrorCode.none:
+                        wait = self._changed((group_id, name, key[1]))
+                        if wait is not None:
+                            waits[key] = wait
+        return out, waits
+
+    # ---- durable state -----------------------------------------------------------------
+
+    def _current(self, key: PartitionKey, part: Partition) -> SharePartition | None:
+        """The share partition as loaded under the partition's current leader epoch; one
+        loaded under an older epoch (leadership went and came back) is dropped: its state
+        is read again."""
+        sp = self.partitions.get(key)
+        d = self._durability.get(key)
+        if sp is not None and d is not None and d.leader_epoch != part.leader_epoch:
+            self._drop(key, ErrorCode.not_leader_or_follower)
+            return None
+        return sp
+
+    def _drop(self, key: PartitionKey, code: int) -> None:
+        self.partitions.pop(key, None)
+        self._dirty.discard(key)
+        d = self._durability.pop(key, None)
+        if d is not None:
+            d.failed = code or ErrorCode.unknown_server_error
+            self._notify_written()
+
+    def _changed(self, key: PartitionKey) -> tuple[_Durability, int] | None:
+        """A change to the share partition that must be written: (its durability, the
+        version that holds it); None without a share coordinator."""
+        d = self._durability.get(key)
+        if self.persister is None or d is None:
+            return None
+        d.version += 1
+        self._dirty.add(key)
+        self._wake.set()
+        return d, d.version
+
+    def _notify_written(self) -> None:
+        self._written.set()
+        self._written = trio.Event()
+
+    async def _durable(self, acks: dict[SharePartitionKey, int],
+                       waits: dict[SharePartitionKey, tuple[_Durability, int]]) -> dict[SharePartitionKey, int]:
+        """The acknowledgements' answers once their state is written (or could not be)."""
+        with trio.move_on_after(ACK_DURABLE_WAIT_S):
+            for d, version in waits.values():
+                while d.written < version and not d.failed:
+                    await self._written.wait()
+        out = dict(acks)
+        for key, (d, version) in waits.items():
+            if d.written < version:
+                out[key] = _ack_error(d.failed or ErrorCode.coordinator_not_available)
         return out
+
+    def _start_offset(self, group_id: str, part: Partition) -> int:
+        """Where a share partition no leader started begins: `share.auto.offset.reset`."""
+        config = share_group_config(self.replicas.image, group_id)
+        if config.auto_offset_reset == "earliest":
+            return part.log.log_start_offset
+        duration_ms = config.reset_duration_ms
+        if duration_ms is not None:
+            found = part.log.offset_for_timestamp(self.replicas.clock.now_ms() - duration_ms)
+            if found is not None and found[0] < part.high_watermark:
+                return found[0]
+        return part.high_watermark
+
+    async def _load(self, group_id: str, name: str, topic_id: str, part: Partition) -> SharePartition | None:
+        """The share partition, its state read from the share coordinator first when this
+        leader has none; None while that is not done (another request is reading it, or
+        the read failed: the next fetch tries again)."""
+        key = (group_id, name, part.index)
+        sp = self._current(key, part)
+        if sp is not None:
+            return sp
+        if key in self._loading or len(self.partitions) >= SHARE_PARTITIONS_MAX:
+            return None
+        if self.persister is None:
+            sp = self.partitions[key] = SharePartition(self._start_offset(group_id, part),
+                                                       lock_duration_ms=self.lock_duration_ms)
+            return sp
+        epoch = part.leader_epoch
+        share_key = ShareKey(group_id, topic_id, part.index)
+        self._loading.add(key)
+        try:
+            code, state = await self.persister.read_state(share_key, epoch)
+            if code != ErrorCode.none or state is None:
+                log.info("reading the share state of %s: error %s", share_key.coordinator_key(), code)
+                return None
+            if not part.is_leader or part.leader_epoch != epoch:
+                return None
+            if state.start_offset == UNINITIALIZED:
+                start = self._start_offset(group_id, part)
+                state = ShareStateValue(state.state_epoch, epoch, start)
+                code = await self.persister.write_state(share_key, state)  # the start survives this leader
+                if code != ErrorCode.none:
+                    log.info("starting the share partition %s: error %s", share_key.coordinator_key(), code)
+                    return None
+                if not part.is_leader or part.leader_epoch != epoch:
+                    return None
+            sp = SharePartition.restore(ShareState(state.start_offset, state.state_epoch, state.batches),
+                                        lock_duration_ms=self.lock_duration_ms)
+            self.partitions[key] = sp
+            self._durability[key] = _Durability(topic_id, epoch)
+            return sp
+        finally:
+            self._loading.discard(key)
+
+    async def writer_loop(self) -> None:
+        """Writes the dirty share partitions' snapshots, each at most once at a time; what
+        changes during a round is written in the next."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            dirty, self._dirty = self._dirty, set()
+            async with trio.open_nursery() as nursery:
+                for key in dirty:
+                    nursery.start_soon(self._write, key)
+
+    async def _write(self, key: PartitionKey) -> None:
+        assert self.persister is not None
+        backoff = Backoff(0.1, 1.0)
+        deadline = trio.current_time() + WRITE_RETRY_S
+        while True:
+            d, sp = self._durability.get(key), self.partitions.get(key)
+            if d is None or sp is None:
+                return
+            version = d.version
+            snap = sp.snapshot()
+            code = await self.persister.write_state(ShareKey(key[0], d.topic_id, key[2]), ShareStateValue(
+                snap.state_epoch, d.leader_epoch, snap.start_offset, snap.batches))
+            if self._durability.get(key) is not d:
+                return  # dropped, or read again, meanwhile
+            if code == ErrorCode.none:
+                d.written = max(d.written, version)
+                self._notify_written()
+                return
+            if code not in _RETRIABLE_WRITE_ERRORS or trio.current_time() >= deadline:
+                log.warning("writing the share state of %s: error %s; it is read again before its next use",
+                            ShareKey(key[0], d.topic_id, key[2]).coordinator_key(), code)
+                self._drop(key, code)
+                return
+            await backoff.sleep()
 
     def _leader(self, name: str, index: int) -> dict[str, int]:
         assignment = self.replicas.image.partition(name, index)
@@ -109,13 +309,10 @@ class ShareHandlers:
     def _acquire(self, group_id: str, member_id: str, name: str, part: Partition, budget: int,
                  now_ms: int) -> tuple[bytes, list[dict[str, int]]]:
         """Records for `member_id` from the share partition: (the log's whole batches holding
-        them, the acquired ranges). A new share partition starts at the high watermark."""
-        key = (group_id, name, part.index)
-        sp = self.partitions.get(key)
+        them, the acquired ranges), from the share partition `_load` made ready."""
+        sp = self._current((group_id, name, part.index), part)
         if sp is None:
-            if len(self.partitions) >= SHARE_PARTITIONS_MAX:
-                return b"", []
-            sp = self.partitions[key] = SharePartition(part.high_watermark, lock_duration_ms=self.lock_duration_ms)
+            return b"", []
         sp.move_log_start(part.log.log_start_offset)
         start = sp.fetch_offset()
         if start is None or budget <= 0:
@@ -172,9 +369,10 @@ class ShareHandlers:
             return self._refused(update.error, f"share session: {ErrorCode(update.error).name}", lock)
         if epoch == 0:
             self._release(update.released)  # the member's previous session: replaced
-        acks = self._acknowledge(group_id, member_id, req.topics, now, ctx)
+        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx)
         if epoch == -1:
             self._release(update.released)  # closing: acknowledged first, what is left goes back
+        acks = await self._durable(acks, waits)
         keys = sorted(acks) if epoch == -1 else sorted(update.session.partitions | set(acks))
         answers: dict[SharePartitionKey, dict[str, Any]] = {}
         ready: list[tuple[SharePartitionKey, str, Partition]] = []
@@ -198,6 +396,8 @@ class ShareHandlers:
             if part is None:
                 entry["error_code"] = code
                 continue
+            if epoch != -1 and await self._load(group_id, name, topic_id, part) is None:
+                continue  # its state is not read yet: no records this time
             ready.append((key, name, part))
         if epoch != -1 and ready:
             budget = min(max(0, int(req.max_records)), SHARE_FETCH_RECORDS_MAX)
@@ -236,8 +436,9 @@ class ShareHandlers:
         update = self.sessions.acknowledge(group_id, member_id, epoch)
         if update.error != ErrorCode.none:
             return self._refused(update.error, f"share session: {ErrorCode(update.error).name}")
-        acks = self._acknowledge(group_id, member_id, req.topics, now, ctx)
+        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx)
         self._release(update.released)  # a closing session: what its member still holds goes back
+        acks = await self._durable(acks, waits)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic_id, index), code in sorted(acks.items()):
             name = self._name(topic_id)

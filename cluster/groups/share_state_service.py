@@ -1,0 +1,288 @@
+"""The trio shell around the share coordinator (cluster/groups/share_coordinator.py), and the
+share-partition leaders' way to it (Kafka's persister).
+
+A broker is the share coordinator of the share partitions whose `__share_group_state`
+partition it leads (partition = abs(java hash of "group:topicId:partition") % partitions,
+`share.coordinator.state.topic.num.partitions`). Every decision's record is appended there
+and waits for the in-sync replicas (as acks=all) before the call is answered; a broker that
+becomes leader of a state partition replays it. The topic is created on first use with
+`share.coordinator.state.topic.replication.factor` replicas (capped by the cluster's size),
+compacted, no unclean leader election.
+
+`read_state`/`write_state` are what a share-partition leader calls: the coordinator
+directly when it is this broker, else ReadShareGroupState/WriteShareGroupState to the
+broker that is.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
+from cluster.common.clock import Clock
+from cluster.controller.image import MetadataImage
+from cluster.controller.service import ControllerUnavailable
+from cluster.groups.share_coordinator import Decision, ShareCoordinator
+from cluster.groups.share_partition import RecordState, StateBatch
+from cluster.groups.share_state_records import (
+    SHARE_STATE_TOPIC,
+    STATE_BATCHES_MAX,
+    ShareKey,
+    ShareStateValue,
+    encode_key,
+    encode_value,
+    replay,
+    state_partition_for,
+)
+from cluster.protocol.api_keys import ApiKey
+from cluster.protocol.errors import ErrorCode
+from cluster.protocol.records import Record, encode_batch
+from cluster.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+_RPC_TIMEOUT_S = 10.0  # a share-state call to another broker's coordinator
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStateTopicSettings:
+    """How `__share_group_state` is created (Kafka's share.coordinator.state.topic.* configs)."""
+
+    num_partitions: int = 50  # share.coordinator.state.topic.num.partitions
+    replication_factor: int = 3  # share.coordinator.state.topic.replication.factor (capped by brokers)
+    min_isr: int = 2  # share.coordinator.state.topic.min.isr
+    segment_bytes: int = 104_857_600  # share.coordinator.state.topic.segment.bytes
+    write_timeout_ms: int = 5000  # a state record waits this long for the in-sync replicas
+
+
+CreateTopics = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+
+# What a call answers when its record could not be written or replicated.
+_APPEND_ERRORS: dict[int, ErrorCode] = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+
+
+class ShareStateService:
+    def __init__(self, coordinator: ShareCoordinator, replicas: ReplicaManager, settings: ShareStateTopicSettings,
+                 *, clock: Clock, image: Callable[[], MetadataImage], cluster_size: Callable[[], int],
+                 create_topics: CreateTopics) -> None:
+        self.coordinator = coordinator
+        self.replicas = replicas
+        self.settings = settings
+        self.clock = clock
+        self._image = image
+        self._cluster_size = cluster_size
+        self._create_topics = create_topics
+        self.num_partitions = settings.num_partitions
+        self._owned: set[int] = set()
+        self._opened = False
+        self._locks: dict[int, trio.Lock] = {}  # one decision at a time per state partition
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connect_lock = trio.Lock()
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    # ---- ownership ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        self._opened = True
+        self.on_partitions_changed()
+
+    def on_partitions_changed(self) -> None:
+        if not self._opened:
+            return
+        t = self.image.topic(SHARE_STATE_TOPIC)
+        if t is not None:
+            self.num_partitions = len(t.partitions)
+        led = {index for (topic, index), part in self.replicas.partitions.items()
+               if topic == SHARE_STATE_TOPIC and part.is_leader}
+        for index in sorted(self._owned - led):
+            n = self.coordinator.unload(lambda k, i=index: self.partition_of(k) == i)  # type: ignore[misc]
+            log.log(logging.INFO if n else logging.DEBUG, "no longer the share coordinator of %d share "
+                    "partition(s) of %s-%d", n, SHARE_STATE_TOPIC, index)
+        for index in sorted(led - self._owned):
+            part = self.replicas.partitions[(SHARE_STATE_TOPIC, index)]
+            states = replay(part.log.replay_records()[0])
+            self.coordinator.load(states)
+            if states:
+                log.info("loaded %d share partition state(s) from %s-%d", len(states), SHARE_STATE_TOPIC, index)
+        self._owned = led
+
+    def partition_of(self, key: ShareKey) -> int:
+        return state_partition_for(key, self.num_partitions)
+
+    def owns(self, key: ShareKey) -> bool:
+        return self.partition_of(key) in self._owned
+
+    async def ensure_state_topic(self) -> bool:
+        """Create `__share_group_state` once enough brokers are up for its replication factor."""
+        if self.image.topic(SHARE_STATE_TOPIC) is not None:
+            return True
+        rf = min(self.settings.replication_factor, self._cluster_size())
+        if len(self.image.active_brokers()) < rf:
+            return False
+        results = await self._create_topics([{
+            "name": SHARE_STATE_TOPIC, "num_partitions": self.settings.num_partitions,
+            "replication_factor": rf, "internal": True,
+            "configs": {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
+                        "min.insync.replicas": str(max(1, min(self.settings.min_isr, rf))),
+                        "unclean.leader.election.enable": "false"},
+        }])
+        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+    def coordinator_for(self, key: ShareKey) -> int | None:
+        """The broker leading the share partition's state partition (None: not known or fenced)."""
+        part = self.image.partition(SHARE_STATE_TOPIC, self.partition_of(key))
+        leader = self.image.brokers.get(part.leader) if part is not None else None
+        if leader is None or leader.fenced:
+            return None
+        return leader.broker_id
+
+    async def find_coordinator(self, key: str) -> int | None:
+        """FindCoordinator key type SHARE: "group:topicId:partition"."""
+        try:
+            group_and_topic, partition = key.rsplit(":", 1)
+            group, topic_id = group_and_topic.rsplit(":", 1)
+            share_key = ShareKey(group, topic_id, int(partition))
+        except ValueError:
+            return None
+        try:
+            if not await self.ensure_state_topic():
+                return None
+        except ControllerUnavailable:
+            return None
+        return self.coordinator_for(share_key)
+
+    # ---- the coordinator's side: decide, persist, apply ----------------------------------
+
+    def _known(self, key: ShareKey) -> bool:
+        topic = self.image.topics.get(key.topic_id)
+        return topic is not None and 0 <= key.partition < len(topic.partitions)
+
+    async def execute(self, key: ShareKey, decide: Callable[[ShareCoordinator], Decision]) -> Decision:
+        """One call at this coordinator: decided, its record appended and replicated, then applied."""
+        if not self.owns(key):
+            return Decision(ErrorCode.not_coordinator, "this broker is not the share partition's coordinator")
+        if not self._known(key):
+            return Decision(ErrorCode.unknown_topic_or_partition, f"no partition {key.partition} of topic id "
+                            f"{key.topic_id}")
+        index = self.partition_of(key)
+        async with self._locks.setdefault(index, trio.Lock()):
+            if not self.owns(key):
+                return Decision(ErrorCode.not_coordinator, "this broker is no longer the share coordinator")
+            decision = decide(self.coordinator)
+            if decision.error != ErrorCode.none or decision.record is None:
+                return decision
+            record = decision.record
+            value = None if record.value is None else encode_value(record.value)
+            batch = encode_batch([Record(0, self.clock.now_ms(), encode_key(record.key), value, ())])
+            answer = self.replicas.append(SHARE_STATE_TOPIC, index, batch, min_isr_checked=True)
+            if answer["error_code"] == ErrorCode.none:
+                await self.replicas.wait_for_acks_all([{"name": SHARE_STATE_TOPIC, "partition_responses": [answer]}],
+                                                      self.settings.write_timeout_ms / 1000)
+            code = answer["error_code"]
+            if code != ErrorCode.none:
+                log.warning("writing the share state of %s to %s-%d: error %s", key.coordinator_key(),
+                            SHARE_STATE_TOPIC, index, code)
+                return Decision(_APPEND_ERRORS.get(code, ErrorCode.coordinator_not_available),
+                                f"the share state could not be written ({ErrorCode(code).name})")
+            self.coordinator.applied(record)
+            return decision
+
+    # ---- the share-partition leader's side (Kafka's persister) ---------------------------
+
+    async def read_state(self, key: ShareKey, leader_epoch: int) -> tuple[int, ShareStateValue | None]:
+        """ReadShareGroupState for a share partition this broker leads: (error, state)."""
+        node = await self._coordinator_node(key)
+        if node is None:
+            return ErrorCode.coordinator_not_available, None
+        if node == self.replicas.node_id:
+            d = await self.execute(key, lambda c: c.read(key, leader_epoch))
+            return d.error, d.state
+        body = {"group_id": key.group_id, "topics": [{"topic_id": uuid.UUID(key.topic_id), "partitions": [
+            {"partition": key.partition, "leader_epoch": leader_epoch}]}]}
+        resp = await self._call(node, ApiKey.READ_SHARE_GROUP_STATE, body)
+        if resp is None:
+            return ErrorCode.coordinator_not_available, None
+        for t in resp.results:
+            for p in t.partitions:
+                if p.error_code != ErrorCode.none:
+                    return int(p.error_code), None
+                if len(p.state_batches) > STATE_BATCHES_MAX:
+                    return ErrorCode.unknown_server_error, None
+                batches = tuple(StateBatch(int(b.first_offset), int(b.last_offset), RecordState(int(b.delivery_state)),
+                                           int(b.delivery_count)) for b in p.state_batches)
+                return ErrorCode.none, ShareStateValue(int(p.state_epoch), leader_epoch, int(p.start_offset), batches)
+        return ErrorCode.unknown_server_error, None
+
+    async def write_state(self, key: ShareKey, value: ShareStateValue) -> int:
+        """WriteShareGroupState of a share partition's whole state: the error code."""
+        node = await self._coordinator_node(key)
+        if node is None:
+            return ErrorCode.coordinator_not_available
+        if node == self.replicas.node_id:
+            d = await self.execute(key, lambda c: c.write(key, value.state_epoch, value.leader_epoch,
+                                                          value.start_offset, value.batches))
+            return d.error
+        body = {"group_id": key.group_id, "topics": [{"topic_id": uuid.UUID(key.topic_id), "partitions": [
+            {"partition": key.partition, "state_epoch": value.state_epoch, "leader_epoch": value.leader_epoch,
+             "start_offset": value.start_offset,
+             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                                "delivery_state": int(b.state), "delivery_count": b.delivery_count}
+                               for b in value.batches]}]}]}
+        resp = await self._call(node, ApiKey.WRITE_SHARE_GROUP_STATE, body)
+        if resp is None:
+            return ErrorCode.coordinator_not_available
+        codes = [int(p.error_code) for t in resp.results for p in t.partitions]
+        return codes[0] if codes else ErrorCode.unknown_server_error
+
+    async def _coordinator_node(self, key: ShareKey) -> int | None:
+        try:
+            if not await self.ensure_state_topic():
+                return None
+        except ControllerUnavailable:
+            return None
+        return self.coordinator_for(key)
+
+    async def _call(self, node: int, api: ApiKey, body: dict[str, Any]) -> Any:
+        try:
+            conn = await self._connection(node)
+            return await conn.request(api, body, version=0, timeout_s=_RPC_TIMEOUT_S)
+        except (KafkaConnectionError, UnsupportedApi, OSError) as exc:
+            log.info("%s to broker %d: %s", api.api_name, node, exc)
+            await self._drop_connection(node)
+            return None
+
+    async def _connection(self, broker_id: int) -> BrokerConnection:
+        async with self._connect_lock:
+            conn = self._connections.get(broker_id)
+            if conn is not None and not conn.closed:
+                return conn
+            address = self.replicas.broker_address(broker_id)
+            if address is None:
+                raise KafkaConnectionError(f"broker {broker_id} is not registered")
+            conn = await BrokerConnection(*address, client_id=f"share-persister-{self.replicas.node_id}",
+                                          link=self.replicas.settings.fetcher.link).connect()
+            self._connections[broker_id] = conn
+            return conn
+
+    async def _drop_connection(self, broker_id: int) -> None:
+        conn = self._connections.pop(broker_id, None)
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    async def aclose(self) -> None:
+        for broker_id in list(self._connections):
+            await self._drop_connection(broker_id)
