@@ -15,6 +15,10 @@ endpoints) returns None and takes the generic path.
 Metadata: a topic's entry (`metadata_topic_entry`), every version; encoding every partition
 of 10,000 through kio took ~130 ms for the first answer to a new question. A nameless entry
 (an unknown topic id) takes the generic path.
+
+DescribeTopicPartitions (KIP-966, v0): a topic's entry (`describe_partitions_topic_entry`) and
+the answer around entries kept encoded (`describe_partitions_body`); through kio a page of
+2,000 partitions took ~40 ms (Kafka answers it in ~8).
 """
 
 from __future__ import annotations
@@ -172,4 +176,60 @@ def metadata_topic_entry(version: int, topic: Mapping[str, Any]) -> bytes | None
         out.append(_I32.pack(topic.get("topic_authorized_operations", -2147483648)))
     if flexible:
         out.append(b"\x00")
+    return b"".join(out)
+
+
+DESCRIBE_TOPIC_PARTITIONS_API_KEY = 75
+_DTP_TOPIC_KEYS = frozenset({"error_code", "name", "topic_id", "is_internal", "partitions",
+                             "topic_authorized_operations"})
+_DTP_PARTITION_HEAD = struct.Struct(">hiii")  # error, partition, leader, leader epoch
+
+
+def _nullable_int32_array(values: Sequence[int] | None) -> bytes:
+    return b"\x00" if values is None else _int32_array(values, True)
+
+
+def describe_partitions_topic_entry(topic: Mapping[str, Any]) -> bytes | None:
+    """One topic of a DescribeTopicPartitions v0 answer as it sits in the encoded topic array
+    (a flexible version: compact arrays and strings, tag buffers), or None for what only the
+    generic encoder writes (a key it does not know)."""
+    if not topic.keys() <= _DTP_TOPIC_KEYS:
+        return None
+    name = topic.get("name")
+    out = [_I16.pack(int(topic.get("error_code", 0)))]
+    if name is None:
+        out.append(b"\x00")
+    else:
+        raw = name.encode()
+        out.append(uvarint_bytes(len(raw) + 1) + raw)
+    topic_id = topic.get("topic_id")
+    out.append(_ZERO_UUID if topic_id is None else topic_id.bytes)
+    out.append(b"\x01" if topic.get("is_internal") else b"\x00")
+    partitions: Sequence[Mapping[str, Any]] = topic.get("partitions") or ()
+    out.append(uvarint_bytes(len(partitions) + 1))
+    head = _DTP_PARTITION_HEAD.pack
+    for p in partitions:
+        out.append(b"".join((
+            head(int(p.get("error_code", 0)), p.get("partition_index", 0), p.get("leader_id", 0),
+                 p.get("leader_epoch", -1)),
+            _int32_array(p.get("replica_nodes") or (), True), _int32_array(p.get("isr_nodes") or (), True),
+            _nullable_int32_array(p.get("eligible_leader_replicas")),
+            _nullable_int32_array(p.get("last_known_elr")),
+            _int32_array(p.get("offline_replicas") or (), True), b"\x00")))
+    out.append(_I32.pack(topic.get("topic_authorized_operations", -2147483648)))
+    out.append(b"\x00")
+    return b"".join(out)
+
+
+def describe_partitions_body(throttle_time_ms: int, topics: Sequence[bytes],
+                             next_cursor: Mapping[str, Any] | None) -> bytes:
+    """A DescribeTopicPartitions v0 answer whose topics are already encoded
+    (`describe_partitions_topic_entry`): the throttle time, the topics, the nullable cursor."""
+    out = [_I32.pack(throttle_time_ms), uvarint_bytes(len(topics) + 1), *topics]
+    if next_cursor is None:
+        out.append(b"\xff")
+    else:
+        raw = next_cursor["topic_name"].encode()
+        out += [b"\x01", uvarint_bytes(len(raw) + 1), raw, _I32.pack(next_cursor["partition_index"]), b"\x00"]
+    out.append(b"\x00")
     return b"".join(out)

@@ -1,7 +1,8 @@
 """The broker's fast answer writers against kio's generic encoder, on drawn answers
 (derandomized in make test by the Hypothesis profile in tests/conftest.py; make soak draws new
 ones): Fetch (cluster/protocol/answer_writers.py), every version from 4 on, and Metadata with
-its topics encoded apart (messages.encode_metadata_body), every version."""
+its topics encoded apart (messages.encode_metadata_body), every version; DescribeTopicPartitions
+v0 (its topics and the answer around them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.protocol.answer_writers import fetch_body_parts, metadata_topic_entry
+from cluster.protocol.answer_writers import (
+    describe_partitions_body,
+    describe_partitions_topic_entry,
+    fetch_body_parts,
+    metadata_topic_entry,
+)
 from cluster.protocol.messages import (
     decode_response,
     encode_body,
@@ -114,3 +120,30 @@ def test_a_metadata_answer_with_its_topics_encoded_apart_is_the_generic_one(vers
 def test_a_metadata_topic_the_fast_writer_leaves_to_the_generic_one() -> None:
     assert metadata_topic_entry(12, {"error_code": 100, "name": None, "topic_id": None, "partitions": []}) is None
     assert metadata_topic_entry(12, {"name": "t", "unknown_field": 1}) is None
+
+
+dtp_partition = st.fixed_dictionaries({
+    "error_code": st.sampled_from([0, 5]), "partition_index": I32, "leader_id": I32, "leader_epoch": I32,
+    "replica_nodes": st.lists(I32, max_size=3), "isr_nodes": st.lists(I32, max_size=3),
+    "eligible_leader_replicas": st.none() | st.lists(I32, max_size=2),
+    "last_known_elr": st.none() | st.lists(I32, max_size=2), "offline_replicas": st.lists(I32, max_size=2)})
+dtp_topic = st.fixed_dictionaries({
+    "error_code": st.sampled_from([0, 3, 29]), "name": st.text(max_size=12) | st.none(), "is_internal": st.booleans(),
+    "topic_id": st.uuids(), "topic_authorized_operations": I32, "partitions": st.lists(dtp_partition, max_size=3)})
+dtp_answer = st.fixed_dictionaries({
+    "throttle_time": st.integers(0, 2**31 - 1), "topics": st.lists(dtp_topic, max_size=4),
+    "next_cursor": st.none() | st.fixed_dictionaries({"topic_name": st.text(max_size=12),
+                                                      "partition_index": st.integers(0, 2**31 - 1)})})
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=dtp_answer)
+def test_a_describe_topic_partitions_answer_written_straight_is_the_generic_one(body: dict[str, Any]) -> None:
+    topics = [describe_partitions_topic_entry(t) for t in body["topics"]]
+    assert all(t is not None for t in topics)
+    written = describe_partitions_body(body["throttle_time"], topics, body["next_cursor"])  # type: ignore[arg-type]
+    assert written == encode_body(75, 0, body)
+
+
+def test_a_describe_topic_partitions_topic_the_fast_writer_leaves_to_the_generic_one() -> None:
+    assert describe_partitions_topic_entry({"name": "t", "unknown_field": 1}) is None
