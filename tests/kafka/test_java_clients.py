@@ -80,9 +80,13 @@ class JavaDriver:
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> JavaDriver:
     """tests/kafka/java/*.java compiled against the pinned Kafka jars, once per module."""
+    return compile_driver(tmp_path_factory.mktemp("java-classes"))
+
+
+def compile_driver(classes: Path) -> JavaDriver:
+    """tests/kafka/java/*.java compiled into `classes` (also the scale benchmark's Java row)."""
     javac = shutil.which("javac")
     assert javac is not None, "no javac on the PATH: `make sysdeps` installs the JDK"
-    classes = tmp_path_factory.mktemp("java-classes")
     proc = subprocess.run([javac, "-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", "-nowarn",
                            "-d", str(classes), "-cp", classpath("kafka"), *map(str, sorted(JAVA_SOURCES.glob("*.java")))],
                           capture_output=True, text=True, timeout=180)

@@ -26,7 +26,10 @@ Per partition count N (topics of 100 partitions, RF 1), on a fresh one-broker sy
      at once: the median of 5 once every partition answers, and its bytes;
   5. librdkafka producing N-spread records (record i to partition i mod N), acks=1, and a
      librdkafka consumer assigned every partition from offset 0 reading them back
-     (sessionless: librdkafka has no fetch sessions);
+     (sessionless: librdkafka has no fetch sessions); then the same with Kafka's Java
+     producer and KafkaConsumer (fetch sessions, KIP-227: after the first Fetch a broker
+     answers and the consumer asks only for partitions that changed): N more records, read
+     back from the end offsets before them;
   6. kill -9 and restart: until Metadata has a leader for every partition and a write to the
      last partition is acknowledged; with several brokers also a kill -9 of the active
      controller (DescribeQuorum's leader) until a new topic is created;
@@ -51,6 +54,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.protocol.messages import decode_response, encode_request
 from tests.cluster_helpers import wait_until
+from tests.kafka.test_java_clients import JavaDriver, compile_driver
 from tests.peers.kafka import KAFKA_VERSION
 from tests.perf.benchlib import Alternated, consumer_conf, emit, env_int, progress
 from tests.perf.test_vs_kafka import BENCH_BROKER_CONFIG, SYSTEMS, System, rss_mib
@@ -185,17 +189,24 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
     return times[len(times) // 2], size, wanted
 
 
-def _ask(s: socket.socket, api_key: int, version: int, correlation: int, body: dict[str, object]) -> tuple[object, int]:
-    """One request over a raw socket: (decoded answer, answer bytes)."""
-    s.sendall(encode_request(api_key, version, correlation, b"scale-bench", body))
+def _ask(s: socket.socket, api_key: int, version: int, correlation: int,
+         body: dict[str, object]) -> tuple[object, int, float]:
+    """One request over a raw socket: (decoded answer, answer bytes, seconds from sending the
+    request to the answer's last byte: the client's decoding, in Python, is not counted)."""
+    request = encode_request(api_key, version, correlation, b"scale-bench", body)
+    t0 = time.perf_counter()
+    s.sendall(request)
     (length,) = struct.unpack(">i", _read(s, 4))
-    return decode_response(api_key, version, _read(s, length)), length
+    raw = _read(s, length)
+    elapsed = time.perf_counter() - t0
+    return decode_response(api_key, version, raw), length, elapsed
 
 
 def describe_partitions_round_trip(bootstrap: str, topics: list[str], tries: int = 4) -> tuple[float, float, int, int]:
     """DescribeTopicPartitions (v0, KIP-966) of every topic, every page (the answer holds at
     most 2,000 partitions; its cursor names where the next page starts): (seconds of the first
-    whole walk, median seconds of the next ones, bytes of a walk, pages)."""
+    whole walk, median seconds of the next ones, bytes of a walk, pages). A walk's seconds are
+    its pages' round trips, the client's decoding of each page left out."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     times: list[float] = []
     size = pages = 0
@@ -203,17 +214,18 @@ def describe_partitions_round_trip(bootstrap: str, topics: list[str], tries: int
         for attempt in range(tries):
             cursor = None
             size = pages = 0
-            t0 = time.perf_counter()
+            walk_s = 0.0
             while True:
-                answer, length = _ask(s, 75, 0, attempt * 10_000 + pages, {
+                answer, length, elapsed = _ask(s, 75, 0, attempt * 10_000 + pages, {
                     "topics": [{"name": t} for t in topics], "response_partition_limit": 2000, "cursor": cursor})
+                walk_s += elapsed
                 size += length
                 pages += 1
                 nxt = answer.next_cursor  # type: ignore[attr-defined]
                 if nxt is None:
                     break
                 cursor = {"topic_name": nxt.topic_name, "partition_index": nxt.partition_index}
-            times.append(time.perf_counter() - t0)
+            times.append(walk_s)
     rest = sorted(times[1:])
     return times[0], rest[len(rest) // 2], size, pages
 
@@ -224,7 +236,7 @@ def active_controller(bootstrap: str) -> int:
         host, port = address.rsplit(":", 1)
         try:
             with socket.create_connection((host, int(port)), timeout=10) as s:
-                answer, _ = _ask(s, 55, 2, 1, {"topics": [{"topic_name": "__cluster_metadata",
+                answer, _, _ = _ask(s, 55, 2, 1, {"topics": [{"topic_name": "__cluster_metadata",
                                                            "partitions": [{"partition_index": 0}]}]})
             leader = int(answer.topics[0].partitions[0].leader_id)  # type: ignore[attr-defined]
             if leader >= 0:
@@ -319,6 +331,18 @@ def consume_spread(bootstrap: str, topics: list[str], records: int) -> float:
         c.close()
 
 
+def java_spread(driver: JavaDriver, bootstrap: str, topics: list[str], records: int) -> tuple[float, float]:
+    """Kafka's Java producer appending `records` more over the same partitions, and a
+    KafkaConsumer reading them back from where they begin (the log end offsets before):
+    (produce msg/s, consume msg/s)."""
+    prefix = topics[0].rsplit("-", 1)[0]
+    (line,) = driver.run("spread", timeout_s=1800, bootstrap=bootstrap, prefix=prefix, topics=len(topics),
+                         partitions=TOPIC_PARTITIONS, records=records)
+    assert line["records"] == records, line
+    progress(f"Java consumer: {line['fetches']:.0f} fetches")
+    return records / line["produce_s"], records / line["consume_s"]
+
+
 def restart_to_write(system: System, bootstrap: str, topics: list[str]) -> float:
     system.kill9(1)
     t0 = time.perf_counter()
@@ -348,6 +372,8 @@ ROWS = (  # (key, label, unit)
     ("fetch_kib", "Fetch answer (KiB)", "KiB"),
     ("produce", "produce {records:,} spread (msg/s)", "/s"),
     ("consume", "consume them, assigned (msg/s)", "/s"),
+    ("java_produce", "produce {records:,} spread, Java producer (msg/s)", "/s"),
+    ("java_consume", "consume them, Java consumer with fetch sessions (msg/s)", "/s"),
     ("restart", "kill -9 to first write (s)", "s"),
     ("failover", "kill -9 of the active controller to a topic created (s)", "s"),
     ("delete", "delete until gone (s)", "s"),
@@ -363,6 +389,7 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
     where = "one broker" if brokers == 1 else f"{brokers} brokers"
     figures_file = FIGURES_FILE if brokers == 1 else FIGURES_FILE.with_name(f"scale-{brokers}-brokers.json")
     fetched = 0
+    driver = compile_driver(tmp_path / "java-classes")
     figures = Alternated()
     saved: dict[str, dict[str, dict[str, float | None]]] = {}  # system → count → row → median
     for n in counts():
@@ -393,6 +420,9 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
                     figures.add(f"{total}:fetch_kib", name, size / 1024)
                     figures.add(f"{total}:produce", name, produce_spread(bootstrap, topics, records))
                     figures.add(f"{total}:consume", name, consume_spread(bootstrap, topics, records))
+                    java_produce, java_consume = java_spread(driver, bootstrap, topics, records)
+                    figures.add(f"{total}:java_produce", name, java_produce)
+                    figures.add(f"{total}:java_consume", name, java_consume)
                     figures.add(f"{total}:restart", name, restart_to_write(system, bootstrap, topics))
                     if brokers > 1:  # one broker is its own controller: nothing to fail over to
                         figures.add(f"{total}:failover", name, controller_failover(system, bootstrap, topics))

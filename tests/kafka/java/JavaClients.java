@@ -57,6 +57,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   java JavaClients admin bootstrap=H:P prefix=NAME
  *   java JavaClients sessions bootstrap=H:P first=T first_partitions=P first_count=N second=T2
  *        second_partitions=P2 second_count=N2 keep=K late=L
+ *   java JavaClients spread bootstrap=H:P prefix=P topics=T partitions=P records=N
  *
  * A client call that throws is reported as {"error": "<exception class>"} in its result, so
  * the same run can be compared against Kafka field by field.
@@ -121,6 +122,7 @@ public final class JavaClients {
             case "admin" -> admin(a);
             case "sessions" -> sessions(a);
             case "share" -> share(a);
+            case "spread" -> spread(a);
             default -> throw new IllegalArgumentException("unknown mode " + argv[0]);
         }
     }
@@ -287,6 +289,80 @@ public final class JavaClients {
                 sendAll(producer, first, firstPartitions, "late", late);
             }
             emit(line("phase", 3, "records", readAtLeast(c, lateKept, 2000)));
+        }
+    }
+
+    /**
+     * The scale benchmark's Java row (tests/perf/test_scale.py): `records` values of 100 bytes,
+     * record i to topic prefix-(i mod T) (4 digits), partition (i / T) mod P, acks=1,
+     * linger.ms=5; then a KafkaConsumer (fetch sessions, KIP-227) assigned every partition
+     * reads them back from the end offsets before them. Emits {"produce_s": seconds until all acknowledged,
+     * "consume_s": seconds from assign to the last record, "fetches": fetch requests sent}.
+     */
+    static void spread(Map<String, String> a) throws Exception {
+        String prefix = a.get("prefix");
+        int topics = Integer.parseInt(a.get("topics"));
+        int partitions = Integer.parseInt(a.get("partitions"));
+        int records = Integer.parseInt(a.get("records"));
+        String[] names = new String[topics];
+        for (int t = 0; t < topics; t++) names[t] = String.format("%s-%04d", prefix, t);
+        Properties pp = new Properties();
+        pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        pp.put(ProducerConfig.ACKS_CONFIG, "1");
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, 5);
+        pp.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, false);  // acks=1, as librdkafka's row
+        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, org.apache.kafka.common.serialization.ByteArraySerializer.class.getName());
+        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, org.apache.kafka.common.serialization.ByteArraySerializer.class.getName());
+        byte[] value = new byte[100];
+        java.util.Arrays.fill(value, (byte) 'x');
+        Properties cp = new Properties();
+        cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 10_000);
+        cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, org.apache.kafka.common.serialization.ByteArrayDeserializer.class.getName());
+        cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, org.apache.kafka.common.serialization.ByteArrayDeserializer.class.getName());
+        List<TopicPartition> all = new ArrayList<>();
+        for (String name : names) for (int q = 0; q < partitions; q++) all.add(new TopicPartition(name, q));
+        Map<TopicPartition, Long> starts;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(cp)) {
+            starts = c.endOffsets(all, Duration.ofSeconds(300));  // the records before this run's
+        }
+        AtomicInteger failed = new AtomicInteger();
+        double produceS;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            for (String name : names) producer.partitionsFor(name);  // metadata before the clock
+            long t0 = System.nanoTime();
+            for (int i = 0; i < records; i++) {
+                producer.send(new ProducerRecord<>(names[i % topics], (i / topics) % partitions, null, value),
+                        (md, e) -> { if (e != null) failed.incrementAndGet(); });
+            }
+            producer.flush();
+            produceS = (System.nanoTime() - t0) / 1e9;
+        }
+        if (failed.get() > 0) throw new IllegalStateException(failed.get() + " sends failed");
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(cp)) {
+            for (String name : names) c.partitionsFor(name);
+            long t0 = System.nanoTime();
+            c.assign(all);
+            for (TopicPartition tp : all) c.seek(tp, starts.get(tp));
+            long got = 0;
+            long last = System.nanoTime();
+            while (got < records) {
+                int n = c.poll(Duration.ofMillis(1000)).count();
+                if (n > 0) last = System.nanoTime();
+                else if (System.nanoTime() - last > 120_000_000_000L) {
+                    throw new IllegalStateException("consumed " + got + " of " + records);
+                }
+                got += n;
+            }
+            double consumeS = (System.nanoTime() - t0) / 1e9;
+            double fetches = 0;
+            for (var m : c.metrics().entrySet()) {
+                if (m.getKey().name().equals("fetch-total") && m.getKey().group().equals("consumer-fetch-manager-metrics")) {
+                    fetches = ((Number) m.getValue().metricValue()).doubleValue();
+                }
+            }
+            emit(line("produce_s", produceS, "consume_s", consumeS, "records", got, "fetches", fetches));
         }
     }
 
