@@ -26,7 +26,7 @@ DEMO_RECORDS = 20_000  # deploy.demo.DEFAULT_RECORDS (a unit test keeps them equ
 # module registers the command's own parser; a unit test keeps these lines equal to theirs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "acls": ("deploy.security_cmds", "ACLs, in the shape of kafka-acls: add, list, remove"),
-    "configs": ("deploy.configs_cmd", "describe or alter topic and broker configs (like kafka-configs)"),
+    "configs": ("deploy.configs_cmd", "describe or alter topic, broker and group configs (like kafka-configs)"),
     "console": ("deploy.console.server",
                 "the web console of a topology (map, clusters, records, flows, warehouse)"),
     "consume": ("deploy.records_cmd", "records of a topic to stdout (as rpk topic consume, kcat -C)"),
@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                     "request_percentage) per user / client id, like kafka-configs"),
     "reassign": ("deploy.cluster_cmds", "move partitions between brokers, change replication factor"),
     "registry": ("deploy.registry_cmd", "a cluster's schema registry (Confluent Schema Registry's REST API)"),
+    "share-groups": ("deploy.share_groups_cmd", "list, describe, delete share groups (like kafka-share-groups)"),
     "status": ("deploy.up_cmd", "one screen for the whole topology (exit 0 healthy, 1 degraded, 2 bad config)"),
     "topics": ("deploy.cluster_cmds", "create, list, describe, alter, delete topics"),
     "topology": ("deploy.topology_cmd", "validate a topology file, plan or apply its topics"),

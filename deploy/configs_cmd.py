@@ -1,10 +1,11 @@
 """`dcmirror configs`, in the shape of kafka-configs.sh: describe and alter the configs of
-topics and brokers (dynamic broker configs, KIP-226: one broker's with --entity-name ID,
-the cluster-wide default with --entity-default).
+topics, brokers (dynamic broker configs, KIP-226: one broker's with --entity-name ID,
+the cluster-wide default with --entity-default) and groups (KIP-848/KIP-932 group configs).
 
     dcmirror configs --bootstrap B --entity-type brokers --entity-default --alter --add-config log.retention.ms=3600000
     dcmirror configs --bootstrap B --entity-type brokers --entity-name 1 --describe [--all]
     dcmirror configs --bootstrap B --entity-type topics --entity-name T --alter --delete-config retention.ms
+    dcmirror configs --bootstrap B --entity-type groups --entity-name G --alter --add-config share.auto.offset.reset=earliest
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 
 from cluster.client.admin import Admin
 from cluster.protocol.sentinels import (
+    CONFIG_RESOURCE_GROUP,
     CONFIG_SOURCE_DYNAMIC_BROKER,
     CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER,
+    CONFIG_SOURCE_GROUP,
     CONFIG_SOURCE_TOPIC,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -24,17 +27,19 @@ from deploy.cluster_cmds import _runner, add_target, admin_for
 
 # Kafka's ConfigSource names (DescribeConfigsResponse.ConfigSource).
 SOURCE_NAMES = {0: "UNKNOWN", 1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
-ENTITY_TYPES = {"topics": RESOURCE_TOPIC, "brokers": RESOURCE_BROKER}
+                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                8: "GROUP_CONFIG"}
+ENTITY_TYPES = {"topics": RESOURCE_TOPIC, "brokers": RESOURCE_BROKER, "groups": CONFIG_RESOURCE_GROUP}
+ENTITY_TEXT = {RESOURCE_TOPIC: "topic", RESOURCE_BROKER: "broker", CONFIG_RESOURCE_GROUP: "group"}
 MAX_CONFIGS = 1000  # configs one --add-config may carry
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("configs", help="describe or alter topic and broker configs (like kafka-configs)")
+    p = sub.add_parser("configs", help="describe or alter topic, broker and group configs (like kafka-configs)")
     add_target(p)
     p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES), help="what the configs are of")
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--entity-name", help="topic name or broker id")
+    who.add_argument("--entity-name", help="topic name, broker id or group id")
     who.add_argument("--entity-default", action="store_true",
                      help="the cluster-wide default of every broker (brokers only)")
     what = p.add_mutually_exclusive_group(required=True)
@@ -88,7 +93,9 @@ def _entity(args: argparse.Namespace) -> tuple[int, str, str]:
     name = str(args.entity_name)
     if kind == RESOURCE_BROKER and not name.isdigit():
         raise ValueError(f"--entity-name {name!r}: a broker is named by its id (or use --entity-default)")
-    return kind, name, f"config for {'broker' if kind == RESOURCE_BROKER else 'topic'} {name}"
+    if kind == CONFIG_RESOURCE_GROUP and not name:
+        raise ValueError("--entity-name: a group id is needed (group configs have no default entity)")
+    return kind, name, f"config for {ENTITY_TEXT[kind]} {name}"
 
 
 async def _configs(args: argparse.Namespace) -> int:
@@ -123,12 +130,11 @@ async def _describe(admin: Admin, args: argparse.Namespace, kind: int, name: str
     entries = await admin.describe_configs(kind, name, synonyms=True)
     # Kafka's ConfigCommand: a topic's own configs, a broker's own dynamic ones, or the
     # cluster-wide defaults (not what a broker inherits from them).
-    own = (CONFIG_SOURCE_TOPIC if kind != RESOURCE_BROKER
+    own = (CONFIG_SOURCE_TOPIC if kind == RESOURCE_TOPIC else CONFIG_SOURCE_GROUP if kind == CONFIG_RESOURCE_GROUP
            else CONFIG_SOURCE_DYNAMIC_BROKER if name else CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)
     shown = [e for e in entries if args.all or e.config_source == own]
     what = ("Default configs for brokers in the cluster" if kind == RESOURCE_BROKER and not name
-            else f"{'All' if args.all else 'Dynamic'} configs for {'broker' if kind == RESOURCE_BROKER else 'topic'} "
-                 f"{name}")
+            else f"{'All' if args.all else 'Dynamic'} configs for {ENTITY_TEXT[kind]} {name}")
     print(f"{what} are:")
     for e in sorted(shown, key=lambda e: str(e.name)):
         value = "" if e.value is None else e.value

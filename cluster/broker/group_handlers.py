@@ -19,8 +19,13 @@ from cluster.controller.image import MetadataImage
 from cluster.controller.service import ControllerUnavailable
 from cluster.groups.assignors import TopicPartitions
 from cluster.groups.consumer_group import HeartbeatRequest
+from cluster.groups.group_configs import share_group_config
 from cluster.groups.service import GroupService
-from cluster.groups.share_group import ShareGroup
+from cluster.groups.share_group import (
+    HEARTBEAT_INTERVAL_MS_DEFAULT,
+    SESSION_TIMEOUT_MS_DEFAULT,
+    ShareGroup,
+)
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -82,7 +87,7 @@ def _describe_error(group_id: str, code: int, message: str) -> dict[str, Any]:
             "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
 
-SHARE_GROUPS_MAX = 10_000  # share groups one coordinator holds (a preview: in memory)
+SHARE_GROUPS_MAX = 10_000  # share groups one coordinator holds (a preview: in memory; empty ones make room)
 
 
 class GroupHandlers:
@@ -394,20 +399,25 @@ class GroupHandlers:
                 return refused(ErrorCode.topic_authorization_failed, f"Topics not authorized: {', '.join(denied)}")
         now = self.service.clock.now_ms()
         group = self.share_groups.get(req.group_id)
+        created = group is None
         if group is None:
             if req.member_epoch != 0:
                 return refused(ErrorCode.unknown_member_id, f"member {req.member_id} is not in group {req.group_id}")
-            if len(self.share_groups) >= SHARE_GROUPS_MAX:
+            if len(self.share_groups) >= SHARE_GROUPS_MAX and not self._forget_an_empty_share_group(now):
                 return refused(ErrorCode.group_max_size_reached, "this coordinator holds no more share groups")
             group = self.share_groups[req.group_id] = ShareGroup(req.group_id)
         group.expire(now)
         image = self.service.image
+        # the group's own share.session.timeout.ms / share.heartbeat.interval.ms (group configs)
+        config = share_group_config(image, req.group_id)
+        group.session_timeout_ms = config.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT
+        group.heartbeat_interval_ms = config.heartbeat_interval_ms or HEARTBEAT_INTERVAL_MS_DEFAULT
         wanted = {t for m in group.members.values() for t in m.subscribed} | set(names or ())
         partitions = {t: len(topic.partitions) for t in wanted if (topic := image.topic(t)) is not None}
         answer = group.heartbeat(req.member_id or "", req.member_epoch, None if names is None else list(names),
                                  req.rack_id, client_id=ctx.client_id, client_host=ctx.client_host, now_ms=now,
                                  partitions=partitions)
-        if not group.members:
+        if created and not group.members:  # a first heartbeat refused: no group was made
             self.share_groups.pop(req.group_id, None)
         if answer.error != ErrorCode.none:
             return refused(answer.error, answer.message)
@@ -417,6 +427,26 @@ class GroupHandlers:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "member_id": answer.member_id, "member_epoch": answer.member_epoch,
                 "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
+
+    def _forget_an_empty_share_group(self, now_ms: int) -> bool:
+        """Make room for a new share group: forget the oldest one without members (an empty
+        share group holds nothing here but its name). False when every one has members."""
+        for group_id, group in self.share_groups.items():
+            group.expire(now_ms)
+            if not group.members:
+                del self.share_groups[group_id]
+                return True
+        return False
+
+    def _delete_share_group(self, group_id: str, now_ms: int) -> int:
+        """DeleteGroups of a share group: an empty one goes, one with members is
+        NON_EMPTY_GROUP (as Kafka). Its share partitions' state is the share coordinator's."""
+        group = self.share_groups[group_id]
+        group.expire(now_ms)
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self.share_groups[group_id]
+        return ErrorCode.none
 
     def _describe_refused(self, group_id: str, ctx: RequestContext) -> dict[str, Any] | None:
         """ConsumerGroupDescribe's and ShareGroupDescribe's group entry when the group may not
@@ -516,10 +546,20 @@ class GroupHandlers:
         ]}
 
     async def handle_delete_groups(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        results = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed
-                    if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
-                    else self.service.coordinator.delete_group(g, self.service.clock.now_ms()) if self.service.owns(g)
-                    else ErrorCode.not_coordinator}
-                   for g in dict.fromkeys(req.groups_names)]  # a group named twice is answered once, as Kafka
+        """DeleteGroups of classic, consumer and share groups: an empty group goes, one with
+        members is NON_EMPTY_GROUP."""
+        now = self.service.clock.now_ms()
+
+        def delete(g: str) -> int:
+            if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g):
+                return ErrorCode.group_authorization_failed
+            if not self.service.owns(g):
+                return ErrorCode.not_coordinator
+            if g in self.share_groups:
+                return self._delete_share_group(g, now)
+            return self.service.coordinator.delete_group(g, now)
+
+        # a group named twice is answered once, as Kafka
+        results = [{"group_id": g, "error_code": delete(g)} for g in dict.fromkeys(req.groups_names)]
         self.service.flush_records()
         return {"throttle_time": 0, "results": results}

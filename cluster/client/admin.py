@@ -26,6 +26,7 @@ from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.consumer_protocol import decode_assignment
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
+    CONFIG_RESOURCE_GROUP,
     CONSUMER_REPLICA_ID,
     COORDINATOR_TRANSACTION,
     EARLIEST_TIMESTAMP,
@@ -506,6 +507,37 @@ class Admin:
         return out
 
     @_retried
+    async def list_share_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group of the cluster (KIP-932): ListGroups v5
+        with the type filter "share" on every broker, sorted."""
+        meta = await self.metadata([])
+        found: dict[str, str] = {}
+        for b in meta.brokers:
+            conn = await self._conn(b.host, b.port)
+            if conn.versions.get(ApiKey.LIST_GROUPS, (0, 0))[1] < 5:
+                continue  # a broker older than share groups holds none
+            resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": ["share"]}, version=5)
+            if resp.error_code != 0:
+                raise AdminError(f"listing share groups on broker {b.node_id}", resp.error_code)
+            found.update((g.group_id, g.group_state) for g in resp.groups)
+        return sorted(found.items())
+
+    @_retried
+    async def describe_share_group(self, group_id: str) -> Any:
+        """ShareGroupDescribe v1 of one share group: state, epochs, each member and its
+        assignment. AdminError GROUP_ID_NOT_FOUND when it is no share group."""
+        conn = await self.coordinator(group_id)
+        if ApiKey.SHARE_GROUP_DESCRIBE not in conn.versions:
+            raise AdminError(f"describing share group {group_id!r}: the broker has no share groups",
+                             ErrorCode.unsupported_version)
+        resp = await conn.request(ApiKey.SHARE_GROUP_DESCRIBE,
+                                  {"group_ids": [group_id], "include_authorized_operations": False}, version=1)
+        (group,) = resp.groups
+        if group.error_code != 0:
+            raise AdminError(f"describing share group {group_id!r}", group.error_code)
+        return group
+
+    @_retried
     async def describe_consumer_group(self, group_id: str) -> Any | None:
         """KIP-848's view of a consumer-protocol group (ConsumerGroupDescribe): epochs, the
         assignor, each member's current and target assignment. None for a classic group or
@@ -698,6 +730,8 @@ class Admin:
 
 
 def _resource_text(resource_type: int, name: str) -> str:
+    if resource_type == CONFIG_RESOURCE_GROUP:
+        return f"group {name!r}"
     if resource_type == RESOURCE_BROKER:
         return f"broker {name}" if name else "the brokers' cluster-wide default"
     return f"{name!r}"

@@ -339,13 +339,15 @@ def build_app(console: Console) -> Starlette:
                                "bad": sum(1 for p in views.partitions_worst_first(ps) if p["state"] != "ok")})
         shown_internal = request.query_params.get("internal") == "1"
         brokers = _brokers(spec, found)
+        share_groups, share_error = await _share_groups(console, session, name)
         message = request.query_params.get("message")
         return page(request, "cluster.html", session, name=name, spec=spec, found=found, level=level,
                     message=message[:500] if message else None,
                     reasons=reasons, brokers=brokers, partitions=[p for p in parts if p["state"] != "ok"][:PARTITION_ROWS_SHOWN],
                     partitions_ok=sum(1 for p in parts if p["state"] == "ok"),
                     topics=[t for t in topics if shown_internal or not t["internal"]], shown_internal=shown_internal,
-                    groups=(found or {}).get("groups", []))
+                    groups=[g for g in (found or {}).get("groups", []) if g.get("protocol_type") != "share"],
+                    share_groups=share_groups, share_error=share_error)
 
     async def topic_page(request: Request, session: Session) -> Response:
         name = _cluster(console, request.path_params["name"])
@@ -755,6 +757,33 @@ def _flow_settings(console: Console, session: Session, flow: Any, side: str) -> 
     if session.role != ROLE_USER:
         config.update(getattr(WorkerConfig.from_flow(flow), side))
     return config
+
+
+SHARE_GROUPS_SHOWN = 100  # share groups a cluster page describes (one ShareGroupDescribe each)
+
+
+async def _share_groups(console: Console, session: Session, cluster: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The cluster's share groups (KIP-932), read-only: state, members and the partitions
+    assigned to them; (rows, why they could not be read)."""
+    rows: list[dict[str, Any]] = []
+    try:
+        async with _admin(console, session, cluster) as admin:
+            with trio.fail_after(10):
+                for group_id, state in (await admin.list_share_groups())[:SHARE_GROUPS_SHOWN]:
+                    try:
+                        g = await admin.describe_share_group(group_id)
+                    except KafkaError:
+                        rows.append({"group_id": group_id, "state": state, "members": [], "partitions": []})
+                        continue
+                    members = [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                                "assignment": sorted(f"{t.topic_name}:{p}" for t in m.assignment.topic_partitions
+                                                     for p in t.partitions)}
+                               for m in sorted(g.members, key=lambda m: (m.client_id, m.member_id))]
+                    rows.append({"group_id": group_id, "state": g.group_state, "members": members,
+                                 "partitions": sorted({a for m in members for a in m["assignment"]})})
+    except (KafkaError, KafkaConnectionError, OSError, trio.TooSlowError) as exc:
+        return rows, f"share groups not listed: {exc}"
+    return rows, None
 
 
 def _admin(console: Console, session: Session, cluster: str) -> Any:
