@@ -18,9 +18,13 @@ from cluster.broker.metadata_cache import MetadataCache
 from cluster.common.config_def import ConfigDef
 from cluster.controller.image import TopicImage
 from cluster.groups.group_configs import GROUP_CONFIG_DEFS, describe_group_configs
+from cluster.protocol.answer_writers import (
+    describe_partitions_body,
+    describe_partitions_topic_entry,
+)
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.messages import EncodedBody, encode_item, encode_metadata_body
+from cluster.protocol.messages import EncodedBody, encode_body, encode_item, encode_metadata_body
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
     CONFIG_RESOURCE_GROUP,
@@ -95,6 +99,7 @@ class MetadataHandlers:
         self._answers: dict[tuple[Any, ...], EncodedBody] = {}
         # (version, topic id, authorized operations, live brokers) -> (topic, its changes, entry)
         self._topic_entries: dict[tuple[Any, ...], tuple[TopicImage, int, bytes]] = {}
+        self._dtp_entries: dict[tuple[Any, ...], tuple[TopicImage, int, bytes]] = {}  # DescribeTopicPartitions
         self._answers_offset = -1
 
     # ---- Metadata --------------------------------------------------------------------
@@ -237,14 +242,15 @@ class MetadataHandlers:
 
     # ---- DescribeTopicPartitions -----------------------------------------------------
 
-    async def handle_describe_topic_partitions(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+    async def handle_describe_topic_partitions(self, version: int, req: Any, ctx: RequestContext) -> EncodedBody:
         """DescribeTopicPartitions v0 (KIP-966; kafka-topics --describe in Kafka 3.9 uses it):
         topics in name order, their partitions from the cursor on, at most
         `response_partition_limit` (capped by max.request.partition.size.limit) partitions
         per answer; `next_cursor` says where the next request starts. No topic list: every
         topic the principal may describe. A requested topic that is unknown or not
         describable gets its error; a cursor outside the requested topics is INVALID_REQUEST,
-        as Kafka answers it."""
+        as Kafka answers it. Each topic's entry is written straight (answer_writers) and kept
+        while its topic does not change, as Metadata's are."""
         image = self.cache.image
         requested = [t.name for t in req.topics]
         cursor = req.cursor
@@ -254,22 +260,24 @@ class MetadataHandlers:
         elif cursor is not None and cursor.partition_index < 0:
             problem = "Cursor partition index must be non-negative"
         if problem is not None:
-            return {"throttle_time": 0, "next_cursor": None, "topics": [
-                _topic_error(ErrorCode.invalid_request, name) for name in sorted(set(requested))]}
+            return encode_body(ApiKey.DESCRIBE_TOPIC_PARTITIONS, version, {
+                "throttle_time": 0, "next_cursor": None,
+                "topics": [_topic_error(ErrorCode.invalid_request, name) for name in sorted(set(requested))]})
         if requested:
             names = sorted({n for n in requested if cursor is None or n >= cursor.topic_name})
         else:
             names = [n for n in sorted(image.topics_by_name) if cursor is None or n >= cursor.topic_name]
         limit = max(1, min(int(self.config.current["max.request.partition.size.limit"]), req.response_partition_limit))
-        topics: list[dict[str, Any]] = []
+        live = self._live_brokers()
+        topics: list[bytes] = []
         next_cursor = None
         for name in names:
             allowed = ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
             t = image.topic(name)
             if not allowed or t is None:
                 if requested:  # asked for by name: say why; listing all, leave it out
-                    topics.append(_topic_error(ErrorCode.topic_authorization_failed if not allowed
-                                               else ErrorCode.unknown_topic_or_partition, name))
+                    topics.append(self._dtp_entry(_topic_error(ErrorCode.topic_authorization_failed if not allowed
+                                                               else ErrorCode.unknown_topic_or_partition, name)))
                 continue
             if limit == 0:
                 next_cursor = {"topic_name": name, "partition_index": 0}
@@ -278,14 +286,29 @@ class MetadataHandlers:
             indexes = [i for i in sorted(t.partitions) if i >= start]
             taken, rest = indexes[:limit], indexes[limit:]
             limit -= len(taken)
-            topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(t.topic_id),
-                           "is_internal": t.internal, "partitions": self._partitions(t, taken, self._live_brokers()),
-                           "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name,
-                                                                                    asked=True)})
+            operations = ctx.authorized_operations(ResourceType.TOPIC, name, asked=True)
+            key = (t.topic_id, operations, live, start, len(taken))
+            kept = self._dtp_entries.get(key)
+            if kept is not None and kept[0] is t and kept[1] == t.changes:
+                topics.append(kept[2])
+            else:
+                entry = self._dtp_entry({"error_code": ErrorCode.none, "name": name,
+                                         "topic_id": uuid.UUID(t.topic_id), "is_internal": t.internal,
+                                         "partitions": self._partitions(t, taken, live),
+                                         "topic_authorized_operations": operations})
+                if len(self._dtp_entries) >= METADATA_TOPIC_ENTRIES_CACHED:
+                    self._dtp_entries.clear()
+                self._dtp_entries[key] = (t, t.changes, entry)
+                topics.append(entry)
             if rest:
                 next_cursor = {"topic_name": name, "partition_index": rest[0]}
                 break
-        return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+        return EncodedBody(describe_partitions_body(0, topics, next_cursor))
+
+    @staticmethod
+    def _dtp_entry(topic: dict[str, Any]) -> bytes:
+        written = describe_partitions_topic_entry(topic)
+        return written if written is not None else encode_item(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, "topics", topic)
 
     # ---- DescribeCluster -------------------------------------------------------------
 

@@ -140,7 +140,8 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
     bytes). The broker's cost of the request a consumer of N partitions without fetch
     sessions sends every fetch.wait.max.ms when nothing is new. Measured once every partition
     answers without error (Kafka's replicas take leadership a little after its Metadata shows
-    the leader: NOT_LEADER_OR_FOLLOWER until then)."""
+    the leader: NOT_LEADER_OR_FOLLOWER until then). Timed from sending the request to the
+    answer's last byte."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=60) as s:
         s.sendall(encode_request(3, 12, 0, b"scale-bench", {"topics": [{"name": t} for t in topics]}))
@@ -167,8 +168,9 @@ def fetch_round_trip(bootstrap: str, topics: list[str], tries: int = 5) -> tuple
             t0 = time.perf_counter()
             s.sendall(frame)
             (length,) = struct.unpack(">i", _read(s, 4))
-            answer = decode_response(1, 13, _read(s, length))
-            took = time.perf_counter() - t0
+            raw = _read(s, length)
+            took = time.perf_counter() - t0  # to the last byte: the client's decoding is not the broker's
+            answer = decode_response(1, 13, raw)
             parts = [p for t in answer.responses for p in t.partitions]
             assert answer.error_code == 0 and len(parts) == wanted, answer.error_code
             return took, length, [(p.partition_index, p.error_code, len(p.records or b"")) for p in parts
