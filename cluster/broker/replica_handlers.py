@@ -229,10 +229,16 @@ class ReplicaHandlers:
             names = self._fetch_topic_names(version, req)
             denied = {name for name in names
                       if name is not None and not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)}
-            wanted = [FetchPartition(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                     getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
-                      for t, name in zip(req.topics, names, strict=True)
-                      if name is not None and name not in denied for fp in t.partitions]
+            if version >= 9:  # current_leader_epoch from v9, log_start_offset from v5: read directly
+                wanted = [FetchPartition(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                         fp.current_leader_epoch, fp.log_start_offset)
+                          for t, name in zip(req.topics, names, strict=True)
+                          if name is not None and name not in denied for fp in t.partitions]
+            else:
+                wanted = [FetchPartition(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                         getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
+                          for t, name in zip(req.topics, names, strict=True)
+                          if name is not None and name not in denied for fp in t.partitions]
             for t, named in zip(req.topics, names, strict=True):
                 if named is None:
                     unknown.append({"topic": "", "topic_id": t.topic_id, "partitions": [

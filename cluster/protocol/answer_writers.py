@@ -65,6 +65,30 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+class KeptPartitionAnswer(dict[str, Any]):
+    """A Fetch answer's partition that its leader gives again while nothing changes (a
+    consumer's "nothing new", Partition.idle_answer): written once per version, then its
+    bytes are joined as they are. Never changed once made."""
+
+    __slots__ = ("encoded",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.encoded: dict[int, bytes] = {}
+
+
+def _kept_partition_bytes(version: int, p: KeptPartitionAnswer) -> bytes | None:
+    """A kept partition's bytes in `version`, as fetch_body_parts writes them in an answer."""
+    kept = p.encoded.get(version)
+    if kept is None:
+        parts = fetch_body_parts(version, {"responses": [{"topic": "", "partitions": [dict(p)]}]})
+        if parts is None:
+            return None
+        kept = p.encoded[version] = b"".join(parts[2:len(parts) - 2] if version >= FIRST_FLEXIBLE_VERSION
+                                             else parts[2:])
+    return kept
+
+
 def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | None:
     """The encoded body of a Fetch answer as chunks to join (records are not copied), or None
     when the answer holds something only the generic encoder writes."""
@@ -95,6 +119,12 @@ def fetch_body_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | Non
         partitions: Sequence[Mapping[str, Any]] = topic.get("partitions") or ()
         append(key + (uvarint_bytes(len(partitions) + 1) if flexible else _I32.pack(len(partitions))))
         for p in partitions:
+            if type(p) is KeptPartitionAnswer:
+                kept = _kept_partition_bytes(version, p)
+                if kept is None:
+                    return None
+                append(kept)
+                continue
             if not p.keys() <= _PARTITION_KEYS:
                 return None
             fixed = (p.get("partition_index", 0), p.get("error_code", 0), p.get("high_watermark", 0),

@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from cluster.protocol.answer_writers import KeptPartitionAnswer
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import InvalidRecordBatch
 from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID, NO_LEADER, UNDEFINED_EPOCH
@@ -198,6 +199,8 @@ class Partition:
     # Leader: committed offset (every ISR member has it); follower: learned from fetches. Starts
     # from the replication-offset-checkpoint; never above the log end (truncation cuts it).
     hw: int = 0
+    # A consumer's "nothing new" answer as last given, keyed by what it says (see idle_answer).
+    _idle: tuple[tuple[int, int, int, int, bool], KeptPartitionAnswer] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -334,6 +337,32 @@ class Partition:
         if current_leader_epoch < self.leader_epoch:
             return ErrorCode.fenced_leader_epoch
         return ErrorCode.unknown_leader_epoch
+
+    def idle_answer(self, fetch_offset: int, current_leader_epoch: int, read_committed: bool) -> dict[str, Any] | None:
+        """A consumer's Fetch answer for this leader's partition when it has nothing new at
+        `fetch_offset`, or None when anything else is to be said (records, an error, not the
+        leader). The same answer read_records + ReplicaManager.read_partition give, kept while
+        the offsets it names stay: a sessionless consumer of 10,000 partitions (librdkafka)
+        asks for every one every fetch.wait.max.ms, nearly all idle. Not to be changed by the
+        caller (it is given again)."""
+        if not self.is_leader or (0 <= current_leader_epoch != self.leader_epoch):
+            return None
+        log = self.log
+        log_start = log.log_start_offset
+        hw = max(log_start, min(self.hw, log.log_end_offset))
+        lso = log.last_stable_offset(hw)
+        if fetch_offset != (lso if read_committed else hw) or fetch_offset < log_start:
+            return None
+        key = (fetch_offset, hw, log_start, lso, read_committed)
+        kept = self._idle
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        answer = KeptPartitionAnswer(
+            partition_index=self.index, error_code=ErrorCode.none, high_watermark=hw, last_stable_offset=lso,
+            log_start_offset=log_start, preferred_read_replica=-1, records=b"",
+            aborted_transactions=[] if read_committed else None)
+        self._idle = (key, answer)
+        return answer
 
     def read_records(self, fetch_offset: int, max_bytes: int, *, replica_id: int, current_leader_epoch: int,
                      min_one_batch: bool, now_ms: int, read_committed: bool = False,

@@ -33,7 +33,7 @@ from cluster.protocol.record_batch import (
     read_header,
     scan_batches,
 )
-from cluster.protocol.sentinels import DEBUGGING_REPLICA_ID
+from cluster.protocol.sentinels import CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID
 from cluster.replication.fetch_sessions import FetchSessionCache
 from cluster.replication.fetcher import FetcherSettings, FollowerContext, ReplicaFetcherManager
 from cluster.replication.metrics import ReplicationMetrics
@@ -734,11 +734,24 @@ class ReplicaManager:
         budget = min(max_bytes if max_bytes > 0 else limit, limit)
         total = 0
         any_error = False
-        out = []
+        out: list[tuple[str, dict[str, Any]]] = []
+        # A consumer's partitions with nothing new are answered from what their leaders keep
+        # (Partition.idle_answer); not when a rack-aware selector may send it elsewhere.
+        idle = replica_id == CONSUMER_REPLICA_ID and not (
+            client_rack and self.settings.replica_selector == RACK_AWARE_SELECTOR)
+        partitions = self.partitions
+        append = out.append
         for fp in wanted:
+            if idle:
+                part = partitions.get((fp.topic, fp.partition))
+                if part is not None:
+                    kept = part.idle_answer(fp.fetch_offset, fp.current_leader_epoch, read_committed)
+                    if kept is not None:
+                        append((fp.topic, kept))
+                        continue
             resp, size, error = self.read_partition(fp, replica_id, budget - total, total == 0, read_committed,
                                                     client_rack)
-            out.append((fp.topic, resp))
+            append((fp.topic, resp))
             total += size
             any_error |= error
         return out, total, any_error
@@ -750,11 +763,13 @@ class ReplicaManager:
         there, a partition has an error or a preferred read replica, or `max_wait_s`
         passed. (answers, bytes). `client_rack`: see read_partition."""
         deadline = trio.current_time() + max(0.0, max_wait_s)
-        keys = [(fp.topic, fp.partition) for fp in wanted]
+        keys: list[tuple[str, int]] | None = None  # made when the answer waits
         while True:
             answers, total, any_error = self.read_all(wanted, replica_id, max_bytes, read_committed, client_rack)
-            if total >= min_bytes or any_error or trio.current_time() >= deadline or not keys:
+            if total >= min_bytes or any_error or trio.current_time() >= deadline or not wanted:
                 break
+            if keys is None:
+                keys = [(fp.topic, fp.partition) for fp in wanted]
             await self.waiters.wait(keys, deadline)
         if replica_id >= 0:
             self.metrics.replication_bytes_out += total

@@ -217,3 +217,73 @@ def test_a_deleted_partition_is_renamed_at_once_and_removed_by_a_worker(tmp_path
     assert removed_in and threading.get_ident() not in removed_in and logs.on_delete_request is None
     logs.delete_log("t", 9)  # no deletion loop: nothing to delete, and nothing waits
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_consumer_s_idle_partition_is_answered_as_read_partition_answers_it(tmp_path: Path) -> None:
+    """A consumer's "nothing new" answers kept by the leader (Partition.idle_answer, given
+    by read_all) are the ones read_partition works out, over a seeded walk of plain and
+    transactional appends, commits, aborts and deleted records, at every interesting fetch
+    offset, isolation level and leader epoch; and they are really kept (the same object
+    again while nothing moves, a new one once the high watermark moves)."""
+    from cluster.protocol.answer_writers import KeptPartitionAnswer
+    from cluster.protocol.record_batch import TRANSACTIONAL_MASK
+    from cluster.protocol.records import Record, encode_batch
+    from cluster.replication.replica_manager import FetchPartition
+
+    seed = 20261203
+    rng = random.Random(seed)
+    image, _ = one_broker_topic(1)
+    rm = replica_manager(tmp_path, image)
+    kept = 0
+
+    async def main() -> None:
+        nonlocal kept
+        async with trio.open_nursery() as nursery:
+            rm._nursery = nursery
+            rm.reconcile()
+            part = rm.partitions[("t", 0)]
+            sequence = 0
+            producer_id = 4000
+            open_txn = False
+            for step in range(200):
+                action = rng.choice(("plain", "plain", "txn", "end", "delete", "none"))
+                if action == "plain":
+                    batch = encode_batch([Record(i, NOW_MS, None, b"v", ()) for i in range(rng.randint(1, 3))])
+                    assert rm.append("t", 0, batch)["error_code"] == 0
+                elif action == "txn":
+                    batch = encode_batch([Record(0, NOW_MS, None, b"t", ())], producer_id=producer_id,
+                                         producer_epoch=0, base_sequence=sequence,
+                                         attributes_extra=TRANSACTIONAL_MASK)
+                    sequence += 1
+                    assert rm.append("t", 0, batch)["error_code"] == 0, step
+                    open_txn = True
+                elif action == "end" and open_txn:
+                    answer = rm.write_marker("t", 0, producer_id=producer_id, producer_epoch=0,
+                                             commit=rng.random() < 0.5, coordinator_epoch=0)
+                    assert answer["error_code"] == 0, answer
+                    open_txn = False
+                elif action == "delete" and part.high_watermark > part.log.log_start_offset:
+                    assert part.delete_records_before(rng.randint(part.log.log_start_offset,
+                                                                  part.high_watermark)) == 0
+                hw = part.high_watermark
+                offsets = {0, part.log.log_start_offset, hw, hw + 1, part.log.last_stable_offset(hw),
+                           part.log.log_end_offset}
+                for offset in sorted(offsets):
+                    for committed in (False, True):
+                        for epoch in (-1, part.leader_epoch, part.leader_epoch + 1, part.leader_epoch - 1):
+                            fp = FetchPartition("t", 0, offset, 1 << 20, epoch, -1)
+                            slow, _, _ = rm.read_partition(fp, -1, 1 << 20, True, committed)
+                            ((topic, fast),), _, _ = rm.read_all([fp], -1, 1 << 20, committed)
+                            assert topic == "t" and fast == slow, (seed, step, offset, committed, epoch)
+                            if isinstance(fast, KeptPartitionAnswer):
+                                kept += 1
+                                ((_, again),), _, _ = rm.read_all([fp], -1, 1 << 20, committed)
+                                assert again is fast, "kept while nothing moves"
+            before = rm.read_all([FetchPartition("t", 0, part.high_watermark, 1 << 20, -1, -1)], -1, 1 << 20)[0]
+            assert rm.append("t", 0, encode_batch([Record(0, NOW_MS, None, b"v", ())]))["error_code"] == 0
+            after = rm.read_all([FetchPartition("t", 0, part.high_watermark, 1 << 20, -1, -1)], -1, 1 << 20)[0]
+            assert after[0][1] is not before[0][1] and after[0][1]["high_watermark"] == before[0][1]["high_watermark"] + 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert kept > 200, f"only {kept} idle answers were checked"
