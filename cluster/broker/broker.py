@@ -152,7 +152,7 @@ class Broker:
         txns = TxnHandlers(self.transactions, self.groups, self.producer_ids)
 
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
-        replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify, self.share_state)
+        replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify, self.share_state, config.values)
         self.shares = replica_handlers.shares  # share sessions end with their connection (server.py)
         apis = api_table(replica_handlers, MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller,
@@ -277,8 +277,8 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         # KIP-932 share groups, a preview (docs/share_groups.md); v0 was Kafka 4.0's early access
         Api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, groups.handle_share_group_heartbeat),
         Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, groups.handle_share_group_describe),
-        Api(ApiKey.SHARE_FETCH, 1, 1, replicas.handle_share_fetch),
-        Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, replicas.handle_share_acknowledge),
+        Api(ApiKey.SHARE_FETCH, 1, 2, replicas.handle_share_fetch),  # v2: acquire modes, RENEW
+        Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, replicas.handle_share_acknowledge),  # v2: RENEW
         # the share coordinator's inter-broker calls (share-partition leaders send them)
         Api(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0, share_state.handle_initialize_share_group_state),
         Api(ApiKey.READ_SHARE_GROUP_STATE, 0, 0, share_state.handle_read_share_group_state),

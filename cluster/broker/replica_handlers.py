@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -59,15 +59,15 @@ Verifier = Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple
 
 
 class ReplicaHandlers:
-    def __init__(self, replicas: ReplicaManager,
-                 verify_transaction: Verifier | None = None, share_state: ShareStateService | None = None) -> None:
+    def __init__(self, replicas: ReplicaManager, verify_transaction: Verifier | None = None,
+                 share_state: ShareStateService | None = None, broker_config: Mapping[str, Any] | None = None) -> None:
         self.replicas = replicas
         # KIP-890: asks the transaction coordinator before a transaction's first batch
         # lands on a partition (a late produce after the abort would otherwise hang open).
         self.verify_transaction = verify_transaction
         from cluster.broker.share_handlers import ShareHandlers
 
-        self.shares = ShareHandlers(replicas, share_state)
+        self.shares = ShareHandlers(replicas, share_state, broker_config)  # broker_config: group.share.*
 
     # ---- Produce ---------------------------------------------------------------------
 

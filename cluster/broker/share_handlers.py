@@ -15,13 +15,29 @@ snapshot holding it is written: an accepted record is never delivered again afte
 leader dies. A write the coordinator fences (a newer leader or state epoch) drops the share
 partition from memory; acquisitions are not written (as Kafka: a crash makes them available
 again). A connection that ends takes its share sessions with it, and their members' records
-go back. docs/share_groups.md says what comes next.
+go back.
+
+The group's configs are read at every use, as Kafka's ShareGroupConfigProvider reads them
+(`share_record_settings`: the group's own over the broker's group.share.* settings), so a
+change reaches share partitions already loaded: the lock duration of the next lock taken or
+renewed (and AcquisitionLockTimeoutMs), the delivery count limit of the next release or lock
+expiry, the in-flight limit of the next acquisition, `share.isolation.level` of the next log
+read (read_committed: up to the last stable offset, an aborted transaction's records archived,
+never delivered), `share.renew.acknowledge.enable` of the next RENEW.
+
+ShareFetch and ShareAcknowledge v2 (Kafka 4.2+, KIP-1206 and KIP-1222): ShareAcquireMode
+(batch_optimized, the default and v1's: whole log batches acquired, MaxRecords may be exceeded
+to the end of the batch where it was reached; record_limit: at most MaxRecords), RENEW
+acknowledgements only with IsRenewAck, a renewing ShareFetch asking for nothing (MaxBytes,
+MinBytes, MaxRecords and MaxWaitMs 0) and fetching nothing, AcquisitionLockTimeoutMs in
+ShareAcknowledge's answer. docs/share_groups.md says what comes next.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +45,18 @@ import trio
 
 from cluster.broker.context import RequestContext
 from cluster.common.backoff import Backoff
-from cluster.groups.group_configs import share_group_config
+from cluster.groups.group_configs import (
+    ShareRecordSettings,
+    share_group_config,
+    share_record_settings,
+)
 from cluster.groups.share_group import MEMBER_ID_MAX_CHARS
-from cluster.groups.share_partition import LOCK_DURATION_MS_DEFAULT, SharePartition, ShareState
+from cluster.groups.share_partition import AcknowledgeType, SharePartition, ShareState
 from cluster.groups.share_session import SharePartitionKey, ShareSessionCache
 from cluster.groups.share_state_records import UNINITIALIZED, ShareKey, ShareStateValue
 from cluster.groups.share_state_service import ShareStateService
 from cluster.protocol.errors import ErrorCode
-from cluster.protocol.record_batch import iter_headers
+from cluster.protocol.record_batch import iter_committed, iter_headers
 from cluster.replication.partition import Partition
 from cluster.replication.replica_manager import ReplicaManager
 from cluster.security.acl import AclOperation, ResourceType
@@ -46,6 +66,7 @@ SHARE_FETCH_POLL_S = 0.05
 SHARE_FETCH_READ_BYTES = 1 << 20  # log bytes read per partition and fetch
 SHARE_FETCH_RECORDS_MAX = 10_000  # MaxRecords is capped here
 SHARE_PARTITIONS_MAX = 100_000  # share partitions one broker keeps (groups x partitions)
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1  # ShareFetch v2's ShareAcquireMode (KIP-1206)
 EXPIRY_CHECK_MS = 100  # how often requests look for locks that ran out
 ACK_DURABLE_WAIT_S = 30.0  # an acknowledgement waits this long at most for its state to be written
 WRITE_RETRY_S = 30.0  # a snapshot the coordinator could not take now is tried again this long
@@ -78,12 +99,13 @@ def _ack_error(code: int) -> int:
 
 
 class ShareHandlers:
-    def __init__(self, replicas: ReplicaManager, persister: ShareStateService | None = None) -> None:
+    def __init__(self, replicas: ReplicaManager, persister: ShareStateService | None = None,
+                 broker_config: Mapping[str, Any] | None = None) -> None:
         self.replicas = replicas
         self.persister = persister  # None: share partitions in memory only
+        self.broker_config: Mapping[str, Any] = broker_config or {}  # its group.share.* defaults
         self.sessions = ShareSessionCache()
         self.partitions: dict[PartitionKey, SharePartition] = {}
-        self.lock_duration_ms = LOCK_DURATION_MS_DEFAULT
         self._expire_at_ms = 0
         self._durability: dict[PartitionKey, _Durability] = {}
         self._loading: set[PartitionKey] = set()
@@ -110,29 +132,47 @@ class ShareHandlers:
             return ErrorCode.invalid_request, "MemberId must be 1 to 36 characters"
         return None
 
+    def settings(self, group_id: str) -> ShareRecordSettings:
+        """The group's share-partition settings now (its configs over the broker's)."""
+        return share_record_settings(self.replicas.image, group_id, self.broker_config)
+
+    @staticmethod
+    def _configured(sp: SharePartition, settings: ShareRecordSettings) -> SharePartition:
+        sp.configure(lock_duration_ms=settings.lock_duration_ms, delivery_count_limit=settings.delivery_count_limit,
+                     max_in_flight=settings.max_in_flight)
+        return sp
+
     def _expire(self, now_ms: int) -> None:
         """Locks that ran out, released: checked by the requests that come, at most every
         EXPIRY_CHECK_MS (a walk over every share partition's records in flight)."""
         if now_ms < self._expire_at_ms:
             return
         self._expire_at_ms = now_ms + EXPIRY_CHECK_MS
+        settings: dict[str, ShareRecordSettings] = {}
         for key, sp in self.partitions.items():
-            if sp.expire_locks(now_ms):
+            deadline = sp.next_lock_deadline_ms()
+            if deadline is None or deadline > now_ms:
+                continue
+            group = settings.get(key[0]) or settings.setdefault(key[0], self.settings(key[0]))
+            if self._configured(sp, group).expire_locks(now_ms):
                 self._changed(key)
 
     def _release(self, released: tuple[tuple[str, str, frozenset[SharePartitionKey]], ...]) -> None:
         for group_id, member_id, keys in released:
+            settings = self.settings(group_id)
             for topic_id, index in keys:
                 name = self._name(topic_id)
                 sp = self.partitions.get((group_id, name, index)) if name is not None else None
-                if sp is not None and sp.release_member(member_id):
+                if sp is not None and self._configured(sp, settings).release_member(member_id):
                     self._changed((group_id, name, index))  # type: ignore[arg-type]
 
-    def _acknowledge(self, group_id: str, member_id: str, topics: Any, now_ms: int,
-                     ctx: RequestContext) -> tuple[dict[SharePartitionKey, int], dict[SharePartitionKey, tuple[
-                         _Durability, int]]]:
+    def _acknowledge(self, group_id: str, member_id: str, topics: Any, now_ms: int, ctx: RequestContext,
+                     settings: ShareRecordSettings, *, renew_allowed: bool) -> tuple[
+                         dict[SharePartitionKey, int], dict[SharePartitionKey, tuple[_Durability, int]]]:
         """Each partition's acknowledgement batches applied: its error code, and for those
-        applied the change whose write the answer waits for (`_durable`)."""
+        applied the change whose write the answer waits for (`_durable`; a RENEW changes
+        nothing durable, as Kafka writes nothing for it). RENEW (4) only where
+        `renew_allowed` (v2 with IsRenewAck), else the partition's INVALID_REQUEST."""
         out: dict[SharePartitionKey, int] = {}
         waits: dict[SharePartitionKey, tuple[_Durability, int]] = {}
         for t in topics:
@@ -155,8 +195,11 @@ class ShareHandlers:
                     batches = [(int(b.first_offset), int(b.last_offset), [int(x) for x in b.acknowledge_types])
                                for b in p.acknowledgement_batches]
                     out[key] = (ErrorCode.invalid_record_state if sp is None
-                                else sp.acknowledge(member_id, batches, now_ms, renew_allowed=False))
-                    if out[key] == ErrorCode.none:
+                                else self._configured(sp, settings).acknowledge(
+                                    member_id, batches, now_ms, renew_allowed=renew_allowed,
+                                    renew_enabled=settings.renew_enabled))
+                    if out[key] == ErrorCode.none and any(
+                            t != AcknowledgeType.RENEW for _, _, types in batches for t in types):
                         wait = self._changed((group_id, name, key[1]))
                         if wait is not None:
                             waits[key] = wait
@@ -233,9 +276,11 @@ class ShareHandlers:
             return sp
         if key in self._loading or len(self.partitions) >= SHARE_PARTITIONS_MAX:
             return None
+        settings = self.settings(group_id)
         if self.persister is None:
-            sp = self.partitions[key] = SharePartition(self._start_offset(group_id, part),
-                                                       lock_duration_ms=self.lock_duration_ms)
+            sp = self.partitions[key] = SharePartition(
+                self._start_offset(group_id, part), lock_duration_ms=settings.lock_duration_ms,
+                delivery_count_limit=settings.delivery_count_limit, max_in_flight=settings.max_in_flight)
             return sp
         epoch = part.leader_epoch
         share_key = ShareKey(group_id, topic_id, part.index)
@@ -256,8 +301,11 @@ class ShareHandlers:
                     return None
                 if not part.is_leader or part.leader_epoch != epoch:
                     return None
+            settings = self.settings(group_id)  # the read took a while: the configs now
             sp = SharePartition.restore(ShareState(state.start_offset, state.state_epoch, state.batches),
-                                        lock_duration_ms=self.lock_duration_ms)
+                                        lock_duration_ms=settings.lock_duration_ms,
+                                        delivery_count_limit=settings.delivery_count_limit,
+                                        max_in_flight=settings.max_in_flight)
             self.partitions[key] = sp
             self._durability[key] = _Durability(topic_id, epoch)
             return sp
@@ -306,22 +354,28 @@ class ShareHandlers:
             return {"leader_id": -1, "leader_epoch": -1}
         return {"leader_id": assignment.leader, "leader_epoch": assignment.leader_epoch}
 
-    def _acquire(self, group_id: str, member_id: str, name: str, part: Partition, budget: int,
-                 now_ms: int) -> tuple[bytes, list[dict[str, int]]]:
+    def _acquire(self, group_id: str, member_id: str, name: str, part: Partition, budget: int, now_ms: int,
+                 settings: ShareRecordSettings, mode: int) -> tuple[bytes, list[dict[str, int]]]:
         """Records for `member_id` from the share partition: (the log's whole batches holding
-        them, the acquired ranges), from the share partition `_load` made ready."""
+        them, the acquired ranges), from the share partition `_load` made ready. Under
+        read_committed the log is read up to the last stable offset and the batches of aborted
+        transactions are archived with the transaction markers, never delivered."""
         sp = self._current((group_id, name, part.index), part)
         if sp is None:
             return b"", []
-        sp.move_log_start(part.log.log_start_offset)
+        self._configured(sp, settings).move_log_start(part.log.log_start_offset)
         start = sp.fetch_offset()
         if start is None or budget <= 0:
             return b"", []
         read = part.read_records(start, SHARE_FETCH_READ_BYTES, replica_id=-1, current_leader_epoch=-1,
-                                 min_one_batch=True, now_ms=now_ms)
+                                 min_one_batch=True, now_ms=now_ms, read_committed=settings.read_committed)
         if read.error != ErrorCode.none or not read.records:
             return b"", []
         data = read.records
+        kept: set[int] | None = None  # read_committed: the positions of the batches to deliver
+        if settings.read_committed:
+            kept = {pos for pos, _ in iter_committed(data, [(a.producer_id, a.first_offset)
+                                                            for a in read.aborted or ()])}
         spans: list[tuple[int, int, int, int]] = []  # (position, bytes, base offset, last offset)
         offsets: list[int] = []
         skipped: list[int] = []
@@ -329,9 +383,10 @@ class ShareHandlers:
             if header.last_offset < start:
                 continue
             spans.append((pos, header.size_bytes, header.base_offset, header.last_offset))
-            (skipped if header.is_control else offsets).extend(range(max(header.base_offset, start),
-                                                                     header.last_offset + 1))
-        got = sp.acquire(member_id, offsets, now_ms, budget, skipped=skipped)
+            deliver = not header.is_control and (kept is None or pos in kept)
+            (offsets if deliver else skipped).extend(range(max(header.base_offset, start), header.last_offset + 1))
+        batch_ends = [last for _, _, _, last in spans] if mode == BATCH_OPTIMIZED else []
+        got = sp.acquire(member_id, offsets, now_ms, budget, skipped=skipped, batch_ends=batch_ends)
         if not got:
             return b"", []
         first, last = got[0].first_offset, got[-1].last_offset
@@ -348,10 +403,13 @@ class ShareHandlers:
     # ---- ShareFetch --------------------------------------------------------------------
 
     async def handle_share_fetch(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
-        lock = {"acquisition_lock_timeout": self.lock_duration_ms}
-        problem = self._checked(req, ctx)
+        problem = self._checked(req, ctx) or self._fetch_v2_problem(version, req)
+        settings = self.settings(req.group_id or "")
+        lock = {"acquisition_lock_timeout": settings.lock_duration_ms}
         if problem is not None:
             return self._refused(*problem, lock)
+        renewing = version >= 2 and bool(req.is_renew_ack)
+        mode = int(req.share_acquire_mode) if version >= 2 else BATCH_OPTIMIZED
         group_id, member_id, epoch = req.group_id, req.member_id, int(req.share_session_epoch)
         now = self.replicas.clock.now_ms()
         self._expire(now)
@@ -369,11 +427,14 @@ class ShareHandlers:
             return self._refused(update.error, f"share session: {ErrorCode(update.error).name}", lock)
         if epoch == 0:
             self._release(update.released)  # the member's previous session: replaced
-        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx)
+        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx, settings, renew_allowed=renewing)
         if epoch == -1:
             self._release(update.released)  # closing: acknowledged first, what is left goes back
         acks = await self._durable(acks, waits)
-        keys = sorted(acks) if epoch == -1 else sorted(update.session.partitions | set(acks))
+        # A closing fetch and a renewing one (KIP-1222: fetching could outlast the renewed
+        # locks) answer the acknowledged partitions only and fetch nothing.
+        fetching = epoch != -1 and not renewing
+        keys = sorted(update.session.partitions | set(acks)) if fetching else sorted(acks)
         answers: dict[SharePartitionKey, dict[str, Any]] = {}
         ready: list[tuple[SharePartitionKey, str, Partition]] = []
         for key in keys:
@@ -396,20 +457,22 @@ class ShareHandlers:
             if part is None:
                 entry["error_code"] = code
                 continue
-            if epoch != -1 and await self._load(group_id, name, topic_id, part) is None:
+            if fetching and await self._load(group_id, name, topic_id, part) is None:
                 continue  # its state is not read yet: no records this time
             ready.append((key, name, part))
-        if epoch != -1 and ready:
+        if fetching and ready:
             budget = min(max(0, int(req.max_records)), SHARE_FETCH_RECORDS_MAX)
             waited = min(max(0.0, req.max_wait.total_seconds()), SHARE_FETCH_WAIT_MAX_S)
             deadline = trio.current_time() + waited
             while True:
                 now = self.replicas.clock.now_ms()
+                settings = self.settings(group_id)  # changed while this fetch waited: from now on
                 taken = 0
                 for key, name, part in ready:
                     if taken >= budget:
                         break
-                    data, acquired = self._acquire(group_id, member_id, name, part, budget - taken, now)
+                    data, acquired = self._acquire(group_id, member_id, name, part, budget - taken, now, settings,
+                                                   mode)
                     if acquired:
                         answers[key]["records"] = data
                         answers[key]["acquired_records"] = acquired
@@ -417,6 +480,7 @@ class ShareHandlers:
                 if taken or budget == 0 or trio.current_time() >= deadline:
                     break
                 await trio.sleep(SHARE_FETCH_POLL_S)
+            lock["acquisition_lock_timeout"] = settings.lock_duration_ms
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic_id, _), entry in answers.items():
             by_topic.setdefault(topic_id, []).append(entry)
@@ -424,19 +488,40 @@ class ShareHandlers:
                 "responses": [{"topic_id": uuid.UUID(t), "partitions": ps} for t, ps in by_topic.items()],
                 "node_endpoints": []}
 
+    @staticmethod
+    def _fetch_v2_problem(version: int, req: Any) -> tuple[int, str] | None:
+        """ShareFetch v2's own checks, top-level INVALID_REQUEST as Kafka's: an unknown
+        ShareAcquireMode; a renewing fetch (IsRenewAck) that asks for anything."""
+        if version < 2:
+            return None
+        if int(req.share_acquire_mode) not in (BATCH_OPTIMIZED, RECORD_LIMIT):
+            return ErrorCode.invalid_request, f"Unknown share acquire mode {int(req.share_acquire_mode)}"
+        if req.is_renew_ack:
+            asked = [name for name, value in (("maxBytes", int(req.max_bytes)), ("minBytes", int(req.min_bytes)),
+                                              ("maxRecords", int(req.max_records)),
+                                              ("maxWaitMs", int(req.max_wait.total_seconds() * 1000)))
+                     if value != 0]
+            if asked:
+                return ErrorCode.invalid_request, ", ".join(f"{n} must be set to 0" for n in asked) + \
+                    " if isRenewAck is true."
+        return None
+
     # ---- ShareAcknowledge --------------------------------------------------------------
 
     async def handle_share_acknowledge(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         problem = self._checked(req, ctx)
+        settings = self.settings(req.group_id or "")
+        lock = {"acquisition_lock_timeout": settings.lock_duration_ms}  # v2's
         if problem is not None:
-            return self._refused(*problem)
+            return self._refused(*problem, lock)
+        renewing = version >= 2 and bool(req.is_renew_ack)
         group_id, member_id, epoch = req.group_id, req.member_id, int(req.share_session_epoch)
         now = self.replicas.clock.now_ms()
         self._expire(now)
         update = self.sessions.acknowledge(group_id, member_id, epoch)
         if update.error != ErrorCode.none:
-            return self._refused(update.error, f"share session: {ErrorCode(update.error).name}")
-        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx)
+            return self._refused(update.error, f"share session: {ErrorCode(update.error).name}", lock)
+        acks, waits = self._acknowledge(group_id, member_id, req.topics, now, ctx, settings, renew_allowed=renewing)
         self._release(update.released)  # a closing session: what its member still holds goes back
         acks = await self._durable(acks, waits)
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -446,6 +531,6 @@ class ShareHandlers:
                 "partition_index": index, "error_code": code, "error_message": None,
                 "current_leader": self._leader(name, index) if name is not None else
                 {"leader_id": -1, "leader_epoch": -1}})
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, **lock,
                 "responses": [{"topic_id": uuid.UUID(t), "partitions": ps} for t, ps in by_topic.items()],
                 "node_endpoints": []}

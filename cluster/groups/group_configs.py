@@ -30,6 +30,9 @@ from cluster.controller.image import MetadataImage
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
 RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
+DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
+PARTITION_MAX_RECORD_LOCKS = "share.partition.max.record.locks"
+RENEW_ACKNOWLEDGE_ENABLE = "share.renew.acknowledge.enable"
 SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 CONSUMER_SESSION_TIMEOUT_MS = "consumer.session.timeout.ms"
@@ -95,17 +98,17 @@ GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in sorted([
          "The interval between assignment updates for a share group."),
     ConfigDef(AUTO_OFFSET_RESET, str, "latest", None, "Where a share partition starts: earliest, latest or "
               "by_duration:<ISO-8601 duration>.", validator=_auto_offset_reset),
-    _int("share.delivery.count.limit", 5, "group.share.delivery.count.limit", 2,
+    _int(DELIVERY_COUNT_LIMIT, 5, "group.share.delivery.count.limit", 2,
          "The maximum number of delivery attempts for a record delivered to a share group."),
     _int(SHARE_HEARTBEAT_INTERVAL_MS, 5_000, "group.share.heartbeat.interval.ms", 1,
          "The heartbeat interval given to the members of a share group."),
     ConfigDef(ISOLATION_LEVEL, str, "read_uncommitted", None, "Whether a share group delivers the records of "
               "transactions not committed.", choices=("read_committed", "read_uncommitted")),
-    _int("share.partition.max.record.locks", 2_000, "group.share.partition.max.record.locks", 100,
+    _int(PARTITION_MAX_RECORD_LOCKS, 2_000, "group.share.partition.max.record.locks", 100,
          "Share-group record lock limit per share-partition."),
     _int(RECORD_LOCK_DURATION_MS, 30_000, "group.share.record.lock.duration.ms", 1_000,
          "The record acquisition lock duration in milliseconds for share groups."),
-    ConfigDef("share.renew.acknowledge.enable", bool, True, None,
+    ConfigDef(RENEW_ACKNOWLEDGE_ENABLE, bool, True, None,
               "Whether the renew acknowledge type is enabled for the share group."),
     _int(SHARE_SESSION_TIMEOUT_MS, 45_000, "group.share.session.timeout.ms", 1,
          "The timeout to detect client failures when using the share group protocol."),
@@ -148,8 +151,8 @@ _BOUNDS: tuple[tuple[str, str | None, str], ...] = (
     (SHARE_HEARTBEAT_INTERVAL_MS, "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
     (SHARE_SESSION_TIMEOUT_MS, "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     (RECORD_LOCK_DURATION_MS, "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
-    ("share.delivery.count.limit", "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
-    ("share.partition.max.record.locks", "group.share.min.partition.max.record.locks",
+    (DELIVERY_COUNT_LIMIT, "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+    (PARTITION_MAX_RECORD_LOCKS, "group.share.min.partition.max.record.locks",
      "group.share.max.partition.max.record.locks"),
     ("share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
      "group.share.max.assignment.interval.ms"),
@@ -231,6 +234,9 @@ class ShareGroupConfig:
     record_lock_duration_ms: int | None = None
     session_timeout_ms: int | None = None
     heartbeat_interval_ms: int | None = None
+    delivery_count_limit: int | None = None
+    partition_max_record_locks: int | None = None
+    renew_acknowledge_enable: bool = True
 
     @property
     def reset_duration_ms(self) -> int | None:
@@ -260,10 +266,47 @@ def share_group_config(image: MetadataImage, group_id: str) -> ShareGroupConfig:
     except InvalidConfig:
         reset = "latest"
     isolation = configs.get(ISOLATION_LEVEL, "read_uncommitted").strip()
+    try:
+        renew = bool(parse_value(GROUP_CONFIG_DEFS[RENEW_ACKNOWLEDGE_ENABLE], configs[RENEW_ACKNOWLEDGE_ENABLE]))
+    except (KeyError, InvalidConfig):
+        renew = True
     return ShareGroupConfig(
         auto_offset_reset=reset.lower() if not reset.lower().startswith(BY_DURATION) else reset,
         isolation_level=isolation if isolation in ("read_committed", "read_uncommitted") else "read_uncommitted",
         record_lock_duration_ms=number(RECORD_LOCK_DURATION_MS),
         session_timeout_ms=number(SHARE_SESSION_TIMEOUT_MS),
         heartbeat_interval_ms=number(SHARE_HEARTBEAT_INTERVAL_MS),
+        delivery_count_limit=number(DELIVERY_COUNT_LIMIT),
+        partition_max_record_locks=number(PARTITION_MAX_RECORD_LOCKS),
+        renew_acknowledge_enable=renew,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRecordSettings:
+    """What a share group's share partitions go by, the group's configs over the broker's
+    group.share.* settings (Kafka's ShareGroupConfigProvider: read again at every use, so a
+    change reaches share partitions already loaded at their next acquisition, release or
+    lock expiry)."""
+
+    lock_duration_ms: int
+    delivery_count_limit: int
+    max_in_flight: int  # share.partition.max.record.locks
+    read_committed: bool
+    renew_enabled: bool
+
+
+def share_record_settings(image: MetadataImage, group_id: str, broker: BrokerValues) -> ShareRecordSettings:
+    """The settings in force for `group_id`'s share partitions (see ShareRecordSettings)."""
+    config = share_group_config(image, group_id)
+
+    def pick(own: int | None, name: str) -> int:
+        return own if own is not None else int(default_value(name, broker))
+
+    return ShareRecordSettings(
+        lock_duration_ms=pick(config.record_lock_duration_ms, RECORD_LOCK_DURATION_MS),
+        delivery_count_limit=pick(config.delivery_count_limit, DELIVERY_COUNT_LIMIT),
+        max_in_flight=pick(config.partition_max_record_locks, PARTITION_MAX_RECORD_LOCKS),
+        read_committed=config.isolation_level == "read_committed",
+        renew_enabled=config.renew_acknowledge_enable,
     )

@@ -18,6 +18,14 @@ releases it, its lock times out or its member leaves, unless it has been deliver
 once, and none leaves the in-flight window before it is ACKNOWLEDGED or ARCHIVED: the SPSO
 moves only over those (or past offsets retention deleted from the log).
 
+The three limits (`lock_duration_ms`, `delivery_count_limit`, `max_in_flight`) are the share
+group's configs and may change while the share partition is loaded (`configure`): as Kafka
+reads them at every use, a new value applies to what comes next (a lock taken or renewed, a
+record released or timed out, an acquisition), never to a lock already running. One
+difference: a record that waits AVAILABLE with as many deliveries as a lowered limit allows is
+archived when next reached, not delivered once more (Kafka archives it only at its next
+release), so no record is ever delivered more often than the limit in force.
+
 What is kept durable (the share coordinator's state, `snapshot`/`restore`) is the SPSO and
 the in-flight records that are not plain AVAILABLE-and-never-delivered; an ACQUIRED record is
 kept as AVAILABLE with its delivery count, as Kafka's share coordinator keeps it: after a
@@ -27,6 +35,7 @@ broker failure its lock is void and it is delivered again, unless that was its l
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -109,10 +118,22 @@ class SharePartition:
     def __post_init__(self) -> None:
         if self.start_offset < 0:
             raise ValueError(f"start offset {self.start_offset} is negative")
-        if self.lock_duration_ms <= 0 or self.delivery_count_limit <= 0 or self.max_in_flight <= 0:
-            raise ValueError("lock duration, delivery count limit and in-flight records must be positive")
+        self.configure(lock_duration_ms=self.lock_duration_ms, delivery_count_limit=self.delivery_count_limit,
+                       max_in_flight=self.max_in_flight)
         if self._end_offset < self.start_offset:
             self._end_offset = self.start_offset
+
+    def configure(self, *, lock_duration_ms: int, delivery_count_limit: int, max_in_flight: int) -> None:
+        """The group's limits now (its configs changed, or not): they apply from the next lock
+        taken or renewed, release, lock expiry and acquisition on. Locks already running keep
+        their deadline; records in flight beyond a lowered `max_in_flight` stay (no new ones
+        are acquired until the window is below it)."""
+        if lock_duration_ms <= 0 or delivery_count_limit <= 0 or max_in_flight <= 0:
+            raise ValueError(f"lock duration ({lock_duration_ms} ms), delivery count limit ({delivery_count_limit}) "
+                             f"and in-flight records ({max_in_flight}) must be positive")
+        self.lock_duration_ms = lock_duration_ms
+        self.delivery_count_limit = delivery_count_limit
+        self.max_in_flight = max_in_flight
 
     # ---- what a fetch reads ------------------------------------------------------------
 
@@ -134,18 +155,23 @@ class SharePartition:
         return self._end_offset if self.in_flight() < self.max_in_flight else None
 
     def acquire(self, member_id: str, offsets: Iterable[int], now_ms: int, max_records: int,
-                *, skipped: Iterable[int] = ()) -> list[AcquiredRecords]:
+                *, skipped: Iterable[int] = (), batch_ends: Sequence[int] = ()) -> list[AcquiredRecords]:
         """Acquire for `member_id` the records at `offsets` (ascending: the record offsets a
         fetch read, from fetch_offset() on) that are AVAILABLE, or new ones beyond the SPEO
-        while the in-flight window has room, at most `max_records`. `skipped`: offsets of the
-        read range that are no records to deliver (transaction markers, an aborted
-        transaction's records under read_committed): archived as they are passed. Answers the
-        acquired ranges (runs of consecutive offsets with one delivery count)."""
+        while the in-flight window has room, at most `max_records` (ShareAcquireMode
+        record_limit). With `batch_ends` (the last offsets of the log batches read, ascending:
+        batch_optimized, Kafka's default) an acquisition that reaches `max_records` goes on to
+        the end of the log batch holding its last record, so whole batches are acquired, still
+        within the in-flight window and ACQUIRE_RECORDS_MAX. `skipped`: offsets of the read
+        range that are no records to deliver (transaction markers, an aborted transaction's
+        records under read_committed): archived as they are passed. Answers the acquired
+        ranges (runs of consecutive offsets with one delivery count)."""
         limit = min(max(0, max_records), ACQUIRE_RECORDS_MAX)
         skip = set(skipped)
         got: list[int] = []
+        batch_last = -1  # batch_optimized: the limit was reached in the batch ending here
         for offset in sorted(set(offsets) | skip):
-            if len(got) >= limit:
+            if len(got) >= limit and (offset > batch_last or len(got) >= ACQUIRE_RECORDS_MAX):
                 break
             if offset < self.start_offset:
                 continue
@@ -160,14 +186,17 @@ class SharePartition:
                 record = self._records.setdefault(offset, _InFlight())
                 if record.state != RecordState.AVAILABLE:
                     continue
-            if offset in skip:
-                record.state = RecordState.ARCHIVED
+            if offset in skip or record.delivery_count >= self.delivery_count_limit:
+                record.state = RecordState.ARCHIVED  # not a record, or the limit was lowered since
                 continue
             record.state = RecordState.ACQUIRED
             record.delivery_count += 1
             record.member_id = member_id
             record.lock_deadline_ms = now_ms + self.lock_duration_ms
             got.append(offset)
+            if len(got) == limit and batch_ends:
+                at = bisect_left(batch_ends, offset)
+                batch_last = batch_ends[at] if at < len(batch_ends) else offset
         self._advance()
         return self._runs(got)
 
@@ -185,14 +214,15 @@ class SharePartition:
     # ---- acknowledgements --------------------------------------------------------------
 
     def acknowledge(self, member_id: str, batches: Sequence[tuple[int, int, Sequence[int]]],
-                    now_ms: int, *, renew_allowed: bool = True) -> ErrorCode:
+                    now_ms: int, *, renew_allowed: bool = True, renew_enabled: bool = True) -> ErrorCode:
         """ShareAcknowledge's (or ShareFetch's) AcknowledgementBatches of one partition: (first
         offset, last offset, types: one for the whole range or one per offset), in ascending
         order. All of them or none, as Kafka checks them: INVALID_REQUEST for a malformed batch
         (last before first, out of order, no types or neither one nor one per offset, an
         unknown type, RENEW where the request version or flag does not allow it, a range past
         the end offset); INVALID_RECORD_STATE when an offset is not acquired by `member_id`
-        (never delivered, already acknowledged, its lock timed out and taken by another).
+        (never delivered, already acknowledged, its lock timed out and taken by another), or
+        a RENEW while the group disables it (`share.renew.acknowledge.enable=false`, as Kafka).
         Offsets below the start offset are skipped: already settled."""
         plan: list[tuple[int, AcknowledgeType]] = []
         previous_last = -1
@@ -213,6 +243,8 @@ class SharePartition:
                     return ErrorCode.invalid_request
                 record = self._records.get(offset)
                 if record is None or record.state != RecordState.ACQUIRED or record.member_id != member_id:
+                    return ErrorCode.invalid_record_state
+                if kind == AcknowledgeType.RENEW and not renew_enabled:
                     return ErrorCode.invalid_record_state
                 plan.append((offset, kind))
         for offset, kind in plan:

@@ -607,6 +607,26 @@ def test_java_share_consumer_releases_and_accepts(driver: JavaDriver, dcmirror_b
     assert all(d == 1 for _, _, d, n in out["records"] if n not in released)
 
 
+def test_java_share_consumer_record_limit_renews_past_its_locks(driver: JavaDriver, broker_factory: Any) -> None:
+    """Kafka 4.3.1's KafkaShareConsumer with share.acquire.mode=record_limit and RENEW
+    (ShareFetch/ShareAcknowledge v2), the group's lock set to 1 s by the Java Admin client: each
+    record, renewed on every poll, is held past several of its locks and accepted, and none is
+    ever delivered twice (a lock that ran out, or a batch acquired beyond MaxRecords and left
+    waiting in the client, would deliver it again); acquisitionLockTimeoutMs is the group's."""
+    lock_ms, hold_ms, count = 1_000, 2_500, 3
+    broker = broker_factory("share-renew", group_initial_rebalance_delay_ms=0,
+                            **{"group.share.min.record.lock.duration.ms": lock_ms})
+    topic = "java-share-renew"
+    create_topic(broker.bootstrap, topic, 1, 1)
+    [out] = driver.run("share-renew", timeout_s=180, bootstrap=broker.bootstrap, topic=topic, group="java-renew",
+                       count=count, lock_ms=lock_ms, hold_ms=hold_ms)
+    assert "error" not in out, out
+    assert out["lock_ms"] == lock_ms
+    assert [offset for offset, _, _, _ in out["records"]] == list(range(count))
+    for offset, delivery, renewals, held in out["records"]:
+        assert delivery == 1 and held >= hold_ms and renewals >= 2, (offset, delivery, renewals, held)
+
+
 def test_kafka_share_groups_lists_and_describes_a_share_group(dcmirror_broker: BrokerProcess, tmp_path: Path) -> None:
     """kafka-share-groups (Kafka 4.3.1's ShareGroupCommand) against dcmirror while a share
     consumer is a member: --list names the group, --describe --members shows the member and

@@ -129,6 +129,73 @@ def test_the_in_flight_window_bounds_acquisition() -> None:
     assert sp.acquire("m", range(3, 10), now_ms=1, max_records=10) == [AcquiredRecords(3, 3, 1)]
 
 
+def test_batch_optimized_acquires_whole_log_batches_and_record_limit_stops_at_max_records() -> None:
+    """ShareAcquireMode (ShareFetch v2): batch_optimized (given the log batches' last offsets)
+    goes past MaxRecords to the end of the log batch where it was reached; record_limit stops
+    at MaxRecords; both stay within the in-flight window."""
+    ends = [4, 9, 14]  # log batches [0, 4], [5, 9], [10, 14]
+    sp = SharePartition(0)
+    assert sp.acquire("m", range(15), now_ms=0, max_records=6, batch_ends=ends) == [AcquiredRecords(0, 9, 1)]
+    assert sp.acquire("m", range(10, 15), now_ms=0, max_records=1, batch_ends=ends) == [AcquiredRecords(10, 14, 1)]
+    sp = SharePartition(0)
+    assert sp.acquire("m", range(15), now_ms=0, max_records=6) == [AcquiredRecords(0, 5, 1)]  # record_limit
+    assert sp.acquire("m", range(6, 15), now_ms=0, max_records=0, batch_ends=ends) == []
+    sp = SharePartition(0, max_in_flight=7)
+    assert sp.acquire("m", range(15), now_ms=0, max_records=6, batch_ends=ends) == [AcquiredRecords(0, 6, 1)]
+    # a released record inside a batch: the batch's other records are not AVAILABLE, passed over
+    sp = SharePartition(0)
+    sp.acquire("m", range(10), now_ms=0, max_records=10)
+    assert sp.acknowledge("m", [(2, 2, [R])], now_ms=1) == ErrorCode.none
+    assert sp.acquire("n", range(10), now_ms=2, max_records=1, batch_ends=ends) == [AcquiredRecords(2, 2, 2)]
+
+
+def test_a_config_change_applies_to_what_comes_next() -> None:
+    """configure (the group's configs changed while the share partition is loaded): a running
+    lock keeps its deadline, the next lock and renew take the new duration; a lowered
+    delivery limit archives at the next release, expiry or acquisition; a lowered in-flight
+    limit stops acquisition until the window is below it, a raised one lets it go on."""
+    sp = SharePartition(0, lock_duration_ms=30_000, delivery_count_limit=5, max_in_flight=100)
+    sp.acquire("m", [0], now_ms=0, max_records=1)
+    sp.configure(lock_duration_ms=1_000, delivery_count_limit=5, max_in_flight=100)
+    assert sp.next_lock_deadline_ms() == 30_000  # the running lock
+    sp.acquire("m", [1], now_ms=10, max_records=1)
+    assert sp.expire_locks(1_010) == 1 and sp.state_of(1) == (RecordState.AVAILABLE, 1)
+    assert sp.acknowledge("m", [(0, 0, [N])], now_ms=2_000) == ErrorCode.none  # renewed: 1 s from now
+    assert sp.next_lock_deadline_ms() == 3_000
+    # delivered twice under a limit of 5, then the limit becomes 2: released, it is archived
+    sp = SharePartition(0, delivery_count_limit=5)
+    for now in (0, 1):
+        sp.acquire("m", [0, 1], now_ms=now, max_records=2)
+        assert sp.acknowledge("m", [(0, 1, [R])], now_ms=now) == ErrorCode.none
+    assert sp.state_of(0) == (RecordState.AVAILABLE, 2)
+    sp.acquire("m", [0], now_ms=2, max_records=1)  # its third delivery, under the old limit
+    sp.configure(lock_duration_ms=100, delivery_count_limit=2, max_in_flight=2_000)
+    assert sp.acknowledge("m", [(0, 0, [R])], now_ms=3) == ErrorCode.none
+    assert sp.state_of(0) is None  # archived, the start moved over it
+    # record 1 waited AVAILABLE with 2 deliveries: the lowered limit archives it when reached
+    assert sp.acquire("m", [1, 2], now_ms=4, max_records=2) == [AcquiredRecords(2, 2, 1)]
+    assert sp.start_offset == 2
+    # the in-flight limit lowered below what is in flight, then raised
+    sp = SharePartition(0, max_in_flight=10)
+    sp.acquire("m", range(8), now_ms=0, max_records=8)
+    sp.configure(lock_duration_ms=100, delivery_count_limit=5, max_in_flight=4)
+    assert sp.fetch_offset() is None and sp.acquired_by("m") == list(range(8))  # kept, nothing new
+    sp.configure(lock_duration_ms=100, delivery_count_limit=5, max_in_flight=9)
+    assert sp.acquire("m", range(8, 20), now_ms=1, max_records=10) == [AcquiredRecords(8, 8, 1)]
+    with pytest.raises(ValueError, match="must be positive"):
+        sp.configure(lock_duration_ms=0, delivery_count_limit=5, max_in_flight=9)
+
+
+def test_renew_refused_where_the_group_disables_it() -> None:
+    """share.renew.acknowledge.enable=false: a RENEW is INVALID_RECORD_STATE (as Kafka), and
+    nothing of the call is applied."""
+    sp = SharePartition(0, lock_duration_ms=100)
+    sp.acquire("m", [0, 1], now_ms=0, max_records=2)
+    assert sp.acknowledge("m", [(0, 0, [A]), (1, 1, [N])], now_ms=50,
+                          renew_enabled=False) == ErrorCode.invalid_record_state
+    assert sp.acquired_by("m") == [0, 1] and sp.next_lock_deadline_ms() == 100
+
+
 def test_log_start_moves_and_reset() -> None:
     sp = SharePartition(0)
     sp.acquire("m", range(5), now_ms=0, max_records=10)

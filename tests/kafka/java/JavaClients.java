@@ -32,6 +32,7 @@ import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -58,6 +59,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   java JavaClients sessions bootstrap=H:P first=T first_partitions=P first_count=N second=T2
  *        second_partitions=P2 second_count=N2 keep=K late=L
  *   java JavaClients spread bootstrap=H:P prefix=P topics=T partitions=P records=N
+ *   java JavaClients share bootstrap=H:P topic=T group=G count=N partitions=P
+ *   java JavaClients share-renew bootstrap=H:P topic=T group=G count=N lock_ms=L hold_ms=H
  *
  * A client call that throws is reported as {"error": "<exception class>"} in its result, so
  * the same run can be compared against Kafka field by field.
@@ -122,6 +125,7 @@ public final class JavaClients {
             case "admin" -> admin(a);
             case "sessions" -> sessions(a);
             case "share" -> share(a);
+            case "share-renew" -> shareRenew(a);
             case "spread" -> spread(a);
             default -> throw new IllegalArgumentException("unknown mode " + argv[0]);
         }
@@ -197,6 +201,90 @@ public final class JavaClients {
             }
         }
         emit(line("records", records, "accepted", accepted.size()));
+    }
+
+    /**
+     * ShareFetch/ShareAcknowledge v2 (KIP-1206, KIP-1222): the Admin client sets the group's
+     * share.record.lock.duration.ms to `lock_ms` (and share.auto.offset.reset=earliest), then
+     * `count` records "job-N" are written to partition 0 and read by a KafkaShareConsumer with
+     * share.acquire.mode=record_limit and max.poll.records=1, explicit acknowledgements: each
+     * record is RENEWed on every poll until it was held `hold_ms` (several locks), then
+     * ACCEPTed. Emits {"records": [[offset, deliveryCount, renewals, heldMs]], "lock_ms": the
+     * consumer's acquisitionLockTimeoutMs} or {"error": ...}.
+     */
+    static void shareRenew(Map<String, String> a) throws Exception {
+        String topic = a.get("topic");
+        String group = a.get("group");
+        int count = Integer.parseInt(a.get("count"));
+        long holdMs = Long.parseLong(a.get("hold_ms"));
+        Properties ap = new Properties();
+        ap.put("bootstrap.servers", a.get("bootstrap"));
+        try (Admin admin = Admin.create(ap)) {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(
+                new AlterConfigOp(new ConfigEntry("share.record.lock.duration.ms", a.get("lock_ms")),
+                                  AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
+                                  AlterConfigOp.OpType.SET)))).all().get();
+        }
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(a))) {
+            for (int i = 0; i < count; i++) producer.send(new ProducerRecord<>(topic, 0, null, "job-" + i));
+            producer.flush();
+        }
+        Properties c = new Properties();
+        c.put("bootstrap.servers", a.get("bootstrap"));
+        c.put("group.id", group);
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        c.put("share.acknowledgement.mode", "explicit");
+        c.put("share.acquire.mode", "record_limit");
+        c.put("max.poll.records", "1");
+        List<List<Long>> records = new ArrayList<>();
+        Map<Long, long[]> holding = new HashMap<>();  // offset -> {first seen ms, renewals}
+        Set<Long> accepted = new HashSet<>();
+        Integer lockMs = null;
+        try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(c)) {
+            consumer.subscribe(List.of(topic));
+            long last = System.currentTimeMillis();
+            while (accepted.size() < count) {
+                ConsumerRecords<String, String> polled = consumer.poll(Duration.ofMillis(200));
+                if (polled.count() > 1) {
+                    emit(line("error", "record_limit with max.poll.records=1 returned " + polled.count()));
+                    return;
+                }
+                if (consumer.acquisitionLockTimeoutMs().isPresent()) lockMs = consumer.acquisitionLockTimeoutMs().get();
+                for (ConsumerRecord<String, String> r : polled) {
+                    long now = System.currentTimeMillis();
+                    last = now;
+                    long[] held = holding.computeIfAbsent(r.offset(), o -> new long[] {now, 0});
+                    int delivery = r.deliveryCount().map(Short::intValue).orElse(-1);
+                    if (now - held[0] < holdMs) {
+                        held[1]++;
+                        consumer.acknowledge(r, AcknowledgeType.RENEW);
+                    } else {
+                        consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                        if (accepted.add(r.offset())) {
+                            records.add(List.of(r.offset(), (long) delivery, held[1], now - held[0]));
+                        }
+                    }
+                    if (delivery != 1) {
+                        emit(line("error", "offset " + r.offset() + " delivered " + delivery + " times"));
+                        return;
+                    }
+                }
+                for (var e : consumer.commitSync().entrySet()) {
+                    if (e.getValue().isPresent()) {
+                        emit(line("error", "commitSync " + e.getKey() + ": " + errorName(e.getValue().get())));
+                        return;
+                    }
+                }
+                if (System.currentTimeMillis() - last > 60_000) {
+                    emit(line("error", "no record for 60 s: " + accepted.size() + " of " + count + " accepted"));
+                    return;
+                }
+            }
+        }
+        emit(line("records", records, "lock_ms", lockMs));
     }
 
     static Properties producerProps(Map<String, String> a) {
