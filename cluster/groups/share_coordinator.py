@@ -91,13 +91,16 @@ class ShareCoordinator:
         return Decision(ErrorCode.none, record=record, state=stored)
 
     def summary(self, key: ShareKey, leader_epoch: int) -> Decision:
-        """ReadShareGroupStateSummary: the state without its batches; records nothing."""
-        stored = self.states.get(key) or ShareStateValue(0, -1, UNINITIALIZED)
+        """ReadShareGroupStateSummary: the state with its batches (the answer counts the
+        settled records, not the runs); no state at all for a share partition never
+        initialized (the answer's -1s); records nothing."""
+        stored = self.states.get(key)
+        if stored is None:
+            return Decision(ErrorCode.none)
         if leader_epoch < stored.leader_epoch:
             return Decision(ErrorCode.fenced_leader_epoch,
                             f"leader epoch {leader_epoch} is older than {stored.leader_epoch}")
-        return Decision(ErrorCode.none, state=ShareStateValue(stored.state_epoch, stored.leader_epoch,
-                                                              stored.start_offset))
+        return Decision(ErrorCode.none, state=stored)
 
     def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
               batches: tuple[StateBatch, ...]) -> Decision:
