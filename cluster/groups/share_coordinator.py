@@ -93,11 +93,12 @@ class ShareCoordinator:
     def summary(self, key: ShareKey, leader_epoch: int) -> Decision:
         """ReadShareGroupStateSummary: the state with its batches (the answer counts the
         settled records, not the runs); no state at all for a share partition never
-        initialized (the answer's -1s); records nothing."""
+        initialized (the answer's -1s); records nothing. Leader epoch -1 (the group
+        coordinator's describe) fences nothing."""
         stored = self.states.get(key)
         if stored is None:
             return Decision(ErrorCode.none)
-        if leader_epoch < stored.leader_epoch:
+        if leader_epoch != -1 and leader_epoch < stored.leader_epoch:  # -1: an admin's read, not a leader's
             return Decision(ErrorCode.fenced_leader_epoch,
                             f"leader epoch {leader_epoch} is older than {stored.leader_epoch}")
         return Decision(ErrorCode.none, state=stored)
