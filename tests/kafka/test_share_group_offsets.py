@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from cluster.protocol.messages import decode_response, encode_request
 from tests.cluster_helpers import wait_until
@@ -300,3 +307,26 @@ def test_admin_answers_are_kafka_4_3_1s(broker: BrokerProcess, kafka: KafkaClust
         seen[name] = admin_answers(bootstrap, "cmp-topic", "cmp-other", "cmp-group")
     assert seen["dcmirror"] == seen["kafka"]
     assert seen["dcmirror"]["named"] == [("cmp-topic", 0, 3, 2, NONE), ("no-such-topic", 0, -1, -1, NONE)]
+
+
+def find_coordinator(bootstrap: str, version: int, body: dict[str, Any]) -> Any:
+    host, port = bootstrap.rsplit(":", 1)
+
+    def once() -> Any:
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(encode_request(10, version, 1, b"share-offsets-test", body))
+            (length,) = struct.unpack(">i", _read(s, 4))
+            resp = decode_response(10, version, _read(s, length))
+        codes = [c.error_code for c in resp.coordinators] if version >= 4 else [resp.error_code]
+        return None if set(codes) & RETRIABLE else resp
+    return wait_until(once, PROGRESS_S, f"FindCoordinator v{version} answered")
+
+
+def test_find_coordinator_batches_keys_and_finds_share_coordinators(broker: BrokerProcess) -> None:
+    share_key = f"so-share-group:{uuid.uuid4()}:0"
+    resp = find_coordinator(broker.bootstrap, 6, {"key_type": 2, "coordinator_keys": [share_key, "no-partition"]})
+    found = {c.key: (c.error_code, c.node_id) for c in resp.coordinators}
+    assert found == {share_key: (NONE, 1), "no-partition": (42, -1)}  # INVALID_REQUEST: not group:topicId:partition
+    resp = find_coordinator(broker.bootstrap, 4, {"key_type": 0, "coordinator_keys": ["so-a", "so-b", "so-a"]})
+    assert sorted((c.key, c.error_code, c.node_id) for c in resp.coordinators) == [("so-a", 0, 1), ("so-b", 0, 1)]
+    assert find_coordinator(broker.bootstrap, 3, {"key": share_key, "key_type": 2}).error_code == 42  # v6+ only
