@@ -14,8 +14,9 @@ ShareCoordinatorShard:
 
 Where Kafka answers a read of a share partition the group coordinator never initialized
 with an error, ours answers its start offset as -1 (the leader then starts it by
-`share.auto.offset.reset`) and writes the reader's leader epoch: dcmirror's group
-coordinator does not send InitializeShareGroupState yet.
+`share.auto.offset.reset`) and writes the reader's leader epoch: a share group from before
+the group coordinator initialized share partitions (it does since DescribeShareGroupOffsets
+and its siblings came, cluster/groups/share_group_offsets.py) keeps working.
 """
 
 from __future__ import annotations
