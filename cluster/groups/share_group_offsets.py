@@ -84,12 +84,11 @@ def described(partition: int, summary_error: int, start_offset: int, leader_epoc
     """A share partition as Kafka 4.3.1 describes it: the share coordinator's error is no
     error (start offset -1, leader epoch 0, lag -1: absence of data, as OffsetFetch); a
     share partition never started has no lag; the high watermark's error (the partition's
-    leader could not answer) is the partition's."""
+    leader could not answer, or none was asked: the topic went meanwhile) is the partition's."""
     if summary_error != ErrorCode.none or start_offset == UNKNOWN_OFFSET or delivery_complete_count < 0:
         ok = summary_error == ErrorCode.none
         return DescribedPartition(partition, start_offset if ok else UNKNOWN_OFFSET, leader_epoch if ok else 0)
-    assert high_watermark is not None, "a started share partition's high watermark is asked"
-    code, offset = high_watermark
+    code, offset = high_watermark if high_watermark is not None else (ErrorCode.leader_not_available, -1)
     if code != ErrorCode.none:
         return DescribedPartition(partition, UNKNOWN_OFFSET, 0, -1, code, ErrorCode(code).name)
     return DescribedPartition(partition, start_offset, leader_epoch,

@@ -63,6 +63,7 @@ def test_describe_answers_per_share_partition_as_kafka() -> None:
     # the leader could not say its high watermark: the partition's error
     failed = described(3, ErrorCode.none, 10, 3, 5, (ErrorCode.not_leader_or_follower, -1))
     assert (failed.start_offset, failed.lag, failed.error_code) == (-1, -1, ErrorCode.not_leader_or_follower)
+    assert described(5, ErrorCode.none, 10, 3, 5, None).error_code == ErrorCode.leader_not_available
     assert DescribedPartition(4).as_dict() == {"partition_index": 4, "start_offset": -1, "leader_epoch": 0,
                                                "lag": -1, "error_code": 0, "error_message": None}
 
