@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                     "request_percentage) per user / client id, like kafka-configs"),
     "reassign": ("deploy.cluster_cmds", "move partitions between brokers, change replication factor"),
     "registry": ("deploy.registry_cmd", "a cluster's schema registry (Confluent Schema Registry's REST API)"),
-    "share-groups": ("deploy.share_groups_cmd", "list, describe, delete share groups (like kafka-share-groups)"),
+    "share-groups": ("deploy.share_groups_cmd", "list, describe, reset offsets of, delete share groups (like kafka-share-groups)"),
     "status": ("deploy.up_cmd", "one screen for the whole topology (exit 0 healthy, 1 degraded, 2 bad config)"),
     "topics": ("deploy.cluster_cmds", "create, list, describe, alter, delete topics"),
     "topology": ("deploy.topology_cmd", "validate a topology file, plan or apply its topics"),

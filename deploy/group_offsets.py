@@ -65,9 +65,15 @@ async def plan_reset(admin: Admin, group: str, partitions: list[TopicPartition],
     (described,) = await admin.describe_groups([group])
     if described.group_state not in ("Empty", "Dead"):
         raise GroupNotEmpty(f"group {group} is {described.group_state}; stop its consumers before resetting offsets")
+    return await plan_offsets(admin, partitions, to, await admin.committed_offsets(group))
+
+
+async def plan_offsets(admin: Admin, partitions: list[TopicPartition], to: ResetTo,
+                       current: dict[TopicPartition, int]) -> list[OffsetMove]:
+    """Where each partition's offset would go from `current` (a share group's start offsets
+    here), kept in the log's range as Kafka's tools keep it; nothing is moved here."""
     earliest = await admin.list_offsets(partitions, EARLIEST)
     latest = await admin.list_offsets(partitions, LATEST)
-    current = await admin.committed_offsets(group)
     if to.kind == "earliest":
         target = dict(earliest)
     elif to.kind == "latest":

@@ -41,6 +41,7 @@ from cluster.broker.quotas import ClientQuotas, QuotaWindow
 from cluster.broker.replica_handlers import LIST_OFFSETS_MAX_VERSION, ReplicaHandlers
 from cluster.broker.security import BrokerSecurity
 from cluster.broker.security_handlers import AclHandlers, SaslHandlers, ScramUserHandlers
+from cluster.broker.share_offsets_handlers import ShareOffsetsHandlers
 from cluster.broker.share_state_handlers import ShareStateHandlers
 from cluster.broker.txn_handlers import TxnHandlers
 from cluster.common.clock import SYSTEM_CLOCK, Clock
@@ -154,14 +155,16 @@ class Broker:
         auto_topics = AutoTopicCreation(self.cache, self.controller, enabled=bool(config["auto.create.topics.enable"]))
         replica_handlers = ReplicaHandlers(self.replicas, self.transactions.verify, self.share_state, config.values)
         self.shares = replica_handlers.shares  # share sessions end with their connection (server.py)
+        group_handlers = GroupHandlers(self.groups, txns.find_coordinator, self.share_state)
         apis = api_table(replica_handlers, MetadataHandlers(self.cache, auto_topics, self.dynamic_config),
                          AdminHandlers(self.controller,
                                        lambda configs: self.dynamic_config.describe_topic(configs, None, False)),
-                         GroupHandlers(self.groups, txns.find_coordinator), txns,
+                         group_handlers, txns,
                          ScramUserHandlers(self.security, self.controller), AclHandlers(self.security, self.controller),
                          ClientQuotaHandlers(lambda: self.metadata.image, self.controller),
                          QuorumHandlers(self.controller, membership.voters, self.security.inter_broker),
-                         ShareStateHandlers(self.share_state))
+                         ShareStateHandlers(self.share_state),
+                         ShareOffsetsHandlers(group_handlers, self.share_state, self.replicas))
         self.request_metrics = RequestMetrics([api.key for api in apis], clock.now_ms())
         self.quotas = ClientQuotas(QuotaWindow(int(config["quota.window.num"]),
                                                int(config["quota.window.size.seconds"]) * 1000))
@@ -249,7 +252,8 @@ class Broker:
 
 def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHandlers, groups: GroupHandlers,
               txns: TxnHandlers, users: ScramUserHandlers, acls: AclHandlers,
-              quotas: ClientQuotaHandlers, quorum: QuorumHandlers, share_state: ShareStateHandlers) -> list[Api]:
+              quotas: ClientQuotaHandlers, quorum: QuorumHandlers, share_state: ShareStateHandlers,
+              share_offsets: ShareOffsetsHandlers) -> list[Api]:
     """Every API this broker answers, the versions it advertises, and who answers (see
     docs/protocol.md for why these versions)."""
     return [
@@ -264,7 +268,7 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, meta.handle_describe_topic_partitions),
         Api(ApiKey.OFFSET_COMMIT, 2, 7, groups.handle_offset_commit),
         Api(ApiKey.OFFSET_FETCH, 1, 7, groups.handle_offset_fetch),  # v7: require_stable (KIP-447)
-        Api(ApiKey.FIND_COORDINATOR, 0, 2, groups.handle_find_coordinator),
+        Api(ApiKey.FIND_COORDINATOR, 0, 6, groups.handle_find_coordinator),  # v4+: batched; v6: key type SHARE
         Api(ApiKey.JOIN_GROUP, 0, 5, groups.handle_join_group),
         Api(ApiKey.HEARTBEAT, 0, 3, groups.handle_heartbeat),
         Api(ApiKey.LEAVE_GROUP, 0, 3, groups.handle_leave_group),
@@ -279,6 +283,9 @@ def api_table(replicas: ReplicaHandlers, meta: MetadataHandlers, admin: AdminHan
         Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, groups.handle_share_group_describe),
         Api(ApiKey.SHARE_FETCH, 1, 2, replicas.handle_share_fetch),  # v2: acquire modes, RENEW
         Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, replicas.handle_share_acknowledge),  # v2: RENEW
+        Api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, share_offsets.handle_describe_share_group_offsets),  # v1: lag
+        Api(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, share_offsets.handle_alter_share_group_offsets),
+        Api(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, share_offsets.handle_delete_share_group_offsets),
         # the share coordinator's inter-broker calls (share-partition leaders send them)
         Api(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0, share_state.handle_initialize_share_group_state),
         Api(ApiKey.READ_SHARE_GROUP_STATE, 0, 0, share_state.handle_read_share_group_state),
@@ -332,7 +339,8 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
     """API key → (min, max) version, as every broker advertises them in ApiVersions."""
     nothing: Any = _Unwired()
     return {api.key: (api.min_version, api.max_version)
-            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing)}
+            for api in api_table(nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing, nothing,
+                                 nothing)}
 
 
 SUPPORTED_APIS = advertised_versions()

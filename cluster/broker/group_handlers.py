@@ -9,10 +9,13 @@ persists what changed before the answer goes out.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
+
+import trio
 
 from cluster.broker.context import RequestContext
 from cluster.controller.image import MetadataImage
@@ -26,13 +29,19 @@ from cluster.groups.share_group import (
     SESSION_TIMEOUT_MS_DEFAULT,
     ShareGroup,
 )
+from cluster.groups.share_group_offsets import add_partitions, uninitialized
+from cluster.groups.share_state_records import ShareKey
+from cluster.groups.share_state_service import ShareStateService
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.sentinels import (
     AUTHORIZED_OPERATIONS_OMITTED,
     COORDINATOR_GROUP,
+    COORDINATOR_SHARE,
     COORDINATOR_TRANSACTION,
 )
 from cluster.security.acl import AclOperation, ResourceType
+
+log = logging.getLogger(__name__)
 
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 member_type of a KIP-848 member
 
@@ -88,32 +97,65 @@ def _describe_error(group_id: str, code: int, message: str) -> dict[str, Any]:
 
 
 SHARE_GROUPS_MAX = 10_000  # share groups one coordinator holds (a preview: in memory; empty ones make room)
+FIND_COORDINATOR_KEYS_MAX = 10_000  # keys one batched FindCoordinator (v4+) may name
 
 
 class GroupHandlers:
-    def __init__(self, service: GroupService, find_transaction_coordinator: FindTxnCoordinator | None = None) -> None:
+    def __init__(self, service: GroupService, find_transaction_coordinator: FindTxnCoordinator | None = None,
+                 persister: ShareStateService | None = None) -> None:
         self.service = service
         self.find_transaction_coordinator = find_transaction_coordinator
+        self.persister = persister  # the share coordinator's calls (None: share state in the leaders' memory only)
         self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, the groups this coordinator holds
+        # One initialization of share partitions (a first assignment, an alter, a delete) at a time.
+        self.share_init_lock = trio.Lock()
 
     async def handle_find_coordinator(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
+        """FindCoordinator: one key (v0-3) or a batch of them (v4+, KIP-699) of type GROUP,
+        TRANSACTION or SHARE (v6+, KIP-932: "group:topicId:partition", CLUSTER_ACTION only;
+        answered with the leader of its `__share_group_state` partition)."""
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
+        if version < 4:
+            return {"throttle_time": 0, **await self._find_one(version, key_type, req.key, ctx)}
+        keys = list(dict.fromkeys(req.coordinator_keys))
+        if len(keys) > FIND_COORDINATOR_KEYS_MAX:
+            found = [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.invalid_request,
+                      "error_message": f"at most {FIND_COORDINATOR_KEYS_MAX} keys"} for k in keys]
+        else:
+            found = [{"key": k, **await self._find_one(version, key_type, k, ctx)} for k in keys]
+        return {"throttle_time": 0, "coordinators": found}
+
+    async def _find_one(self, version: int, key_type: int, key: str, ctx: RequestContext) -> dict[str, Any]:
         code: int
         node: int | None
         if key_type == COORDINATOR_GROUP:
-            code, node, message = await self._group_coordinator(req.key, ctx)
+            code, node, message = await self._group_coordinator(key, ctx)
         elif key_type == COORDINATOR_TRANSACTION and self.find_transaction_coordinator is not None:
-            code, node, message = await self.find_transaction_coordinator(req.key, ctx)
+            code, node, message = await self.find_transaction_coordinator(key, ctx)
+        elif key_type == COORDINATOR_SHARE and self.persister is not None:
+            code, node, message = await self._share_coordinator(version, key, ctx)
         else:
             code, node, message = ErrorCode.invalid_request, None, f"unknown coordinator key type {key_type}"
         endpoint = self.service.image.brokers[node].endpoint(ctx.listener) if node is not None else None
         if endpoint is None:
             if code == ErrorCode.none:
                 code, message = ErrorCode.coordinator_not_available, "the coordinator has no endpoint on this listener"
-            return {"throttle_time": 0, "error_code": code, "error_message": message, "node_id": -1, "host": "",
-                    "port": -1}
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "node_id": node,
-                "host": endpoint[0], "port": endpoint[1]}
+            return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
+        return {"error_code": ErrorCode.none, "error_message": None, "node_id": node, "host": endpoint[0],
+                "port": endpoint[1]}
+
+    async def _share_coordinator(self, version: int, key: str, ctx: RequestContext) -> tuple[int, int | None, str]:
+        assert self.persister is not None
+        if version < 6:
+            return ErrorCode.invalid_request, None, "key type SHARE needs FindCoordinator v6"
+        if not ctx.allowed_on_cluster(AclOperation.CLUSTER_ACTION):
+            return ErrorCode.cluster_authorization_failed, None, "share coordinator keys need CLUSTER_ACTION"
+        node = await self.persister.find_coordinator(key)
+        if node is None:
+            if self.persister.parse_key(key) is None:
+                return ErrorCode.invalid_request, None, f"{key!r} is not a share coordinator key (group:topicId:partition)"
+            return ErrorCode.coordinator_not_available, None, "the share coordinator is not available yet"
+        return ErrorCode.none, node, ""
 
     async def _group_coordinator(self, group_id: str, ctx: RequestContext) -> tuple[int, int | None, str]:
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -413,7 +455,20 @@ class GroupHandlers:
         group.session_timeout_ms = config.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT
         group.heartbeat_interval_ms = config.heartbeat_interval_ms or HEARTBEAT_INTERVAL_MS_DEFAULT
         wanted = {t for m in group.members.values() for t in m.subscribed} | set(names or ())
-        partitions = {t: len(topic.partitions) for t in wanted if (topic := image.topic(t)) is not None}
+        topics = {t: topic for t in wanted if (topic := image.topic(t)) is not None}
+        partitions = {t: len(topic.partitions) for t, topic in topics.items()}
+        if self.persister is not None and req.member_epoch != -1:
+            # Kafka's rule: a share partition is initialized at the share coordinator before
+            # any member is assigned it (here before this heartbeat's assignment is made).
+            missing = uninitialized(group.initialized, {topic.topic_id: len(topic.partitions) for topic in topics.values()})
+            if missing:
+                code = await self._initialize_share_partitions(group, missing)
+                if self.share_groups.get(req.group_id) is not group or not self.service.owns(req.group_id):
+                    code = ErrorCode.not_coordinator  # moved or deleted meanwhile: the member asks again
+                if code != ErrorCode.none:
+                    if created and not group.members and self.share_groups.get(req.group_id) is group:
+                        self.share_groups.pop(req.group_id, None)
+                    return refused(code, "the share group's share partitions are not initialized yet")
         answer = group.heartbeat(req.member_id or "", req.member_epoch, None if names is None else list(names),
                                  req.rack_id, client_id=ctx.client_id, client_host=ctx.client_host, now_ms=now,
                                  partitions=partitions)
@@ -428,6 +483,43 @@ class GroupHandlers:
                 "member_id": answer.member_id, "member_epoch": answer.member_epoch,
                 "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
 
+    async def _initialize_share_partitions(self, group: ShareGroup, missing: dict[str, set[int]]) -> int:
+        """Initialize the group's share partitions it has not initialized yet: those whose
+        state the share coordinator holds already (a group that came back after its
+        coordinator moved) are taken as they are, the others made afresh (start offset -1:
+        the leader starts them at `share.auto.offset.reset`). NONE, or the retriable error
+        the heartbeat answers."""
+        assert self.persister is not None
+        async with self.share_init_lock:
+            # another heartbeat may have initialized some while this one waited for the lock
+            missing = {t: left for t, ps in missing.items() if (left := ps - group.initialized.get(t, set()))}
+            if not missing:
+                return ErrorCode.none
+            keys = [ShareKey(group.group_id, t, p) for t, ps in sorted(missing.items()) for p in sorted(ps)]
+            summaries = await self.persister.summaries(group.group_id, keys)
+            fresh = {k: (max(group.group_epoch, 0), -1) for k in keys if summaries[k] == (ErrorCode.none, None)}
+            codes = await self.persister.initialize(group.group_id, fresh) if fresh else {}
+            failed: int = ErrorCode.none
+            for k in keys:
+                code = codes.get(k, summaries[k][0])
+                if code == ErrorCode.none:
+                    add_partitions(group.initialized, k.topic_id, [k.partition])
+                else:
+                    failed = code
+            if failed != ErrorCode.none:
+                log.info("initializing share partitions of group %s: error %s", group.group_id, ErrorCode(failed).name)
+                return ErrorCode.coordinator_not_available
+            return ErrorCode.none
+
+    def new_share_group(self, group_id: str) -> ShareGroup | None:
+        """An empty share group made (AlterShareGroupOffsets of a group that does not exist);
+        None when this coordinator holds as many as it may, none of them empty."""
+        if len(self.share_groups) >= SHARE_GROUPS_MAX and not self._forget_an_empty_share_group(
+                self.service.clock.now_ms()):
+            return None
+        group = self.share_groups[group_id] = ShareGroup(group_id)
+        return group
+
     def _forget_an_empty_share_group(self, now_ms: int) -> bool:
         """Make room for a new share group: forget the oldest one without members (an empty
         share group holds nothing here but its name). False when every one has members."""
@@ -438,15 +530,32 @@ class GroupHandlers:
                 return True
         return False
 
-    def _delete_share_group(self, group_id: str, now_ms: int) -> int:
-        """DeleteGroups of a share group: an empty one goes, one with members is
-        NON_EMPTY_GROUP (as Kafka). Its share partitions' state is the share coordinator's."""
-        group = self.share_groups[group_id]
-        group.expire(now_ms)
-        if group.members:
-            return ErrorCode.non_empty_group
-        del self.share_groups[group_id]
-        return ErrorCode.none
+    async def _delete_share_group(self, group_id: str, now_ms: int) -> int:
+        """DeleteGroups of a share group: an empty one goes with its share partitions' state
+        (DeleteShareGroupState, so a later group of that name starts afresh; the group stays
+        when that fails, answered with the share coordinator's error), one with members is
+        NON_EMPTY_GROUP (as Kafka)."""
+        async with self.share_init_lock:
+            group = self.share_groups.get(group_id)
+            if group is None:
+                return ErrorCode.group_id_not_found
+            group.expire(now_ms)
+            if group.members:
+                return ErrorCode.non_empty_group
+            keys = [ShareKey(group_id, t, p) for t, ps in sorted(group.initialized.items()) for p in sorted(ps)]
+            if self.persister is not None and keys:
+                codes = await self.persister.delete(group_id, keys)
+                for k in keys:
+                    if codes[k] == ErrorCode.none:
+                        group.initialized.get(k.topic_id, set()).discard(k.partition)
+                group.initialized = {t: ps for t, ps in group.initialized.items() if ps}
+                failed = next((c for c in codes.values() if c != ErrorCode.none), ErrorCode.none)
+                if failed != ErrorCode.none:
+                    log.warning("deleting share group %s: its share state: error %s", group_id, ErrorCode(failed).name)
+                    return failed
+            if self.share_groups.get(group_id) is group:
+                del self.share_groups[group_id]
+            return ErrorCode.none
 
     def _describe_refused(self, group_id: str, ctx: RequestContext) -> dict[str, Any] | None:
         """ConsumerGroupDescribe's and ShareGroupDescribe's group entry when the group may not
@@ -550,16 +659,16 @@ class GroupHandlers:
         members is NON_EMPTY_GROUP."""
         now = self.service.clock.now_ms()
 
-        def delete(g: str) -> int:
+        async def delete(g: str) -> int:
             if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g):
                 return ErrorCode.group_authorization_failed
             if not self.service.owns(g):
                 return ErrorCode.not_coordinator
             if g in self.share_groups:
-                return self._delete_share_group(g, now)
+                return await self._delete_share_group(g, now)
             return self.service.coordinator.delete_group(g, now)
 
         # a group named twice is answered once, as Kafka
-        results = [{"group_id": g, "error_code": delete(g)} for g in dict.fromkeys(req.groups_names)]
+        results = [{"group_id": g, "error_code": await delete(g)} for g in dict.fromkeys(req.groups_names)]
         self.service.flush_records()
         return {"throttle_time": 0, "results": results}

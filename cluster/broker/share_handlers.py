@@ -110,6 +110,7 @@ class ShareHandlers:
         self._durability: dict[PartitionKey, _Durability] = {}
         self._loading: set[PartitionKey] = set()
         self._dirty: set[PartitionKey] = set()
+        self._idle: set[PartitionKey] = set()  # no session fetches from them: forgotten once written
         self._wake = trio.Event()
         self._written = trio.Event()  # set (and replaced) whenever a write ends
 
@@ -163,8 +164,27 @@ class ShareHandlers:
             for topic_id, index in keys:
                 name = self._name(topic_id)
                 sp = self.partitions.get((group_id, name, index)) if name is not None else None
-                if sp is not None and self._configured(sp, settings).release_member(member_id):
-                    self._changed((group_id, name, index))  # type: ignore[arg-type]
+                if sp is None:
+                    continue
+                key = (group_id, name, index)
+                if self._configured(sp, settings).release_member(member_id):
+                    self._changed(key)  # type: ignore[arg-type]
+                if not self.sessions.in_use(group_id, (topic_id, index)):
+                    self._idle.add(key)  # type: ignore[arg-type]
+                    self._forget_idle(key)  # type: ignore[arg-type]
+
+    def _forget_idle(self, key: PartitionKey) -> None:
+        """A share partition no session fetches from leaves this leader's memory once all its
+        changes are written and nothing of it is acquired: its next use reads the state again,
+        so an AlterShareGroupOffsets, a DeleteShareGroupOffsets or a DeleteGroups made while
+        the group was empty is what the next member gets (only an empty group's offsets can
+        be altered or deleted)."""
+        sp, d = self.partitions.get(key), self._durability.get(key)
+        if key not in self._idle or sp is None or d is None or key in self._dirty or d.written < d.version \
+                or sp.next_lock_deadline_ms() is not None:
+            return
+        self._idle.discard(key)
+        del self.partitions[key], self._durability[key]
 
     def _acknowledge(self, group_id: str, member_id: str, topics: Any, now_ms: int, ctx: RequestContext,
                      settings: ShareRecordSettings, *, renew_allowed: bool) -> tuple[
@@ -221,6 +241,7 @@ class ShareHandlers:
     def _drop(self, key: PartitionKey, code: int) -> None:
         self.partitions.pop(key, None)
         self._dirty.discard(key)
+        self._idle.discard(key)
         d = self._durability.pop(key, None)
         if d is not None:
             d.failed = code or ErrorCode.unknown_server_error
@@ -271,6 +292,7 @@ class ShareHandlers:
         leader has none; None while that is not done (another request is reading it, or
         the read failed: the next fetch tries again)."""
         key = (group_id, name, part.index)
+        self._idle.discard(key)  # a session fetches from it again
         sp = self._current(key, part)
         if sp is not None:
             return sp
@@ -340,6 +362,7 @@ class ShareHandlers:
             if code == ErrorCode.none:
                 d.written = max(d.written, version)
                 self._notify_written()
+                self._forget_idle(key)
                 return
             if code not in _RETRIABLE_WRITE_ERRORS or trio.current_time() >= deadline:
                 log.warning("writing the share state of %s: error %s; it is read again before its next use",

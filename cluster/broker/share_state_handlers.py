@@ -13,7 +13,7 @@ from typing import Any
 from cluster.broker.context import RequestContext
 from cluster.groups.share_coordinator import Decision, ShareCoordinator
 from cluster.groups.share_partition import RecordState, StateBatch
-from cluster.groups.share_state_records import STATE_BATCHES_MAX, ShareKey
+from cluster.groups.share_state_records import STATE_BATCHES_MAX, ShareKey, delivery_complete_count
 from cluster.groups.share_state_service import ShareStateService
 from cluster.protocol.errors import ErrorCode
 from cluster.security.acl import AclOperation
@@ -64,9 +64,10 @@ class ShareStateHandlers:
                                                     ctx: RequestContext) -> dict[str, Any]:
         def answer(p: Any, d: Decision) -> dict[str, Any]:
             s = d.state
-            return {"state_epoch": -1 if s is None else s.state_epoch,
-                    "leader_epoch": -1 if s is None else s.leader_epoch,
-                    "start_offset": -1 if s is None else s.start_offset, "delivery_complete_count": -1}
+            if s is None:
+                return {"state_epoch": -1, "leader_epoch": -1, "start_offset": -1, "delivery_complete_count": -1}
+            return {"state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch, "start_offset": s.start_offset,
+                    "delivery_complete_count": delivery_complete_count(s)}
         return await self._each(req, ctx, answer, lambda k, p: lambda c: c.summary(k, int(p.leader_epoch)))
 
     async def handle_write_share_group_state(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:

@@ -78,6 +78,18 @@ class PartitionLag:
         return None if self.committed is None else max(0, self.log_end - self.committed)
 
 
+@dataclass(frozen=True, order=True)
+class SharePartitionOffset:
+    """A share group's share partition as DescribeShareGroupOffsets answers it."""
+
+    topic: str
+    partition: int
+    start_offset: int  # -1: never initialized or not started
+    leader_epoch: int
+    lag: int  # -1: not known
+    error_code: int = 0
+
+
 def write_txn_markers_body(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                            partitions: Sequence[tuple[str, int]]) -> dict[str, Any]:
     """A WriteTxnMarkers request ending one producer's transaction on `partitions`."""
@@ -536,6 +548,56 @@ class Admin:
         if group.error_code != 0:
             raise AdminError(f"describing share group {group_id!r}", group.error_code)
         return group
+
+    @_retried
+    async def share_group_offsets(self, group_id: str, topics: Mapping[str, Sequence[int]] | None = None
+                                  ) -> list[SharePartitionOffset]:
+        """DescribeShareGroupOffsets (v1, with lag) of one group: the share partitions of
+        `topics` (topic -> partitions), or every one the group initialized (None), sorted.
+        AdminError for the group's own error."""
+        conn = await self.coordinator(group_id)
+        if ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS not in conn.versions:
+            raise AdminError(f"describing share group {group_id!r}'s offsets: the broker does not serve it",
+                             ErrorCode.unsupported_version)
+        asked = None if topics is None else [{"topic_name": t, "partitions": list(ps)} for t, ps in topics.items()]
+        version = min(1, conn.versions[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS][1])
+        resp = await conn.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                                  {"groups": [{"group_id": group_id, "topics": asked}]}, version=version)
+        (group,) = resp.groups
+        if group.error_code != 0:
+            raise AdminError(f"describing share group {group_id!r}'s offsets", group.error_code)
+        return sorted(SharePartitionOffset(t.topic_name, p.partition_index, p.start_offset, p.leader_epoch,
+                                           getattr(p, "lag", -1), p.error_code)
+                      for t in group.topics for p in t.partitions)
+
+    @_retried
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]
+                                        ) -> dict[tuple[str, int], int]:
+        """AlterShareGroupOffsets: the share partitions start again at these offsets (the
+        group must have no members). The error code per partition; AdminError for the
+        group's (NON_EMPTY_GROUP while members are in)."""
+        conn = await self.coordinator(group_id)
+        topics: dict[str, list[dict[str, int]]] = {}
+        for (t, p), offset in sorted(offsets.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "start_offset": offset})
+        resp = await conn.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, {
+            "group_id": group_id, "topics": [{"topic_name": t, "partitions": ps} for t, ps in topics.items()]},
+            version=0)
+        if resp.error_code != 0:
+            raise AdminError(f"altering share group {group_id!r}'s offsets", resp.error_code)
+        return {(t.topic_name, p.partition_index): p.error_code for t in resp.responses for p in t.partitions}
+
+    @_retried
+    async def delete_share_group_offsets(self, group_id: str, topics: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        """DeleteShareGroupOffsets: the group's share partitions of these topics go (the
+        group must have no members). (error code, message) per topic; AdminError for the
+        group's."""
+        conn = await self.coordinator(group_id)
+        resp = await conn.request(ApiKey.DELETE_SHARE_GROUP_OFFSETS, {
+            "group_id": group_id, "topics": [{"topic_name": t} for t in dict.fromkeys(topics)]}, version=0)
+        if resp.error_code != 0:
+            raise AdminError(f"deleting share group {group_id!r}'s offsets", resp.error_code)
+        return {t.topic_name: (t.error_code, t.error_message) for t in resp.responses}
 
     @_retried
     async def describe_consumer_group(self, group_id: str) -> Any | None:

@@ -14,8 +14,9 @@ ShareCoordinatorShard:
 
 Where Kafka answers a read of a share partition the group coordinator never initialized
 with an error, ours answers its start offset as -1 (the leader then starts it by
-`share.auto.offset.reset`) and writes the reader's leader epoch: dcmirror's group
-coordinator does not send InitializeShareGroupState yet.
+`share.auto.offset.reset`) and writes the reader's leader epoch: a share group from before
+the group coordinator initialized share partitions (it does since DescribeShareGroupOffsets
+and its siblings came, cluster/groups/share_group_offsets.py) keeps working.
 """
 
 from __future__ import annotations
@@ -91,13 +92,17 @@ class ShareCoordinator:
         return Decision(ErrorCode.none, record=record, state=stored)
 
     def summary(self, key: ShareKey, leader_epoch: int) -> Decision:
-        """ReadShareGroupStateSummary: the state without its batches; records nothing."""
-        stored = self.states.get(key) or ShareStateValue(0, -1, UNINITIALIZED)
-        if leader_epoch < stored.leader_epoch:
+        """ReadShareGroupStateSummary: the state with its batches (the answer counts the
+        settled records, not the runs); no state at all for a share partition never
+        initialized (the answer's -1s); records nothing. Leader epoch -1 (the group
+        coordinator's describe) fences nothing."""
+        stored = self.states.get(key)
+        if stored is None:
+            return Decision(ErrorCode.none)
+        if leader_epoch != -1 and leader_epoch < stored.leader_epoch:  # -1: an admin's read, not a leader's
             return Decision(ErrorCode.fenced_leader_epoch,
                             f"leader epoch {leader_epoch} is older than {stored.leader_epoch}")
-        return Decision(ErrorCode.none, state=ShareStateValue(stored.state_epoch, stored.leader_epoch,
-                                                              stored.start_offset))
+        return Decision(ErrorCode.none, state=stored)
 
     def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
               batches: tuple[StateBatch, ...]) -> Decision:

@@ -152,6 +152,10 @@ class ShareGroup:
     _metadata: tuple[tuple[str, int], ...] = ()
     """The subscribed topics' partition counts the assignment was made for."""
     _target: dict[str, Assignment] = field(default_factory=dict)
+    initialized: dict[str, set[int]] = field(default_factory=dict)
+    """Topic id -> the partitions whose share state the coordinator initialized
+    (cluster/groups/share_group_offsets.py): what a describe of all offsets lists and what
+    DeleteGroups deletes."""
 
     @property
     def state(self) -> str:

@@ -101,6 +101,11 @@ class ShareSessionCache:
             return ()
         return ((session.group_id, session.member_id, frozenset(session.partitions)),)
 
+    def in_use(self, group_id: str, key: SharePartitionKey) -> bool:
+        """Whether some session of the group fetches from the partition (a walk over the
+        sessions, at most `max_sessions`: done when a session ends, not per request)."""
+        return any(s.group_id == group_id and key in s.partitions for s in self._sessions.values())
+
     def connection_closed(self, connection: object) -> list[tuple[str, str, frozenset[SharePartitionKey]]]:
         """The sessions opened on a closed connection, removed: their members' records to release."""
         gone = [key for key, s in self._sessions.items() if s.connection is connection]

@@ -205,3 +205,13 @@ def merge_batches(old: tuple[StateBatch, ...], new: tuple[StateBatch, ...],
         else:
             out.append(p)
     return tuple(out)
+
+
+def delivery_complete_count(value: ShareStateValue) -> int:
+    """Records of the in-flight window that are settled (ACKNOWLEDGED or ARCHIVED): what
+    KIP-1226's DeliveryCompleteCount counts, so that a share partition's lag is its high
+    watermark less its start offset less this. -1 while no leader started the share partition."""
+    if value.start_offset == UNINITIALIZED:
+        return -1
+    return sum(b.last_offset - max(b.first_offset, value.start_offset) + 1 for b in value.batches
+               if b.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED) and b.last_offset >= value.start_offset)

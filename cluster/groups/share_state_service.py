@@ -16,11 +16,12 @@ broker that is.
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -35,6 +36,7 @@ from cluster.groups.share_state_records import (
     STATE_BATCHES_MAX,
     ShareKey,
     ShareStateValue,
+    delivery_complete_count,
     encode_key,
     encode_value,
     replay,
@@ -48,6 +50,19 @@ from cluster.replication.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 _RPC_TIMEOUT_S = 10.0  # a share-state call to another broker's coordinator
+
+
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """ReadShareGroupStateSummary's answer for one share partition."""
+
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int  # -1: initialized, not started by a leader yet
+    delivery_complete_count: int  # settled records in flight (-1: not known)
+
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +164,28 @@ class ShareStateService:
             return None
         return leader.broker_id
 
-    async def find_coordinator(self, key: str) -> int | None:
-        """FindCoordinator key type SHARE: "group:topicId:partition"."""
+    @staticmethod
+    def parse_key(key: str) -> ShareKey | None:
+        """A FindCoordinator key of type SHARE, "group:topicId:partition" (None: not one)."""
         try:
             group_and_topic, partition = key.rsplit(":", 1)
             group, topic_id = group_and_topic.rsplit(":", 1)
-            share_key = ShareKey(group, topic_id, int(partition))
+            index = int(partition)
         except ValueError:
+            return None
+        if not group or index < 0:
+            return None
+        try:  # Kafka writes a topic id in base64 (Uuid.toString), dcmirror's image as a UUID
+            canonical = str(uuid.UUID(topic_id)) if len(topic_id) != 22 else \
+                str(uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "==")))
+        except ValueError:
+            return None
+        return ShareKey(group, canonical, index)
+
+    async def find_coordinator(self, key: str) -> int | None:
+        """FindCoordinator key type SHARE: "group:topicId:partition"."""
+        share_key = self.parse_key(key)
+        if share_key is None:
             return None
         try:
             if not await self.ensure_state_topic():
@@ -212,7 +242,7 @@ class ShareStateService:
             return d.error, d.state
         body = {"group_id": key.group_id, "topics": [{"topic_id": uuid.UUID(key.topic_id), "partitions": [
             {"partition": key.partition, "leader_epoch": leader_epoch}]}]}
-        resp = await self._call(node, ApiKey.READ_SHARE_GROUP_STATE, body)
+        resp = await self.call(node, ApiKey.READ_SHARE_GROUP_STATE, body)
         if resp is None:
             return ErrorCode.coordinator_not_available, None
         for t in resp.results:
@@ -241,11 +271,88 @@ class ShareStateService:
              "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                 "delivery_state": int(b.state), "delivery_count": b.delivery_count}
                                for b in value.batches]}]}]}
-        resp = await self._call(node, ApiKey.WRITE_SHARE_GROUP_STATE, body)
+        resp = await self.call(node, ApiKey.WRITE_SHARE_GROUP_STATE, body)
         if resp is None:
             return ErrorCode.coordinator_not_available
         codes = [int(p.error_code) for t in resp.results for p in t.partitions]
         return codes[0] if codes else ErrorCode.unknown_server_error
+
+    # ---- the group coordinator's side: summaries, initializations, deletions --------------
+
+    async def summaries(self, group_id: str, keys: Iterable[ShareKey]) -> dict[ShareKey, tuple[int, StateSummary | None]]:
+        """ReadShareGroupStateSummary of one group's share partitions: (error, summary; None
+        for a share partition never initialized)."""
+        def local(c: ShareCoordinator, k: ShareKey) -> Decision:
+            return c.summary(k, -1)
+
+        def part(k: ShareKey) -> dict[str, Any]:
+            return {"partition": k.partition, "leader_epoch": -1}
+
+        def answer(p: Any) -> StateSummary | None:
+            if int(p.state_epoch) < 0 and int(p.start_offset) < 0:
+                return None
+            return StateSummary(int(p.state_epoch), int(p.leader_epoch), int(p.start_offset),
+                                int(getattr(p, "delivery_complete_count", -1)))
+
+        def summed(d: Decision) -> StateSummary | None:
+            s = d.state
+            return None if s is None else StateSummary(s.state_epoch, s.leader_epoch, s.start_offset,
+                                                       delivery_complete_count(s))
+        return await self._each_coordinator(group_id, keys, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, local, part,
+                                            answer, summed)
+
+    async def initialize(self, group_id: str, starts: Mapping[ShareKey, tuple[int, int]]) -> dict[ShareKey, int]:
+        """InitializeShareGroupState: each share partition's state made afresh at (state
+        epoch, start offset; -1: where `share.auto.offset.reset` says when a leader first
+        uses it). The error code per share partition."""
+        out = await self._each_coordinator(
+            group_id, starts, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0,
+            lambda c, k: c.initialize(k, *starts[k]),
+            lambda k: {"partition": k.partition, "state_epoch": starts[k][0], "start_offset": starts[k][1]},
+            lambda p: None, lambda d: None)
+        return {k: code for k, (code, _) in out.items()}
+
+    async def delete(self, group_id: str, keys: Iterable[ShareKey]) -> dict[ShareKey, int]:
+        """DeleteShareGroupState: the share partitions' states go. The error code per share partition."""
+        out = await self._each_coordinator(group_id, keys, ApiKey.DELETE_SHARE_GROUP_STATE, 0,
+                                           lambda c, k: c.delete(k), lambda k: {"partition": k.partition},
+                                           lambda p: None, lambda d: None)
+        return {k: code for k, (code, _) in out.items()}
+
+    async def _each_coordinator(self, group_id: str, keys: Iterable[ShareKey], api: ApiKey, version: int,
+                                local: Callable[[ShareCoordinator, ShareKey], Decision],
+                                partition: Callable[[ShareKey], dict[str, Any]], answer: Callable[[Any], _T],
+                                decided: Callable[[Decision], _T]) -> dict[ShareKey, tuple[int, _T | None]]:
+        """One share-state call over many share partitions of one group: decided here for
+        those whose coordinator this broker is, one request per other coordinator for the
+        rest (Kafka's persister batches the same way)."""
+        by_node: dict[int | None, list[ShareKey]] = {}
+        for key in keys:
+            assert key.group_id == group_id, key
+            by_node.setdefault(await self._coordinator_node(key), []).append(key)
+        out: dict[ShareKey, tuple[int, _T | None]] = {}
+        for node, owned in by_node.items():
+            if node is None:
+                out.update((k, (ErrorCode.coordinator_not_available, None)) for k in owned)
+            elif node == self.replicas.node_id:
+                for k in owned:
+                    d = await self.execute(k, lambda c, k=k: local(c, k))  # type: ignore[misc]
+                    out[k] = (int(d.error), decided(d) if d.error == ErrorCode.none else None)
+            else:
+                topics: dict[str, list[ShareKey]] = {}
+                for k in owned:
+                    topics.setdefault(k.topic_id, []).append(k)
+                body = {"group_id": group_id, "topics": [
+                    {"topic_id": uuid.UUID(t), "partitions": [partition(k) for k in ks]} for t, ks in topics.items()]}
+                resp = await self.call(node, api, body, version)
+                answered: dict[ShareKey, tuple[int, _T | None]] = {}
+                for t in resp.results if resp is not None else ():
+                    for p in t.partitions:
+                        k = ShareKey(group_id, str(t.topic_id), int(p.partition))
+                        code = int(p.error_code)
+                        answered[k] = (code, answer(p) if code == ErrorCode.none else None)
+                out.update((k, answered.get(k, (ErrorCode.coordinator_not_available, None))) for k in owned)
+        return out
 
     async def _coordinator_node(self, key: ShareKey) -> int | None:
         try:
@@ -255,10 +362,12 @@ class ShareStateService:
             return None
         return self.coordinator_for(key)
 
-    async def _call(self, node: int, api: ApiKey, body: dict[str, Any]) -> Any:
+    async def call(self, node: int, api: ApiKey, body: dict[str, Any], version: int | None = 0) -> Any:
+        """One request to another broker (None when it could not be answered; the connection
+        is dropped then). `version` None: the highest both speak."""
         try:
             conn = await self._connection(node)
-            return await conn.request(api, body, version=0, timeout_s=_RPC_TIMEOUT_S)
+            return await conn.request(api, body, version=version, timeout_s=_RPC_TIMEOUT_S)
         except (KafkaConnectionError, UnsupportedApi, OSError) as exc:
             log.info("%s to broker %d: %s", api.api_name, node, exc)
             await self._drop_connection(node)

@@ -37,6 +37,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 # FindCoordinator key types.
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
+COORDINATOR_SHARE = 2  # KIP-932: the share coordinator of "group:topicId:partition" (v6+)
 
 # Resource types (ACLs and DescribeConfigs / AlterConfigs; a config BROKER resource is 4,
 # the same number as the ACL CLUSTER resource).

@@ -22,6 +22,7 @@ from cluster.groups.share_state_records import (
     StateRecordError,
     decode_key,
     decode_value,
+    delivery_complete_count,
     encode_key,
     encode_value,
     merge_batches,
@@ -158,7 +159,12 @@ def test_state_epoch_fences_writes_and_initializations_from_before_a_reset() -> 
     applied(c, d.record)
     assert c.states[KEY] == value(100, (100, 100, ACK, 1), state_epoch=3, leader_epoch=0)
     summary = c.summary(KEY, 0)
-    assert summary.state == ShareStateValue(3, 0, 100)
+    assert summary.state == ShareStateValue(3, 0, 100, (StateBatch(100, 100, ACK, 1),))
+    assert delivery_complete_count(summary.state) == 1
+    assert c.summary(KEY._replace(partition=9), 0).state is None  # never initialized: no state
+    applied(c, c.read(KEY, 4).record)
+    assert c.summary(KEY, 3).error == ErrorCode.fenced_leader_epoch
+    assert c.summary(KEY, -1).state.start_offset == 100  # type: ignore[union-attr]  # the group coordinator's
 
 
 def test_a_write_that_breaks_the_format_or_starts_nowhere_is_invalid() -> None:
