@@ -211,7 +211,7 @@ class Ledger:
         ds = self.deliveries.get(key, [])
         if any(d.ok for d in ds):
             return True
-        if not ds or not ds[-1].settled:
+        if not ds or not all(d.settled for d in ds):
             return False
         last = max(ds, key=lambda d: d.ret)
         return last.count >= DELIVERY_LIMIT or ambiguous(last.outcome)
