@@ -266,6 +266,53 @@ def test_group_pages_show_classic_and_kip848_groups(secured: SecuredBroker, tmp_
             c.close()
 
 
+def test_the_cluster_page_shows_a_share_group_escaped(secured: SecuredBroker, tmp_path: Path) -> None:
+    """Issue 44: the cluster page's share groups (KIP-932): the group's state, its member (client
+    id and host) with the partitions assigned to it, and the group's partitions, every name
+    escaped; once the member leaves, the group stays Empty with nobody in it."""
+    import time
+
+    from confluent_kafka import ShareConsumer
+
+    group, client_id = 'sg<i>&"console', "share<b>client'"
+    member = ShareConsumer({"bootstrap.servers": secured.internal, "group.id": group, "client.id": client_id,
+                            "log_level": 3})
+    member.subscribe(["orders"])
+    path = topology_file(tmp_path, secured, token=False)
+    assigned = "orders:0, orders:1, orders:2"
+    group_shown, client_shown = "sg&lt;i&gt;&amp;&#34;console", "share&lt;b&gt;client&#39;"  # as markupsafe escapes
+    try:
+        async def body(client: httpx.AsyncClient, console: Any) -> None:
+            assert (await login(client, "admin", PASSWORDS["admin"])).status_code == 303
+
+            async def row() -> str:
+                page = await client.get("/clusters/sec")
+                assert page.status_code == 200
+                found = re.search(r'aria-label="Share groups">(.*?)</table>', page.text, re.S)
+                assert found, page.text[-3000:]
+                return found.group(1)
+
+            deadline = time.monotonic() + 60  # the member heartbeats (as it polls) until it holds all three
+            while assigned not in (shown := await row()):
+                assert time.monotonic() < deadline, shown
+                member.poll(0.2)
+            assert f'<th scope="row">{group_shown}</th><td>Stable</td>' in shown, shown
+            assert f"{client_shown} (" in shown and f"): {assigned}</td>" in shown, shown
+            assert f"<td>{assigned}</td></tr>" in shown, shown
+            for raw in ("<i>", "<b>", '&"', "client'"):
+                assert raw not in shown, (raw, shown)
+            member.close()
+            deadline = time.monotonic() + 60
+            while "<td>Empty</td>" not in (shown := await row()):
+                assert time.monotonic() < deadline, shown
+                await trio.sleep(0.2)
+            assert f'<th scope="row">{group_shown}</th><td>Empty</td>\n<td>–</td>\n<td>–</td>' in shown, shown
+
+        run_console(path, body)
+    finally:
+        member.close()
+
+
 def test_login_forms_from_other_sites_and_clusters_that_do_not_answer(secured: SecuredBroker, tmp_path: Path) -> None:
     """Issue 41: POST /login took a form from anywhere (login CSRF: another site could log a
     browser in as its own user); with every cluster down a login said "wrong name or

@@ -2,7 +2,7 @@
 own tools and confluent-kafka's AdminClient: group configs (kafka-configs --entity-type groups,
 ConfigResource GROUP) set, described, refused with Kafka's errors and kept over a restart;
 kafka-share-groups --delete of an empty and of a non-empty share group; `dcmirror share-groups`
-and `dcmirror configs --entity-type groups`."""
+and `dcmirror configs --entity-type groups`; kafka-console-share-consumer reading a topic."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, ShareConsumer
+from confluent_kafka import KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -139,3 +139,41 @@ def test_share_groups_are_listed_described_and_deleted_only_when_empty(broker: B
     finally:
         if not closed:
             member.close()
+
+
+def test_kafka_console_share_consumer_reads_exactly_the_records_and_accepts_them(broker: BrokerProcess,
+                                                                                 tmp_path: Path) -> None:
+    """kafka-console-share-consumer (Kafka 4.3.1's ConsoleShareConsumer, a KafkaShareConsumer)
+    with a share group starting at the earliest records prints each record of a 2-partition
+    topic once, and accepts them: a second run gets only the two records written after it (in
+    each partition an accepted record coming back would come before the new one)."""
+    topic, group = "share-console-topic", "share-console-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    tool("kafka-configs", broker, tmp_path, "--alter", "--entity-type", "groups", "--entity-name", group,
+         "--add-config", "share.auto.offset.reset=earliest")
+
+    def write(numbers: range) -> set[str]:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 3})
+        for i in numbers:
+            p.produce(topic, key=f"k{i}", value=f"v{i}", partition=i % 2)
+        assert p.flush(30) == 0
+        return {f"{i % 2}|k{i}|v{i}" for i in numbers}
+
+    def read(count: int) -> list[str]:
+        done = tool("kafka-console-share-consumer", broker, tmp_path, "--topic", topic, "--group", group,
+                    "--max-messages", str(count), "--timeout-ms", "60000",
+                    "--formatter-property", "print.partition=true", "--formatter-property", "print.key=true",
+                    "--formatter-property", "key.separator=|")
+        assert f"Processed a total of {count} messages" in done.stderr, done.stderr[-2000:]
+        return [line.replace("Partition:", "").replace("\t", "|") for line in done.stdout.splitlines()]
+
+    first = write(range(30))
+    got = read(30)
+    assert len(got) == 30 and set(got) == first, got
+    for partition in "01":  # each partition's records in offset order
+        mine = [int(line.split("|")[1][1:]) for line in got if line.startswith(partition + "|")]
+        assert mine == sorted(mine), mine
+    later = write(range(30, 32))
+    again = read(2)
+    assert set(again) == later, f"accepted records delivered again: {again}"

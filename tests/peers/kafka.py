@@ -50,6 +50,7 @@ KAFKA_TOOLS = {
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
     "connect-mirror-maker": "org.apache.kafka.connect.mirror.MirrorMaker",
 }
 # A JVM that starts fast and stays small: tools and tests, not the benchmarks' brokers.
