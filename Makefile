@@ -94,7 +94,9 @@ FAULT_SCHEDULES := \
 	tests/mirror/test_exactly_once.py::test_two_sources_mirrored_exactly_once_through_worker_and_leader_kill9 \
 	tests/mirror/test_transactions.py::test_aborted_source_transactions_never_reach_the_aggregate \
 	tests/mirror/test_dr_faults.py::test_dr_datacenter_faults_lose_no_acknowledged_record \
-	tests/interop/test_groups.py::test_member_killed_partitions_move_to_survivors
+	tests/interop/test_groups.py::test_member_killed_partitions_move_to_survivors \
+	tests/fault/test_share_state_faults.py::test_a_share_partition_leader_killed_9_loses_no_acknowledgement_and_no_record \
+	tests/fault/test_share_group_faults.py::test_share_group_delivery_guarantees_under_seeded_kill_9
 
 # The replication simulation, every seed below 944 (make test runs a fixed 270 of them) and many
 # more, longer (DCMIRROR_SOAK_SEEDS); the mirror simulation's new seeds, 3x longer
