@@ -155,9 +155,10 @@ def layer_violations(imports: Iterable[Import]) -> list[str]:
             elif src == "client" or dst == "client":
                 if src == "client" and dst not in CLIENT_MAY_IMPORT:
                     out.append(f"{where}: the client library may only use {sorted(CLIENT_MAY_IMPORT - {'client'})}")
-                elif dst == "client" and src not in ("replication", "transactions", "broker", "registry"):
-                    out.append(f"{where}: only the replica fetchers, the transaction coordinator (markers) "
-                               "and the schema registry (its _schemas topic) talk to brokers as a client")
+                elif dst == "client" and src not in ("replication", "transactions", "broker", "registry", "groups"):
+                    out.append(f"{where}: only the replica fetchers, the transaction coordinator (markers), "
+                               "the schema registry (its _schemas topic) and the share-state service (share "
+                               "coordinators' calls) talk to brokers as a client")
             elif dst not in CLUSTER_LAYERS or src not in CLUSTER_LAYERS:
                 out.append(f"{where}: cluster/{src or dst} is not in the layer list of tests/import_graph.py")
             elif CLUSTER_LAYERS.index(dst) > CLUSTER_LAYERS.index(src):
