@@ -1,6 +1,7 @@
 """What the source says about a mirrored topic beside its batches, followed into the target by
 a flow of mirror topics (issue 31; docs/design.md, "Mirror topics keep offsets"): the
-committed offsets of chosen consumer groups, and the topic's ACLs.
+committed offsets of chosen consumer groups, the start offsets of chosen share groups, and the
+topic's ACLs.
 
 - **Group offsets** (flow key `mirror_groups`, a regex of source group ids; config
   `group.offset.sync.ms`, default 10 s): copied 1:1, since a mirror topic keeps the source's
@@ -11,6 +12,14 @@ committed offsets of chosen consumer groups, and the topic's ACLs.
   offset beyond what the mirror partition holds is held back and tried again next round, so a
   consumer that moves over never starts past the copy. The mirror's own groups (`dcmirror.*`)
   never follow.
+- **Share-group start offsets** (KIP-932; the same `mirror_groups` regex and interval): each
+  matching source share group's share-partition start offset (SPSO, DescribeShareGroupOffsets)
+  of the mirrored partitions is set in the target (AlterShareGroupOffsets) while the share
+  group has no members there, never beyond what the mirror partition holds (held back as
+  committed offsets are), and never below the target's own start unless the source moved
+  back since this worker last saw it (an AlterShareGroupOffsets at the source): a share group
+  that moves over after a failover delivers again what the source had accepted or held above
+  the start (at least once, as after a crash), nothing below it, and skips nothing.
 - **ACLs** (config `acl.sync.ms`, default 10 s; 0: off): each source TOPIC binding that applies
   to a mirrored topic (literal with its name or "*", prefixed with a prefix of it) is created
   in the target as a literal binding on the target topic's name, its principal mapped through
@@ -21,9 +30,9 @@ committed offsets of chosen consumer groups, and the topic's ACLs.
   is not a literal one on a mirror topic's name are never touched. A source (or target)
   without an authorizer is said once in the log and skipped.
 
-Sans-IO core: `select_groups`, `plan_group_offsets`, `mirrored_acls` and `plan_acls` take what
-the two clusters answered and return what to do. `TopicSync` is the trio driver a
-TopicMirrorWorker runs beside its copy: every round asks both Admins, plans, applies.
+Sans-IO core: `select_groups`, `plan_group_offsets`, `plan_share_offsets`, `mirrored_acls` and
+`plan_acls` take what the two clusters answered and return what to do. `TopicSync` is the trio
+driver a TopicMirrorWorker runs beside its copy: every round asks both Admins, plans, applies.
 
 Several workers of a flow run at once; the sync runs only in the one holding partition 0 of
 the flow's first mirrored topic (by source name), so two workers do not race each other with
@@ -35,13 +44,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import trio
 
-from cluster.client.admin import LATEST, Admin, AdminError
+from cluster.client.admin import LATEST, Admin, AdminError, SharePartitionOffset
 from cluster.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from cluster.common.clock import SYSTEM_CLOCK, Clock
 from cluster.protocol.errors import ErrorCode
@@ -51,10 +60,12 @@ from topology.model import MirrorSpec
 log = logging.getLogger("dcmirror.mirror.topic_sync")
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 RETRIABLE = (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError)
 DEFAULT_SYNC_MS = 10_000
 GROUPS_PER_ROUND_MAX = 1000  # source groups one round looks at (the first by name)
 HELD_BACK_SHOWN_MAX = 20  # held-back partitions listed in the status
+SHARE_PARTITIONS_PER_CALL_MAX = 10_000  # share partitions one Describe/AlterShareGroupOffsets names (the broker's limit)
 ROUND_TIMEOUT_S = 120.0
 OWN_GROUP_PREFIX = "dcmirror."  # the flows' own groups: never copied
 # A target group in one of these states, without members, takes the source's offsets
@@ -161,6 +172,109 @@ def plan_group_offsets(group: str, source_committed: Mapping[TopicPartition, int
     return GroupOffsetPlan(group, commit, held_back, unchanged, False)
 
 
+# ---- share-group start offsets (KIP-932) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetShareGroup:
+    """What the target's coordinator says of a share group (ShareGroupDescribe)."""
+
+    state: str
+    members: int
+
+    @property
+    def live(self) -> bool:
+        return self.members > 0
+
+
+NO_SHARE_GROUP = TargetShareGroup("", 0)
+
+
+@dataclass(frozen=True)
+class SourceStart:
+    """What the sync remembers of one share partition's source start offset between rounds
+    (keyed by target partition; kept in memory only, so a worker that starts again knows
+    nothing of what came before)."""
+
+    last: int
+    """The source's start offset at the last round."""
+    moved_back: bool = False
+    """The source's start offset went down (an AlterShareGroupOffsets there) since the last
+    copy: the target's may then be moved back too."""
+
+
+@dataclass(frozen=True)
+class ShareOffsetPlan:
+    group: str
+    alter: dict[TopicPartition, int]
+    """Target partition -> the source's start offset, where the target starts elsewhere."""
+    held_back: dict[TopicPartition, str]
+    """Target partitions not written this round, and why (looked at again next round)."""
+    unchanged: int
+    """Partitions whose target start offset already equals the source's."""
+    live: bool
+    """The share group has members in the target: nothing of it is written."""
+    seen: dict[TopicPartition, SourceStart]
+    """The source's start offsets as this round saw them, with the earlier rounds' moves
+    back (`remembered` makes the next round's memory of it)."""
+
+
+def plan_share_offsets(group: str, source_starts: Mapping[TopicPartition, int], topics: Mapping[str, str],
+                       target_group: TargetShareGroup, target_starts: Mapping[TopicPartition, int],
+                       target_log_ends: Mapping[TopicPartition, int],
+                       memory: Mapping[TopicPartition, SourceStart]) -> ShareOffsetPlan:
+    """One share group's start offsets to set in the target. `source_starts` is the source's
+    DescribeShareGroupOffsets (source partition -> start offset, -1: never started),
+    `topics` source topic -> mirror topic, `target_starts` and `target_log_ends` by target
+    partition (a partition missing from `target_log_ends` is not in the target yet; one
+    missing from `target_starts` has no share state there), `memory` what earlier rounds saw
+    at the source (by target partition).
+
+    A start offset is copied only where the mirror holds the offsets below it (<= its log
+    end), so a share group moved over never skips a record the copy has not got yet; and
+    the target's start is never moved back (a share group that ran in the target settled
+    those records there) unless the source's went back since the last copy."""
+    seen: dict[TopicPartition, SourceStart] = {}
+    mirrored: list[tuple[TopicPartition, int]] = []
+    for (topic, partition), start in sorted(source_starts.items()):
+        target_topic = topics.get(topic)
+        if target_topic is None or start < 0:
+            continue  # not a mirrored topic, or the share partition never started at the source
+        tp = (target_topic, partition)
+        before = memory.get(tp)
+        moved_back = before is not None and (before.moved_back or start < before.last)
+        seen[tp] = SourceStart(start, moved_back)
+        mirrored.append((tp, start))
+    if target_group.live:
+        return ShareOffsetPlan(group, {}, {}, 0, True, seen)
+    alter: dict[TopicPartition, int] = {}
+    held_back: dict[TopicPartition, str] = {}
+    unchanged = 0
+    for tp, start in mirrored:
+        end = target_log_ends.get(tp)
+        current = target_starts.get(tp, -1)
+        if end is None:
+            held_back[tp] = "the partition is not in the target yet"
+        elif start > end:
+            held_back[tp] = f"starts at {start} at the source, the mirror holds offsets below {end} only"
+        elif current == start:
+            unchanged += 1
+        elif current > start and not seen[tp].moved_back:
+            held_back[tp] = (f"starts at {current} in the target, past the source's {start}: never moved back "
+                             "unless the source moves back")
+        else:
+            alter[tp] = start
+    return ShareOffsetPlan(group, alter, held_back, unchanged, False, seen)
+
+
+def remembered(plan: ShareOffsetPlan, failed: Iterable[TopicPartition] = ()) -> dict[TopicPartition, SourceStart]:
+    """What the next round remembers of the source once `plan` is applied: a copied start
+    offset clears the move back; one whose alter `failed` keeps it, to be copied still."""
+    failed = set(failed)
+    return {tp: SourceStart(s.last, False) if tp in plan.alter and tp not in failed else s
+            for tp, s in plan.seen.items()}
+
+
 # ---- ACLs ------------------------------------------------------------------------------
 
 
@@ -228,9 +342,16 @@ class TopicSync:
         self.runs_here = False
         self.owner: TopicPartition | None = None
         self.totals = {"offset_rounds": 0, "acl_rounds": 0, "groups_committed": 0, "offsets_copied": 0,
-                       "acls_created": 0, "acls_deleted": 0, "errors": 0}
+                       "acls_created": 0, "acls_deleted": 0, "errors": 0, "share_offset_rounds": 0,
+                       "share_groups_altered": 0, "share_offsets_copied": 0, "share_groups_live": 0}
         self.offsets: dict[str, Any] = {"last_sync_ms": None, "groups": 0, "groups_in_sync": 0, "offsets_copied": 0,
                                         "live_groups": [], "held_back": {}, "last_error": ""}
+        self.share_offsets: dict[str, Any] = {"last_sync_ms": None, "groups": 0, "groups_in_sync": 0,
+                                              "offsets_copied": 0, "live_groups": [], "held_back": {},
+                                              "skipped": "", "last_error": ""}
+        # Share group -> what earlier rounds saw of its source start offsets (by target partition).
+        self.share_memory: dict[str, dict[TopicPartition, SourceStart]] = {}
+        self._live_share_groups: set[str] = set()
         self.acls: dict[str, Any] = {"last_sync_ms": None, "wanted": 0, "created": 0, "deleted": 0,
                                      "skipped": "", "last_error": ""}
         self._said: set[str] = set()
@@ -249,6 +370,8 @@ class TopicSync:
             if s.groups is not None and s.group_offset_sync_ms > 0:
                 nursery.start_soon(self._every, s.group_offset_sync_ms, "group offsets", self.offsets,
                                    lambda t: self.sync_group_offsets(source, target, t), topics, holds)
+                nursery.start_soon(self._every, s.group_offset_sync_ms, "share-group offsets", self.share_offsets,
+                                   lambda t: self.sync_share_offsets(source, target, t), topics, holds)
             if s.acl_sync_ms > 0:
                 nursery.start_soon(self._every, s.acl_sync_ms, "ACLs", self.acls,
                                    lambda t: self.sync_acls(source, target, t), topics, holds)
@@ -332,6 +455,122 @@ class TopicSync:
             live_groups=sorted(p.group for p in plans if p.live),
             held_back=dict(list(held.items())[:HELD_BACK_SHOWN_MAX]))
 
+    # ---- share-group start offsets ------------------------------------------------------
+
+    async def sync_share_offsets(self, source: Admin, target: Admin,
+                                 topics: Mapping[str, str]) -> list[ShareOffsetPlan] | None:
+        """One round: the chosen share groups' start offsets of the mirrored partitions, from
+        the source into the target where the plan says so; the plans (None: a side serves no
+        share-group offsets, said once)."""
+        groups = select_groups([g for g, _ in await source.list_share_groups()], self.settings.groups)
+        partitions = await _partitions_of(source, sorted(topics)) if groups else {}
+        starts: dict[str, dict[TopicPartition, int]] = {}
+        refused: dict[str, str] = {}  # "group target-partition" -> the source's error
+        for group in groups:
+            described = await self._share_starts(source, "source", group, partitions)
+            if described is None:
+                return None
+            for o in described:
+                if o.error_code != 0:
+                    refused[f"{group} {topics[o.topic]}-{o.partition}"] = f"the source answered {_code_name(o.error_code)}"
+            got = {(o.topic, o.partition): o.start_offset for o in described if o.error_code == 0 and o.start_offset >= 0}
+            if got:  # a share group that never started a mirrored partition is left alone
+                starts[group] = got
+        wanted = {(topics[t], p) for got in starts.values() for t, p in got}
+        ends = await self._log_ends(target, wanted)
+        plans = []
+        for group, source_starts in starts.items():
+            target_group = await _target_share_group(target, group)
+            target_starts: dict[TopicPartition, int] = {}
+            if not target_group.live:
+                present: dict[str, list[int]] = {}
+                for t, p in sorted({(topics[t], p) for t, p in source_starts} & set(ends)):
+                    present.setdefault(t, []).append(p)
+                described = await self._share_starts(target, "target", group, present) if present else []
+                if described is None:
+                    return None
+                target_starts = {(o.topic, o.partition): o.start_offset for o in described if o.error_code == 0}
+            memory = self.share_memory.get(group, {})
+            plan = plan_share_offsets(group, source_starts, topics, target_group, target_starts, ends, memory)
+            plan, failed = await self._apply_share_plan(target, plan)
+            self.share_memory[group] = remembered(plan, failed)
+            if plan.live and group not in self._live_share_groups:
+                log.info("share group %s has member(s) in the target: its start offsets are not copied while it has "
+                         "(a share group live in the target is the target's own)", group)
+            plans.append(plan)
+        for gone in set(self.share_memory) - set(starts):
+            del self.share_memory[gone]
+        self._live_share_groups = {p.group for p in plans if p.live}
+        self._share_round(plans, refused)
+        return plans
+
+    async def _apply_share_plan(self, target: Admin, plan: ShareOffsetPlan
+                                ) -> tuple[ShareOffsetPlan, list[TopicPartition]]:
+        """The plan's alters in the target: the plan as it turned out (a member that joined
+        meanwhile makes it live) and the partitions whose alter failed."""
+        if not plan.alter:
+            return plan, []
+        codes: dict[TopicPartition, int] = {}
+        try:
+            for chunk in _chunks(sorted(plan.alter.items()), SHARE_PARTITIONS_PER_CALL_MAX):
+                codes.update(await target.alter_share_group_offsets(plan.group, dict(chunk)))
+        except AdminError as exc:
+            if exc.code == ErrorCode.non_empty_group:  # a member joined since the describe: live
+                return replace(plan, alter={}, held_back={}, unchanged=0, live=True), list(plan.alter)
+            if exc.code != ErrorCode.group_id_not_found:
+                raise
+            why = f"{plan.group!r} in the target is a consumer group, not a share group"
+            self._once(f"share-not-share-{plan.group}", "share group %s: start offsets not copied: %s", plan.group, why)
+            return replace(plan, alter={}, held_back={**plan.held_back, **{tp: why for tp in plan.alter}}), \
+                list(plan.alter)
+        failed = {tp: code for tp, code in codes.items() if code != 0}
+        done = {tp: o for tp, o in plan.alter.items() if tp not in failed}
+        if failed:
+            log.warning("share group %s: the target refused start offsets of %s", plan.group,
+                        ", ".join(f"{t}-{n} ({_code_name(c)})" for (t, n), c in sorted(failed.items())))
+        if done:
+            log.info("share group %s: copied %d start offset(s) into %s (%s)", plan.group, len(done),
+                     ", ".join(sorted({t for t, _ in done})),
+                     ", ".join(f"{t}-{n} at {o}" for (t, n), o in sorted(done.items())[:HELD_BACK_SHOWN_MAX]))
+        held = {**plan.held_back, **{tp: f"the target answered {_code_name(c)}" for tp, c in failed.items()}}
+        return replace(plan, alter=done, held_back=held), list(failed)
+
+    async def _share_starts(self, admin: Admin, side: str, group: str, partitions: Mapping[str, Sequence[int]]
+                            ) -> list[SharePartitionOffset] | None:
+        """DescribeShareGroupOffsets of `partitions` (chunked to the broker's limit); None when
+        the cluster does not serve it (said once)."""
+        out: list[SharePartitionOffset] = []
+        asked = [(t, p) for t, ps in sorted(partitions.items()) for p in ps]
+        try:
+            for chunk in _chunks(asked, SHARE_PARTITIONS_PER_CALL_MAX):
+                by_topic: dict[str, list[int]] = {}
+                for t, p in chunk:
+                    by_topic.setdefault(t, []).append(p)
+                out += await admin.share_group_offsets(group, by_topic)
+        except AdminError as exc:
+            if exc.code != ErrorCode.unsupported_version:
+                raise
+            self._once(f"share-{side}", "share-group start offsets are not followed: the %s cluster does not serve "
+                       "DescribeShareGroupOffsets (%s)", side, exc)
+            self.share_offsets.update(last_sync_ms=self.clock.now_ms(),
+                                      skipped=f"the {side} cluster serves no share-group offsets")
+            return None
+        return out
+
+    def _share_round(self, plans: list[ShareOffsetPlan], refused: Mapping[str, str]) -> None:
+        copied = sum(len(p.alter) for p in plans)
+        self.totals["share_offset_rounds"] += 1
+        self.totals["share_groups_altered"] += sum(1 for p in plans if p.alter)
+        self.totals["share_offsets_copied"] += copied
+        self.totals["share_groups_live"] += sum(1 for p in plans if p.live)
+        held = {**{f"{p.group} {t}-{n}": why for p in plans for (t, n), why in sorted(p.held_back.items())},
+                **refused}
+        self.share_offsets.update(
+            last_sync_ms=self.clock.now_ms(), groups=len(plans), offsets_copied=copied, skipped="",
+            groups_in_sync=sum(1 for p in plans if not p.live and not p.held_back),
+            live_groups=sorted(p.group for p in plans if p.live),
+            held_back=dict(list(held.items())[:HELD_BACK_SHOWN_MAX]))
+
     # ---- ACLs ---------------------------------------------------------------------------
 
     async def sync_acls(self, source: Admin, target: Admin, topics: Mapping[str, str]) -> AclPlan | None:
@@ -378,18 +617,25 @@ class TopicSync:
                 "owner_partition": f"{self.owner[0]}-{self.owner[1]}" if self.owner is not None else None,
                 "groups": self.settings.groups, "group_offset_sync_ms": self.settings.group_offset_sync_ms,
                 "acl_sync_ms": self.settings.acl_sync_ms, "group_offsets": dict(self.offsets),
-                "acls": dict(self.acls), "totals": dict(self.totals)}
+                "share_group_offsets": dict(self.share_offsets), "acls": dict(self.acls),
+                "totals": dict(self.totals)}
 
     def prometheus_metrics(self, labels: Mapping[str, str]) -> dict[str, tuple[str, str, list[tuple[dict[str, str], float]]]]:
         """Metric families for prometheus_text (the worker's /metrics)."""
         t, base = self.totals, dict(labels)
         last = [(dict(base, kind=k), (v["last_sync_ms"] or 0) / 1000)
-                for k, v in (("group_offsets", self.offsets), ("acls", self.acls))]
+                for k, v in (("group_offsets", self.offsets), ("share_group_offsets", self.share_offsets),
+                             ("acls", self.acls))]
         return {
             "dcmirror_mirror_topic_sync_offsets_copied_total": (
                 "counter", "Committed group offsets copied into mirror topics", [(base, t["offsets_copied"])]),
             "dcmirror_mirror_topic_sync_groups_committed_total": (
                 "counter", "Group commits made in the target by the offset sync", [(base, t["groups_committed"])]),
+            "dcmirror_mirror_topic_sync_share_offsets_copied_total": (
+                "counter", "Share-group start offsets copied into mirror topics", [(base, t["share_offsets_copied"])]),
+            "dcmirror_mirror_topic_sync_share_groups_live_total": (
+                "counter", "Share groups left alone in a round because they have members in the target",
+                [(base, t["share_groups_live"])]),
             "dcmirror_mirror_topic_sync_acls_total": (
                 "counter", "ACL bindings created or deleted on mirror topics",
                 [(dict(base, change="created"), t["acls_created"]), (dict(base, change="deleted"), t["acls_deleted"])]),
@@ -416,6 +662,36 @@ async def _committed_or_none(target: Admin, group: str) -> dict[TopicPartition, 
         if exc.code == ErrorCode.group_id_not_found:
             return {}
         raise
+
+
+async def _target_share_group(target: Admin, group: str) -> TargetShareGroup:
+    try:
+        described = await target.describe_share_group(group)
+    except AdminError as exc:
+        if exc.code == ErrorCode.group_id_not_found:
+            return NO_SHARE_GROUP
+        raise
+    return TargetShareGroup(described.group_state or "", len(described.members))
+
+
+async def _partitions_of(admin: Admin, topics: list[str]) -> dict[str, list[int]]:
+    """Topic -> its partitions, of those `topics` the cluster has."""
+    if not topics:
+        return {}
+    meta = await admin.metadata(topics)
+    return {t.name: sorted(p.partition_index for p in t.partitions) for t in meta.topics if t.error_code == 0}
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
 
 
 def _acl_text(b: AclBinding) -> str:
