@@ -149,6 +149,7 @@ def test_a_share_group_resumes_at_the_copied_start_offset_after_a_failover(
         ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("share.delivery.count.limit", str(DELIVERY_LIMIT), incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
+    del admin  # (its connections to east would complain once east is gone)
     produce(east, "job", RECORDS)
     lab.write_topology([SyncFlow("east", "dr", TOPIC, rename="{topic}", mirror_topics=True, mirror_groups=GROUP,
                                  config={"topic.refresh.ms": "1000", "group.offset.sync.ms": "1000"})],
