@@ -6,11 +6,14 @@ process of the machine):
 
     {"start": t}
     {"poll": call, "ret": return, "recs": [[partition, offset, delivery count, value], ...], "errs": [...]}
+    {"committing": t}
     {"commit": call, "ret": return, "parts": {"partition": null | "ERROR_NAME"}, "raised": null | "..."}
 
-Every non-empty poll is followed by its commit line before the next poll: a commit settles
-exactly the records of the poll before it. A partition missing from "parts" (or "raised" set)
-means the broker's answer is unknown.
+Every non-empty poll is followed by a "committing" line, written before the member acknowledges
+anything, and its commit line before the next poll: a commit settles exactly the records of the
+poll before it. A partition missing from "parts" (or "raised" set) means the broker's answer is
+unknown, and so does a member killed after its "committing" line and before its commit line
+(the acceptances may have reached the broker).
 
     python -m tests.fault.share_member BOOTSTRAP GROUP TOPIC LOG_FILE MAX_POLL_RECORDS WORK_MS
 
@@ -53,6 +56,9 @@ def main(bootstrap: str, group: str, topic: str, log_file: str, max_poll_records
         if not good:
             continue
         time.sleep(int(work_ms) / 1000)  # the work the records stand for
+        # from here on the broker may hear the acceptances: a kill before the commit line leaves
+        # their answer unknown (the test counts them accepted or not, whichever comes)
+        emit({"committing": time.monotonic()})
         refused: list[str] = []
         for m in good:
             try:
