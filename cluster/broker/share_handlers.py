@@ -400,15 +400,19 @@ class ShareHandlers:
             kept = {pos for pos, _ in iter_committed(data, [(a.producer_id, a.first_offset)
                                                             for a in read.aborted or ()])}
         spans: list[tuple[int, int, int, int]] = []  # (position, bytes, base offset, last offset)
-        offsets: list[int] = []
+        delivered: list[tuple[int, int]] = []  # offset ranges of the records to deliver
         skipped: list[int] = []
         for pos, header in iter_headers(data):
             if header.last_offset < start:
                 continue
             spans.append((pos, header.size_bytes, header.base_offset, header.last_offset))
             deliver = not header.is_control and (kept is None or pos in kept)
-            (offsets if deliver else skipped).extend(range(max(header.base_offset, start), header.last_offset + 1))
+            if deliver:
+                delivered.append((max(header.base_offset, start), header.last_offset))
+            else:
+                skipped.extend(range(max(header.base_offset, start), header.last_offset + 1))
         batch_ends = [last for _, _, _, last in spans] if mode == BATCH_OPTIMIZED else []
+        offsets = (offset for first, last in delivered for offset in range(first, last + 1))  # read as acquired
         got = sp.acquire(member_id, offsets, now_ms, budget, skipped=skipped, batch_ends=batch_ends)
         if not got:
             return b"", []

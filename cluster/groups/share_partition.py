@@ -35,8 +35,9 @@ broker failure its lock is void and it is delivered again, unless that was its l
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -103,6 +104,14 @@ class ShareState:
     batches: tuple[StateBatch, ...] = ()
 
 
+def _ascending(offsets: Iterable[int], skipped: set[int]) -> Iterator[int]:
+    """The offsets a fetch read (ascending) with the skipped ones merged in, in order; lazily,
+    so an acquisition that reaches its limit reads no further."""
+    if not skipped:
+        return iter(offsets)
+    return heapq.merge(offsets, sorted(skipped))
+
+
 @dataclass
 class SharePartition:
     """One share group's view of one topic partition (see the module's docstring)."""
@@ -114,6 +123,14 @@ class SharePartition:
     state_epoch: int = 0
     _records: dict[int, _InFlight] = field(default_factory=dict)
     _end_offset: int = -1
+    # Below this offset (and at or above the start) no in-flight record is AVAILABLE: where
+    # fetch_offset() starts looking. Lowered when a record becomes AVAILABLE again.
+    _available_from: int = 0
+    # (lock deadline, offset) of acquired records, a heap; entries whose record was settled,
+    # released or renewed since are stale and dropped when they reach the top (or when stale
+    # ones outnumber the live ones: the heap is rebuilt).
+    _locks: list[tuple[int, int]] = field(default_factory=list)
+    _acquired: int = 0  # records ACQUIRED now
 
     def __post_init__(self) -> None:
         if self.start_offset < 0:
@@ -122,6 +139,7 @@ class SharePartition:
                        max_in_flight=self.max_in_flight)
         if self._end_offset < self.start_offset:
             self._end_offset = self.start_offset
+        self._available_from = self.start_offset
 
     def configure(self, *, lock_duration_ms: int, delivery_count_limit: int, max_in_flight: int) -> None:
         """The group's limits now (its configs changed, or not): they apply from the next lock
@@ -148,10 +166,16 @@ class SharePartition:
     def fetch_offset(self) -> int | None:
         """Where the next acquisition starts reading: the first AVAILABLE in-flight record, or
         the SPEO when none is and the in-flight window has room; None when it is full."""
-        for offset in range(self.start_offset, self._end_offset):
-            got = self._records.get(offset)
-            if got is None or got.state == RecordState.AVAILABLE:
-                return offset
+        records, available = self._records, RecordState.AVAILABLE
+        offset = max(self.start_offset, self._available_from)
+        while offset < self._end_offset:
+            got = records.get(offset)
+            if got is None or got.state == available:
+                break
+            offset += 1
+        self._available_from = offset
+        if offset < self._end_offset:
+            return offset
         return self._end_offset if self.in_flight() < self.max_in_flight else None
 
     def acquire(self, member_id: str, offsets: Iterable[int], now_ms: int, max_records: int,
@@ -170,7 +194,12 @@ class SharePartition:
         skip = set(skipped)
         got: list[int] = []
         batch_last = -1  # batch_optimized: the limit was reached in the batch ending here
-        for offset in sorted(set(offsets) | skip):
+        deadline = now_ms + self.lock_duration_ms
+        previous = -1
+        for offset in _ascending(offsets, skip):
+            if offset <= previous:
+                continue  # named twice
+            previous = offset
             if len(got) >= limit and (offset > batch_last or len(got) >= ACQUIRE_RECORDS_MAX):
                 break
             if offset < self.start_offset:
@@ -192,7 +221,9 @@ class SharePartition:
             record.state = RecordState.ACQUIRED
             record.delivery_count += 1
             record.member_id = member_id
-            record.lock_deadline_ms = now_ms + self.lock_duration_ms
+            record.lock_deadline_ms = deadline
+            self._acquired += 1
+            self._lock(deadline, offset)
             got.append(offset)
             if len(got) == limit and batch_ends:
                 at = bisect_left(batch_ends, offset)
@@ -202,14 +233,39 @@ class SharePartition:
 
     def _runs(self, offsets: Sequence[int]) -> list[AcquiredRecords]:
         out: list[AcquiredRecords] = []
+        first = last = count = -1
         for offset in offsets:
-            count = self._records[offset].delivery_count
-            last = out[-1] if out else None
-            if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
-                out[-1] = AcquiredRecords(last.first_offset, offset, count)
-            else:
-                out.append(AcquiredRecords(offset, offset, count))
+            n = self._records[offset].delivery_count
+            if offset == last + 1 and n == count:
+                last = offset
+                continue
+            if first >= 0:
+                out.append(AcquiredRecords(first, last, count))
+            first = last = offset
+            count = n
+        if first >= 0:
+            out.append(AcquiredRecords(first, last, count))
         return out
+
+    # ---- locks -------------------------------------------------------------------------
+
+    def _lock(self, deadline_ms: int, offset: int) -> None:
+        heapq.heappush(self._locks, (deadline_ms, offset))
+        if len(self._locks) > 2 * self._acquired + 64:  # mostly stale: keep only the live ones
+            self._locks = [(r.lock_deadline_ms, o) for o, r in self._records.items()
+                           if r.state == RecordState.ACQUIRED]
+            heapq.heapify(self._locks)
+
+    def _first_lock(self) -> tuple[int, int] | None:
+        """The live lock that runs out first: (deadline, offset); stale entries dropped."""
+        locks, records = self._locks, self._records
+        while locks:
+            deadline, offset = locks[0]
+            record = records.get(offset)
+            if record is not None and record.state == RecordState.ACQUIRED and record.lock_deadline_ms == deadline:
+                return deadline, offset
+            heapq.heappop(locks)
+        return None
 
     # ---- acknowledgements --------------------------------------------------------------
 
@@ -233,16 +289,19 @@ class SharePartition:
             previous_last = last
             if last >= self._end_offset:
                 return ErrorCode.invalid_request
-            for offset in range(max(first, self.start_offset), last + 1):
-                raw = types[0] if len(types) == 1 else types[offset - first]
+            kinds: list[AcknowledgeType] = []
+            for raw in types:
                 try:
-                    kind = AcknowledgeType(raw)
+                    kinds.append(AcknowledgeType(raw))
                 except ValueError:
                     return ErrorCode.invalid_request
-                if kind == AcknowledgeType.RENEW and not renew_allowed:
-                    return ErrorCode.invalid_request
-                record = self._records.get(offset)
-                if record is None or record.state != RecordState.ACQUIRED or record.member_id != member_id:
+            if AcknowledgeType.RENEW in kinds and not renew_allowed:
+                return ErrorCode.invalid_request
+            records, acquired = self._records, RecordState.ACQUIRED
+            for offset in range(max(first, self.start_offset), last + 1):
+                kind = kinds[0] if len(kinds) == 1 else kinds[offset - first]
+                record = records.get(offset)
+                if record is None or record.state != acquired or record.member_id != member_id:
                     return ErrorCode.invalid_record_state
                 if kind == AcknowledgeType.RENEW and not renew_enabled:
                     return ErrorCode.invalid_record_state
@@ -254,44 +313,48 @@ class SharePartition:
             elif kind in (AcknowledgeType.REJECT, AcknowledgeType.GAP):
                 self._settle(record, RecordState.ARCHIVED)
             elif kind == AcknowledgeType.RELEASE:
-                self._release(record)
+                self._release(offset, record)
             else:  # RENEW: the lock starts again
                 record.lock_deadline_ms = now_ms + self.lock_duration_ms
+                self._lock(record.lock_deadline_ms, offset)
         self._advance()
         return ErrorCode.none
 
-    @staticmethod
-    def _settle(record: _InFlight, state: RecordState) -> None:
+    def _settle(self, record: _InFlight, state: RecordState) -> None:
+        """An acquired record's delivery ends in `state`."""
         record.state, record.member_id, record.lock_deadline_ms = state, None, 0
+        self._acquired -= 1
 
-    def _release(self, record: _InFlight) -> None:
+    def _release(self, offset: int, record: _InFlight) -> None:
         final = record.delivery_count >= self.delivery_count_limit
         self._settle(record, RecordState.ARCHIVED if final else RecordState.AVAILABLE)
+        if not final and offset < self._available_from:
+            self._available_from = offset
 
     # ---- time and membership -----------------------------------------------------------
 
     def expire_locks(self, now_ms: int) -> int:
         """Release the acquired records whose lock has run out; how many."""
         expired = 0
-        for record in self._records.values():
-            if record.state == RecordState.ACQUIRED and record.lock_deadline_ms <= now_ms:
-                self._release(record)
-                expired += 1
+        while (first := self._first_lock()) is not None and first[0] <= now_ms:
+            heapq.heappop(self._locks)
+            self._release(first[1], self._records[first[1]])
+            expired += 1
         if expired:
             self._advance()
         return expired
 
     def next_lock_deadline_ms(self) -> int | None:
         """When expire_locks next has work, None while nothing is acquired."""
-        deadlines = [r.lock_deadline_ms for r in self._records.values() if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        first = self._first_lock()
+        return None if first is None else first[0]
 
     def release_member(self, member_id: str) -> int:
         """A member left or was fenced: its acquired records are released; how many."""
         released = 0
-        for record in self._records.values():
+        for offset, record in self._records.items():
             if record.state == RecordState.ACQUIRED and record.member_id == member_id:
-                self._release(record)
+                self._release(offset, record)
                 released += 1
         if released:
             self._advance()
@@ -315,7 +378,9 @@ class SharePartition:
         if log_start_offset <= self.start_offset:
             return
         for offset in range(self.start_offset, min(log_start_offset, self._end_offset)):
-            self._records.pop(offset, None)
+            record = self._records.pop(offset, None)
+            if record is not None and record.state == RecordState.ACQUIRED:
+                self._acquired -= 1
         self.start_offset = log_start_offset
         self._end_offset = max(self._end_offset, log_start_offset)
         self._advance()
@@ -325,7 +390,8 @@ class SharePartition:
         if start_offset < 0:
             raise ValueError(f"start offset {start_offset} is negative")
         self._records.clear()
-        self.start_offset = self._end_offset = start_offset
+        self._locks, self._acquired = [], 0
+        self.start_offset = self._end_offset = self._available_from = start_offset
         self.state_epoch += 1
 
     def _advance(self) -> None:
@@ -344,17 +410,23 @@ class SharePartition:
         lock does not survive), runs of one state and delivery count joined, never-delivered
         available records left out."""
         batches: list[StateBatch] = []
+        records, available, acquired = self._records, RecordState.AVAILABLE, RecordState.ACQUIRED
+        first = last = -1
+        run: tuple[RecordState, int] = (available, 0)
         for offset in range(self.start_offset, self._end_offset):
-            record = self._records.get(offset)
-            if record is None or (record.state == RecordState.AVAILABLE and record.delivery_count == 0):
+            record = records.get(offset)
+            if record is None or (record.state == available and record.delivery_count == 0):
                 continue
-            state = RecordState.AVAILABLE if record.state == RecordState.ACQUIRED else record.state
-            last = batches[-1] if batches else None
-            if last is not None and last.last_offset == offset - 1 and (last.state, last.delivery_count) == (
-                    state, record.delivery_count):
-                batches[-1] = StateBatch(last.first_offset, offset, state, record.delivery_count)
-            else:
-                batches.append(StateBatch(offset, offset, state, record.delivery_count))
+            kind = (available if record.state == acquired else record.state, record.delivery_count)
+            if offset == last + 1 and kind == run:
+                last = offset
+                continue
+            if first >= 0:
+                batches.append(StateBatch(first, last, *run))
+            first = last = offset
+            run = kind
+        if first >= 0:
+            batches.append(StateBatch(first, last, *run))
         return ShareState(self.start_offset, self.state_epoch, tuple(batches))
 
     @classmethod

@@ -302,6 +302,7 @@ def run_schedule(seed: int, steps: int = 300) -> None:
                     deliveries[offset] = batch.delivery_count
         for offset in range(0, sp.start_offset):
             assert offset not in holder, f"seed {seed}: {offset} below the start while held"
+        check_indexes(sp, seed)
     # Drain: every record ends accepted or archived, the start at the log end.
     for _ in range(10 * log_end * (limit + 1)):
         now += 1_000
@@ -316,6 +317,19 @@ def run_schedule(seed: int, steps: int = 300) -> None:
             for offset in range(run.first_offset, run.last_offset + 1):
                 assert offset not in durable_accepted, f"seed {seed}: {offset} delivered again after it was durable"
     assert sp.start_offset == log_end, f"seed {seed}: drained to {sp.start_offset} of {log_end}"
+
+
+def check_indexes(sp: SharePartition, seed: int) -> None:
+    """What the share partition keeps to answer fast (where the next fetch starts, the first
+    lock to run out, how many records are acquired) equals what a walk over every in-flight
+    record answers."""
+    walk = [(o, sp.state_of(o)) for o in range(sp.start_offset, sp.end_offset)]
+    available = [o for o, st in walk if st is not None and st[0] == RecordState.AVAILABLE]
+    room = sp.end_offset if sp.in_flight() < sp.max_in_flight else None
+    assert sp.fetch_offset() == (available[0] if available else room), f"seed {seed}: fetch offset"
+    locks = [r.lock_deadline_ms for r in sp._records.values() if r.state == RecordState.ACQUIRED]
+    assert sp.next_lock_deadline_ms() == (min(locks) if locks else None), f"seed {seed}: first lock"
+    assert sp._acquired == len(locks), f"seed {seed}: acquired count"
 
 
 @pytest.mark.parametrize("chunk", range(4))
