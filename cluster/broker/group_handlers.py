@@ -19,7 +19,6 @@ import trio
 
 from cluster.broker.context import RequestContext
 from cluster.controller.image import MetadataImage
-from cluster.controller.service import ControllerUnavailable
 from cluster.groups.assignors import TopicPartitions
 from cluster.groups.consumer_group import HeartbeatRequest
 from cluster.groups.group_configs import share_group_config
@@ -160,14 +159,10 @@ class GroupHandlers:
     async def _group_coordinator(self, group_id: str, ctx: RequestContext) -> tuple[int, int | None, str]:
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return ErrorCode.group_authorization_failed, None, f"{ctx.principal} may not use group {group_id}"
-        unavailable = (ErrorCode.coordinator_not_available, None, "the group coordinator is not available yet")
-        try:
-            if not await self.service.ensure_offsets_topic():
-                return unavailable
-        except ControllerUnavailable:
-            return unavailable
-        node = self.service.coordinator_for(group_id)
-        return unavailable if node is None else (ErrorCode.none, node, "")
+        node = await self.service.find_coordinator(group_id)
+        if node is None:
+            return ErrorCode.coordinator_not_available, None, "the group coordinator is not available yet"
+        return ErrorCode.none, node, ""
 
     async def handle_join_group(self, version: int, req: Any, ctx: RequestContext) -> dict[str, Any]:
         if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, req.group_id):

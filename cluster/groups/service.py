@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from cluster.groups.state import Pending
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.record_batch import TRANSACTIONAL_MASK
 from cluster.protocol.records import Record, encode_batch
+from cluster.replication.internal_topic import CreateTopics, InternalTopic, InternalTopicSpec
 from cluster.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,6 @@ _APPEND_ERRORS: dict[ErrorCode, ErrorCode] = {
 }
 
 
-# Creates topics through the controller; per-topic results (name, error_code, error_message).
-CreateTopics = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
-
-
 class GroupService:
     def __init__(self, coordinator: GroupCoordinator, replicas: ReplicaManager, settings: OffsetsTopicSettings, *,
                  clock: Clock, image: Callable[[], MetadataImage], cluster_size: Callable[[], int],
@@ -73,9 +70,10 @@ class GroupService:
         self.settings = settings
         self.clock = clock
         self._image = image
-        self._cluster_size = cluster_size
-        self._create_topics = create_topics
-        self.num_partitions = settings.num_partitions
+        self.offsets_topic = InternalTopic(
+            InternalTopicSpec(OFFSETS_TOPIC, settings.num_partitions, settings.replication_factor,
+                              settings.segment_bytes),
+            image=image, cluster_size=cluster_size, create_topics=create_topics)
         self._state_changed = trio.Event()
         self._opened = False
         self._owned: set[int] = set()
@@ -84,6 +82,10 @@ class GroupService:
     @property
     def image(self) -> MetadataImage:
         return self._image()
+
+    @property
+    def num_partitions(self) -> int:
+        return self.offsets_topic.num_partitions
 
     # ---- ownership: a broker coordinates the groups of the offsets partitions it leads ----
 
@@ -104,11 +106,7 @@ class GroupService:
         self._known_topics = ids
         if not self._opened:
             return
-        t = self.image.topic(OFFSETS_TOPIC)
-        if t is not None:
-            self.num_partitions = len(t.partitions)
-        led = {index for (topic, index), part in self.replicas.partitions.items()
-               if topic == OFFSETS_TOPIC and part.is_leader}
+        led = self.offsets_topic.led(self.replicas)
         for index in sorted(self._owned - led):
             dropped = [g for g in self.coordinator.groups if partition_for(g, self.num_partitions) == index]
             for g in dropped:
@@ -135,37 +133,20 @@ class GroupService:
     def _in_offsets_partition(self, index: int, group_id: str) -> bool:
         return partition_for(group_id, self.num_partitions) == index
 
-    async def ensure_offsets_topic(self) -> bool:
-        """Create `__consumer_offsets` once enough brokers are up for its replication factor."""
-        if self.image.topic(OFFSETS_TOPIC) is not None:
-            return True
-        rf = min(self.settings.replication_factor, self._cluster_size())
-        if len(self.image.active_brokers()) < rf:
-            return False  # as Kafka: COORDINATOR_NOT_AVAILABLE until the brokers are there
-        results = await self._create_topics([{
-            "name": OFFSETS_TOPIC, "num_partitions": self.settings.num_partitions,
-            "replication_factor": rf, "internal": True,
-            "configs": {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)},
-        }])
-        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
-
     async def offsets_topic_loop(self) -> None:
         """Create the offsets topic when the cluster can hold it, so coordinators are ready early."""
         while True:
             try:
-                if await self.ensure_offsets_topic():
+                if await self.offsets_topic.ensure():
                     return
             except ControllerUnavailable as exc:
                 log.warning("creating %s: %s", OFFSETS_TOPIC, exc)
             await trio.sleep(1.0)
 
-    def coordinator_for(self, group_id: str) -> int | None:
-        """The broker that leads the group's offsets partition (None: not known or fenced)."""
-        part = self.image.partition(OFFSETS_TOPIC, partition_for(group_id, self.num_partitions))
-        leader = self.image.brokers.get(part.leader) if part is not None else None
-        if leader is None or leader.fenced:
-            return None
-        return leader.broker_id
+    async def find_coordinator(self, group_id: str) -> int | None:
+        """FindCoordinator: the broker that leads the group's offsets partition,
+        `__consumer_offsets` created first if it must be (None: not available yet)."""
+        return await self.offsets_topic.find_leader(partition_for(group_id, self.num_partitions))
 
     def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
         """A transaction marker was written to offsets partition `index`."""

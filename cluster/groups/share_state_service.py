@@ -19,16 +19,15 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
 
-from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
+from cluster.client.broker_channel import BrokerChannel
 from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage
-from cluster.controller.service import ControllerUnavailable
 from cluster.groups.share_coordinator import Decision, ShareCoordinator
 from cluster.groups.share_partition import RecordState, StateBatch
 from cluster.groups.share_state_records import (
@@ -45,6 +44,7 @@ from cluster.groups.share_state_records import (
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.records import Record, encode_batch
+from cluster.replication.internal_topic import CreateTopics, InternalTopic, InternalTopicSpec
 from cluster.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,6 @@ class ShareStateTopicSettings:
     write_timeout_ms: int = 5000  # a state record waits this long for the in-sync replicas
 
 
-CreateTopics = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
-
 # What a call answers when its record could not be written or replicated.
 _APPEND_ERRORS: dict[int, ErrorCode] = {
     ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
@@ -95,18 +93,24 @@ class ShareStateService:
         self.settings = settings
         self.clock = clock
         self._image = image
-        self._cluster_size = cluster_size
-        self._create_topics = create_topics
-        self.num_partitions = settings.num_partitions
+        self.state_topic = InternalTopic(
+            InternalTopicSpec(SHARE_STATE_TOPIC, settings.num_partitions, settings.replication_factor,
+                              settings.segment_bytes, min_isr=settings.min_isr,
+                              extra_configs={"unclean.leader.election.enable": "false"}),
+            image=image, cluster_size=cluster_size, create_topics=create_topics)
         self._owned: set[int] = set()
         self._opened = False
         self._locks: dict[int, trio.Lock] = {}  # one decision at a time per state partition
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connect_lock = trio.Lock()
+        self.brokers = BrokerChannel(replicas.broker_address, client_id=f"share-persister-{replicas.node_id}",
+                                     link=replicas.settings.fetcher.link)
 
     @property
     def image(self) -> MetadataImage:
         return self._image()
+
+    @property
+    def num_partitions(self) -> int:
+        return self.state_topic.num_partitions
 
     # ---- ownership ----------------------------------------------------------------------
 
@@ -117,11 +121,7 @@ class ShareStateService:
     def on_partitions_changed(self) -> None:
         if not self._opened:
             return
-        t = self.image.topic(SHARE_STATE_TOPIC)
-        if t is not None:
-            self.num_partitions = len(t.partitions)
-        led = {index for (topic, index), part in self.replicas.partitions.items()
-               if topic == SHARE_STATE_TOPIC and part.is_leader}
+        led = self.state_topic.led(self.replicas)
         for index in sorted(self._owned - led):
             n = self.coordinator.unload(lambda k, i=index: self.partition_of(k) == i)  # type: ignore[misc]
             log.log(logging.INFO if n else logging.DEBUG, "no longer the share coordinator of %d share "
@@ -139,30 +139,6 @@ class ShareStateService:
 
     def owns(self, key: ShareKey) -> bool:
         return self.partition_of(key) in self._owned
-
-    async def ensure_state_topic(self) -> bool:
-        """Create `__share_group_state` once enough brokers are up for its replication factor."""
-        if self.image.topic(SHARE_STATE_TOPIC) is not None:
-            return True
-        rf = min(self.settings.replication_factor, self._cluster_size())
-        if len(self.image.active_brokers()) < rf:
-            return False
-        results = await self._create_topics([{
-            "name": SHARE_STATE_TOPIC, "num_partitions": self.settings.num_partitions,
-            "replication_factor": rf, "internal": True,
-            "configs": {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
-                        "min.insync.replicas": str(max(1, min(self.settings.min_isr, rf))),
-                        "unclean.leader.election.enable": "false"},
-        }])
-        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
-
-    def coordinator_for(self, key: ShareKey) -> int | None:
-        """The broker leading the share partition's state partition (None: not known or fenced)."""
-        part = self.image.partition(SHARE_STATE_TOPIC, self.partition_of(key))
-        leader = self.image.brokers.get(part.leader) if part is not None else None
-        if leader is None or leader.fenced:
-            return None
-        return leader.broker_id
 
     @staticmethod
     def parse_key(key: str) -> ShareKey | None:
@@ -187,12 +163,7 @@ class ShareStateService:
         share_key = self.parse_key(key)
         if share_key is None:
             return None
-        try:
-            if not await self.ensure_state_topic():
-                return None
-        except ControllerUnavailable:
-            return None
-        return self.coordinator_for(share_key)
+        return await self._coordinator_node(share_key)
 
     # ---- the coordinator's side: decide, persist, apply ----------------------------------
 
@@ -355,43 +326,14 @@ class ShareStateService:
         return out
 
     async def _coordinator_node(self, key: ShareKey) -> int | None:
-        try:
-            if not await self.ensure_state_topic():
-                return None
-        except ControllerUnavailable:
-            return None
-        return self.coordinator_for(key)
+        """The share partition's coordinator, `__share_group_state` created first if it must
+        be (None: not available yet)."""
+        return await self.state_topic.find_leader(self.partition_of(key))
 
     async def call(self, node: int, api: ApiKey, body: dict[str, Any], version: int | None = 0) -> Any:
         """One request to another broker (None when it could not be answered; the connection
         is dropped then). `version` None: the highest both speak."""
-        try:
-            conn = await self._connection(node)
-            return await conn.request(api, body, version=version, timeout_s=_RPC_TIMEOUT_S)
-        except (KafkaConnectionError, UnsupportedApi, OSError) as exc:
-            log.info("%s to broker %d: %s", api.api_name, node, exc)
-            await self._drop_connection(node)
-            return None
-
-    async def _connection(self, broker_id: int) -> BrokerConnection:
-        async with self._connect_lock:
-            conn = self._connections.get(broker_id)
-            if conn is not None and not conn.closed:
-                return conn
-            address = self.replicas.broker_address(broker_id)
-            if address is None:
-                raise KafkaConnectionError(f"broker {broker_id} is not registered")
-            conn = await BrokerConnection(*address, client_id=f"share-persister-{self.replicas.node_id}",
-                                          link=self.replicas.settings.fetcher.link).connect()
-            self._connections[broker_id] = conn
-            return conn
-
-    async def _drop_connection(self, broker_id: int) -> None:
-        conn = self._connections.pop(broker_id, None)
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
+        return await self.brokers.request(node, api, body, version=version, timeout_s=_RPC_TIMEOUT_S)
 
     async def aclose(self) -> None:
-        for broker_id in list(self._connections):
-            await self._drop_connection(broker_id)
+        await self.brokers.aclose()

@@ -22,15 +22,15 @@ from typing import Any
 import trio
 
 from cluster.client.admin import write_txn_markers_body
-from cluster.client.connection import BrokerConnection, KafkaConnectionError, UnsupportedApi
+from cluster.client.broker_channel import BrokerChannel
 from cluster.common.backoff import Backoff
 from cluster.common.clock import Clock
 from cluster.controller.image import MetadataImage
-from cluster.controller.service import ControllerUnavailable
 from cluster.groups.records import partition_for
 from cluster.protocol.api_keys import ApiKey
 from cluster.protocol.errors import ErrorCode
 from cluster.protocol.records import Record, encode_batch
+from cluster.replication.internal_topic import CreateTopics, InternalTopic, InternalTopicSpec
 from cluster.replication.replica_manager import ReplicaManager
 from cluster.transactions.coordinator import Decision, TransactionCoordinator
 from cluster.transactions.state import (
@@ -61,7 +61,6 @@ class TransactionStateSettings:
     abort_check_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
 
 
-CreateTopics = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 # Called after a marker lands on a `__consumer_offsets` partition: (partition, producer id, commit).
 MarkerListener = Callable[[int, int, bool], None]
 
@@ -76,22 +75,28 @@ class TransactionService:
         self.settings = settings
         self.clock = clock
         self._image = image
-        self._cluster_size = cluster_size
-        self._create_topics = create_topics
+        self.state_topic = InternalTopic(
+            InternalTopicSpec(TRANSACTION_STATE_TOPIC, settings.num_partitions, settings.replication_factor,
+                              settings.segment_bytes, min_isr=settings.min_isr,
+                              extra_configs={"unclean.leader.election.enable": "false"}),
+            image=image, cluster_size=cluster_size, create_topics=create_topics)
         self._next_producer_id = next_producer_id
-        self.num_partitions = settings.num_partitions
         self._owned: set[int] = set()
         self._opened = False
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connect_lock = trio.Lock()
+        self.brokers = BrokerChannel(replicas.broker_address, client_id=f"txn-coordinator-{replicas.node_id}",
+                                     link=replicas.settings.fetcher.link)
         self.marker_listeners: list[MarkerListener] = []
         self._completing: set[tuple[str, int, int]] = set()  # (id, producer id, epoch) with markers in flight
 
     @property
     def image(self) -> MetadataImage:
         return self._image()
+
+    @property
+    def num_partitions(self) -> int:
+        return self.state_topic.num_partitions
 
     # ---- ownership ----------------------------------------------------------------------
 
@@ -109,11 +114,7 @@ class TransactionService:
     def on_partitions_changed(self) -> None:
         if not self._opened:
             return
-        t = self.image.topic(TRANSACTION_STATE_TOPIC)
-        if t is not None:
-            self.num_partitions = len(t.partitions)
-        led = {index for (topic, index), part in self.replicas.partitions.items()
-               if topic == TRANSACTION_STATE_TOPIC and part.is_leader}
+        led = self.state_topic.led(self.replicas)
         for index in sorted(self._owned - led):
             gone = [i for i in self.coordinator.txns if self.partition_of(i) == index]
             self.coordinator.unload(gone)
@@ -137,35 +138,13 @@ class TransactionService:
     def owns(self, txn_id: str) -> bool:
         return self.partition_of(txn_id) in self._owned
 
-    async def ensure_state_topic(self) -> bool:
-        if self.image.topic(TRANSACTION_STATE_TOPIC) is not None:
-            return True
-        rf = min(self.settings.replication_factor, self._cluster_size())
-        if len(self.image.active_brokers()) < rf:
-            return False
-        results = await self._create_topics([{
-            "name": TRANSACTION_STATE_TOPIC, "num_partitions": self.settings.num_partitions,
-            "replication_factor": rf, "internal": True,
-            "configs": {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
-                        "min.insync.replicas": str(max(1, min(self.settings.min_isr, rf))),
-                        "unclean.leader.election.enable": "false"},
-        }])
-        return results[0]["error_code"] in (ErrorCode.none, ErrorCode.topic_already_exists)
-
     def coordinator_for(self, txn_id: str) -> int | None:
-        part = self.image.partition(TRANSACTION_STATE_TOPIC, self.partition_of(txn_id))
-        leader = self.image.brokers.get(part.leader) if part is not None else None
-        if leader is None or leader.fenced:
-            return None
-        return leader.broker_id
+        """The broker leading the id's state partition (None: not known or fenced)."""
+        return self.state_topic.leader_of(self.partition_of(txn_id))
 
     async def find_coordinator(self, txn_id: str) -> int | None:
-        try:
-            if not await self.ensure_state_topic():
-                return None
-        except ControllerUnavailable:
-            return None
-        return self.coordinator_for(txn_id)
+        """FindCoordinator: `__transaction_state` created first if it must be (None: not available yet)."""
+        return await self.state_topic.find_leader(self.partition_of(txn_id))
 
     async def verify(self, txn_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -185,14 +164,9 @@ class TransactionService:
         body = {"transactions": [{"transactional_id": txn_id, "producer_id": producer_id,
                                   "producer_epoch": producer_epoch, "verify_only": True,
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
-        try:
-            conn = await self._connection(node)
-            resp = await conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, body, version=4, timeout_s=_VERIFY_TIMEOUT_S)
-        except (KafkaConnectionError, UnsupportedApi, OSError) as exc:
-            log.info("verifying %s with broker %d: %s", txn_id, node, exc)
-            await self._drop_connection(node)
-            return unavailable
-        if resp.error_code != ErrorCode.none:
+        resp = await self.brokers.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, body, version=4,
+                                          timeout_s=_VERIFY_TIMEOUT_S, what=f"verifying {txn_id}")
+        if resp is None or resp.error_code != ErrorCode.none:
             return unavailable
         out = dict(unavailable)
         for txn in resp.results_by_transaction:
@@ -341,39 +315,14 @@ class TransactionService:
     async def _write_remote_markers(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
                                     coordinator_epoch: int, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
         request = write_txn_markers_body(producer_id, producer_epoch, commit, coordinator_epoch, tps)
-        try:
-            conn = await self._connection(leader)
-            resp = await conn.request(ApiKey.WRITE_TXN_MARKERS, request, timeout_s=_WRITE_TIMEOUT_S + 5)
-        except (KafkaConnectionError, OSError) as exc:
-            log.info("WriteTxnMarkers to broker %d: %s", leader, exc)
-            await self._drop_connection(leader)
-            return set()
-        done = set()
-        for marker in resp.markers:
+        resp = await self.brokers.request(leader, ApiKey.WRITE_TXN_MARKERS, request, timeout_s=_WRITE_TIMEOUT_S + 5)
+        done: set[tuple[str, int]] = set()
+        for marker in resp.markers if resp is not None else ():
             for t in marker.topics:
                 for p in t.partitions:
                     if p.error_code in (ErrorCode.none, ErrorCode.invalid_producer_epoch):
                         done.add((t.name, p.partition_index))
         return done
-
-    async def _connection(self, broker_id: int) -> BrokerConnection:
-        async with self._connect_lock:
-            conn = self._connections.get(broker_id)
-            if conn is not None and not conn.closed:
-                return conn
-            address = self.replicas.broker_address(broker_id)
-            if address is None:
-                raise KafkaConnectionError(f"broker {broker_id} is not registered")
-            conn = await BrokerConnection(*address, client_id=f"txn-coordinator-{self.replicas.node_id}",
-                                          link=self.replicas.settings.fetcher.link).connect()
-            self._connections[broker_id] = conn
-            return conn
-
-    async def _drop_connection(self, broker_id: int) -> None:
-        conn = self._connections.pop(broker_id, None)
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
 
     # ---- timers -------------------------------------------------------------------------
 
@@ -396,6 +345,5 @@ class TransactionService:
                     self.coordinator.expiry_failed(txn_id, self.clock.now_ms() + self.settings.abort_check_interval_ms)
 
     async def aclose(self) -> None:
-        for broker_id in list(self._connections):
-            await self._drop_connection(broker_id)
+        await self.brokers.aclose()
 
