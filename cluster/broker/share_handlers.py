@@ -401,19 +401,15 @@ class ShareHandlers:
                                                             for a in read.aborted or ()])}
         spans: list[tuple[int, int, int, int]] = []  # (position, bytes, base offset, last offset)
         delivered: list[tuple[int, int]] = []  # offset ranges of the records to deliver
-        skipped: list[int] = []
+        skipped: list[tuple[int, int]] = []  # and of the batches that are none
         for pos, header in iter_headers(data):
             if header.last_offset < start:
                 continue
             spans.append((pos, header.size_bytes, header.base_offset, header.last_offset))
             deliver = not header.is_control and (kept is None or pos in kept)
-            if deliver:
-                delivered.append((max(header.base_offset, start), header.last_offset))
-            else:
-                skipped.extend(range(max(header.base_offset, start), header.last_offset + 1))
+            (delivered if deliver else skipped).append((max(header.base_offset, start), header.last_offset))
         batch_ends = [last for _, _, _, last in spans] if mode == BATCH_OPTIMIZED else []
-        offsets = (offset for first, last in delivered for offset in range(first, last + 1))  # read as acquired
-        got = sp.acquire(member_id, offsets, now_ms, budget, skipped=skipped, batch_ends=batch_ends)
+        got = sp.acquire_ranges(member_id, delivered, now_ms, budget, skipped=skipped, batch_ends=batch_ends)
         if not got:
             return b"", []
         first, last = got[0].first_offset, got[-1].last_offset
