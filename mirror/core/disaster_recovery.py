@@ -560,7 +560,11 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
     this waits until no transaction is open there and every copy holds all of it, then the
     copies become ordinary topics; the old primary's are copies of them from then on."""
     declared = declared or {}
-    sides = yield from flow_topics(flow, source_datacenter, source=True)
+    # The ledger too: a topic failed over and not failed back is the primary whatever the old
+    # source's topic says (a promotion the failover cut short left it marked as a copy of the
+    # target's, though it holds records of its own): a failback comes first, never a promote.
+    ledger: dict[str, LedgerEntry] = yield ReadLedger()
+    sides = yield from flow_topics(flow, source_datacenter, source=True, ledger=ledger)
     outcome = Outcome("promote", flow.name, "")
     for s in sides:
         if s.source_deleted:

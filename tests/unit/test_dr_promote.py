@@ -1,11 +1,14 @@
 """mirror/core/disaster_recovery.py's `promote` driven against two scripted clusters, for
 defects the mirror simulation found (tests/mirror_sim.py):
 
-- seed 663 (of SEEDS, once promote asked one request more): promote read the old primary's
-  log end, then its last stable offset; a transaction's commit marker came in between, so
-  the LSO read was above the end read, "nothing open", and the copy was promoted without
-  the marker (the transaction's acknowledged records lost, the copy no longer
-  byte-identical);
+- soak seed 706596315 (stretch 3): a promotion the east datacenter's loss cut short, then a
+  failover, left east's topic marked as a copy of dr's while it held records of its own;
+  promote read no ledger, took that marker for a failback, made dr's topic a copy of east's
+  and waited for a copy whose histories differ (both partitions FAILED, never settled);
+- seed 663 (of SEEDS, once promote asked for the ledger): promote read the old primary's log
+  end, then its last stable offset; a transaction's commit marker came in between, so the
+  LSO read was above the end read, "nothing open", and the copy was promoted without the
+  marker (the transaction's acknowledged records lost, the copy no longer byte-identical);
 - read before the mark, a copy's end read after its (still writable) primary's may have
   passed it: promote skipped the topic as "a copy of an earlier topic of that name".
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from mirror.core import disaster_recovery as dr
 from tests.mirror_sim import FLOW
@@ -70,6 +75,28 @@ class Clusters:
                 outcome: dr.Outcome = done.value
                 return outcome
             answer = self.answer(request)
+
+
+def test_promote_refuses_a_topic_failed_over_whatever_the_old_sources_marker_says() -> None:
+    entry = dr.LedgerEntry(FLOW.name, FLOW.source, TOPIC, TOPIC, dr.FAILED_OVER, "f1", 0,
+                           {0: dr.LedgerPartition(8, 8)})
+    clusters = Clusters({TOPIC: entry})
+    # A promotion marked east's topic a copy of dr's, east was lost, a failover promoted dr.
+    clusters.marker = {"source": f"{FLOW.target}:{TOPIC}", "target": None}
+    clusters.end = {"source": 12, "target": 20}  # east holds offsets 8..11 of its own
+    with pytest.raises(dr.FailoverError, match="failback"):
+        clusters.run()
+    assert clusters.marker == {"source": f"{FLOW.target}:{TOPIC}", "target": None}, clusters.log
+
+
+def test_promote_after_a_failback_still_runs_the_reverse_way() -> None:
+    entry = dr.LedgerEntry(FLOW.name, FLOW.source, TOPIC, TOPIC, dr.FAILED_BACK, "f1", 0,
+                           {0: dr.LedgerPartition(8, 8)}, failed_back_ms=1)
+    clusters = Clusters({TOPIC: entry})
+    clusters.marker = {"source": f"{FLOW.target}:{TOPIC}", "target": None}
+    clusters.end, clusters.stable = {"source": 20, "target": 20}, {"source": 20, "target": 20}
+    assert clusters.run().primary == FLOW.source
+    assert clusters.marker == {"source": None, "target": f"{FLOW.source}:{TOPIC}"}
 
 
 def test_promote_waits_for_a_commit_marker_written_between_its_reads() -> None:
