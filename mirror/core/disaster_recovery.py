@@ -560,7 +560,11 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
     this waits until no transaction is open there and every copy holds all of it, then the
     copies become ordinary topics; the old primary's are copies of them from then on."""
     declared = declared or {}
-    sides = yield from flow_topics(flow, source_datacenter, source=True)
+    # The ledger too: a topic failed over and not failed back is the primary whatever the old
+    # source's topic says (a promotion the failover cut short left it marked as a copy of the
+    # target's, though it holds records of its own): a failback comes first, never a promote.
+    ledger: dict[str, LedgerEntry] = yield ReadLedger()
+    sides = yield from flow_topics(flow, source_datacenter, source=True, ledger=ledger)
     outcome = Outcome("promote", flow.name, "")
     for s in sides:
         if s.source_deleted:
@@ -582,8 +586,10 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
             copy_side: Side = OTHER[primary_side]
             primary_topic, copy_topic = (s.source_topic, s.target_topic) if d == "forward" else \
                 (s.target_topic, s.source_topic)
-            primary_ends = yield GetEnds(primary_side, primary_topic, s.partitions)
+            # The copy's ends first: the primary still takes writes and the workers copy them,
+            # so a copy read after the primary may have passed the primary's ends as read.
             copy_ends = yield GetEnds(copy_side, copy_topic, s.partitions)
+            primary_ends = yield GetEnds(primary_side, primary_topic, s.partitions)
             ahead = {p: e for p, e in copy_ends.items() if e > primary_ends.get(p, 0)}
             if ahead:
                 # A copy holding offsets its primary does not: the copy of an earlier topic of
@@ -617,8 +623,13 @@ def promote(flow: MirrorSpec, source_datacenter: str, *, timeout_s: float,
 
         def caught_up(old_side: Side = old_side, new_side: Side = new_side, old_topic: str = old_topic,
                       new_topic: str = new_topic, partitions: int = partitions) -> Step:
-            ends = yield GetEnds(old_side, old_topic, partitions)
+            # The last stable offset first, then the log end: the old primary still takes the
+            # markers of the transactions open when it was marked, so a log end read first
+            # may be passed by a marker before the LSO is read (LSO above that end: "nothing
+            # open", and a copy without the commit marker was promoted). Read after it, an end
+            # no higher than the LSO is where the log stays: nothing open, nothing to come.
             stable = yield GetEnds(old_side, old_topic, partitions, committed=True)
+            ends = yield GetEnds(old_side, old_topic, partitions)
             copied = yield GetEnds(new_side, new_topic, partitions)
             open_txns = [p for p in ends if stable[p] < ends[p]]
             behind = {p: ends[p] - copied[p] for p in ends if copied[p] < ends[p]}

@@ -218,6 +218,12 @@ SOAK_FINDS: list[tuple[int, int]] = [
     # marker) through east's coordinator, whose transactional id had the same producer id:
     # east:orders-1's last stable offset never reached its log end
     (28085677, 3),
+    # a promotion cut short by east's loss, then a failover: east's topic still marked a copy
+    # of dr's though it held records of its own; a later promote read no ledger, took it for a
+    # failback and made dr's topic a copy of east's, FAILED both ways ("histories differ"),
+    # never settled. (Promote now reads the ledger, one request more, so this seed takes
+    # another path since: tests/unit/test_dr_promote.py holds the case itself.)
+    (706596315, 3),
 ]
 
 
