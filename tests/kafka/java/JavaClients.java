@@ -61,6 +61,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   java JavaClients spread bootstrap=H:P prefix=P topics=T partitions=P records=N
  *   java JavaClients share bootstrap=H:P topic=T group=G count=N partitions=P
  *   java JavaClients share-renew bootstrap=H:P topic=T group=G count=N lock_ms=L hold_ms=H
+ *   java JavaClients share-script bootstrap=H:P   (commands as JSON lines on stdin, see shareScript)
  *
  * A client call that throws is reported as {"error": "<exception class>"} in its result, so
  * the same run can be compared against Kafka field by field.
@@ -126,6 +127,7 @@ public final class JavaClients {
             case "sessions" -> sessions(a);
             case "share" -> share(a);
             case "share-renew" -> shareRenew(a);
+            case "share-script" -> shareScript(a);
             case "spread" -> spread(a);
             default -> throw new IllegalArgumentException("unknown mode " + argv[0]);
         }
@@ -285,6 +287,93 @@ public final class JavaClients {
             }
         }
         emit(line("records", records, "lock_ms", lockMs));
+    }
+
+    /**
+     * KafkaShareConsumers driven step by step from pytest (tests/kafka/
+     * test_share_consumer_differential.py), so one sequence is written once and played with
+     * this client and with librdkafka's. A command per stdin line, an answer per stdout line:
+     *   {"op": "open", "id": C, "group": G, "topic": T, "explicit": bool}      -> {}
+     *   {"op": "poll", "id": C, "ms": N}  -> {"records": [[partition, offset, key, value, deliveryCount]]}
+     *   {"op": "ack", "id": C, "partition": P, "offset": O, "type": "ACCEPT|RELEASE|REJECT"}  -> {}
+     *       (a record of C's last poll)
+     *   {"op": "commit", "id": C}         -> {"result": {partition: null | error name}}
+     *   {"op": "close", "id": C}          -> {}
+     *   {"op": "exit"}
+     * A call that throws answers {"error": name} (Kafka's error name where the exception has one).
+     */
+    static void shareScript(Map<String, String> a) throws Exception {
+        Map<String, KafkaShareConsumer<String, String>> consumers = new HashMap<>();
+        Map<String, Map<List<Long>, ConsumerRecord<String, String>>> polled = new HashMap<>();
+        java.io.BufferedReader in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        try {
+            for (String text = in.readLine(); text != null; text = in.readLine()) {
+                @SuppressWarnings("unchecked")
+                Map<String, Object> cmd = JSON.readValue(text, Map.class);
+                String op = (String) cmd.get("op");
+                if (op.equals("exit")) break;
+                String id = (String) cmd.get("id");
+                try {
+                    switch (op) {
+                        case "open" -> {
+                            Properties c = new Properties();
+                            c.put("bootstrap.servers", a.get("bootstrap"));
+                            c.put("group.id", cmd.get("group"));
+                            c.put("key.deserializer", StringDeserializer.class.getName());
+                            c.put("value.deserializer", StringDeserializer.class.getName());
+                            c.put("share.acknowledgement.mode",
+                                  Boolean.TRUE.equals(cmd.get("explicit")) ? "explicit" : "implicit");
+                            KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(c);
+                            consumer.subscribe(List.of((String) cmd.get("topic")));
+                            consumers.put(id, consumer);
+                            emit(line());
+                        }
+                        case "poll" -> {
+                            List<List<Object>> out = new ArrayList<>();
+                            Map<List<Long>, ConsumerRecord<String, String>> last = new HashMap<>();
+                            for (ConsumerRecord<String, String> r : consumers.get(id).poll(
+                                    Duration.ofMillis(((Number) cmd.get("ms")).longValue()))) {
+                                out.add(java.util.Arrays.asList(r.partition(), r.offset(), r.key(), r.value(),
+                                        r.deliveryCount().map(Short::intValue).orElse(-1)));
+                                last.put(List.of((long) r.partition(), r.offset()), r);
+                            }
+                            polled.put(id, last);
+                            emit(line("records", out));
+                        }
+                        case "ack" -> {
+                            ConsumerRecord<String, String> r = polled.get(id).get(List.of(
+                                ((Number) cmd.get("partition")).longValue(), ((Number) cmd.get("offset")).longValue()));
+                            consumers.get(id).acknowledge(r, AcknowledgeType.valueOf((String) cmd.get("type")));
+                            emit(line());
+                        }
+                        case "commit" -> {
+                            Map<String, Object> result = new TreeMap<>();
+                            for (var e : consumers.get(id).commitSync().entrySet()) {
+                                result.put(String.valueOf(e.getKey().partition()),
+                                           e.getValue().map(JavaClients::kafkaErrorName).orElse(null));
+                            }
+                            emit(line("result", result));
+                        }
+                        case "close" -> {
+                            consumers.remove(id).close();
+                            polled.remove(id);
+                            emit(line());
+                        }
+                        default -> throw new IllegalArgumentException("unknown op " + op);
+                    }
+                } catch (Exception e) {
+                    emit(line("error", kafkaErrorName(e)));
+                }
+            }
+        } finally {
+            for (KafkaShareConsumer<String, String> c : consumers.values()) c.close(Duration.ofSeconds(5));
+        }
+    }
+
+    /** Kafka's name of the error an exception stands for (INVALID_RECORD_STATE), else its class. */
+    static String kafkaErrorName(Throwable e) {
+        org.apache.kafka.common.protocol.Errors error = org.apache.kafka.common.protocol.Errors.forException(e);
+        return error == org.apache.kafka.common.protocol.Errors.UNKNOWN_SERVER_ERROR ? errorName(e) : error.name();
     }
 
     static Properties producerProps(Map<String, String> a) {
