@@ -25,6 +25,9 @@ PANELS = (  # (row key, title)
     ("produce", "produce spread (msg/s, higher is better)"),
     ("consume", "consume spread (msg/s, higher is better)"),
     ("fetch_ms", "sessionless Fetch, none new (ms)"),
+    ("dtp_first_ms", "DescribeTopicPartitions, first walk (ms)"),
+    ("java_produce", "Java producer, spread (msg/s, higher is better)"),
+    ("java_consume", "Java consumer, fetch sessions (msg/s, higher is better)"),
 )
 COLORS = {"dcmirror": "#1f77b4", "kafka": "#d62728"}
 W, H, COLS = 310, 210, 3

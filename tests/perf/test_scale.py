@@ -426,8 +426,9 @@ def test_thousands_of_partitions_on_one_broker_beside_kafka(tmp_path: Path) -> N
                     try:
                         java_produce, java_consume = java_spread(driver, bootstrap, topics, records)
                     except AssertionError as exc:  # a row that failed says so; the others go on
-                        reason = next((line.strip() for line in str(exc).splitlines()
-                                       if "IllegalStateException" in line or "exited" in line), str(exc)[:200])
+                        lines = str(exc).splitlines()
+                        reason = " / ".join([lines[0].strip(), *[line.strip() for line in lines
+                                                                  if "Exception" in line][-2:]])[:600]
                         failures.append(f"{total:,} partitions, {name}: the Java clients' row failed: {reason}")
                         progress(failures[-1])
                     else:
