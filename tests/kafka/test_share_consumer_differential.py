@@ -28,7 +28,7 @@ initialization and comes with a later heartbeat). The sequences:
 
 "Settled" is DescribeShareGroupOffsets v1 answering lag 0. Every wait is bounded by progress: a
 step polls until its condition holds and fails after PROGRESS_S without a new record or a
-change in the described (start offset, lag), or after MAX_POLLS polls; after it, one more poll
+change in the described (start offset, lag), or after MAX_POLLS polls that brought records; after it, one more poll
 (must deliver nothing).
 
 Compared, per sequence and client: each member's deliveries grouped by delivery count (the
@@ -80,7 +80,7 @@ from tests.peers.kafka import KafkaCluster
 pytestmark = [pytest.mark.timeout(300), pytest.mark.heavy]  # a Kafka JVM and the Java clients'
 
 PROGRESS_S = 30.0  # the longest a step may go without a new record or a change in (start offset, lag)
-MAX_POLLS = 60  # the most polls a step may take (a broker that never settles ends here)
+MAX_POLLS = 60  # the most polls with records a step may take (a broker that never settles ends here)
 POLL_S = 0.3
 LOCK_MS = 1_000  # the lock step's share.record.lock.duration.ms (the brokers' minimum)
 DELIVERY_LIMIT = 3
@@ -305,10 +305,12 @@ class Run:
               ack: Callable[[Record], str | None] | None = None, timeout_s: float = PROGRESS_S) -> None:
         """Polls `cid` until done(records of this poll) holds; each record acknowledged as
         ack(record) says (then commitSync after the poll). Fails after `timeout_s` without a new
-        record or a moved start offset, or after MAX_POLLS polls."""
+        record or a moved start offset, or after MAX_POLLS polls that brought records."""
         last, mark, position = time.monotonic(), len(self.delivered.get(cid, [])), self.position()
-        for _ in range(MAX_POLLS):
+        fruitful = 0  # polls that brought records: a broker that never settles ends at MAX_POLLS
+        while fruitful < MAX_POLLS:  # empty polls are bounded by progress (timeout_s), not counted
             got = self.poll(cid)
+            fruitful += bool(got)
             if ack is not None and got:
                 for r in got:
                     kind = ack(r)
@@ -324,7 +326,8 @@ class Run:
                 last, position = time.monotonic(), moved
             assert time.monotonic() - last < timeout_s, \
                 f"{what}: {timeout_s:.0f} s without progress; {cid} got {self.delivered.get(cid, [])[mark:]}"
-        raise AssertionError(f"{what}: not in {MAX_POLLS} polls; {cid} got {self.delivered.get(cid, [])[mark:]}")
+        raise AssertionError(f"{what}: not in {MAX_POLLS} polls with records; {cid} got "
+                             f"{self.delivered.get(cid, [])[mark:]}")
 
     def observed(self, end: int) -> dict[str, Any]:
         """What is compared: each member's deliveries by delivery count, (offset, key, value)
